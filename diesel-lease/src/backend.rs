@@ -1,0 +1,120 @@
+//! The connections diesel-lease runs on, and what differs between their backends.
+
+use diesel::connection::LoadConnection;
+use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
+use diesel::Connection;
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
+pub use lease_core::BackendKind;
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A raw Diesel connection of a backend diesel-lease supports: `PgConnection`, `SqliteConnection`
+/// or `MysqlConnection`, each behind its Cargo feature.
+///
+/// Sealed: the backend-specific SQL of every operation is written and tested for these three.
+pub trait LeaseConnection:
+    Connection + LoadConnection + MigrationHarness<Self::Backend> + Send + Sized + 'static + sealed::Sealed
+{
+    /// Which backend this connection talks to.
+    const KIND: BackendKind;
+
+    /// The built-in tables' migrations for this backend.
+    const MIGRATIONS: EmbeddedMigrations;
+
+    /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: a plain
+    /// transaction on PostgreSQL and MySQL, `BEGIN IMMEDIATE` on SQLite (so the write lock is taken
+    /// up front and concurrent writers wait on `busy_timeout` instead of failing with `SQLITE_BUSY`).
+    /// Inside an open transaction it becomes a savepoint.
+    fn write_transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<diesel::result::Error>;
+}
+
+/// Anything that can lend a [`LeaseConnection`]: the raw connection itself, or an r2d2
+/// `PooledConnection` of one. Every diesel-lease entry point takes `&mut impl BorrowConnection`,
+/// so `&mut conn` works whether `conn` came from `establish` or from a pool.
+pub trait BorrowConnection {
+    /// The raw connection type.
+    type Conn: LeaseConnection;
+    /// The raw connection.
+    fn borrow_connection(&mut self) -> &mut Self::Conn;
+}
+
+impl<C> BorrowConnection for PooledConnection<ConnectionManager<C>>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    type Conn = C;
+    fn borrow_connection(&mut self) -> &mut C {
+        self
+    }
+}
+
+macro_rules! raw_connection {
+    ($feature:literal, $conn:ty, $kind:ident, $dir:literal, |$c:ident, $f:ident| $tx:expr) => {
+        #[cfg(feature = $feature)]
+        impl sealed::Sealed for $conn {}
+
+        #[cfg(feature = $feature)]
+        impl LeaseConnection for $conn {
+            const KIND: BackendKind = BackendKind::$kind;
+            const MIGRATIONS: EmbeddedMigrations = diesel_migrations::embed_migrations!($dir);
+
+            fn write_transaction<T, E, F>(&mut self, $f: F) -> Result<T, E>
+            where
+                F: FnOnce(&mut Self) -> Result<T, E>,
+                E: From<diesel::result::Error>,
+            {
+                let $c = self;
+                $tx
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl BorrowConnection for $conn {
+            type Conn = $conn;
+            fn borrow_connection(&mut self) -> &mut $conn {
+                self
+            }
+        }
+    };
+}
+
+raw_connection!(
+    "postgres",
+    diesel::PgConnection,
+    Postgres,
+    "migrations/postgres",
+    |c, f| c.transaction(f)
+);
+raw_connection!(
+    "sqlite",
+    diesel::SqliteConnection,
+    Sqlite,
+    "migrations/sqlite",
+    |c, f| c.immediate_transaction(f)
+);
+raw_connection!(
+    "mysql",
+    diesel::MysqlConnection,
+    Mysql,
+    "migrations/mysql",
+    |c, f| c.transaction(f)
+);
+
+/// Creates or updates diesel-lease's built-in tables (leases, semaphores) on this connection.
+///
+/// Idempotent: already-applied migrations are skipped. Uses Diesel's own
+/// `__diesel_schema_migrations` bookkeeping table, so it coexists with the application's
+/// migrations.
+pub fn run_migrations(conn: &mut impl BorrowConnection) -> crate::Result<()> {
+    fn run<C: LeaseConnection>(conn: &mut C) -> crate::Result<()> {
+        conn.run_pending_migrations(C::MIGRATIONS)
+            .map(|_| ())
+            .map_err(|e| crate::Error::Migration(e.to_string()))
+    }
+    run(conn.borrow_connection())
+}

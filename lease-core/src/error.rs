@@ -1,0 +1,71 @@
+use std::time::Duration;
+
+/// Input that diesel-lease refuses before it reaches the database.
+///
+/// Each variant says what was wrong and what to do instead; none of them has touched any lock.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// A lock, lease or resource name was empty.
+    #[error("the {what} name is empty; give every lock a stable, non-empty name such as \"nightly-report\"")]
+    EmptyName {
+        /// Which kind of name (`"lease"`, `"resource"`, `"owner"`).
+        what: &'static str,
+    },
+    /// A name was longer than the column that stores it.
+    #[error("the {what} name is {len} bytes long but the column holds at most {max}; use a shorter name")]
+    NameTooLong {
+        /// Which kind of name.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A duration that must be positive was zero.
+    #[error("{what} must be longer than zero (got {got:?}); a zero {what} would expire the moment it is granted")]
+    ZeroDuration {
+        /// Which duration (`"ttl"`, `"claim timeout"`, `"interval"`).
+        what: &'static str,
+        /// The value given.
+        got: Duration,
+    },
+    /// A duration was negative (only reachable through signed inputs such as `chrono::Duration`).
+    #[error("{what} must not be negative; pass a positive duration")]
+    NegativeDuration {
+        /// Which duration.
+        what: &'static str,
+    },
+    /// A duration too large to store as microseconds in a 64-bit column.
+    #[error("{what} of {got:?} is too long to store; keep it under 290,000 years")]
+    DurationTooLong {
+        /// Which duration.
+        what: &'static str,
+        /// The value given.
+        got: Duration,
+    },
+    /// `at_least_for` was longer than the lease itself.
+    #[error("at_least_for ({at_least_for:?}) is longer than the lease ttl ({ttl:?}); a lease cannot be held at least longer than at most")]
+    AtLeastExceedsTtl {
+        /// The minimum hold.
+        at_least_for: Duration,
+        /// The maximum hold.
+        ttl: Duration,
+    },
+    /// A batch size of zero was asked for where a batch must hold something.
+    #[error("{what} must be at least 1")]
+    Zero {
+        /// Which count (`"permits"`, `"batch size"`).
+        what: &'static str,
+    },
+    /// A count too large for the column that stores it.
+    #[error("{what} of {got} is larger than the maximum of {max}")]
+    TooLarge {
+        /// Which count.
+        what: &'static str,
+        /// The value given.
+        got: u64,
+        /// The limit.
+        max: u64,
+    },
+}

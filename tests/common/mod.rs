@@ -1,0 +1,250 @@
+//! The test harness: one suite, instantiated once per backend.
+//!
+//! Every test gets its own fresh database (a new PostgreSQL/MySQL database, a new SQLite file), so
+//! tests never share tables and can run in parallel. The servers come from the project's test
+//! script (`scripts/test.sh`), which exports:
+//! - `DIESEL_LEASE_TEST_PG`: an admin URL of a throwaway PostgreSQL server;
+//! - `DIESEL_LEASE_TEST_MYSQL`: an admin URL of a throwaway MariaDB/MySQL server;
+//! - `DIESEL_LEASE_TEST_REQUIRE`: comma-separated backends that must be available; a test of a
+//!   required backend whose server is missing fails instead of being skipped.
+//!
+//! Without the script, tests of a backend whose URL is missing print `SKIPPED` and return.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use diesel::connection::SimpleConnection;
+use diesel::r2d2::{ConnectionManager, Pool, PooledConnection, R2D2Connection};
+use diesel::Connection;
+use diesel_lease::{BackendKind, BorrowConnection, LeaseConnection};
+
+/// A backend the suite runs on.
+pub trait TestBackend: 'static {
+    /// The raw connection type.
+    type Conn: LeaseConnection + R2D2Connection + BorrowConnection<Conn = Self::Conn>;
+    /// `postgres`, `sqlite` or `mysql`: the name the test script and worker binaries use.
+    const NAME: &'static str;
+    /// The backend kind.
+    const KIND: BackendKind;
+    /// Creates a fresh database for one test, or `None` when the server is not configured.
+    fn create(test: &str) -> Option<TestDb<Self>>
+    where
+        Self: Sized;
+}
+
+/// One test's own database; dropped (or its file deleted) at the end of the test.
+pub struct TestDb<B: TestBackend> {
+    /// A URL any process can connect to.
+    pub url: String,
+    cleanup: Cleanup,
+    _b: std::marker::PhantomData<B>,
+}
+
+enum Cleanup {
+    Drop { admin_url: String, name: String, kind: BackendKind },
+    TempDir(#[allow(dead_code)] tempfile::TempDir),
+}
+
+impl<B: TestBackend> TestDb<B> {
+    /// A new tuned connection.
+    pub fn conn(&self) -> B::Conn {
+        let mut c = B::Conn::establish(&self.url).expect("connect to the test database");
+        diesel_lease::pool::ConnectionTuning::default()
+            .apply(&mut c)
+            .expect("tune connection");
+        c
+    }
+
+    /// A tuned r2d2 pool.
+    pub fn pool(&self, size: u32) -> Pool<ConnectionManager<B::Conn>> {
+        diesel_lease::pool::build_pool::<B::Conn>(&self.url, size).expect("build pool")
+    }
+
+    /// Runs backend-specific DDL: the statement for this backend among the three.
+    pub fn ddl(&self, postgres: &str, sqlite: &str, mysql: &str) {
+        self.conn()
+            .batch_execute(pick::<B>(postgres, sqlite, mysql))
+            .expect("test DDL");
+    }
+
+    /// Runs the built-in migrations.
+    pub fn migrate(&self) {
+        diesel_lease::run_migrations(&mut self.conn()).expect("migrations");
+    }
+}
+
+/// Picks the text for backend `B`.
+pub fn pick<'a, B: TestBackend>(postgres: &'a str, sqlite: &'a str, mysql: &'a str) -> &'a str {
+    match B::KIND {
+        BackendKind::Postgres => postgres,
+        BackendKind::Sqlite => sqlite,
+        BackendKind::Mysql => mysql,
+    }
+}
+
+impl<B: TestBackend> Drop for TestDb<B> {
+    fn drop(&mut self) {
+        if let Cleanup::Drop {
+            admin_url,
+            name,
+            kind,
+        } = &self.cleanup
+        {
+            let sql = match kind {
+                BackendKind::Postgres => format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"),
+                _ => format!("DROP DATABASE IF EXISTS `{name}`"),
+            };
+            let _ = admin_exec::<B>(admin_url, &sql);
+        }
+    }
+}
+
+fn admin_exec<B: TestBackend>(admin_url: &str, sql: &str) -> diesel::QueryResult<()> {
+    let mut c = B::Conn::establish(admin_url)
+        .map_err(|e| diesel::result::Error::QueryBuilderError(Box::new(e)))?;
+    c.batch_execute(sql)
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A database name unique to this test run: `dl_<test>_<pid>_<n>` (test-chosen text only).
+fn db_name(test: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let short: String = test
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(40)
+        .collect();
+    format!("dl_{short}_{}_{n}", std::process::id()).to_lowercase()
+}
+
+fn server_db<B: TestBackend>(env: &str, test: &str) -> Option<TestDb<B>> {
+    let admin_url = std::env::var(env).ok().filter(|u| !u.is_empty())?;
+    let name = db_name(test);
+    let create = match B::KIND {
+        BackendKind::Postgres => format!("CREATE DATABASE \"{name}\""),
+        _ => format!("CREATE DATABASE `{name}`"),
+    };
+    admin_exec::<B>(&admin_url, &create).expect("create the test database");
+    let base = admin_url
+        .rsplit_once('/')
+        .map(|(base, _)| base)
+        .expect("admin URL ends in /database");
+    Some(TestDb {
+        url: format!("{base}/{name}"),
+        cleanup: Cleanup::Drop {
+            admin_url,
+            name,
+            kind: B::KIND,
+        },
+        _b: std::marker::PhantomData,
+    })
+}
+
+/// PostgreSQL.
+#[cfg(feature = "postgres")]
+pub struct Postgres;
+#[cfg(feature = "postgres")]
+impl TestBackend for Postgres {
+    type Conn = diesel::PgConnection;
+    const NAME: &'static str = "postgres";
+    const KIND: BackendKind = BackendKind::Postgres;
+    fn create(test: &str) -> Option<TestDb<Self>> {
+        server_db(env_var(Self::NAME), test)
+    }
+}
+
+/// SQLite, one file per test.
+#[cfg(feature = "sqlite")]
+pub struct Sqlite;
+#[cfg(feature = "sqlite")]
+impl TestBackend for Sqlite {
+    type Conn = diesel::SqliteConnection;
+    const NAME: &'static str = "sqlite";
+    const KIND: BackendKind = BackendKind::Sqlite;
+    fn create(_test: &str) -> Option<TestDb<Self>> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        Some(TestDb {
+            url: dir.path().join("test.db").display().to_string(),
+            cleanup: Cleanup::TempDir(dir),
+            _b: std::marker::PhantomData,
+        })
+    }
+}
+
+/// MySQL / MariaDB.
+#[cfg(feature = "mysql")]
+pub struct Mysql;
+#[cfg(feature = "mysql")]
+impl TestBackend for Mysql {
+    type Conn = diesel::MysqlConnection;
+    const NAME: &'static str = "mysql";
+    const KIND: BackendKind = BackendKind::Mysql;
+    fn create(test: &str) -> Option<TestDb<Self>> {
+        server_db(env_var(Self::NAME), test)
+    }
+}
+
+fn env_var(backend: &str) -> &'static str {
+    match backend {
+        "postgres" => "DIESEL_LEASE_TEST_PG",
+        "mysql" => "DIESEL_LEASE_TEST_MYSQL",
+        _ => "",
+    }
+}
+
+/// Runs one generic test body on backend `B` with a fresh database.
+pub fn run<B: TestBackend>(test: &str, body: fn(&TestDb<B>)) {
+    match B::create(test) {
+        Some(db) => body(&db),
+        None => {
+            let required = std::env::var("DIESEL_LEASE_TEST_REQUIRE").unwrap_or_default();
+            if required.split(',').any(|r| r.trim() == B::NAME) {
+                panic!(
+                    "{} is required (DIESEL_LEASE_TEST_REQUIRE) but {} is not set; run the suite through scripts/test.sh",
+                    B::NAME,
+                    env_var(B::NAME)
+                );
+            }
+            eprintln!(
+                "SKIPPED {test} on {}: {} is not set (scripts/test.sh starts the server)",
+                B::NAME,
+                env_var(B::NAME)
+            );
+        }
+    }
+}
+
+/// Instantiates generic test functions `fn name<B: TestBackend>(db: &TestDb<B>)` once per
+/// enabled backend, as `postgres::name`, `sqlite::name` and `mysql::name`.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $( #[test] fn $name() { $crate::common::run::<$crate::common::Postgres>(stringify!($name), super::$name::<$crate::common::Postgres>) } )*
+        }
+        #[cfg(feature = "sqlite")]
+        mod sqlite {
+            $( #[test] fn $name() { $crate::common::run::<$crate::common::Sqlite>(stringify!($name), super::$name::<$crate::common::Sqlite>) } )*
+        }
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            $( #[test] fn $name() { $crate::common::run::<$crate::common::Mysql>(stringify!($name), super::$name::<$crate::common::Mysql>) } )*
+        }
+    };
+}
+
+/// A pooled connection of backend `B`.
+pub type Pooled<B> = PooledConnection<ConnectionManager<<B as TestBackend>::Conn>>;
+
+/// Path of a worker binary built with this test crate.
+pub fn worker_bin(name: &str) -> &'static str {
+    match name {
+        "claim-worker" => env!("CARGO_BIN_EXE_claim-worker"),
+        "lease-worker" => env!("CARGO_BIN_EXE_lease-worker"),
+        "semaphore-worker" => env!("CARGO_BIN_EXE_semaphore-worker"),
+        other => panic!("unknown worker binary {other}"),
+    }
+}

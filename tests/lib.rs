@@ -1,0 +1,10 @@
+//! The diesel-lease integration suite: one set of tests, run on every enabled backend.
+#![allow(missing_docs, missing_debug_implementations, clippy::unwrap_used)]
+
+#[macro_use]
+pub mod common;
+
+mod claim;
+mod lease;
+mod semaphore;
+mod smoke;
