@@ -1,1 +1,3 @@
-//! (in progress)
+//! Claims, locked finders, guards and insert-once on the seeds' own tables (seeds 002, 003, 004).
+
+mod basics;

@@ -6,5 +6,6 @@ pub mod common;
 
 mod claim;
 mod lease;
+pub mod models;
 mod semaphore;
 mod smoke;

@@ -15,7 +15,13 @@ mod sealed {
 ///
 /// Sealed: the backend-specific SQL of every operation is written and tested for these three.
 pub trait LeaseConnection:
-    Connection + LoadConnection + MigrationHarness<Self::Backend> + Send + Sized + 'static + sealed::Sealed
+    Connection
+    + LoadConnection
+    + MigrationHarness<Self::Backend>
+    + Send
+    + Sized
+    + 'static
+    + sealed::Sealed
 {
     /// Which backend this connection talks to.
     const KIND: BackendKind;

@@ -35,10 +35,15 @@ use diesel::QueryResult;
 )]
 pub trait TimestampType: SqlType + SingleValue + TypedExpressionType {}
 impl TimestampType for diesel::sql_types::Timestamp {}
+impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamp> {}
 #[cfg(feature = "postgres")]
 impl TimestampType for diesel::sql_types::Timestamptz {}
+#[cfg(feature = "postgres")]
+impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamptz> {}
 #[cfg(feature = "mysql")]
 impl TimestampType for diesel::sql_types::Datetime {}
+#[cfg(feature = "mysql")]
+impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Datetime> {}
 
 /// The database's current time in microseconds since the Unix epoch, as a `BIGINT`.
 ///
@@ -193,4 +198,3 @@ mod mysql {
         }
     }
 }
-

@@ -7,14 +7,23 @@ compile_error!(
      (e.g. `diesel-lease = { version = \"0.1\", features = [\"postgres\"] }`)"
 );
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 mod backend;
+pub mod claim;
 pub mod clock;
+mod error;
+pub mod guard;
 pub mod lease;
+pub mod pool;
 pub mod scheduler;
 pub mod semaphore;
-mod error;
-pub mod pool;
 
 pub use backend::{run_migrations, BackendKind, BorrowConnection, LeaseConnection};
+pub use claim::Claimable;
 pub use error::{Error, Result};
+pub use guard::db_now;
 pub use lease_core::{Backoff, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl};
+/// Derives [`Claimable`] (and the claim, lock, guard and insert-once methods) for a Diesel model.
+pub use lease_derive::Claimable;

@@ -1,1 +1,23 @@
-//! Internal: the `#[derive(Claimable)]` macro of diesel-lease. Depend on `diesel-lease` instead.
+//! Internal: the `#[derive(Claimable)]` macro of diesel-lease. Depend on `diesel-lease` instead;
+//! the attribute grammar is documented there.
+
+mod attrs;
+mod expand;
+mod model;
+
+use proc_macro::TokenStream;
+
+/// Generates claim, lock, guard and insert-once methods for a Diesel model.
+///
+/// See `diesel_lease::Claimable` for the attribute grammar and the generated methods.
+#[proc_macro_derive(Claimable, attributes(claimable))]
+pub fn derive_claimable(input: TokenStream) -> TokenStream {
+    derive_claimable_inner(input.into()).into()
+}
+
+fn derive_claimable_inner(input: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
+    syn::parse2::<syn::DeriveInput>(input)
+        .and_then(|input| model::Model::from_input(&input))
+        .map(|model| expand::expand(&model))
+        .unwrap_or_else(syn::Error::into_compile_error)
+}

@@ -42,7 +42,11 @@ pub struct TestDb<B: TestBackend> {
 }
 
 enum Cleanup {
-    Drop { admin_url: String, name: String, kind: BackendKind },
+    Drop {
+        admin_url: String,
+        name: String,
+        kind: BackendKind,
+    },
     TempDir(#[allow(dead_code)] tempfile::TempDir),
 }
 
@@ -247,4 +251,41 @@ pub fn worker_bin(name: &str) -> &'static str {
         "semaphore-worker" => env!("CARGO_BIN_EXE_semaphore-worker"),
         other => panic!("unknown worker binary {other}"),
     }
+}
+
+/// Compiles a block of test items once per enabled backend, with `B` bound to that backend's
+/// concrete type, so test bodies use Diesel's typed DSL freely (no generic backend bounds).
+///
+/// ```ignore
+/// backend_suite! {
+///     tests: [claims_in_order];
+///     fn claims_in_order(db: &TestDb<B>) { let mut conn = db.conn(); /* … */ }
+/// }
+/// ```
+#[macro_export]
+macro_rules! backend_suite {
+    (tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
+        $crate::backend_suite!(@one "postgres", postgres, $crate::common::Postgres, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "sqlite", sqlite, $crate::common::Sqlite, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, [$($t),*], $($body)*);
+    };
+    (@one $feature:literal, $m:ident, $ty:ty, [$($t:ident),*], $($body:item)*) => {
+        #[cfg(feature = $feature)]
+        mod $m {
+            /// The test bodies, compiled for this backend.
+            mod cases {
+                #[allow(unused_imports)]
+                use super::super::*;
+                #[allow(dead_code)]
+                pub(crate) type B = $ty;
+                $($body)*
+            }
+            $(
+                #[test]
+                fn $t() {
+                    $crate::common::run::<cases::B>(stringify!($t), cases::$t)
+                }
+            )*
+        }
+    };
 }

@@ -1,0 +1,442 @@
+//! Claiming rows of a user's table: each row to exactly one worker (seeds 003 and 004).
+//!
+//! The statements live in [`sql`]; this module turns them into operations. Models get these
+//! operations as methods through `#[derive(Claimable)]`; the functions here are what the generated
+//! methods call, usable directly with any type that implements [`Claimable`].
+
+use std::marker::PhantomData;
+
+use diesel::connection::LoadConnection;
+use diesel::expression::{AppearsOnTable, Expression};
+use diesel::query_builder::{QueryFragment, QueryId};
+use diesel::query_dsl::methods::LoadQuery;
+use diesel::sql_types::{Bool, SingleValue, SqlType};
+use diesel::{Connection, QueryResult, RunQueryDsl, SelectableHelper};
+
+use crate::{BackendKind, BorrowConnection, LeaseConnection, OwnerId};
+
+#[doc(hidden)]
+pub mod sql;
+
+pub use sql::LeaseBackend;
+use sql::{
+    AnyPk, ClaimParts, ClaimStmt, Filter, FinishStmt, MarkClaimedStmt, PickStmt, ReadBackStmt,
+    ReapStmt, WriteLockStmt,
+};
+
+/// Sort direction of a claim order column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortOrder {
+    /// Ascending (oldest / smallest first).
+    Asc,
+    /// Descending.
+    Desc,
+}
+
+/// A model whose rows are addressed by primary key: the base of [`Claimable`] and
+/// [`Guarded`](crate::guard::Guarded). Written by `#[derive(Claimable)]` from Diesel's own
+/// `#[diesel(table_name, primary_key)]`.
+pub trait Keyed: Sized + 'static {
+    /// The model's Diesel table.
+    type Table: diesel::Table + Default + Copy + QueryId + Send + 'static;
+    /// The primary key's Rust value (`i64`, or a tuple for composite keys).
+    type Pk: Send + 'static;
+    /// `pk = $value` (composite: `a = $1 AND b = $2`) as a typed Diesel expression.
+    type PkFilter: Expression<SqlType = Bool> + AppearsOnTable<Self::Table> + Send + 'static;
+    /// Primary-key column names, in key order.
+    const PK: &'static [&'static str];
+    /// This row's primary key.
+    fn pk(&self) -> Self::Pk;
+    /// `pk = $pk` as a Diesel expression.
+    fn pk_filter(pk: Self::Pk) -> Self::PkFilter;
+}
+
+/// A model whose rows can be claimed: the description `#[derive(Claimable)]` writes.
+///
+/// You rarely implement this by hand: derive it (see the [crate docs](crate#claim-the-next-row)).
+/// Column names come from Diesel's schema (`Column::NAME`), never from strings you type.
+pub trait Claimable: Keyed {
+    /// The SQL type of the state column.
+    type StateSql: SqlType + SingleValue + 'static;
+    /// The Rust type of the state column's values.
+    type StateValue: Send + Sync + 'static;
+
+    /// The state column.
+    const STATE: &'static str;
+    /// The owner column (text), if mapped.
+    const OWNER: Option<&'static str>;
+    /// The claimed-at column (timestamp), if mapped: enables stale-claim rescue.
+    const CLAIMED_AT: Option<&'static str>;
+    /// The attempts column (integer), if mapped: incremented on every claim.
+    const ATTEMPTS: Option<&'static str>;
+    /// Claim order (default: the primary key ascending).
+    const ORDER: &'static [(&'static str, SortOrder)];
+    /// After this many microseconds (database clock) a claim may be rescued by another worker.
+    const CLAIM_TIMEOUT_MICROS: Option<i64>;
+    /// A stale claim with this many attempts goes to the failed state instead of being handed out.
+    const MAX_ATTEMPTS: Option<i64>;
+    /// Whether [`failed_state`](Claimable::failed_state) returns a state.
+    const FAILED_CONFIGURED: bool;
+
+    /// The states a row can be claimed from.
+    fn ready_states() -> Vec<Self::StateValue>;
+    /// The state a claim moves a row to.
+    fn claimed_state() -> Self::StateValue;
+    /// The state [`complete`] moves a row to, if configured.
+    fn done_state() -> Option<Self::StateValue>;
+    /// The state [`fail`] (and exhausted rescues) move a row to, if configured.
+    fn failed_state() -> Option<Self::StateValue>;
+    /// The owner stored in this row (`None` when unmapped or NULL).
+    fn owner(&self) -> Option<&str>;
+    /// The attempts stored in this row (`None` when unmapped or NULL).
+    fn attempts(&self) -> Option<i64>;
+}
+
+/// Per-call claim settings: who claims, and (overriding the derive's `timeout`) when a claim is stale.
+#[derive(Debug, Clone)]
+pub struct ClaimOptions {
+    owner: OwnerId,
+    timeout: Option<crate::Ttl>,
+}
+
+impl Default for ClaimOptions {
+    fn default() -> Self {
+        ClaimOptions {
+            owner: OwnerId::process_default().clone(),
+            timeout: None,
+        }
+    }
+}
+
+impl ClaimOptions {
+    /// Claims as `owner` instead of the process default (`host:pid:random`).
+    pub fn owner(mut self, owner: OwnerId) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// Treats claims older than `timeout` (database clock) as abandoned.
+    ///
+    /// Zero is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    pub fn timeout(mut self, timeout: std::time::Duration) -> crate::Result<Self> {
+        self.timeout = Some(crate::Ttl::new("claim timeout", timeout)?);
+        Ok(self)
+    }
+
+    /// The identity claims are made under.
+    pub fn owner_id(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    fn timeout_micros<M: Claimable>(&self) -> Option<i64> {
+        self.timeout
+            .map(crate::Ttl::as_micros)
+            .or(M::CLAIM_TIMEOUT_MICROS)
+    }
+}
+
+/// The bounds under which a connection can run claims of model `M`. Implemented for every
+/// [`LeaseConnection`] whose backend can read `M`; you never implement it.
+pub trait ClaimConnection<M: Claimable>: LeaseConnection {
+    /// Claims up to `limit` (≥ 1) rows matching the model's claimable predicate and `filter`.
+    #[doc(hidden)]
+    fn claim_rows(
+        &mut self,
+        limit: i64,
+        options: &ClaimOptions,
+        filter: Filter<'_, Self::Backend>,
+    ) -> QueryResult<Vec<M>>;
+
+    /// Selects (and on PostgreSQL/MySQL row-locks, skipping locked rows) up to `limit` claimable rows.
+    #[doc(hidden)]
+    fn lock_rows(&mut self, limit: i64, filter: Filter<'_, Self::Backend>) -> QueryResult<Vec<M>>;
+
+    /// Runs an owner-checked transition; `true` when exactly one row changed.
+    #[doc(hidden)]
+    fn finish(&mut self, stmt: FinishStmt<M>) -> QueryResult<bool>;
+}
+
+impl<M, C, DB> ClaimConnection<M> for C
+where
+    M: Claimable + diesel::Selectable<DB>,
+    C: LeaseConnection + Connection<Backend = DB> + LoadConnection,
+    DB: LeaseBackend + diesel::sql_types::HasSqlType<M::StateSql>,
+    M::StateValue: diesel::serialize::ToSql<M::StateSql, DB>,
+    M::Table: QueryFragment<DB>,
+    M::PkFilter: QueryFragment<DB>,
+    diesel::dsl::AsSelect<M, DB>: QueryFragment<DB>,
+    crate::clock::DbNow<diesel::sql_types::Timestamp>: QueryFragment<DB>,
+    crate::clock::DbNowOffset<diesel::sql_types::Timestamp>: QueryFragment<DB>,
+    for<'a> ClaimStmt<'a, M, DB>: LoadQuery<'a, C, M>,
+    for<'a> PickStmt<'a, M, DB>: LoadQuery<'a, C, M>,
+    for<'a> ReadBackStmt<'a, M, DB>: LoadQuery<'a, C, M>,
+{
+    fn claim_rows(
+        &mut self,
+        limit: i64,
+        options: &ClaimOptions,
+        filter: Filter<'_, DB>,
+    ) -> QueryResult<Vec<M>> {
+        let parts = ClaimParts::<M>::new(options.owner.as_str(), options.timeout_micros::<M>());
+        if Self::KIND == BackendKind::Postgres && !needs_reap(&parts) {
+            // One statement, one round trip: no transaction needed around it.
+            let claim = ClaimStmt {
+                select: M::as_select(),
+                parts: &parts,
+                limit,
+                filter,
+                _db: PhantomData,
+            };
+            return claim.load(self);
+        }
+        self.write_transaction(|conn| {
+            reap_exhausted(conn, &parts)?;
+            if Self::KIND != BackendKind::Mysql {
+                let claim = ClaimStmt {
+                    select: M::as_select(),
+                    parts: &parts,
+                    limit,
+                    filter,
+                    _db: PhantomData,
+                };
+                return claim.load(conn);
+            }
+            // MySQL has no UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
+            let pick = PickStmt {
+                select: M::as_select(),
+                parts: &parts,
+                limit,
+                filter,
+                lock: true,
+                _db: PhantomData,
+            };
+            let picked: Vec<M> = pick.load(conn)?;
+            if picked.is_empty() {
+                return Ok(picked);
+            }
+            let rows = AnyPk::<M>(picked.iter().map(|r| M::pk_filter(r.pk())).collect());
+            conn.execute_returning_count(&MarkClaimedStmt {
+                parts: &parts,
+                rows: &rows,
+            })?;
+            ReadBackStmt::<M, DB> {
+                select: M::as_select(),
+                table: parts.table,
+                rows: &rows,
+                _db: PhantomData,
+            }
+            .load(conn)
+        })
+    }
+
+    fn lock_rows(&mut self, limit: i64, filter: Filter<'_, DB>) -> QueryResult<Vec<M>> {
+        if Self::KIND == BackendKind::Sqlite {
+            self.execute_returning_count(&WriteLockStmt::<M> {
+                table: M::Table::default(),
+            })?;
+        }
+        let parts = ClaimParts::<M>::new("", None);
+        let pick = PickStmt {
+            select: M::as_select(),
+            parts: &parts,
+            limit,
+            filter,
+            // SQLite has no row locks; `lock_next` takes its write lock instead.
+            lock: Self::KIND != BackendKind::Sqlite,
+            _db: PhantomData,
+        };
+        pick.load(self)
+    }
+
+    fn finish(&mut self, stmt: FinishStmt<M>) -> QueryResult<bool> {
+        Ok(self.execute_returning_count(&stmt)? == 1)
+    }
+}
+
+fn needs_reap<M: Claimable>(parts: &ClaimParts<M>) -> bool {
+    parts.cutoff.is_some() && parts.max_attempts.is_some() && M::FAILED_CONFIGURED
+}
+
+/// Moves stale claims that used up their attempts to the failed state (same transaction as the
+/// claim that follows), so they are never handed out again.
+fn reap_exhausted<M, C>(conn: &mut C, parts: &ClaimParts<M>) -> QueryResult<()>
+where
+    M: Claimable,
+    C: Connection,
+    for<'a> ReapStmt<'a, M>: QueryFragment<C::Backend>,
+{
+    if !needs_reap(parts) {
+        return Ok(());
+    }
+    if let Some(failed) = M::failed_state() {
+        conn.execute_returning_count(&ReapStmt { parts, failed })?;
+    }
+    Ok(())
+}
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Claims the next claimable row for this process, or `None` when no unclaimed, unlocked row is left.
+///
+/// What the generated `Model::claim_next(conn)` calls. One statement on PostgreSQL and SQLite,
+/// one short transaction on MySQL; see the [crate docs](crate#claim-the-next-row).
+pub fn claim_next<M, C>(conn: &mut C) -> QueryResult<Option<M>>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    claim_batch_with(conn, 1, &ClaimOptions::default()).map(|rows| rows.into_iter().next())
+}
+
+/// Claims up to `n` rows at once; never more than `n`, even under contention.
+///
+/// `n = 0` returns an empty `Vec` without a query.
+pub fn claim_batch<M, C>(conn: &mut C, n: usize) -> QueryResult<Vec<M>>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    claim_batch_with(conn, n, &ClaimOptions::default())
+}
+
+/// [`claim_batch`] with an explicit owner or stale-claim timeout.
+pub fn claim_batch_with<M, C>(conn: &mut C, n: usize, options: &ClaimOptions) -> QueryResult<Vec<M>>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    conn.borrow_connection().claim_rows(limit(n), options, None)
+}
+
+/// [`claim_batch_with`] restricted to rows that also match `filter` (a Diesel boolean
+/// expression on the model's table, e.g. `jobs::queue.eq("emails")`).
+pub fn claim_batch_where<M, C, F>(
+    conn: &mut C,
+    n: usize,
+    options: &ClaimOptions,
+    filter: F,
+) -> QueryResult<Vec<M>>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+    F: Expression<SqlType = Bool>
+        + AppearsOnTable<M::Table>
+        + QueryFragment<<C::Conn as Connection>::Backend>,
+{
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    conn.borrow_connection()
+        .claim_rows(limit(n), options, Some(&filter))
+}
+
+/// Selects the next claimable row and keeps it locked for the caller's transaction, skipping rows
+/// other transactions hold (JPA's `PESSIMISTIC_WRITE` with the skip-locked hint, seed 004).
+///
+/// Call it inside a transaction: the lock ends with the transaction, so in autocommit mode it
+/// ends at once. Nothing about the row changes; update it yourself before committing (or use
+/// [`with_next_locked`]).
+///
+/// - PostgreSQL and MySQL: `SELECT … FOR UPDATE SKIP LOCKED`.
+/// - SQLite has no row locks. The strongest equivalent: a write that matches nothing takes the
+///   database write lock first, so no other writer runs until this transaction ends and no two
+///   transactions can hold the same row. Call it first in the transaction (or use
+///   [`with_next_locked`], which opens `BEGIN IMMEDIATE`): a transaction that read before may be
+///   refused the write lock with `SQLITE_BUSY`.
+pub fn lock_next<M, C>(conn: &mut C) -> QueryResult<Option<M>>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    conn.borrow_connection()
+        .lock_rows(1, None)
+        .map(|rows| rows.into_iter().next())
+}
+
+/// [`lock_next`] restricted to rows that also match `filter`.
+pub fn lock_next_where<M, C, F>(conn: &mut C, filter: F) -> QueryResult<Option<M>>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+    F: Expression<SqlType = Bool>
+        + AppearsOnTable<M::Table>
+        + QueryFragment<<C::Conn as Connection>::Backend>,
+{
+    conn.borrow_connection()
+        .lock_rows(1, Some(&filter))
+        .map(|rows| rows.into_iter().next())
+}
+
+/// Locks the next claimable row and runs `work` on it inside one transaction: commits when `work`
+/// returns `Ok`, rolls back when it returns `Err` (the row is then available again).
+///
+/// Returns `Ok(None)` without calling `work` when no row is available.
+pub fn with_next_locked<M, C, T, E, W>(conn: &mut C, work: W) -> Result<Option<T>, E>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+    E: From<diesel::result::Error>,
+    W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
+{
+    conn.borrow_connection().write_transaction(|conn| {
+        match conn.lock_rows(1, None)?.into_iter().next() {
+            Some(row) => work(conn, row).map(Some),
+            None => Ok(None),
+        }
+    })
+}
+
+/// Where an owner-checked transition sends the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// To the done state.
+    Done,
+    /// To the failed state.
+    Failed,
+    /// Back to the first ready state, owner cleared, for another worker to claim.
+    Ready,
+}
+
+/// Moves a row this worker claimed to `to`, only if the worker still owns that claim: same
+/// owner, still claimed, and (with an attempts column) the same attempt. Returns `false` when the
+/// claim was rescued by another worker in the meantime, or the row was already finished.
+///
+/// Errors with `QueryBuilderError` when the model has no done/failed state configured.
+pub fn finish<M, C>(row: &M, conn: &mut C, to: Finish) -> QueryResult<bool>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    let target = match to {
+        Finish::Done => M::done_state(),
+        Finish::Failed => M::failed_state(),
+        Finish::Ready => M::ready_states().into_iter().next(),
+    };
+    let Some(target) = target else {
+        return Err(diesel::result::Error::QueryBuilderError(
+            format!("the model has no {to:?} state: add it to #[claimable(...)]").into(),
+        ));
+    };
+    conn.borrow_connection().finish(FinishStmt {
+        table: M::Table::default(),
+        pk: M::pk_filter(row.pk()),
+        claimed: M::claimed_state(),
+        to: target,
+        owner: M::OWNER.map(|_| row.owner().map(str::to_owned)),
+        attempts: M::ATTEMPTS.map(|_| row.attempts()),
+        clear_owner: to == Finish::Ready,
+    })
+}

@@ -1,0 +1,301 @@
+//! At-most-once guards and insert-once (seed 002).
+//!
+//! - [`claim_if_null`]: `UPDATE t SET col = <value> WHERE pk = … AND col IS NULL`. The caller
+//!   whose update changed the row won; everyone else sees `false`. The old state (`IS NULL`) is in
+//!   the predicate, so "one row" means "I won" on every backend, including MySQL, whose affected
+//!   count is the matched count.
+//! - [`insert_once`]: insert a row that a unique constraint lets exist once; a duplicate is the
+//!   ordinary outcome [`InsertOutcome::AlreadyExists`], not an error.
+
+use std::marker::PhantomData;
+
+use diesel::backend::Backend;
+use diesel::expression::{AsExpression, Expression};
+use diesel::query_builder::{AstPass, InsertStatement, QueryFragment, QueryId};
+use diesel::query_dsl::methods::LoadQuery;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::{Connection, Insertable, QueryResult, RunQueryDsl, SelectableHelper, Table};
+
+use crate::claim::{Keyed, LeaseBackend};
+use crate::{BackendKind, BorrowConnection, InsertOutcome, LeaseConnection};
+
+/// A model with a guard column: a nullable column that is set once (`#[claimable(guard = col)]`).
+pub trait Guarded: Keyed {
+    /// The SQL type of the guard column (always `Nullable<_>`).
+    type GuardSql: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType + 'static;
+    /// The guard column's name.
+    const GUARD: &'static str;
+}
+
+/// Sets a guard column to the database's current time: `row.claim_if_null(conn, db_now)`.
+///
+/// Works for nullable `Timestamp` columns (and `Timestamptz` on PostgreSQL, `Datetime` on MySQL).
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct db_now;
+
+macro_rules! db_now_as {
+    ($($feature:literal => $st:ty),*) => {$(
+        #[cfg(feature = $feature)]
+        impl AsExpression<diesel::sql_types::Nullable<$st>> for db_now {
+            type Expression = crate::clock::DbNow<diesel::sql_types::Nullable<$st>>;
+            fn as_expression(self) -> Self::Expression {
+                crate::clock::DbNow::new()
+            }
+        }
+    )*};
+}
+impl AsExpression<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>> for db_now {
+    type Expression =
+        crate::clock::DbNow<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>>;
+    fn as_expression(self) -> Self::Expression {
+        crate::clock::DbNow::new()
+    }
+}
+db_now_as!("postgres" => diesel::sql_types::Timestamptz, "mysql" => diesel::sql_types::Datetime);
+
+/// `UPDATE t SET <guard> = <value> WHERE <pk> AND <guard> IS NULL`.
+#[doc(hidden)]
+#[allow(missing_debug_implementations)]
+pub struct GuardStmt<M: Guarded, E> {
+    table: M::Table,
+    pk: M::PkFilter,
+    value: E,
+}
+
+impl<M: Guarded, E> QueryId for GuardStmt<M, E> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<M, E, DB> QueryFragment<DB> for GuardStmt<M, E>
+where
+    M: Guarded,
+    M::Table: QueryFragment<DB>,
+    M::PkFilter: QueryFragment<DB>,
+    E: QueryFragment<DB>,
+    DB: Backend,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        out.push_identifier(M::GUARD)?;
+        out.push_sql(" = ");
+        self.value.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE ");
+        self.pk.walk_ast(out.reborrow())?;
+        out.push_sql(" AND ");
+        out.push_identifier(M::GUARD)?;
+        out.push_sql(" IS NULL");
+        Ok(())
+    }
+}
+
+/// The bounds under which a connection can set model `M`'s guard to `V`; you never implement it.
+pub trait GuardConnection<M: Guarded, V>: LeaseConnection {
+    /// Runs the guard update; `true` when this caller changed the row.
+    #[doc(hidden)]
+    fn set_guard(&mut self, pk: M::Pk, value: V) -> QueryResult<bool>;
+}
+
+impl<M, V, C> GuardConnection<M, V> for C
+where
+    M: Guarded,
+    C: LeaseConnection,
+    V: AsExpression<M::GuardSql>,
+    V::Expression: Expression<SqlType = M::GuardSql>,
+    GuardStmt<M, V::Expression>: QueryFragment<C::Backend>,
+{
+    fn set_guard(&mut self, pk: M::Pk, value: V) -> QueryResult<bool> {
+        let stmt = GuardStmt::<M, _> {
+            table: M::Table::default(),
+            pk: M::pk_filter(pk),
+            value: value.as_expression(),
+        };
+        Ok(self.execute_returning_count(&stmt)? == 1)
+    }
+}
+
+/// Sets the guard column of the row with primary key `pk` to `value` if it is still `NULL`.
+///
+/// Returns `true` for exactly one caller however many race (seed 002's
+/// `UPDATE action SET notified = now WHERE id = … AND notified IS NULL`); `false` when the guard
+/// was already set, including when it was set to the same value. `value` is [`db_now`] for the
+/// database's clock, or any value of the column's type.
+pub fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> QueryResult<bool>
+where
+    M: Guarded,
+    C: BorrowConnection,
+    C::Conn: GuardConnection<M, V>,
+{
+    conn.borrow_connection().set_guard(pk, value)
+}
+
+/// `<insert> ON CONFLICT DO NOTHING [RETURNING …]` (PostgreSQL, SQLite ≥ 3.35).
+#[doc(hidden)]
+#[allow(missing_debug_implementations)]
+pub struct InsertOnceStmt<I, S> {
+    insert: I,
+    returning: Option<S>,
+}
+
+impl<I, S> QueryId for InsertOnceStmt<I, S> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<I, S, DB> QueryFragment<DB> for InsertOnceStmt<I, S>
+where
+    I: QueryFragment<DB>,
+    S: QueryFragment<DB>,
+    DB: Backend,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.insert.walk_ast(out.reborrow())?;
+        out.push_sql(" ON CONFLICT DO NOTHING");
+        if let Some(s) = &self.returning {
+            out.push_sql(" RETURNING ");
+            s.walk_ast(out.reborrow())?;
+        }
+        Ok(())
+    }
+}
+
+impl<I, S: Expression> diesel::query_builder::Query for InsertOnceStmt<I, S> {
+    type SqlType = S::SqlType;
+}
+impl<I, S, Conn> RunQueryDsl<Conn> for InsertOnceStmt<I, S> {}
+
+/// What `insert_once` hands back: nothing (`()`), or the inserted row (`Returning<R>`).
+pub trait InsertReturning<DB: Backend> {
+    /// The value carried by `InsertOutcome::Inserted`.
+    type Output;
+    #[doc(hidden)]
+    type Select: QueryFragment<DB> + Expression;
+    #[doc(hidden)]
+    fn select() -> Option<Self::Select>;
+}
+
+/// The bounds under which a connection can insert `V` into `T` once; you never implement it.
+pub trait InsertOnceConnection<T, V, R: InsertReturning<Self::Backend>>: LeaseConnection {
+    #[doc(hidden)]
+    fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>>;
+}
+
+impl<T, V, R, C, DB> InsertOnceConnection<T, V, R> for C
+where
+    T: QueryId + 'static,
+    V::Values: QueryId,
+    C: LeaseConnection + Connection<Backend = DB>,
+    DB: LeaseBackend,
+    T: Table,
+    V: Insertable<T>,
+    InsertStatement<T, V::Values>: QueryFragment<DB>,
+    R: InsertReturning<DB>,
+    for<'a> InsertOnceStmt<&'a InsertStatement<T, V::Values>, R::Select>:
+        LoadQuery<'a, C, R::Output>,
+    InsertOnceStmt<InsertStatement<T, V::Values>, R::Select>: QueryFragment<DB>,
+    T::FromClause: QueryFragment<DB>,
+{
+    fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>> {
+        let insert = diesel::insert_into(table).values(values);
+        if C::KIND == BackendKind::Mysql {
+            // MySQL has no ON CONFLICT … DO NOTHING (INSERT IGNORE would also hide unrelated
+            // errors). A duplicate-key error does not abort a MySQL transaction, so the plain
+            // insert is safe inside the caller's transaction.
+            return match self.execute_returning_count(&insert) {
+                Ok(_) => Ok(InsertOutcome::Inserted(None)),
+                Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
+                    Ok(InsertOutcome::AlreadyExists)
+                }
+                Err(e) => Err(e),
+            };
+        }
+        match R::select() {
+            Some(select) => {
+                let stmt = InsertOnceStmt {
+                    insert: &insert,
+                    returning: Some(select),
+                };
+                let rows: Vec<R::Output> = stmt.load(self)?;
+                Ok(match rows.into_iter().next() {
+                    Some(row) => InsertOutcome::Inserted(Some(row)),
+                    None => InsertOutcome::AlreadyExists,
+                })
+            }
+            None => {
+                let stmt = InsertOnceStmt::<_, R::Select> {
+                    insert,
+                    returning: None,
+                };
+                Ok(match self.execute_returning_count(&stmt)? {
+                    0 => InsertOutcome::AlreadyExists,
+                    _ => InsertOutcome::Inserted(None),
+                })
+            }
+        }
+    }
+}
+
+/// Inserts `values` into `table` unless a unique constraint already holds an equal row.
+///
+/// - PostgreSQL, SQLite: `INSERT … ON CONFLICT DO NOTHING RETURNING …`. No error is raised, so a
+///   duplicate never aborts the caller's surrounding PostgreSQL transaction.
+/// - MySQL: a plain `INSERT`; the duplicate-key error is mapped to `AlreadyExists` (MySQL keeps the
+///   transaction usable after it). No row is returned (`Inserted(None)`).
+///
+/// Any other database error (a foreign key, a `NOT NULL`) is returned as an error.
+pub fn insert_once<R, T, V, C>(
+    conn: &mut C,
+    table: T,
+    values: V,
+) -> QueryResult<InsertOutcome<R::Output>>
+where
+    C: BorrowConnection,
+    R: InsertReturning<<C::Conn as Connection>::Backend>,
+    C::Conn: InsertOnceConnection<T, V, R>,
+{
+    conn.borrow_connection().insert_once_into(table, values)
+}
+
+/// Returns the inserted row as model `R` (`#[claimable(insert_once(returning = R))]`).
+#[derive(Debug)]
+pub struct Returning<R>(PhantomData<R>);
+
+impl<R, DB> InsertReturning<DB> for Returning<R>
+where
+    DB: Backend,
+    R: diesel::Selectable<DB>,
+    R::SelectExpression: QueryId,
+    diesel::dsl::AsSelect<R, DB>: QueryFragment<DB>,
+{
+    type Output = R;
+    type Select = diesel::dsl::AsSelect<R, DB>;
+    fn select() -> Option<Self::Select> {
+        Some(R::as_select())
+    }
+}
+
+/// No `RETURNING` clause: `InsertOutcome::Inserted(None)`.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct NoReturning;
+
+impl Expression for NoReturning {
+    type SqlType = diesel::sql_types::Integer;
+}
+
+impl<DB: Backend> QueryFragment<DB> for NoReturning {
+    fn walk_ast<'b>(&'b self, _out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        Ok(())
+    }
+}
+
+impl<DB: Backend> InsertReturning<DB> for () {
+    type Output = ();
+    type Select = NoReturning;
+    fn select() -> Option<Self::Select> {
+        None
+    }
+}

@@ -1,0 +1,74 @@
+//! What `#[derive(Claimable)]` expands to besides calls into [`claim`](crate::claim) and
+//! [`guard`](crate::guard). Not public API: no stability promise, may change in any release.
+
+use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
+
+/// Reads an owner field of a model (`String` or `Option<String>`).
+pub trait OwnerValue {
+    /// The owner, if set.
+    fn owner_str(&self) -> Option<&str>;
+}
+impl OwnerValue for String {
+    fn owner_str(&self) -> Option<&str> {
+        Some(self)
+    }
+}
+impl OwnerValue for Option<String> {
+    fn owner_str(&self) -> Option<&str> {
+        self.as_deref()
+    }
+}
+
+/// Reads an attempts field of a model (any signed integer, possibly optional).
+pub trait AttemptsValue {
+    /// The attempts, if set.
+    fn attempts_i64(&self) -> Option<i64>;
+}
+macro_rules! attempts_value {
+    ($($t:ty),*) => {$(
+        impl AttemptsValue for $t {
+            fn attempts_i64(&self) -> Option<i64> {
+                Some(i64::from(*self))
+            }
+        }
+        impl AttemptsValue for Option<$t> {
+            fn attempts_i64(&self) -> Option<i64> {
+                self.map(i64::from)
+            }
+        }
+    )*};
+}
+attempts_value!(i16, i32, i64);
+
+/// The SQL types an owner column may have.
+#[diagnostic::on_unimplemented(
+    message = "the owner column must be a text column, but its SQL type is `{Self}`",
+    label = "not a `Text` or `Nullable<Text>` column",
+    note = "help: map `owner` to a `Text`/`Varchar` column that stores the worker's identity"
+)]
+pub trait TextColumn {}
+impl TextColumn for Text {}
+impl TextColumn for Nullable<Text> {}
+
+/// The SQL types an attempts column may have.
+#[diagnostic::on_unimplemented(
+    message = "the attempts column must be an integer column, but its SQL type is `{Self}`",
+    label = "not a `SmallInt`, `Integer` or `BigInt` column",
+    note = "help: map `attempts` to an integer column that counts claims"
+)]
+pub trait IntegerColumn {}
+impl IntegerColumn for SmallInt {}
+impl IntegerColumn for Integer {}
+impl IntegerColumn for BigInt {}
+impl IntegerColumn for Nullable<SmallInt> {}
+impl IntegerColumn for Nullable<Integer> {}
+impl IntegerColumn for Nullable<BigInt> {}
+
+/// Guard columns are nullable: `NULL` means "not done yet".
+#[diagnostic::on_unimplemented(
+    message = "the guard column must be nullable, but its SQL type is `{Self}`",
+    label = "`claim_if_null` sets this column only while it is NULL",
+    note = "help: declare the column `Nullable<…>` in `table!` (and NULL in the database), e.g. `notified -> Nullable<Timestamp>`"
+)]
+pub trait NullableColumn {}
+impl<T> NullableColumn for Nullable<T> {}

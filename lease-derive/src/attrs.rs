@@ -1,0 +1,352 @@
+//! Parsing `#[claimable(...)]` and the parts of `#[diesel(...)]` the derive reads.
+
+use proc_macro2::Span;
+use syn::meta::ParseNestedMeta;
+use syn::{Expr, Ident, LitInt, Path, Token};
+
+/// Every key `#[claimable(...)]` accepts, for the "expected one of" message.
+pub(crate) const KEYS: &[&str] = &[
+    STATE,
+    READY,
+    CLAIMED,
+    DONE,
+    FAILED,
+    OWNER,
+    CLAIMED_AT,
+    ATTEMPTS,
+    MAX_ATTEMPTS,
+    TIMEOUT_SECS,
+    TIMEOUT_MS,
+    ORDER_BY,
+    GUARD,
+    INSERT_ONCE,
+];
+pub(crate) const STATE: &str = "state";
+pub(crate) const READY: &str = "ready";
+pub(crate) const CLAIMED: &str = "claimed";
+pub(crate) const DONE: &str = "done";
+pub(crate) const FAILED: &str = "failed";
+pub(crate) const OWNER: &str = "owner";
+pub(crate) const CLAIMED_AT: &str = "claimed_at";
+pub(crate) const ATTEMPTS: &str = "attempts";
+pub(crate) const MAX_ATTEMPTS: &str = "max_attempts";
+pub(crate) const TIMEOUT_SECS: &str = "timeout_secs";
+pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
+pub(crate) const ORDER_BY: &str = "order_by";
+pub(crate) const GUARD: &str = "guard";
+pub(crate) const INSERT_ONCE: &str = "insert_once";
+pub(crate) const RETURNING: &str = "returning";
+
+/// A value with the span of the key that set it, for errors that point at the attribute.
+#[derive(Clone)]
+pub(crate) struct Spanned<T> {
+    pub(crate) value: T,
+    pub(crate) span: Span,
+}
+
+/// One `ORDER BY` entry: a column and its direction.
+#[derive(Clone)]
+pub(crate) struct OrderItem {
+    pub(crate) column: Ident,
+    pub(crate) desc: bool,
+}
+
+/// Everything `#[claimable(...)]` said, before cross-checks.
+#[derive(Default)]
+pub(crate) struct ClaimableAttrs {
+    pub(crate) state: Option<Spanned<Ident>>,
+    pub(crate) ready: Option<Spanned<Vec<Expr>>>,
+    pub(crate) claimed: Option<Spanned<Expr>>,
+    pub(crate) done: Option<Spanned<Expr>>,
+    pub(crate) failed: Option<Spanned<Expr>>,
+    pub(crate) owner: Option<Spanned<Ident>>,
+    pub(crate) claimed_at: Option<Spanned<Ident>>,
+    pub(crate) attempts: Option<Spanned<Ident>>,
+    pub(crate) max_attempts: Option<Spanned<u32>>,
+    /// Stale-claim timeout in milliseconds.
+    pub(crate) timeout_ms: Option<Spanned<u64>>,
+    pub(crate) order_by: Option<Spanned<Vec<OrderItem>>>,
+    pub(crate) guard: Option<Spanned<Ident>>,
+    /// `insert_once`, optionally `insert_once(returning = Model)`.
+    pub(crate) insert_once: Option<Spanned<Option<Path>>>,
+}
+
+/// Collects errors so that every mistake is reported at once (serde's `Ctxt`).
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, e: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+
+    pub(crate) fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+fn set<T>(slot: &mut Option<Spanned<T>>, key: &Ident, value: T) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new(
+            key.span(),
+            format!("duplicate `{key}` attribute\nhelp: give `{key}` once"),
+        ));
+    }
+    *slot = Some(Spanned {
+        value,
+        span: key.span(),
+    });
+    Ok(())
+}
+
+fn format_help(key: &str) -> &'static str {
+    match key {
+        STATE => "#[claimable(state = status)]",
+        READY => "#[claimable(ready = \"new\")] or #[claimable(ready(\"new\", \"retry\"))]",
+        CLAIMED => "#[claimable(claimed = \"running\")]",
+        DONE => "#[claimable(done = \"done\")]",
+        FAILED => "#[claimable(failed = \"failed\")]",
+        OWNER => "#[claimable(owner = claimed_by)]",
+        CLAIMED_AT => "#[claimable(claimed_at = claimed_at)]",
+        ATTEMPTS => "#[claimable(attempts = attempts)]",
+        MAX_ATTEMPTS => "#[claimable(max_attempts = 5)]",
+        TIMEOUT_SECS => "#[claimable(timeout_secs = 300)]",
+        TIMEOUT_MS => "#[claimable(timeout_ms = 1500)]",
+        ORDER_BY => "#[claimable(order_by(priority desc, id))]",
+        GUARD => "#[claimable(guard = notified)]",
+        _ => "#[claimable(insert_once)] or #[claimable(insert_once(returning = Model))]",
+    }
+}
+
+fn with_help(meta: &ParseNestedMeta<'_>, key: &str, e: syn::Error) -> syn::Error {
+    meta.error(format!(
+        "{e}\nhelp: the correct format looks like `{}`",
+        format_help(key)
+    ))
+}
+
+impl ClaimableAttrs {
+    /// Parses one `#[claimable(...)]` attribute into `self`, collecting errors in `errors`.
+    pub(crate) fn parse(&mut self, attr: &syn::Attribute, errors: &mut Errors) {
+        let result = attr.parse_nested_meta(|meta| {
+            let Some(key) = meta.path.get_ident().cloned() else {
+                return Err(meta.error(unknown_key_message(&meta.path)));
+            };
+            let name = key.to_string();
+            let parsed = self.parse_key(&meta, &key, &name);
+            if let Err(e) = parsed {
+                errors.push(e);
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            errors.push(e);
+        }
+    }
+
+    fn parse_key(
+        &mut self,
+        meta: &ParseNestedMeta<'_>,
+        key: &Ident,
+        name: &str,
+    ) -> syn::Result<()> {
+        let ident_value = |meta: &ParseNestedMeta<'_>| -> syn::Result<Ident> {
+            meta.value()
+                .and_then(|v| v.parse::<Ident>())
+                .map_err(|e| with_help(meta, name, e))
+        };
+        let expr_value = |meta: &ParseNestedMeta<'_>| -> syn::Result<Expr> {
+            meta.value()
+                .and_then(|v| v.parse::<Expr>())
+                .map_err(|e| with_help(meta, name, e))
+        };
+        let int_value = |meta: &ParseNestedMeta<'_>| -> syn::Result<LitInt> {
+            meta.value()
+                .and_then(|v| v.parse::<LitInt>())
+                .map_err(|e| with_help(meta, name, e))
+        };
+        match name {
+            STATE => set(&mut self.state, key, ident_value(meta)?),
+            OWNER => set(&mut self.owner, key, ident_value(meta)?),
+            CLAIMED_AT => set(&mut self.claimed_at, key, ident_value(meta)?),
+            ATTEMPTS => set(&mut self.attempts, key, ident_value(meta)?),
+            GUARD => set(&mut self.guard, key, ident_value(meta)?),
+            CLAIMED => set(&mut self.claimed, key, expr_value(meta)?),
+            DONE => set(&mut self.done, key, expr_value(meta)?),
+            FAILED => set(&mut self.failed, key, expr_value(meta)?),
+            READY => {
+                let values = if meta.input.peek(Token![=]) {
+                    vec![expr_value(meta)?]
+                } else if meta.input.peek(syn::token::Paren) {
+                    let content;
+                    syn::parenthesized!(content in meta.input);
+                    let list = content
+                        .parse_terminated(Expr::parse, Token![,])
+                        .map_err(|e| with_help(meta, name, e))?;
+                    list.into_iter().collect()
+                } else {
+                    return Err(with_help(meta, name, meta.error("expected `=` or `(`")));
+                };
+                if values.is_empty() {
+                    return Err(with_help(
+                        meta,
+                        name,
+                        meta.error("`ready` needs at least one state"),
+                    ));
+                }
+                set(&mut self.ready, key, values)
+            }
+            MAX_ATTEMPTS => {
+                let lit = int_value(meta)?;
+                let n: u32 = lit.base10_parse()?;
+                if n == 0 {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        "`max_attempts` must be at least 1\nhelp: every claim is an attempt; `max_attempts = 1` means a stale claim is never retried",
+                    ));
+                }
+                set(&mut self.max_attempts, key, n)
+            }
+            TIMEOUT_SECS | TIMEOUT_MS => {
+                let lit = int_value(meta)?;
+                let n: u64 = lit.base10_parse()?;
+                if n == 0 {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!("`{name}` must be greater than zero\nhelp: a zero timeout would let any worker take over a claim the moment it is made"),
+                    ));
+                }
+                let ms = if name == TIMEOUT_SECS {
+                    n.saturating_mul(1000)
+                } else {
+                    n
+                };
+                if self.timeout_ms.is_some() {
+                    return Err(syn::Error::new(
+                        key.span(),
+                        "duplicate timeout\nhelp: give one of `timeout_secs` or `timeout_ms`",
+                    ));
+                }
+                set(&mut self.timeout_ms, key, ms)
+            }
+            ORDER_BY => {
+                let items = if meta.input.peek(Token![=]) {
+                    vec![OrderItem {
+                        column: ident_value(meta)?,
+                        desc: false,
+                    }]
+                } else if meta.input.peek(syn::token::Paren) {
+                    let mut items = Vec::new();
+                    meta.parse_nested_meta(|item| {
+                        let column = item.path.require_ident()?.clone();
+                        let desc = if item.input.peek(Ident) {
+                            let dir: Ident = item.input.parse()?;
+                            match dir.to_string().as_str() {
+                                "asc" => false,
+                                "desc" => true,
+                                _ => {
+                                    return Err(syn::Error::new(
+                                        dir.span(),
+                                        "expected `asc` or `desc`\nhelp: the correct format looks like `#[claimable(order_by(priority desc, id))]`",
+                                    ))
+                                }
+                            }
+                        } else {
+                            false
+                        };
+                        items.push(OrderItem { column, desc });
+                        Ok(())
+                    })?;
+                    items
+                } else {
+                    return Err(with_help(meta, name, meta.error("expected `=` or `(`")));
+                };
+                set(&mut self.order_by, key, items)
+            }
+            INSERT_ONCE => {
+                let mut returning = None;
+                if meta.input.peek(syn::token::Paren) {
+                    meta.parse_nested_meta(|inner| {
+                        if inner.path.is_ident(RETURNING) {
+                            returning = Some(inner.value()?.parse::<Path>()?);
+                            Ok(())
+                        } else {
+                            Err(inner.error(
+                                "unknown `insert_once` option, expected `returning`\nhelp: the correct format looks like `#[claimable(insert_once(returning = Model))]`",
+                            ))
+                        }
+                    })?;
+                }
+                set(&mut self.insert_once, key, returning)
+            }
+            _ => Err(syn::Error::new(key.span(), unknown_key_message(&meta.path))),
+        }
+    }
+}
+
+fn unknown_key_message(path: &Path) -> String {
+    let name = quote::quote!(#path).to_string().replace(' ', "");
+    let expected = KEYS
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("unknown attribute `{name}`, expected one of {expected}")
+}
+
+/// What the derive reads from Diesel's own `#[diesel(...)]` attributes on the struct.
+#[derive(Default)]
+pub(crate) struct DieselStructAttrs {
+    pub(crate) table_name: Option<Path>,
+    pub(crate) primary_key: Option<Vec<Ident>>,
+}
+
+impl DieselStructAttrs {
+    /// Reads `table_name` and `primary_key`, skipping every other Diesel option.
+    pub(crate) fn parse(&mut self, attr: &syn::Attribute) -> syn::Result<()> {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("table_name") {
+                self.table_name = Some(meta.value()?.parse()?);
+            } else if meta.path.is_ident("primary_key") {
+                let content;
+                syn::parenthesized!(content in meta.input);
+                let cols = content.parse_terminated(Ident::parse, Token![,])?;
+                self.primary_key = Some(cols.into_iter().collect());
+            } else {
+                skip_meta(&meta)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Reads `#[diesel(column_name = …)]` on a field.
+pub(crate) fn diesel_column_name(attr: &syn::Attribute) -> syn::Result<Option<Ident>> {
+    let mut name = None;
+    attr.parse_nested_meta(|meta| {
+        if meta.path.is_ident("column_name") {
+            name = Some(meta.value()?.parse::<Ident>()?);
+        } else {
+            skip_meta(&meta)?;
+        }
+        Ok(())
+    })?;
+    Ok(name)
+}
+
+/// Skips a Diesel option the derive does not read (`check_for_backend(...)`, `treat_none_as_null = true`, …).
+fn skip_meta(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
+    if meta.input.peek(Token![=]) {
+        meta.value()?.parse::<Expr>()?;
+    } else if meta.input.peek(syn::token::Paren) {
+        let _content;
+        syn::parenthesized!(_content in meta.input);
+        let _: proc_macro2::TokenStream = _content.parse()?;
+    }
+    Ok(())
+}
+
+use syn::parse::Parse;

@@ -1,0 +1,409 @@
+//! Code generation: thin wiring from the model's columns to diesel-lease's generic functions.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+
+use crate::model::{Claim, Model};
+
+pub(crate) fn expand(model: &Model) -> TokenStream {
+    let keyed = expand_keyed(model);
+    let claim = model.claim.as_ref().map(|c| expand_claim(model, c));
+    let guard = model.guard.as_ref().map(|g| expand_guard(model, g));
+    let insert_once = model
+        .insert_once
+        .as_ref()
+        .map(|r| expand_insert_once(model, r.as_ref()));
+    quote! {
+        #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
+        const _: () = {
+            #keyed
+            #claim
+            #guard
+            #insert_once
+        };
+    }
+}
+
+fn column(model: &Model, col: &syn::Ident) -> TokenStream {
+    let table = &model.table;
+    quote_spanned!(col.span()=> #table::#col)
+}
+
+fn expand_keyed(model: &Model) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let table = &model.table;
+    let pk_cols: Vec<_> = model.pk.iter().map(|(c, _)| column(model, c)).collect();
+    let pk_fields: Vec<_> = model.pk.iter().map(|(_, f)| &f.ident).collect();
+    let pk_tys: Vec<_> = model.pk.iter().map(|(_, f)| &f.ty).collect();
+    let (pk_ty, pk_value, filter_ty, filter) = if model.pk.len() == 1 {
+        let (col, field, ty) = (&pk_cols[0], pk_fields[0], pk_tys[0]);
+        (
+            quote!(#ty),
+            quote!(::core::clone::Clone::clone(&self.#field)),
+            quote!(::diesel::dsl::Eq<#col, #ty>),
+            quote!(::diesel::ExpressionMethods::eq(#col, pk)),
+        )
+    } else {
+        let idx = (0..model.pk.len()).map(syn::Index::from);
+        let mut filter_ty = quote!(::diesel::dsl::Eq<#(#pk_cols)*, #(#pk_tys)*>);
+        let mut filter = quote!();
+        for (i, ((col, ty), ix)) in pk_cols.iter().zip(&pk_tys).zip(idx).enumerate() {
+            let eq_ty = quote!(::diesel::dsl::Eq<#col, #ty>);
+            let eq = quote!(::diesel::ExpressionMethods::eq(#col, pk.#ix));
+            if i == 0 {
+                filter_ty = eq_ty;
+                filter = eq;
+            } else {
+                filter_ty = quote!(::diesel::dsl::And<#filter_ty, #eq_ty>);
+                filter = quote!(::diesel::BoolExpressionMethods::and(#filter, #eq));
+            }
+        }
+        (
+            quote!((#(#pk_tys,)*)),
+            quote!((#(::core::clone::Clone::clone(&self.#pk_fields),)*)),
+            filter_ty,
+            filter,
+        )
+    };
+    quote! {
+        #[automatically_derived]
+        impl #impl_g ::diesel_lease::claim::Keyed for #name #ty_g #where_g {
+            type Table = #table::table;
+            type Pk = #pk_ty;
+            type PkFilter = #filter_ty;
+            const PK: &'static [&'static str] = &[#(<#pk_cols as ::diesel::Column>::NAME),*];
+            fn pk(&self) -> Self::Pk {
+                #pk_value
+            }
+            fn pk_filter(pk: Self::Pk) -> Self::PkFilter {
+                #filter
+            }
+        }
+    }
+}
+
+/// `fn _check() { assert::<<col as Expression>::SqlType>() }`, spanned at the attribute value so a
+/// wrong column type is reported there, with the trait's own message.
+fn type_check(model: &Model, col: &syn::Ident, check: TokenStream) -> TokenStream {
+    let c = column(model, col);
+    quote_spanned! {col.span()=>
+        const _: fn() = || {
+            fn check<T: #check + ?::core::marker::Sized>() {}
+            check::<<#c as ::diesel::Expression>::SqlType>();
+        };
+    }
+}
+
+fn option<T: quote::ToTokens>(v: Option<T>) -> TokenStream {
+    match v {
+        Some(v) => quote!(::core::option::Option::Some(#v)),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let state_ty = &c.state_ty;
+    let state_col = column(model, &c.state);
+    let name_of = |col: &syn::Ident| {
+        let col = column(model, col);
+        quote!(<#col as ::diesel::Column>::NAME)
+    };
+    let state_name = name_of(&c.state);
+    let owner_name = option(c.owner.as_ref().map(|(col, _)| name_of(col)));
+    let claimed_at_name = option(c.claimed_at.as_ref().map(name_of));
+    let attempts_name = option(c.attempts.as_ref().map(|(col, _)| name_of(col)));
+    let order: Vec<TokenStream> = if c.order_by.is_empty() {
+        model
+            .pk
+            .iter()
+            .map(|(col, _)| {
+                let n = name_of(col);
+                quote!((#n, ::diesel_lease::claim::SortOrder::Asc))
+            })
+            .collect()
+    } else {
+        c.order_by
+            .iter()
+            .map(|o| {
+                let n = name_of(&o.column);
+                let dir = if o.desc { quote!(Desc) } else { quote!(Asc) };
+                quote!((#n, ::diesel_lease::claim::SortOrder::#dir))
+            })
+            .collect()
+    };
+    let timeout = option(c.timeout_ms.map(|ms| {
+        let us = (ms as i64).saturating_mul(1000);
+        quote!(#us)
+    }));
+    let max_attempts = option(c.max_attempts.map(i64::from));
+    let value = |e: &syn::Expr| quote_spanned!(e.span()=> <#state_ty as ::core::convert::From<_>>::from(#e));
+    let ready: Vec<_> = c.ready.iter().map(value).collect();
+    let claimed = value(&c.claimed);
+    let done = option(c.done.as_ref().map(value));
+    let failed_configured = c.failed.is_some();
+    let failed = option(c.failed.as_ref().map(value));
+    let owner_value = match &c.owner {
+        Some((_, field)) => quote!(::diesel_lease::__private::OwnerValue::owner_str(&self.#field)),
+        None => quote!(::core::option::Option::None),
+    };
+    let attempts_value = match &c.attempts {
+        Some((_, field)) => {
+            quote!(::diesel_lease::__private::AttemptsValue::attempts_i64(&self.#field))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let mut checks = vec![];
+    if let Some(col) = &c.claimed_at {
+        checks.push(type_check(
+            model,
+            col,
+            quote!(::diesel_lease::clock::TimestampType),
+        ));
+    }
+    if let Some((col, _)) = &c.owner {
+        checks.push(type_check(
+            model,
+            col,
+            quote!(::diesel_lease::__private::TextColumn),
+        ));
+    }
+    if let Some((col, _)) = &c.attempts {
+        checks.push(type_check(
+            model,
+            col,
+            quote!(::diesel_lease::__private::IntegerColumn),
+        ));
+    }
+    for o in &c.order_by {
+        // Resolves the column, so a typo is reported at the attribute.
+        let col = column(model, &o.column);
+        checks.push(quote_spanned!(o.column.span()=> const _: fn() = || { let _ = #col; };));
+    }
+    let conn_bound = quote!(
+        C: ::diesel_lease::BorrowConnection,
+        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::claim::ClaimConnection<Self>,
+    );
+    let backend =
+        quote!(<<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend);
+    quote! {
+        #(#checks)*
+        const _: fn() = || { let _ = #state_col; };
+
+        #[automatically_derived]
+        impl #impl_g ::diesel_lease::claim::Claimable for #name #ty_g #where_g {
+            type StateSql = <#state_col as ::diesel::Expression>::SqlType;
+            type StateValue = #state_ty;
+            const STATE: &'static str = #state_name;
+            const OWNER: ::core::option::Option<&'static str> = #owner_name;
+            const CLAIMED_AT: ::core::option::Option<&'static str> = #claimed_at_name;
+            const ATTEMPTS: ::core::option::Option<&'static str> = #attempts_name;
+            const ORDER: &'static [(&'static str, ::diesel_lease::claim::SortOrder)] = &[#(#order),*];
+            const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #timeout;
+            const MAX_ATTEMPTS: ::core::option::Option<i64> = #max_attempts;
+            const FAILED_CONFIGURED: bool = #failed_configured;
+            fn ready_states() -> ::std::vec::Vec<#state_ty> {
+                ::std::vec![#(#ready),*]
+            }
+            fn claimed_state() -> #state_ty {
+                #claimed
+            }
+            fn done_state() -> ::core::option::Option<#state_ty> {
+                #done
+            }
+            fn failed_state() -> ::core::option::Option<#state_ty> {
+                #failed
+            }
+            fn owner(&self) -> ::core::option::Option<&str> {
+                #owner_value
+            }
+            fn attempts(&self) -> ::core::option::Option<i64> {
+                #attempts_value
+            }
+        }
+
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            /// Claims the next claimable row for this process (`FOR UPDATE SKIP LOCKED` on
+            /// PostgreSQL and MySQL, one write transaction on SQLite); `None` when none is left.
+            pub fn claim_next<C>(conn: &mut C) -> ::diesel::QueryResult<::core::option::Option<Self>>
+            where #conn_bound
+            {
+                ::diesel_lease::claim::claim_next::<Self, C>(conn)
+            }
+
+            /// Claims up to `n` rows (never more); `n = 0` returns an empty `Vec` without a query.
+            pub fn claim_batch<C>(conn: &mut C, n: usize) -> ::diesel::QueryResult<::std::vec::Vec<Self>>
+            where #conn_bound
+            {
+                ::diesel_lease::claim::claim_batch::<Self, C>(conn, n)
+            }
+
+            /// [`Self::claim_batch`] with an explicit owner or stale-claim timeout.
+            pub fn claim_batch_with<C>(
+                conn: &mut C,
+                n: usize,
+                options: &::diesel_lease::claim::ClaimOptions,
+            ) -> ::diesel::QueryResult<::std::vec::Vec<Self>>
+            where #conn_bound
+            {
+                ::diesel_lease::claim::claim_batch_with::<Self, C>(conn, n, options)
+            }
+
+            /// [`Self::claim_batch_with`] restricted to rows that also match `filter`.
+            pub fn claim_batch_where<C, F>(
+                conn: &mut C,
+                n: usize,
+                options: &::diesel_lease::claim::ClaimOptions,
+                filter: F,
+            ) -> ::diesel::QueryResult<::std::vec::Vec<Self>>
+            where
+                #conn_bound
+                F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
+                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::claim::Keyed>::Table>
+                    + ::diesel::query_builder::QueryFragment<#backend>,
+            {
+                ::diesel_lease::claim::claim_batch_where::<Self, C, F>(conn, n, options, filter)
+            }
+
+            /// Selects the next claimable row and keeps it locked until the caller's transaction
+            /// ends, skipping rows other transactions hold.
+            pub fn lock_next<C>(conn: &mut C) -> ::diesel::QueryResult<::core::option::Option<Self>>
+            where #conn_bound
+            {
+                ::diesel_lease::claim::lock_next::<Self, C>(conn)
+            }
+
+            /// [`Self::lock_next`] restricted to rows that also match `filter`.
+            pub fn lock_next_where<C, F>(conn: &mut C, filter: F) -> ::diesel::QueryResult<::core::option::Option<Self>>
+            where
+                #conn_bound
+                F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
+                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::claim::Keyed>::Table>
+                    + ::diesel::query_builder::QueryFragment<#backend>,
+            {
+                ::diesel_lease::claim::lock_next_where::<Self, C, F>(conn, filter)
+            }
+
+            /// Locks the next claimable row and runs `work` on it in one transaction: commit on
+            /// `Ok`, roll back (row available again) on `Err`. `Ok(None)` when no row is available.
+            pub fn with_next_locked<C, T, E, W>(conn: &mut C, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
+            where
+                #conn_bound
+                E: ::core::convert::From<::diesel::result::Error>,
+                W: ::core::ops::FnOnce(&mut <C as ::diesel_lease::BorrowConnection>::Conn, Self) -> ::core::result::Result<T, E>,
+            {
+                ::diesel_lease::claim::with_next_locked::<Self, C, T, E, W>(conn, work)
+            }
+
+            /// Marks this claimed row done if this worker still owns the claim; `false` when it
+            /// was rescued by another worker (or already finished).
+            pub fn complete<C>(&self, conn: &mut C) -> ::diesel::QueryResult<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::claim::finish(self, conn, ::diesel_lease::claim::Finish::Done)
+            }
+
+            /// Marks this claimed row failed if this worker still owns the claim.
+            pub fn fail<C>(&self, conn: &mut C) -> ::diesel::QueryResult<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::claim::finish(self, conn, ::diesel_lease::claim::Finish::Failed)
+            }
+
+            /// Hands this claimed row back (first ready state, owner cleared) if this worker
+            /// still owns the claim.
+            pub fn release<C>(&self, conn: &mut C) -> ::diesel::QueryResult<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::claim::finish(self, conn, ::diesel_lease::claim::Finish::Ready)
+            }
+        }
+    }
+}
+
+fn expand_guard(model: &Model, guard: &syn::Ident) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let col = column(model, guard);
+    let check = type_check(
+        model,
+        guard,
+        quote!(::diesel_lease::__private::NullableColumn),
+    );
+    let conn_bound = quote!(
+        C: ::diesel_lease::BorrowConnection,
+        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::guard::GuardConnection<Self, V>,
+    );
+    quote! {
+        #check
+
+        #[automatically_derived]
+        impl #impl_g ::diesel_lease::guard::Guarded for #name #ty_g #where_g {
+            type GuardSql = <#col as ::diesel::Expression>::SqlType;
+            const GUARD: &'static str = <#col as ::diesel::Column>::NAME;
+        }
+
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            /// Sets the guard column of this row to `value` (`diesel_lease::db_now` for the
+            /// database clock) if it is still `NULL`; `true` for exactly one caller.
+            pub fn claim_if_null<C, V>(&self, conn: &mut C, value: V) -> ::diesel::QueryResult<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::guard::claim_if_null::<Self, C, V>(
+                    conn,
+                    <Self as ::diesel_lease::claim::Keyed>::pk(self),
+                    value,
+                )
+            }
+
+            /// [`Self::claim_if_null`] for the row with primary key `pk` (a tuple for composite keys).
+            pub fn claim_if_null_by_pk<C, V>(
+                conn: &mut C,
+                pk: <Self as ::diesel_lease::claim::Keyed>::Pk,
+                value: V,
+            ) -> ::diesel::QueryResult<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::guard::claim_if_null::<Self, C, V>(conn, pk, value)
+            }
+        }
+    }
+}
+
+fn expand_insert_once(model: &Model, returning: Option<&syn::Path>) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let table = &model.table;
+    let (mode, output) = match returning {
+        Some(r) => (quote!(::diesel_lease::guard::Returning<#r>), quote!(#r)),
+        None => (quote!(()), quote!(())),
+    };
+    quote! {
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            /// Inserts this row unless a unique constraint already holds an equal one:
+            /// `Inserted` (with the row where the backend returns it) or `AlreadyExists`. A
+            /// duplicate never aborts the caller's transaction.
+            pub fn insert_once<'a, C>(
+                &'a self,
+                conn: &mut C,
+            ) -> ::diesel::QueryResult<::diesel_lease::InsertOutcome<#output>>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                <C as ::diesel_lease::BorrowConnection>::Conn:
+                    ::diesel_lease::guard::InsertOnceConnection<#table::table, &'a Self, #mode>,
+                #mode: ::diesel_lease::guard::InsertReturning<
+                    <<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend,
+                    Output = #output,
+                >,
+            {
+                ::diesel_lease::guard::insert_once::<#mode, _, _, C>(conn, #table::table, self)
+            }
+        }
+    }
+}

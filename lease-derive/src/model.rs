@@ -1,0 +1,300 @@
+//! The annotated struct as the derive sees it: table, key, fields, and the validated settings.
+
+use proc_macro2::Span;
+use syn::{Data, DeriveInput, Expr, Fields, Ident, Path, Type};
+
+use crate::attrs::{self, ClaimableAttrs, DieselStructAttrs, Errors, OrderItem, Spanned};
+
+/// A struct field and the column it maps to.
+pub(crate) struct Field {
+    pub(crate) ident: Ident,
+    pub(crate) column: Ident,
+    pub(crate) ty: Type,
+}
+
+/// The claim settings, present when `state` is given.
+pub(crate) struct Claim {
+    pub(crate) state: Ident,
+    pub(crate) state_ty: Type,
+    pub(crate) ready: Vec<Expr>,
+    pub(crate) claimed: Expr,
+    pub(crate) done: Option<Expr>,
+    pub(crate) failed: Option<Expr>,
+    /// (column, field) of the owner.
+    pub(crate) owner: Option<(Ident, Ident)>,
+    pub(crate) claimed_at: Option<Ident>,
+    pub(crate) attempts: Option<(Ident, Ident)>,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) order_by: Vec<OrderItem>,
+}
+
+/// Everything the expansion needs.
+pub(crate) struct Model {
+    pub(crate) name: Ident,
+    pub(crate) generics: syn::Generics,
+    pub(crate) table: Path,
+    /// (column, field) of each primary-key part.
+    pub(crate) pk: Vec<(Ident, Field)>,
+    pub(crate) claim: Option<Claim>,
+    pub(crate) guard: Option<Ident>,
+    pub(crate) insert_once: Option<Option<Path>>,
+}
+
+impl Model {
+    pub(crate) fn from_input(input: &DeriveInput) -> syn::Result<Model> {
+        let mut errors = Errors::default();
+        let fields = struct_fields(input)?;
+
+        let mut claimable = ClaimableAttrs::default();
+        let mut diesel = DieselStructAttrs::default();
+        let mut seen_claimable = false;
+        for attr in &input.attrs {
+            if attr.path().is_ident("claimable") {
+                seen_claimable = true;
+                claimable.parse(attr, &mut errors);
+            } else if attr.path().is_ident("diesel") {
+                if let Err(e) = diesel.parse(attr) {
+                    errors.push(e);
+                }
+            }
+        }
+        if !seen_claimable {
+            errors.push(syn::Error::new(
+                input.ident.span(),
+                "`#[derive(Claimable)]` needs a `#[claimable(...)]` attribute\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`",
+            ));
+        }
+        let find = |column: &Ident| fields.iter().find(|f| f.column == *column);
+
+        let table = diesel.table_name.clone().unwrap_or_else(|| {
+            let snake = to_snake_case(&input.ident.to_string());
+            Path::from(Ident::new(&format!("{snake}s"), input.ident.span()))
+        });
+        let pk_given = diesel.primary_key.is_some();
+        let pk_cols = diesel
+            .primary_key
+            .clone()
+            .unwrap_or_else(|| vec![Ident::new("id", input.ident.span())]);
+        let mut pk = Vec::new();
+        for col in pk_cols {
+            match find(&col) {
+                Some(f) => pk.push((
+                    col,
+                    Field {
+                        ident: f.ident.clone(),
+                        column: f.column.clone(),
+                        ty: f.ty.clone(),
+                    },
+                )),
+                None => errors.push(syn::Error::new(
+                    col.span(),
+                    if pk_given {
+                        format!("`{}` has no field for primary key column `{col}`; diesel-lease addresses rows by primary key\nhelp: keep the key's fields in the struct", input.ident)
+                    } else {
+                        format!("`{}` has no primary key field: Diesel's default key is `id` and there is no field `id`\nhelp: name the key with `#[diesel(primary_key(...))]`", input.ident)
+                    },
+                )),
+            }
+        }
+
+        let claim = claim_settings(&claimable, &find, &mut errors);
+        let guard = claimable.guard.as_ref().map(|g| g.value.clone());
+        let insert_once = claimable.insert_once.as_ref().map(|i| i.value.clone());
+        if seen_claimable
+            && claim.is_none()
+            && guard.is_none()
+            && insert_once.is_none()
+            && claimable.state.is_none()
+        {
+            errors.push(syn::Error::new(
+                input.ident.span(),
+                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null) or `insert_once`",
+            ));
+        }
+        errors.finish()?;
+        Ok(Model {
+            name: input.ident.clone(),
+            generics: input.generics.clone(),
+            table,
+            pk,
+            claim,
+            guard,
+            insert_once,
+        })
+    }
+}
+
+fn claim_settings<'f>(
+    a: &ClaimableAttrs,
+    find: &dyn Fn(&Ident) -> Option<&'f Field>,
+    errors: &mut Errors,
+) -> Option<Claim> {
+    let claim_only: [(&str, Option<Span>); 10] = [
+        (attrs::READY, a.ready.as_ref().map(|s| s.span)),
+        (attrs::CLAIMED, a.claimed.as_ref().map(|s| s.span)),
+        (attrs::DONE, a.done.as_ref().map(|s| s.span)),
+        (attrs::FAILED, a.failed.as_ref().map(|s| s.span)),
+        (attrs::OWNER, a.owner.as_ref().map(|s| s.span)),
+        (attrs::CLAIMED_AT, a.claimed_at.as_ref().map(|s| s.span)),
+        (attrs::ATTEMPTS, a.attempts.as_ref().map(|s| s.span)),
+        (attrs::MAX_ATTEMPTS, a.max_attempts.as_ref().map(|s| s.span)),
+        ("timeout", a.timeout_ms.as_ref().map(|s| s.span)),
+        (attrs::ORDER_BY, a.order_by.as_ref().map(|s| s.span)),
+    ];
+    let Some(state) = &a.state else {
+        for (key, span) in claim_only {
+            if let Some(span) = span {
+                errors.push(syn::Error::new(
+                    span,
+                    format!("`{key}` configures claims, which need the state column\nhelp: add `state = <column>`, e.g. `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`"),
+                ));
+            }
+        }
+        return None;
+    };
+    let mut ok = true;
+    let mut require = |what: &str, present: bool, example: &str| {
+        if !present {
+            errors.push(syn::Error::new(
+                state.span,
+                format!("missing `{what}`: a claim needs to know {example}\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`"),
+            ));
+            ok = false;
+        }
+    };
+    require(
+        attrs::READY,
+        a.ready.is_some(),
+        "which states can be claimed",
+    );
+    require(
+        attrs::CLAIMED,
+        a.claimed.is_some(),
+        "which state a claim moves the row to",
+    );
+
+    let field_of = |key: &str, col: &Spanned<Ident>, errors: &mut Errors| -> Option<&'f Field> {
+        let f = find(&col.value);
+        if f.is_none() {
+            errors.push(syn::Error::new(
+                col.value.span(),
+                format!("`{key} = {}` must name a field of the struct (its column), so completion can read it\nhelp: add the field, or map it with `#[diesel(column_name = {})]`", col.value, col.value),
+            ));
+        }
+        f
+    };
+    let state_field = field_of(attrs::STATE, state, errors);
+    let owner = a.owner.as_ref().and_then(|o| {
+        field_of(attrs::OWNER, o, errors).map(|f| (o.value.clone(), f.ident.clone()))
+    });
+    let attempts = a.attempts.as_ref().and_then(|o| {
+        field_of(attrs::ATTEMPTS, o, errors).map(|f| (o.value.clone(), f.ident.clone()))
+    });
+
+    if let Some(t) = &a.timeout_ms {
+        if a.claimed_at.is_none() {
+            errors.push(syn::Error::new(
+                t.span,
+                "a claim timeout needs `claimed_at`: the claim's age is measured on that column, by the database clock\nhelp: add `claimed_at = <timestamp column>`",
+            ));
+            ok = false;
+        }
+    }
+    if let Some(m) = &a.max_attempts {
+        let missing: Vec<&str> = [
+            (attrs::ATTEMPTS, a.attempts.is_some()),
+            (attrs::CLAIMED_AT, a.claimed_at.is_some()),
+            ("timeout_secs", a.timeout_ms.is_some()),
+            (attrs::FAILED, a.failed.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, present)| !present)
+        .map(|(k, _)| k)
+        .collect();
+        if !missing.is_empty() {
+            errors.push(syn::Error::new(
+                m.span,
+                format!("`max_attempts` also needs {}: exhausted stale claims are moved to the failed state\nhelp: the correct format looks like `#[claimable(attempts = attempts, claimed_at = claimed_at, timeout_secs = 300, max_attempts = 5, failed = \"failed\")]`",
+                    missing.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ")),
+            ));
+            ok = false;
+        }
+    }
+    let state_field = state_field?;
+    if !ok {
+        return None;
+    }
+    Some(Claim {
+        state: state.value.clone(),
+        state_ty: state_field.ty.clone(),
+        ready: a
+            .ready
+            .as_ref()
+            .map(|r| r.value.clone())
+            .unwrap_or_default(),
+        claimed: a.claimed.as_ref().map(|c| c.value.clone())?,
+        done: a.done.as_ref().map(|d| d.value.clone()),
+        failed: a.failed.as_ref().map(|d| d.value.clone()),
+        owner,
+        claimed_at: a.claimed_at.as_ref().map(|c| c.value.clone()),
+        attempts,
+        max_attempts: a.max_attempts.as_ref().map(|m| m.value),
+        timeout_ms: a.timeout_ms.as_ref().map(|t| t.value),
+        order_by: a
+            .order_by
+            .as_ref()
+            .map(|o| o.value.clone())
+            .unwrap_or_default(),
+    })
+}
+
+fn struct_fields(input: &DeriveInput) -> syn::Result<Vec<Field>> {
+    let Data::Struct(data) = &input.data else {
+        return Err(syn::Error::new(
+            input.ident.span(),
+            "`#[derive(Claimable)]` works on structs with named fields (Diesel models)",
+        ));
+    };
+    let Fields::Named(named) = &data.fields else {
+        return Err(syn::Error::new(
+            input.ident.span(),
+            "`#[derive(Claimable)]` needs named fields, as Diesel's `Selectable` does",
+        ));
+    };
+    let mut fields = Vec::new();
+    for f in &named.named {
+        let ident = f
+            .ident
+            .clone()
+            .ok_or_else(|| syn::Error::new(input.ident.span(), "unnamed field"))?;
+        let mut column = ident.clone();
+        for attr in f.attrs.iter().filter(|a| a.path().is_ident("diesel")) {
+            if let Some(c) = attrs::diesel_column_name(attr)? {
+                column = c;
+            }
+        }
+        fields.push(Field {
+            ident,
+            column,
+            ty: f.ty.clone(),
+        });
+    }
+    Ok(fields)
+}
+
+/// `ImportJob` → `import_job` (Diesel's default table name adds an `s`).
+fn to_snake_case(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if c.is_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.extend(c.to_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

@@ -1,0 +1,59 @@
+use diesel::prelude::*;
+
+use crate::common::TestDb;
+use crate::models::schema::importjobs;
+use crate::models::*;
+
+backend_suite! {
+    tests: [claim_next_takes_rows_in_order_then_none];
+
+    pub(crate) fn seed_jobs(db: &TestDb<B>, n: i64) {
+        let (pg, sqlite, mysql) = IMPORTJOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let mut conn = db.conn();
+        let rows: Vec<_> = (1..=n)
+            .map(|id| {
+                (
+                    importjobs::id.eq(id),
+                    importjobs::statuscode.eq("JOBEXTRACTED"),
+                    importjobs::payload.eq(format!("job {id}")),
+                )
+            })
+            .collect();
+        for chunk in rows.chunks(1000) {
+            diesel::insert_into(importjobs::table)
+                .values(chunk)
+                .execute(&mut conn)
+                .unwrap();
+        }
+    }
+
+    pub(crate) fn claim_next_takes_rows_in_order_then_none(db: &TestDb<B>) {
+        seed_jobs(db, 3);
+        let mut conn = db.conn();
+        let first = ImportJob::claim_next(&mut conn).unwrap().expect("a ready row");
+        assert_eq!(first.id, 1);
+        assert_eq!(first.statuscode, "EXECUTIONINPROGRESS");
+        assert_eq!(first.attempts, 1);
+        assert!(first.claimed_at.is_some());
+        assert_eq!(
+            first.worker.as_deref(),
+            Some(diesel_lease::OwnerId::process_default().as_str())
+        );
+        assert!(ImportJob::claim_batch(&mut conn, 0).unwrap().is_empty());
+        let rest = ImportJob::claim_batch(&mut conn, 5).unwrap();
+        let mut ids: Vec<i64> = rest.iter().map(|j| j.id).collect();
+        ids.sort();
+        assert_eq!(ids, vec![2, 3]);
+        assert_eq!(ImportJob::claim_next(&mut conn).unwrap(), None);
+
+        assert!(first.complete(&mut conn).unwrap());
+        assert!(!first.complete(&mut conn).unwrap(), "a finished row cannot be finished twice");
+        let status: String = importjobs::table
+            .find(1)
+            .select(importjobs::statuscode)
+            .first(&mut conn)
+            .unwrap();
+        assert_eq!(status, "DONE");
+    }
+}

@@ -1,0 +1,167 @@
+//! Models written as a user of diesel-lease would write them, for the seeds' own tables.
+//! Shared by the test suite and the worker binaries (`#[path]`-included).
+
+#![allow(dead_code, missing_docs)]
+
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel_lease::Claimable;
+
+pub mod schema {
+    // Seed 003: the IMPORTJOBS status table, plus the columns that make stale claims rescuable.
+    diesel::table! {
+        importjobs (id) {
+            id -> BigInt,
+            statuscode -> Text,
+            worker -> Nullable<Text>,
+            claimed_at -> Nullable<Timestamp>,
+            attempts -> Integer,
+            payload -> Text,
+        }
+    }
+
+    // Seed 004: `CREATE TABLE test (id BIGINT PRIMARY KEY, data TEXT, processed BOOLEAN)`.
+    diesel::table! {
+        test (id) {
+            id -> BigInt,
+            data -> Text,
+            processed -> Bool,
+        }
+    }
+
+    // Seed 002: `action.notified`, set at most once.
+    diesel::table! {
+        action (id) {
+            id -> BigInt,
+            notified -> Nullable<Timestamp>,
+        }
+    }
+
+    // Seed 002 with a composite key: one mailing per (campaign, user).
+    diesel::table! {
+        mailing (campaign_id, user_id) {
+            campaign_id -> Integer,
+            user_id -> BigInt,
+            sent_by -> Nullable<Text>,
+        }
+    }
+
+    // Seed 002's follow-up notifications: UNIQUE (previous_notification).
+    diesel::table! {
+        notification (id) {
+            id -> BigInt,
+            user_id -> BigInt,
+            previous_notification -> BigInt,
+            body -> Text,
+        }
+    }
+}
+
+use schema::*;
+
+/// Seed 003: each import job handed to exactly one worker.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = importjobs)]
+#[claimable(
+    state = statuscode,
+    ready = "JOBEXTRACTED",
+    claimed = "EXECUTIONINPROGRESS",
+    done = "DONE",
+    failed = "FAILED",
+    owner = worker,
+    claimed_at = claimed_at,
+    attempts = attempts,
+    timeout_secs = 300,
+    max_attempts = 3
+)]
+pub struct ImportJob {
+    pub id: i64,
+    pub statuscode: String,
+    pub worker: Option<String>,
+    pub claimed_at: Option<NaiveDateTime>,
+    pub attempts: i32,
+    pub payload: String,
+}
+
+/// Seed 004: `findFirstByProcessedIsFalse` with a pessimistic, skip-locked lock.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = test)]
+#[claimable(state = processed, ready = false, claimed = true)]
+pub struct Test {
+    pub id: i64,
+    pub data: String,
+    pub processed: bool,
+}
+
+/// Seed 002: `UPDATE action SET notified = now WHERE id = … AND notified IS NULL`.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = action)]
+#[claimable(guard = notified)]
+pub struct Action {
+    pub id: i64,
+    pub notified: Option<NaiveDateTime>,
+}
+
+/// A guard on a composite primary key, set to a value rather than a time.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
+#[claimable(guard = sent_by)]
+pub struct Mailing {
+    pub campaign_id: i32,
+    pub user_id: i64,
+    pub sent_by: Option<String>,
+}
+
+/// Seed 002's follow-up notification, as stored.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable)]
+#[diesel(table_name = notification)]
+pub struct Notification {
+    pub id: i64,
+    pub user_id: i64,
+    pub previous_notification: i64,
+    pub body: String,
+}
+
+/// The "next" notification, inserted at most once per previous one.
+#[derive(Debug, Clone, Insertable, Claimable)]
+#[diesel(table_name = notification)]
+#[claimable(insert_once(returning = Notification))]
+pub struct NewNotification {
+    pub id: i64,
+    pub user_id: i64,
+    pub previous_notification: i64,
+    pub body: String,
+}
+
+/// Per-backend DDL for the tables above: (PostgreSQL, SQLite, MySQL).
+pub const IMPORTJOBS_DDL: (&str, &str, &str) = (
+    "CREATE TABLE importjobs (id BIGINT PRIMARY KEY, statuscode TEXT NOT NULL, worker TEXT, \
+       claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0, payload TEXT NOT NULL DEFAULT ''); \
+     CREATE INDEX importjobs_ready ON importjobs (id) WHERE statuscode = 'JOBEXTRACTED'; \
+     CREATE INDEX importjobs_stale ON importjobs (claimed_at) WHERE statuscode = 'EXECUTIONINPROGRESS';",
+    "CREATE TABLE importjobs (id INTEGER PRIMARY KEY, statuscode TEXT NOT NULL, worker TEXT, \
+       claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0, payload TEXT NOT NULL DEFAULT ''); \
+     CREATE INDEX importjobs_ready ON importjobs (statuscode, id);",
+    "CREATE TABLE importjobs (id BIGINT PRIMARY KEY, statuscode VARCHAR(32) NOT NULL, worker VARCHAR(255), \
+       claimed_at DATETIME(6), attempts INT NOT NULL DEFAULT 0, payload TEXT NOT NULL, \
+       INDEX importjobs_ready (statuscode, id), INDEX importjobs_stale (statuscode, claimed_at));",
+);
+
+pub const TEST_DDL: (&str, &str, &str) = (
+    "CREATE TABLE test (id BIGINT PRIMARY KEY, data TEXT NOT NULL, processed BOOLEAN NOT NULL DEFAULT FALSE);",
+    "CREATE TABLE test (id INTEGER PRIMARY KEY, data TEXT NOT NULL, processed BOOLEAN NOT NULL DEFAULT FALSE);",
+    "CREATE TABLE test (id BIGINT PRIMARY KEY, data TEXT NOT NULL, processed BOOLEAN NOT NULL DEFAULT FALSE, \
+       INDEX test_ready (processed, id));",
+);
+
+pub const GUARD_DDL: (&str, &str, &str) = (
+    "CREATE TABLE action (id BIGINT PRIMARY KEY, notified TIMESTAMP); \
+     CREATE TABLE mailing (campaign_id INTEGER NOT NULL, user_id BIGINT NOT NULL, sent_by TEXT, PRIMARY KEY (campaign_id, user_id)); \
+     CREATE TABLE notification (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
+    "CREATE TABLE action (id INTEGER PRIMARY KEY, notified TIMESTAMP); \
+     CREATE TABLE mailing (campaign_id INTEGER NOT NULL, user_id BIGINT NOT NULL, sent_by TEXT, PRIMARY KEY (campaign_id, user_id)); \
+     CREATE TABLE notification (id INTEGER PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
+    "CREATE TABLE action (id BIGINT PRIMARY KEY, notified DATETIME(6) NULL); \
+     CREATE TABLE mailing (campaign_id INT NOT NULL, user_id BIGINT NOT NULL, sent_by VARCHAR(255), PRIMARY KEY (campaign_id, user_id)); \
+     CREATE TABLE notification (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
+);
