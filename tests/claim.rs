@@ -1,3 +1,4 @@
 //! Claims, locked finders, guards and insert-once on the seeds' own tables (seeds 002, 003, 004).
 
-mod basics;
+pub(crate) mod basics;
+mod contention;

@@ -4,7 +4,7 @@
 #[macro_use]
 pub mod common;
 
-mod claim;
+pub(crate) mod claim;
 mod lease;
 pub mod models;
 mod semaphore;

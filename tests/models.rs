@@ -1,7 +1,7 @@
 //! Models written as a user of diesel-lease would write them, for the seeds' own tables.
 //! Shared by the test suite and the worker binaries (`#[path]`-included).
 
-#![allow(dead_code, missing_docs)]
+#![allow(dead_code, missing_docs, unreachable_pub)]
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;

@@ -1,2 +1,131 @@
-//! Worker process for the integration suite (filled in by its module).
-fn main() {}
+//! A claiming worker process for the integration suite's multi-process tests.
+//!
+//! `claim-worker <backend> <url> drain <batch> <threads>`: claims until nothing is left, printing
+//! `claimed <id>` per row and `empty <ready-rows-left>` each time a claim came back empty.
+//! `claim-worker <backend> <url> hold <n> <owner>`: claims `n` rows as `owner`, prints them and
+//! `holding`, then sleeps until killed.
+
+#[path = "../models.rs"]
+mod models;
+
+use std::io::Write;
+
+use diesel::prelude::*;
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel_lease::claim::{ClaimConnection, ClaimOptions};
+use diesel_lease::{LeaseConnection, OwnerId};
+use models::schema::importjobs;
+use models::ImportJob;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, backend, url, mode, rest @ ..] = args.as_slice() else {
+        eprintln!("usage: claim-worker <backend> <url> <drain|hold> …");
+        std::process::exit(2);
+    };
+    let result = match backend.as_str() {
+        #[cfg(feature = "postgres")]
+        "postgres" => run::<diesel::PgConnection>(url, mode, rest),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => run::<diesel::SqliteConnection>(url, mode, rest),
+        #[cfg(feature = "mysql")]
+        "mysql" => run::<diesel::MysqlConnection>(url, mode, rest),
+        other => Err(format!("backend {other} not compiled in")),
+    };
+    if let Err(e) = result {
+        eprintln!("claim-worker: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn arg<T: std::str::FromStr>(rest: &[String], i: usize) -> Result<T, String> {
+    rest.get(i)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("missing or bad argument {i}"))
+}
+
+fn run<C>(url: &str, mode: &str, rest: &[String]) -> Result<(), String>
+where
+    C: LeaseConnection + R2D2Connection + ClaimConnection<ImportJob>,
+    i64: diesel::deserialize::FromSql<diesel::sql_types::BigInt, C::Backend>,
+    for<'a> diesel::dsl::Filter<
+        diesel::dsl::Select<importjobs::table, diesel::dsl::CountStar>,
+        diesel::dsl::Eq<importjobs::statuscode, &'a str>,
+    >: diesel::query_dsl::LoadQuery<'a, C, i64>,
+{
+    let pool: Pool<ConnectionManager<C>> =
+        diesel_lease::pool::build_pool::<C>(url, 4).map_err(|e| e.to_string())?;
+    match mode {
+        "drain" => {
+            let batch: usize = arg(rest, 0)?;
+            let threads: usize = arg(rest, 1)?;
+            let out = std::sync::Mutex::new(std::io::stdout());
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    let pool = pool.clone();
+                    let out = &out;
+                    s.spawn(move || drain(&pool, batch, out));
+                }
+            });
+            Ok(())
+        }
+        "hold" => {
+            let n: usize = arg(rest, 0)?;
+            let owner: String = arg(rest, 1)?;
+            let options =
+                ClaimOptions::default().owner(OwnerId::new(owner).map_err(|e| e.to_string())?);
+            let mut conn = pool.get().map_err(|e| e.to_string())?;
+            let rows =
+                ImportJob::claim_batch_with(&mut conn, n, &options).map_err(|e| e.to_string())?;
+            let mut out = std::io::stdout().lock();
+            for r in &rows {
+                writeln!(out, "claimed {}", r.id).map_err(|e| e.to_string())?;
+            }
+            writeln!(out, "holding").map_err(|e| e.to_string())?;
+            out.flush().map_err(|e| e.to_string())?;
+            drop(out);
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+            }
+        }
+        other => Err(format!("unknown mode {other}")),
+    }
+}
+
+fn drain<C>(
+    pool: &Pool<ConnectionManager<C>>,
+    batch: usize,
+    out: &std::sync::Mutex<std::io::Stdout>,
+) where
+    C: LeaseConnection + R2D2Connection + ClaimConnection<ImportJob>,
+    for<'a> diesel::dsl::Filter<
+        diesel::dsl::Select<importjobs::table, diesel::dsl::CountStar>,
+        diesel::dsl::Eq<importjobs::statuscode, &'a str>,
+    >: diesel::query_dsl::LoadQuery<'a, C, i64>,
+{
+    let mut conn = pool.get().expect("pooled connection");
+    loop {
+        let rows = ImportJob::claim_batch(&mut conn, batch).expect("claim");
+        let mut lines = String::new();
+        for r in &rows {
+            lines.push_str(&format!("claimed {}\n", r.id));
+        }
+        if rows.len() > batch {
+            lines.push_str(&format!("overfull {}\n", rows.len()));
+        }
+        if rows.is_empty() {
+            let ready: i64 = importjobs::table
+                .select(diesel::dsl::count_star())
+                .filter(importjobs::statuscode.eq("JOBEXTRACTED"))
+                .get_result(&mut *conn)
+                .expect("count");
+            lines.push_str(&format!("empty {ready}\n"));
+        }
+        let mut o = out.lock().expect("stdout lock");
+        o.write_all(lines.as_bytes()).expect("write");
+        o.flush().expect("flush");
+        if rows.is_empty() {
+            return;
+        }
+    }
+}

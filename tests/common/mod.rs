@@ -262,20 +262,29 @@ pub fn worker_bin(name: &str) -> &'static str {
 ///     fn claims_in_order(db: &TestDb<B>) { let mut conn = db.conn(); /* … */ }
 /// }
 /// ```
+///
+/// `fixtures: crate::path::to::other_suite_file;` before `tests:` imports that file's
+/// `backend_suite!` items for the same backend as `fixtures` (shared seeding helpers).
 #[macro_export]
 macro_rules! backend_suite {
-    (tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
-        $crate::backend_suite!(@one "postgres", postgres, $crate::common::Postgres, [$($t),*], $($body)*);
-        $crate::backend_suite!(@one "sqlite", sqlite, $crate::common::Sqlite, [$($t),*], $($body)*);
-        $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, [$($t),*], $($body)*);
+    (fixtures: $fx:path; tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
+        $crate::backend_suite!(@one "postgres", postgres, $crate::common::Postgres, {use $fx as fx; use fx::postgres::cases as fixtures;}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "sqlite", sqlite, $crate::common::Sqlite, {use $fx as fx; use fx::sqlite::cases as fixtures;}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, {use $fx as fx; use fx::mysql::cases as fixtures;}, [$($t),*], $($body)*);
     };
-    (@one $feature:literal, $m:ident, $ty:ty, [$($t:ident),*], $($body:item)*) => {
+    (tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
+        $crate::backend_suite!(@one "postgres", postgres, $crate::common::Postgres, {}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "sqlite", sqlite, $crate::common::Sqlite, {}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, {}, [$($t),*], $($body)*);
+    };
+    (@one $feature:literal, $m:ident, $ty:ty, {$($fx:item)*}, [$($t:ident),*], $($body:item)*) => {
         #[cfg(feature = $feature)]
-        mod $m {
+        pub(crate) mod $m {
             /// The test bodies, compiled for this backend.
-            mod cases {
+            pub(crate) mod cases {
                 #[allow(unused_imports)]
                 use super::super::*;
+                $(#[allow(unused_imports)] $fx)*
                 #[allow(dead_code)]
                 pub(crate) type B = $ty;
                 $($body)*
