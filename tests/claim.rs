@@ -2,3 +2,5 @@
 
 pub(crate) mod basics;
 mod contention;
+mod guards;
+mod locking;

@@ -389,14 +389,14 @@ fn expand_insert_once(model: &Model, returning: Option<&syn::Path>) -> TokenStre
             /// Inserts this row unless a unique constraint already holds an equal one:
             /// `Inserted` (with the row where the backend returns it) or `AlreadyExists`. A
             /// duplicate never aborts the caller's transaction.
-            pub fn insert_once<'a, C>(
-                &'a self,
+            pub fn insert_once<C>(
+                self,
                 conn: &mut C,
             ) -> ::diesel::QueryResult<::diesel_lease::InsertOutcome<#output>>
             where
                 C: ::diesel_lease::BorrowConnection,
                 <C as ::diesel_lease::BorrowConnection>::Conn:
-                    ::diesel_lease::guard::InsertOnceConnection<#table::table, &'a Self, #mode>,
+                    ::diesel_lease::guard::InsertOnceConnection<#table::table, Self, #mode>,
                 #mode: ::diesel_lease::guard::InsertReturning<
                     <<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend,
                     Output = #output,

@@ -1,0 +1,137 @@
+//! Seed 002: at-most-once guards (`claim_if_null`) and unique follow-up inserts (`insert_once`).
+
+use std::sync::{Barrier, Mutex};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel_lease::{db_now, InsertOutcome, LeaseConnection};
+
+use crate::common::TestDb;
+use crate::models::schema::{action, mailing, notification};
+use crate::models::*;
+
+backend_suite! {
+    tests: [
+        claim_if_null_has_exactly_one_winner_among_16,
+        claim_if_null_on_a_composite_key_with_a_value,
+        insert_once_inserts_once_among_16_and_keeps_transactions_usable,
+        insert_once_still_reports_other_errors,
+    ];
+
+    fn guard_tables(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = GUARD_DDL;
+        db.ddl(pg, sqlite, mysql);
+    }
+
+    /// 16 concurrent callers race to notify the same action: exactly one wins. A later call,
+    /// whose update would change nothing, also reports that it lost.
+    pub(crate) fn claim_if_null_has_exactly_one_winner_among_16(db: &TestDb<B>) {
+        guard_tables(db);
+        let mut conn = db.conn();
+        diesel::insert_into(action::table).values(action::id.eq(7)).execute(&mut conn).unwrap();
+        let barrier = Barrier::new(16);
+        let wins = Mutex::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..16 {
+                let (barrier, wins) = (&barrier, &wins);
+                s.spawn(move || {
+                    let mut conn = db.conn();
+                    barrier.wait();
+                    if Action::claim_if_null_by_pk(&mut conn, 7, db_now).unwrap() {
+                        *wins.lock().unwrap() += 1;
+                    }
+                });
+            }
+        });
+        assert_eq!(wins.into_inner().unwrap(), 1);
+        let row: Action = action::table.find(7).select(Action::as_select()).first(&mut conn).unwrap();
+        assert!(row.notified.is_some());
+        assert!(!row.claim_if_null(&mut conn, db_now).unwrap(), "a set guard was claimed again");
+        assert!(!Action::claim_if_null_by_pk(&mut conn, 8, db_now).unwrap(), "a missing row was claimed");
+    }
+
+    pub(crate) fn claim_if_null_on_a_composite_key_with_a_value(db: &TestDb<B>) {
+        guard_tables(db);
+        let mut conn = db.conn();
+        diesel::insert_into(mailing::table)
+            .values(&vec![
+                (mailing::campaign_id.eq(1), mailing::user_id.eq(10i64)),
+                (mailing::campaign_id.eq(1), mailing::user_id.eq(11i64)),
+            ])
+            .execute(&mut conn)
+            .unwrap();
+        assert!(Mailing::claim_if_null_by_pk(&mut conn, (1, 10), "worker-a").unwrap());
+        // The same value again: the update would be a no-op, and it must still report "lost".
+        assert!(!Mailing::claim_if_null_by_pk(&mut conn, (1, 10), "worker-a").unwrap());
+        assert!(!Mailing::claim_if_null_by_pk(&mut conn, (1, 10), "worker-b").unwrap());
+        let other: Mailing = mailing::table.find((1, 11i64)).select(Mailing::as_select()).first(&mut conn).unwrap();
+        assert_eq!(other.sent_by, None, "the guard touched another row of the composite key");
+        assert!(other.claim_if_null(&mut conn, "worker-b").unwrap());
+    }
+
+    /// 16 callers, each inside its own transaction, insert the follow-up of notification 1:
+    /// exactly one inserts; every other caller gets `AlreadyExists`, and each of the 16
+    /// transactions can go on and commit more work.
+    pub(crate) fn insert_once_inserts_once_among_16_and_keeps_transactions_usable(db: &TestDb<B>) {
+        guard_tables(db);
+        let barrier = Barrier::new(16);
+        let outcomes = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for worker in 0..16i64 {
+                let (barrier, outcomes) = (&barrier, &outcomes);
+                s.spawn(move || {
+                    let mut conn = db.conn();
+                    barrier.wait();
+                    let outcome = conn
+                        .transaction::<_, DieselError, _>(|conn| {
+                            let next = NewNotification {
+                                id: 100 + worker,
+                                user_id: 5,
+                                previous_notification: 1,
+                                body: format!("follow-up by {worker}"),
+                            };
+                            let outcome = next.insert_once(conn)?;
+                            // The transaction must still be usable after a duplicate.
+                            diesel::insert_into(action::table).values(action::id.eq(worker)).execute(conn)?;
+                            Ok(outcome)
+                        })
+                        .unwrap();
+                    outcomes.lock().unwrap().push(outcome);
+                });
+            }
+        });
+        let outcomes = outcomes.into_inner().unwrap();
+        let inserted: Vec<_> = outcomes.iter().filter(|o| o.inserted()).collect();
+        assert_eq!(inserted.len(), 1, "{outcomes:?}");
+        assert_eq!(outcomes.iter().filter(|o| **o == InsertOutcome::AlreadyExists).count(), 15);
+        let mut conn = db.conn();
+        let stored: Notification = notification::table.select(Notification::as_select()).first(&mut conn).unwrap();
+        match inserted[0] {
+            InsertOutcome::Inserted(Some(row)) => assert_eq!(row, &stored),
+            InsertOutcome::Inserted(None) => {
+                assert_eq!(<B as crate::common::TestBackend>::KIND, diesel_lease::BackendKind::Mysql, "only MySQL cannot return the row")
+            }
+            InsertOutcome::AlreadyExists => unreachable!(),
+        }
+        let committed: i64 = action::table.count().get_result(&mut conn).unwrap();
+        assert_eq!(committed, 16, "a transaction was poisoned by the duplicate");
+        let rows: i64 = notification::table.count().get_result(&mut conn).unwrap();
+        assert_eq!(rows, 1);
+    }
+
+    pub(crate) fn insert_once_still_reports_other_errors(db: &TestDb<B>) {
+        guard_tables(db);
+        let mut conn = db.conn();
+        conn.batch_execute("DROP TABLE notification").unwrap();
+        let next = NewNotification { id: 1, user_id: 1, previous_notification: 1, body: "x".into() };
+        let err = next.clone().insert_once(&mut conn).unwrap_err();
+        assert!(
+            !matches!(err, DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)),
+            "{err:?}"
+        );
+        // And within a transaction the error propagates (nothing is swallowed).
+        let r = conn.write_transaction(|c| next.clone().insert_once(c));
+        assert!(r.is_err());
+    }
+}
