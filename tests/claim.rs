@@ -3,4 +3,5 @@
 pub(crate) mod basics;
 mod contention;
 mod guards;
+mod jobs;
 mod locking;

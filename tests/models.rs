@@ -29,6 +29,16 @@ pub mod schema {
         }
     }
 
+    // Seed 000: `job_status`, exactly as the seed defines it.
+    diesel::table! {
+        job_status (job_id) {
+            job_id -> Text,
+            running_at -> Nullable<Text>,
+            last_run_started -> Nullable<Timestamp>,
+            next_run -> Nullable<Timestamp>,
+        }
+    }
+
     // Seed 002: `action.notified`, set at most once.
     diesel::table! {
         action (id) {
@@ -81,6 +91,17 @@ pub struct ImportJob {
     pub claimed_at: Option<NaiveDateTime>,
     pub attempts: i32,
     pub payload: String,
+}
+
+/// Seed 000: one node of the farm runs each occurrence of a scheduled job.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = job_status, primary_key(job_id))]
+#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
+pub struct JobStatus {
+    pub job_id: String,
+    pub running_at: Option<String>,
+    pub last_run_started: Option<NaiveDateTime>,
+    pub next_run: Option<NaiveDateTime>,
 }
 
 /// Seed 004: `findFirstByProcessedIsFalse` with a pessimistic, skip-locked lock.
@@ -164,4 +185,13 @@ pub const GUARD_DDL: (&str, &str, &str) = (
     "CREATE TABLE action (id BIGINT PRIMARY KEY, notified DATETIME(6) NULL); \
      CREATE TABLE mailing (campaign_id INT NOT NULL, user_id BIGINT NOT NULL, sent_by VARCHAR(255), PRIMARY KEY (campaign_id, user_id)); \
      CREATE TABLE notification (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
+);
+
+pub const JOB_STATUS_DDL: (&str, &str, &str) = (
+    "CREATE TABLE job_status (job_id VARCHAR(254) NOT NULL, running_at VARCHAR(254) NULL, \
+       last_run_started TIMESTAMP NULL, next_run TIMESTAMP NULL, PRIMARY KEY (job_id));",
+    "CREATE TABLE job_status (job_id VARCHAR(254) NOT NULL, running_at VARCHAR(254) NULL, \
+       last_run_started DATETIME NULL, next_run DATETIME NULL, PRIMARY KEY (job_id));",
+    "CREATE TABLE job_status (job_id VARCHAR(254) NOT NULL, running_at VARCHAR(254) NULL, \
+       last_run_started DATETIME(6) NULL, next_run DATETIME(6) NULL, PRIMARY KEY (job_id));",
 );

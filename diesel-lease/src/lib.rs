@@ -1,6 +1,9 @@
 #![doc = "diesel-lease"]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The derive expands to `::diesel_lease::…` paths; this lets the crate's own tests use it.
+extern crate self as diesel_lease;
+
 #[cfg(not(any(feature = "postgres", feature = "sqlite", feature = "mysql")))]
 compile_error!(
     "diesel-lease needs at least one backend feature: enable `postgres`, `sqlite` or `mysql` \
@@ -15,6 +18,7 @@ pub mod claim;
 pub mod clock;
 mod error;
 pub mod guard;
+pub mod job;
 pub mod lease;
 pub mod pool;
 pub mod scheduler;

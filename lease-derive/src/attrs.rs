@@ -36,6 +36,18 @@ pub(crate) const ORDER_BY: &str = "order_by";
 pub(crate) const GUARD: &str = "guard";
 pub(crate) const INSERT_ONCE: &str = "insert_once";
 pub(crate) const RETURNING: &str = "returning";
+pub(crate) const JOB: &str = "job";
+pub(crate) const HOLDER: &str = "holder";
+pub(crate) const STARTED_AT: &str = "started_at";
+pub(crate) const NEXT_RUN: &str = "next_run";
+
+/// `job(holder = …, started_at = …, next_run = …)`: seed 000's lease columns.
+#[derive(Clone)]
+pub(crate) struct JobAttrs {
+    pub(crate) holder: Option<Ident>,
+    pub(crate) started_at: Option<Ident>,
+    pub(crate) next_run: Option<Ident>,
+}
 
 /// A value with the span of the key that set it, for errors that point at the attribute.
 #[derive(Clone)]
@@ -69,6 +81,7 @@ pub(crate) struct ClaimableAttrs {
     pub(crate) guard: Option<Spanned<Ident>>,
     /// `insert_once`, optionally `insert_once(returning = Model)`.
     pub(crate) insert_once: Option<Spanned<Option<Path>>>,
+    pub(crate) job: Option<Spanned<JobAttrs>>,
 }
 
 /// Collects errors so that every mistake is reported at once (serde's `Ctxt`).
@@ -117,6 +130,7 @@ fn format_help(key: &str) -> &'static str {
         TIMEOUT_MS => "#[claimable(timeout_ms = 1500)]",
         ORDER_BY => "#[claimable(order_by(priority desc, id))]",
         GUARD => "#[claimable(guard = notified)]",
+        JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
         _ => "#[claimable(insert_once)] or #[claimable(insert_once(returning = Model))]",
     }
 }
@@ -281,6 +295,45 @@ impl ClaimableAttrs {
                     })?;
                 }
                 set(&mut self.insert_once, key, returning)
+            }
+            JOB => {
+                let mut job = JobAttrs {
+                    holder: None,
+                    started_at: None,
+                    next_run: None,
+                };
+                meta.parse_nested_meta(|inner| {
+                    let slot = if inner.path.is_ident(HOLDER) {
+                        &mut job.holder
+                    } else if inner.path.is_ident(STARTED_AT) {
+                        &mut job.started_at
+                    } else if inner.path.is_ident(NEXT_RUN) {
+                        &mut job.next_run
+                    } else {
+                        return Err(inner.error(format!(
+                            "unknown `job` option, expected one of `holder`, `started_at`, `next_run`\nhelp: the correct format looks like `{}`",
+                            format_help(JOB)
+                        )));
+                    };
+                    if slot.is_some() {
+                        return Err(inner.error("duplicate `job` option\nhelp: give each option once"));
+                    }
+                    *slot = Some(inner.value()?.parse::<Ident>()?);
+                    Ok(())
+                })
+                .map_err(|e| with_help(meta, name, e))?;
+                for (what, present) in [
+                    (HOLDER, job.holder.is_some()),
+                    (STARTED_AT, job.started_at.is_some()),
+                ] {
+                    if !present {
+                        return Err(syn::Error::new(
+                            key.span(),
+                            format!("`job(...)` needs `{what}`\nhelp: the correct format looks like `{}`", format_help(JOB)),
+                        ));
+                    }
+                }
+                set(&mut self.job, key, job)
             }
             _ => Err(syn::Error::new(key.span(), unknown_key_message(&meta.path))),
         }

@@ -14,6 +14,7 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
         .insert_once
         .as_ref()
         .map(|r| expand_insert_once(model, r.as_ref()));
+    let job = model.job.as_ref().map(|j| expand_job(model, j));
     quote! {
         #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
         const _: () = {
@@ -21,6 +22,7 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
             #claim
             #guard
             #insert_once
+            #job
         };
     }
 }
@@ -403,6 +405,85 @@ fn expand_insert_once(model: &Model, returning: Option<&syn::Path>) -> TokenStre
                 >,
             {
                 ::diesel_lease::guard::insert_once::<#mode, _, _, C>(conn, #table::table, self)
+            }
+        }
+    }
+}
+
+fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let (Some(holder), Some(started_at)) = (&job.holder, &job.started_at) else {
+        return quote!();
+    };
+    let name_of = |col: &syn::Ident| {
+        let col = column(model, col);
+        quote!(<#col as ::diesel::Column>::NAME)
+    };
+    let (holder_name, started_name) = (name_of(holder), name_of(started_at));
+    let next_run_name = option(job.next_run.as_ref().map(name_of));
+    let mut checks = vec![
+        type_check(
+            model,
+            holder,
+            quote!(::diesel_lease::__private::NullableColumn),
+        ),
+        type_check(model, holder, quote!(::diesel_lease::__private::TextColumn)),
+        type_check(
+            model,
+            started_at,
+            quote!(::diesel_lease::clock::TimestampType),
+        ),
+        type_check(
+            model,
+            started_at,
+            quote!(::diesel_lease::__private::NullableColumn),
+        ),
+    ];
+    if let Some(next) = &job.next_run {
+        checks.push(type_check(
+            model,
+            next,
+            quote!(::diesel_lease::clock::TimestampType),
+        ));
+    }
+    let conn_bound = quote!(
+        C: ::diesel_lease::BorrowConnection,
+        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::job::JobConnection<Self>,
+    );
+    quote! {
+        #(#checks)*
+
+        #[automatically_derived]
+        impl #impl_g ::diesel_lease::job::JobLease for #name #ty_g #where_g {
+            const HOLDER: &'static str = #holder_name;
+            const STARTED_AT: &'static str = #started_name;
+            const NEXT_RUN: ::core::option::Option<&'static str> = #next_run_name;
+        }
+
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner
+            /// has been silent past the timeout, database clock): `true` for exactly one node.
+            pub fn try_start_run<C>(
+                conn: &mut C,
+                pk: <Self as ::diesel_lease::claim::Keyed>::Pk,
+                options: &::diesel_lease::job::JobRunOptions,
+            ) -> ::diesel::QueryResult<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::job::try_start_run::<Self, C>(conn, pk, options)
+            }
+
+            /// Ends this node's run of job `pk` if it still holds it; `false` when it was taken over.
+            pub fn finish_run<C>(
+                conn: &mut C,
+                pk: <Self as ::diesel_lease::claim::Keyed>::Pk,
+                options: &::diesel_lease::job::JobRunOptions,
+            ) -> ::diesel::QueryResult<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::job::finish_run::<Self, C>(conn, pk, options)
             }
         }
     }

@@ -39,6 +39,7 @@ pub(crate) struct Model {
     pub(crate) claim: Option<Claim>,
     pub(crate) guard: Option<Ident>,
     pub(crate) insert_once: Option<Option<Path>>,
+    pub(crate) job: Option<attrs::JobAttrs>,
 }
 
 impl Model {
@@ -101,15 +102,17 @@ impl Model {
         let claim = claim_settings(&claimable, &find, &mut errors);
         let guard = claimable.guard.as_ref().map(|g| g.value.clone());
         let insert_once = claimable.insert_once.as_ref().map(|i| i.value.clone());
+        let job = claimable.job.as_ref().map(|j| j.value.clone());
         if seen_claimable
             && claim.is_none()
             && guard.is_none()
             && insert_once.is_none()
+            && job.is_none()
             && claimable.state.is_none()
         {
             errors.push(syn::Error::new(
                 input.ident.span(),
-                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null) or `insert_once`",
+                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null), `insert_once` or `job(…)` (seed 000 job leases)",
             ));
         }
         errors.finish()?;
@@ -121,6 +124,7 @@ impl Model {
             claim,
             guard,
             insert_once,
+            job,
         })
     }
 }

@@ -1,0 +1,230 @@
+//! Seed 000's farm job lease on the user's own `job_status` table.
+//!
+//! ```sql
+//! UPDATE job_status
+//!    SET running_at = <holder>, last_run_started = <db now>, next_run = <db now + interval>
+//!  WHERE job_id = <job>
+//!    AND ((running_at IS NULL AND (next_run IS NULL OR next_run <= <db now>))
+//!      OR (running_at IS NOT NULL AND last_run_started <= <db now - timeout>))
+//! ```
+//!
+//! One row per job; whoever's update changes the row runs this occurrence. A node that dies while
+//! running leaves `running_at` set; after `timeout` (database clock) another node takes over.
+//! Differences from the seed, each a fix: a `NULL` `next_run` (a freshly inserted job row) counts
+//! as due; the release is owner-checked (`… AND running_at = <holder>`), so a node whose run was
+//! taken over cannot release the new holder's run; times come from the database clock only.
+
+use diesel::backend::Backend;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sql_types::{Nullable, Timestamp};
+use diesel::QueryResult;
+
+use crate::claim::{Keyed, LeaseBackend};
+use crate::clock::{DbNow, DbNowOffset};
+use crate::{BorrowConnection, LeaseConnection, OwnerId, Ttl};
+
+/// A model with seed 000's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
+pub trait JobLease: Keyed {
+    /// The holder column (nullable text): who runs the job now; `NULL` when nobody does.
+    const HOLDER: &'static str;
+    /// When the current run started (nullable timestamp).
+    const STARTED_AT: &'static str;
+    /// When the job is next due (nullable timestamp), if the model schedules runs.
+    const NEXT_RUN: Option<&'static str>;
+}
+
+/// How a node takes a job run: who it is, when a run counts as dead, and when the job is next due.
+#[derive(Debug, Clone)]
+pub struct JobRunOptions {
+    holder: OwnerId,
+    timeout: Ttl,
+    interval: Option<Ttl>,
+}
+
+impl JobRunOptions {
+    /// A run older than `timeout` (database clock) is considered dead and may be taken over.
+    ///
+    /// A zero timeout is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    pub fn new(timeout: std::time::Duration) -> crate::Result<Self> {
+        Ok(JobRunOptions {
+            holder: OwnerId::process_default().clone(),
+            timeout: Ttl::new("job run timeout", timeout)?,
+            interval: None,
+        })
+    }
+
+    /// After a run starts, the job is next due `interval` later (`next_run = now + interval`).
+    pub fn every(mut self, interval: std::time::Duration) -> crate::Result<Self> {
+        self.interval = Some(Ttl::new("job interval", interval)?);
+        Ok(self)
+    }
+
+    /// Runs as `holder` instead of the process default identity.
+    pub fn holder(mut self, holder: OwnerId) -> Self {
+        self.holder = holder;
+        self
+    }
+
+    /// The identity stored in the holder column.
+    pub fn holder_id(&self) -> &OwnerId {
+        &self.holder
+    }
+}
+
+#[doc(hidden)]
+#[allow(missing_debug_implementations)]
+pub struct StartRunStmt<M: JobLease> {
+    table: M::Table,
+    pk: M::PkFilter,
+    holder: String,
+    now: DbNow<Nullable<Timestamp>>,
+    dead_before: DbNowOffset<Nullable<Timestamp>>,
+    next_run: Option<DbNowOffset<Nullable<Timestamp>>>,
+}
+
+impl<M: JobLease> QueryId for StartRunStmt<M> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<M, DB> QueryFragment<DB> for StartRunStmt<M>
+where
+    M: JobLease,
+    M::Table: QueryFragment<DB>,
+    M::PkFilter: QueryFragment<DB>,
+    DB: LeaseBackend,
+    DbNow<Nullable<Timestamp>>: QueryFragment<DB>,
+    DbNowOffset<Nullable<Timestamp>>: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        out.push_identifier(M::HOLDER)?;
+        out.push_sql(" = ");
+        DB::bind_str(&mut out, &self.holder)?;
+        out.push_sql(", ");
+        out.push_identifier(M::STARTED_AT)?;
+        out.push_sql(" = ");
+        self.now.walk_ast(out.reborrow())?;
+        if let (Some(col), Some(next)) = (M::NEXT_RUN, &self.next_run) {
+            out.push_sql(", ");
+            out.push_identifier(col)?;
+            out.push_sql(" = ");
+            next.walk_ast(out.reborrow())?;
+        }
+        out.push_sql(" WHERE ");
+        self.pk.walk_ast(out.reborrow())?;
+        out.push_sql(" AND ((");
+        out.push_identifier(M::HOLDER)?;
+        out.push_sql(" IS NULL");
+        if let Some(col) = M::NEXT_RUN {
+            out.push_sql(" AND (");
+            out.push_identifier(col)?;
+            out.push_sql(" IS NULL OR ");
+            out.push_identifier(col)?;
+            out.push_sql(" <= ");
+            self.now.walk_ast(out.reborrow())?;
+            out.push_sql(")");
+        }
+        out.push_sql(") OR (");
+        out.push_identifier(M::HOLDER)?;
+        out.push_sql(" IS NOT NULL AND ");
+        out.push_identifier(M::STARTED_AT)?;
+        out.push_sql(" <= ");
+        self.dead_before.walk_ast(out.reborrow())?;
+        out.push_sql("))");
+        Ok(())
+    }
+}
+
+#[doc(hidden)]
+#[allow(missing_debug_implementations)]
+pub struct FinishRunStmt<M: JobLease> {
+    table: M::Table,
+    pk: M::PkFilter,
+    holder: String,
+}
+
+impl<M: JobLease> QueryId for FinishRunStmt<M> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<M, DB> QueryFragment<DB> for FinishRunStmt<M>
+where
+    M: JobLease,
+    M::Table: QueryFragment<DB>,
+    M::PkFilter: QueryFragment<DB>,
+    DB: LeaseBackend,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        out.push_identifier(M::HOLDER)?;
+        out.push_sql(" = NULL WHERE ");
+        self.pk.walk_ast(out.reborrow())?;
+        out.push_sql(" AND ");
+        out.push_identifier(M::HOLDER)?;
+        out.push_sql(" = ");
+        DB::bind_str(&mut out, &self.holder)
+    }
+}
+
+/// The bounds under which a connection can run model `M`'s job lease; you never implement it.
+pub trait JobConnection<M: JobLease>: LeaseConnection {
+    #[doc(hidden)]
+    fn start_run(&mut self, stmt: StartRunStmt<M>) -> QueryResult<bool>;
+    #[doc(hidden)]
+    fn finish_run(&mut self, stmt: FinishRunStmt<M>) -> QueryResult<bool>;
+}
+
+impl<M, C> JobConnection<M> for C
+where
+    M: JobLease,
+    C: LeaseConnection,
+    StartRunStmt<M>: QueryFragment<C::Backend>,
+    FinishRunStmt<M>: QueryFragment<C::Backend>,
+    C::Backend: Backend,
+{
+    fn start_run(&mut self, stmt: StartRunStmt<M>) -> QueryResult<bool> {
+        Ok(self.execute_returning_count(&stmt)? == 1)
+    }
+    fn finish_run(&mut self, stmt: FinishRunStmt<M>) -> QueryResult<bool> {
+        Ok(self.execute_returning_count(&stmt)? == 1)
+    }
+}
+
+/// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner is dead):
+/// `true` for exactly one node. What the generated `Model::try_start_run` calls.
+pub fn try_start_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> QueryResult<bool>
+where
+    M: JobLease,
+    C: BorrowConnection,
+    C::Conn: JobConnection<M>,
+{
+    conn.borrow_connection().start_run(StartRunStmt {
+        table: M::Table::default(),
+        pk: M::pk_filter(pk),
+        holder: options.holder.as_str().to_owned(),
+        now: DbNow::new(),
+        dead_before: DbNowOffset::ago(options.timeout.as_micros()),
+        next_run: options.interval.map(|i| DbNowOffset::new(i.as_micros())),
+    })
+}
+
+/// Ends this node's run of job `pk` (`running_at = NULL`), only if this node still holds it;
+/// `false` when the run was taken over (or already finished).
+pub fn finish_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> QueryResult<bool>
+where
+    M: JobLease,
+    C: BorrowConnection,
+    C::Conn: JobConnection<M>,
+{
+    conn.borrow_connection().finish_run(FinishRunStmt {
+        table: M::Table::default(),
+        pk: M::pk_filter(pk),
+        holder: options.holder.as_str().to_owned(),
+    })
+}

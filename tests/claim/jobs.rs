@@ -1,0 +1,95 @@
+//! Seed 000: a farm's scheduled job, leased on the user's own `job_status` table.
+
+use std::sync::{Barrier, Mutex};
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel_lease::job::JobRunOptions;
+use diesel_lease::OwnerId;
+
+use crate::common::TestDb;
+use crate::models::schema::job_status;
+use crate::models::*;
+
+fn node(name: &str, timeout: Duration) -> JobRunOptions {
+    JobRunOptions::new(timeout)
+        .unwrap()
+        .holder(OwnerId::new(name).unwrap())
+}
+
+backend_suite! {
+    tests: [
+        one_node_of_many_runs_each_occurrence,
+        a_dead_nodes_run_is_taken_over_after_the_timeout,
+        next_run_keeps_the_job_idle_until_due,
+    ];
+
+    fn job_table(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = JOB_STATUS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        // The seed pre-inserts one row per job with only job_id set.
+        diesel::insert_into(job_status::table)
+            .values(job_status::job_id.eq("stock-prices"))
+            .execute(&mut db.conn())
+            .unwrap();
+    }
+
+    pub(crate) fn one_node_of_many_runs_each_occurrence(db: &TestDb<B>) {
+        job_table(db);
+        let barrier = Barrier::new(8);
+        let winners = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for n in 0..8 {
+                let (barrier, winners) = (&barrier, &winners);
+                s.spawn(move || {
+                    let mut conn = db.conn();
+                    let me = node(&format!("node-{n}"), Duration::from_secs(60));
+                    barrier.wait();
+                    if JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap() {
+                        winners.lock().unwrap().push(n);
+                    }
+                });
+            }
+        });
+        let winners = winners.into_inner().unwrap();
+        assert_eq!(winners.len(), 1, "{winners:?}");
+        let mut conn = db.conn();
+        let row: JobStatus = job_status::table.find("stock-prices").select(JobStatus::as_select()).first(&mut conn).unwrap();
+        let holder = format!("node-{}", winners[0]);
+        assert_eq!(row.running_at.as_deref(), Some(holder.as_str()));
+        assert!(row.last_run_started.is_some());
+        // Someone else cannot release it; the holder can; then it can run again.
+        let other = node("node-x", Duration::from_secs(60));
+        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &other).unwrap());
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &node(&holder, Duration::from_secs(60))).unwrap());
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &other).unwrap());
+    }
+
+    pub(crate) fn a_dead_nodes_run_is_taken_over_after_the_timeout(db: &TestDb<B>) {
+        job_table(db);
+        let mut conn = db.conn();
+        let timeout = Duration::from_secs(1);
+        let dead = node("dead-node", timeout);
+        let alive = node("alive-node", timeout);
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &dead).unwrap());
+        assert!(!JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap(), "taken over before the timeout");
+        std::thread::sleep(timeout + Duration::from_millis(300));
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap(), "not taken over after the timeout");
+        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &dead).unwrap(), "the dead node released the new run");
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &alive).unwrap());
+    }
+
+    pub(crate) fn next_run_keeps_the_job_idle_until_due(db: &TestDb<B>) {
+        job_table(db);
+        let mut conn = db.conn();
+        let interval = Duration::from_millis(1500);
+        let a = node("node-a", Duration::from_secs(60)).every(interval).unwrap();
+        let b = node("node-b", Duration::from_secs(60)).every(interval).unwrap();
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &a).unwrap());
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &a).unwrap());
+        assert!(!JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap(), "ran again before next_run");
+        std::thread::sleep(interval + Duration::from_millis(300));
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap(), "did not run once due");
+        assert!(JobRunOptions::new(Duration::ZERO).is_err());
+    }
+}
