@@ -440,3 +440,6 @@ where
         clear_owner: to == Finish::Ready,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! The claim statements' SQL, pinned: one statement per claim on PostgreSQL and SQLite, every
+//! value a bind parameter, identifiers only from the schema.
+
+use std::marker::PhantomData;
+
+use diesel::prelude::*;
+
+use super::sql::{ClaimParts, ClaimStmt, FinishStmt, PickStmt};
+use super::Claimable;
+use crate::claim::Keyed;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+        owner -> Nullable<Text>,
+        claimed_at -> Nullable<Timestamp>,
+        attempts -> Integer,
+    }
+}
+
+#[derive(Queryable, Selectable, crate::Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(
+    state = status,
+    ready("new", "retry"),
+    claimed = "running",
+    done = "done",
+    failed = "failed",
+    owner = owner,
+    claimed_at = claimed_at,
+    attempts = attempts,
+    timeout_secs = 5,
+    max_attempts = 3
+)]
+#[allow(dead_code)]
+struct Job {
+    id: i64,
+    status: String,
+    owner: Option<String>,
+    claimed_at: Option<chrono::NaiveDateTime>,
+    attempts: i32,
+}
+
+const HOSTILE_OWNER: &str = "o'; DROP TABLE jobs; --";
+
+fn parts() -> ClaimParts<Job> {
+    ClaimParts::new(HOSTILE_OWNER, Job::CLAIM_TIMEOUT_MICROS)
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_claim_is_one_cte_statement_with_binds() {
+    use diesel::pg::Pg;
+    let parts = parts();
+    let stmt = ClaimStmt::<Job, Pg> {
+        select: Job::as_select(),
+        parts: &parts,
+        limit: 10,
+        filter: None,
+        _db: PhantomData,
+    };
+    let sql = diesel::debug_query::<Pg, _>(&stmt).to_string();
+    let (text, binds) = sql.split_once(" -- binds: ").unwrap();
+    assert_eq!(
+        text,
+        "WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ($1, $2) OR (\"status\" = $3 \
+         AND \"claimed_at\" < (statement_timestamp() + $4 * INTERVAL '1 microsecond') AND \"attempts\" < $5)) \
+         ORDER BY \"id\" ASC LIMIT $6 FOR UPDATE SKIP LOCKED) \
+         UPDATE \"jobs\" SET \"status\" = $7, \"owner\" = $8, \"claimed_at\" = statement_timestamp(), \
+         \"attempts\" = \"attempts\" + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
+         RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\""
+    );
+    assert!(!text.contains("DROP TABLE"), "user data reached the SQL text");
+    assert_eq!(
+        binds,
+        format!("[\"new\", \"retry\", \"running\", -5000000, 3, 10, \"running\", \"{HOSTILE_OWNER}\"]")
+    );
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_claim_is_one_update_returning() {
+    use diesel::sqlite::Sqlite;
+    let parts = parts();
+    let stmt = ClaimStmt::<Job, Sqlite> {
+        select: Job::as_select(),
+        parts: &parts,
+        limit: 1,
+        filter: None,
+        _db: PhantomData,
+    };
+    let sql = diesel::debug_query::<Sqlite, _>(&stmt).to_string();
+    let (text, _) = sql.split_once(" -- binds: ").unwrap();
+    assert!(text.starts_with("UPDATE `jobs` SET `status` = ?, `owner` = ?, `claimed_at` = strftime("), "{text}");
+    assert!(text.contains("WHERE (`id`) IN (SELECT `id` FROM `jobs` WHERE"), "{text}");
+    assert!(text.contains("ORDER BY `id` ASC LIMIT ?) RETURNING"), "{text}");
+    assert!(!text.contains("DROP TABLE"));
+}
+
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_pick_locks_with_skip_locked() {
+    use diesel::mysql::Mysql;
+    let parts = parts();
+    let stmt = PickStmt::<Job, Mysql> {
+        select: Job::as_select(),
+        parts: &parts,
+        limit: 5,
+        filter: None,
+        lock: true,
+        _db: PhantomData,
+    };
+    let sql = diesel::debug_query::<Mysql, _>(&stmt).to_string();
+    let (text, _) = sql.split_once(" -- binds: ").unwrap();
+    assert!(text.starts_with("SELECT `jobs`.`id`"), "{text}");
+    assert!(text.contains("`claimed_at` < (UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"), "{text}");
+    assert!(text.ends_with("ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"), "{text}");
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn completion_checks_owner_attempt_and_state() {
+    use diesel::pg::Pg;
+    let stmt = FinishStmt::<Job> {
+        table: jobs::table,
+        pk: Job::pk_filter(42),
+        claimed: "running".into(),
+        to: "done".into(),
+        owner: Some(Some("me".into())),
+        attempts: Some(Some(2)),
+        clear_owner: false,
+    };
+    let sql = diesel::debug_query::<Pg, _>(&stmt).to_string();
+    assert_eq!(
+        sql,
+        "UPDATE \"jobs\" SET \"status\" = $1 WHERE (\"jobs\".\"id\" = $2) AND \"status\" = $3 \
+         AND \"owner\" = $4 AND \"attempts\" = $5 -- binds: [\"done\", 42, \"running\", Some(\"me\"), Some(2)]"
+    );
+}
