@@ -30,9 +30,10 @@ pub trait LeaseConnection:
     const MIGRATIONS: EmbeddedMigrations;
 
     /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: a plain
-    /// transaction on PostgreSQL and MySQL, `BEGIN IMMEDIATE` on SQLite (so the write lock is taken
-    /// up front and concurrent writers wait on `busy_timeout` instead of failing with `SQLITE_BUSY`).
-    /// Inside an open transaction it becomes a savepoint.
+    /// transaction on PostgreSQL, `BEGIN IMMEDIATE` on SQLite (so the write lock is taken up front
+    /// and concurrent writers wait on `busy_timeout` instead of failing with `SQLITE_BUSY`), a
+    /// READ COMMITTED transaction on MySQL (no gap locks, so no `SKIP LOCKED` deadlocks). Inside
+    /// an open transaction it becomes a savepoint of the caller's transaction.
     fn write_transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
         F: FnOnce(&mut Self) -> Result<T, E>,
@@ -108,8 +109,28 @@ raw_connection!(
     diesel::MysqlConnection,
     Mysql,
     "migrations/mysql",
-    |c, f| c.transaction(f)
+    |c, f| {
+        mysql_read_committed_next(c)?;
+        c.transaction(f)
+    }
 );
+
+/// Runs the next MySQL transaction at READ COMMITTED.
+///
+/// Coordination statements are locking reads, which see the latest committed rows at any
+/// isolation level; under REPEATABLE READ (InnoDB's default) they also take gap locks, and
+/// `SKIP LOCKED` claims then deadlock on the secondary index they update. Inside the caller's
+/// transaction the level cannot change (error 1568): the caller's level stays and we run as a
+/// savepoint.
+#[cfg(feature = "mysql")]
+fn mysql_read_committed_next(c: &mut diesel::MysqlConnection) -> diesel::QueryResult<()> {
+    use diesel::connection::SimpleConnection;
+    use diesel::result::Error;
+    match c.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED") {
+        Err(Error::DatabaseError(_, info)) if info.message().contains("in progress") => Ok(()),
+        other => other,
+    }
+}
 
 /// Creates or updates diesel-lease's built-in tables (leases, semaphores) on this connection.
 ///

@@ -154,7 +154,21 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
     /// Runs an owner-checked transition; `true` when exactly one row changed.
     #[doc(hidden)]
     fn finish(&mut self, stmt: FinishStmt<M>) -> QueryResult<bool>;
+
+    /// One claim attempt in a write transaction (reap, then claim).
+    #[doc(hidden)]
+    fn claim_in_transaction(
+        &mut self,
+        limit: i64,
+        parts: &ClaimParts<M>,
+        filter: Filter<'_, Self::Backend>,
+    ) -> QueryResult<Vec<M>>;
 }
+
+/// How often a claim is retried after a deadlock rolled it back.
+const MAX_CLAIM_ATTEMPTS: u32 = 5;
+
+static SQLITE_CLAIMERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl<M, C, DB> ClaimConnection<M> for C
 where
@@ -189,12 +203,42 @@ where
             };
             return claim.load(self);
         }
+        // SQLite's lock is not fair: a busy writer sleeps and retries, and under saturation a
+        // sleeper can lose to active writers until its busy_timeout runs out. Queueing this
+        // process's claimers on a mutex leaves one contender per process at the database lock.
+        let _in_process_queue = (Self::KIND == BackendKind::Sqlite).then(|| {
+            SQLITE_CLAIMERS
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+        });
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.claim_in_transaction(limit, &parts, filter) {
+                // A MySQL deadlock (or a serialization failure) rolled the claim back whole:
+                // nothing was claimed, so trying again is safe.
+                Err(diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::SerializationFailure,
+                    _,
+                )) if attempt < MAX_CLAIM_ATTEMPTS => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn claim_in_transaction(
+        &mut self,
+        limit: i64,
+        parts: &ClaimParts<M>,
+        filter: Filter<'_, DB>,
+    ) -> QueryResult<Vec<M>> {
+        let parts = parts;
         self.write_transaction(|conn| {
-            reap_exhausted(conn, &parts)?;
+            reap_exhausted(conn, parts)?;
             if Self::KIND != BackendKind::Mysql {
                 let claim = ClaimStmt {
                     select: M::as_select(),
-                    parts: &parts,
+                    parts,
                     limit,
                     filter,
                     _db: PhantomData,
@@ -204,7 +248,7 @@ where
             // MySQL has no UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
             let pick = PickStmt {
                 select: M::as_select(),
-                parts: &parts,
+                parts,
                 limit,
                 filter,
                 lock: true,
@@ -215,10 +259,7 @@ where
                 return Ok(picked);
             }
             let rows = AnyPk::<M>(picked.iter().map(|r| M::pk_filter(r.pk())).collect());
-            conn.execute_returning_count(&MarkClaimedStmt {
-                parts: &parts,
-                rows: &rows,
-            })?;
+            conn.execute_returning_count(&MarkClaimedStmt { parts, rows: &rows })?;
             ReadBackStmt::<M, DB> {
                 select: M::as_select(),
                 table: parts.table,

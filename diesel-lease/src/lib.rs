@@ -1,4 +1,74 @@
-#![doc = "diesel-lease"]
+//! Coordinate processes through the relational database they already share.
+//!
+//! diesel-lease turns a few well-chosen SQL statements into safe, fast methods on your Diesel
+//! models: no ZooKeeper, no Redis, no RPC. PostgreSQL is the reference backend; SQLite and
+//! MySQL/MariaDB get the strongest correct equivalent of every feature (see the README's support
+//! matrix).
+//!
+//! | you want | use |
+//! |---|---|
+//! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable): `claim_next`, `claim_batch`, `complete` |
+//! | a row kept locked for your transaction, skipping locked ones | `lock_next`, `with_next_locked` |
+//! | a side effect done at most once | `claim_if_null` (`#[claimable(guard = col)]`) |
+//! | a follow-up row inserted once | `insert_once` (`#[claimable(insert_once)]`) |
+//! | one node of a farm running a scheduled job | `try_start_run` (`#[claimable(job(…))]`) |
+//!
+//! # Claim the next row
+//!
+//! Seed 003's import jobs: annotate the model you already have and claim rows. On PostgreSQL a
+//! claim is one statement (`WITH picked AS (SELECT … FOR UPDATE SKIP LOCKED) UPDATE … RETURNING`);
+//! on SQLite one `UPDATE … RETURNING` under the database write lock; on MySQL one short
+//! transaction. Every time (claimed-at, stale cutoffs) comes from the database clock.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_lease::Claimable;
+//!
+//! diesel::table! {
+//!     importjobs (id) {
+//!         id -> BigInt,
+//!         statuscode -> Text,
+//!         worker -> Nullable<Text>,
+//!     }
+//! }
+//!
+//! #[derive(Debug, Queryable, Selectable, Claimable)]
+//! #[diesel(table_name = importjobs)]
+//! #[claimable(state = statuscode, ready = "JOBEXTRACTED", claimed = "EXECUTIONINPROGRESS",
+//!             done = "DONE", owner = worker)]
+//! struct ImportJob {
+//!     id: i64,
+//!     statuscode: String,
+//!     worker: Option<String>,
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let mut conn = diesel::SqliteConnection::establish(dir.path().join("db").to_str().unwrap())?;
+//! # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+//! #     "CREATE TABLE importjobs (id INTEGER PRIMARY KEY, statuscode TEXT NOT NULL, worker TEXT);
+//! #      INSERT INTO importjobs (statuscode) VALUES ('JOBEXTRACTED'), ('JOBEXTRACTED');")?;
+//! while let Some(job) = ImportJob::claim_next(&mut conn)? {
+//!     // … run the import; no other worker has this row …
+//!     assert!(job.complete(&mut conn)?, "still ours");
+//! }
+//! # Ok(()) }
+//! # main().unwrap();
+//! # }
+//! ```
+//!
+//! # Unique follow-up inserts
+//!
+//! Seed 002: with `#[claimable(insert_once)]` on an `Insertable`, `insert_once(conn)` returns
+//! [`InsertOutcome::Inserted`] or [`InsertOutcome::AlreadyExists`]; a duplicate is an ordinary
+//! outcome and never aborts your PostgreSQL transaction (`ON CONFLICT DO NOTHING`).
+//!
+//! # Connections
+//!
+//! Every method takes `&mut conn` where `conn` is a `PgConnection`, `SqliteConnection`,
+//! `MysqlConnection` or an r2d2 pooled one ([`BorrowConnection`]). For SQLite use
+//! [`pool::ConnectionTuning`] (busy timeout + WAL) so concurrent writers wait instead of failing.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The derive expands to `::diesel_lease::…` paths; this lets the crate's own tests use it.

@@ -76,7 +76,7 @@ backend_suite! {
         assert!(failed.is_err());
         let processed: bool = test::table.find(1).select(test::processed).first(&mut conn).unwrap();
         assert!(!processed, "the rolled-back update stuck");
-        let again = conn.write_transaction(|c| Test::lock_next(c)).unwrap().unwrap();
+        let again = conn.write_transaction(Test::lock_next).unwrap().unwrap();
         assert_eq!(again.id, 1, "the row was not available again after rollback");
 
         let done = Test::with_next_locked(&mut conn, |conn, row| {
