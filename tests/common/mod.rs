@@ -206,7 +206,10 @@ fn env_var(backend: &str) -> &'static str {
 pub fn run<B: TestBackend>(test: &str, body: fn(&TestDb<B>)) {
     if let Ok(selected) = std::env::var("DIESEL_LEASE_TEST_BACKENDS") {
         if !selected.split(',').any(|s| s.trim() == B::NAME) {
-            eprintln!("SKIPPED {test} on {}: not in DIESEL_LEASE_TEST_BACKENDS={selected}", B::NAME);
+            eprintln!(
+                "SKIPPED {test} on {}: not in DIESEL_LEASE_TEST_BACKENDS={selected}",
+                B::NAME
+            );
             return;
         }
     }
