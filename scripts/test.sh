@@ -26,8 +26,11 @@
 #    tests run twice, which keeps CI short.
 #    During each pass DIESEL_LEASE_TEST_ISOLATION holds that pass's single level, for tests that
 #    want to know it. PostgreSQL runs at its default (READ COMMITTED) and SQLite is serializable.
+#    Example: DIESEL_LEASE_TEST_ISOLATION=read-committed runs everything once, at that level.
 # 6. Stops both servers and deletes their temp dirs on every exit path (trap), and exits with the
-#    tests' status (the first failing pass's cargo status).
+#    tests' status (the first failing pass's cargo status). Ctrl-C reaches cargo and the script
+#    alike; a SIGTERM sent to the script's pid alone takes effect when the running cargo ends
+#    (bash runs traps between commands), then the servers are stopped as usual.
 #
 # Server start/stop lives in scripts/servers.sh so the benchmarks can reuse it.
 
@@ -167,16 +170,18 @@ SUMMARY=()
 
 FIRST_LEVEL=${ISOLATION_LEVELS[0]}
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
-    section "Full test suite (MySQL at $FIRST_LEVEL)"
+    PASS="full suite (MySQL at $FIRST_LEVEL)"
+    section "$PASS"
     set_mysql_isolation "$FIRST_LEVEL"
 else
-    section "Full test suite (without MySQL)"
+    PASS="full suite (without MySQL)"
+    section "$PASS"
 fi
 pass_start=$(now)
 rc=0
 DIESEL_LEASE_TEST_ISOLATION=$FIRST_LEVEL \
     cargo test --workspace --all-features "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" || rc=$?
-SUMMARY+=("full suite (MySQL at $FIRST_LEVEL): $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+SUMMARY+=("$PASS: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
 [ "$STATUS" -ne 0 ] || STATUS=$rc
 
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
