@@ -71,10 +71,15 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
          \"attempts\" = \"attempts\" + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
          RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\""
     );
-    assert!(!text.contains("DROP TABLE"), "user data reached the SQL text");
+    assert!(
+        !text.contains("DROP TABLE"),
+        "user data reached the SQL text"
+    );
     assert_eq!(
         binds,
-        format!("[\"new\", \"retry\", \"running\", -5000000, 3, 10, \"running\", \"{HOSTILE_OWNER}\"]")
+        format!(
+            "[\"new\", \"retry\", \"running\", -5000000, 3, 10, \"running\", \"{HOSTILE_OWNER}\"]"
+        )
     );
 }
 
@@ -92,9 +97,18 @@ fn sqlite_claim_is_one_update_returning() {
     };
     let sql = diesel::debug_query::<Sqlite, _>(&stmt).to_string();
     let (text, _) = sql.split_once(" -- binds: ").unwrap();
-    assert!(text.starts_with("UPDATE `jobs` SET `status` = ?, `owner` = ?, `claimed_at` = strftime("), "{text}");
-    assert!(text.contains("WHERE (`id`) IN (SELECT `id` FROM `jobs` WHERE"), "{text}");
-    assert!(text.contains("ORDER BY `id` ASC LIMIT ?) RETURNING"), "{text}");
+    assert!(
+        text.starts_with("UPDATE `jobs` SET `status` = ?, `owner` = ?, `claimed_at` = strftime("),
+        "{text}"
+    );
+    assert!(
+        text.contains("WHERE (`id`) IN (SELECT `id` FROM `jobs` WHERE"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ORDER BY `id` ASC LIMIT ?) RETURNING"),
+        "{text}"
+    );
     assert!(!text.contains("DROP TABLE"));
 }
 
@@ -114,8 +128,14 @@ fn mysql_pick_locks_with_skip_locked() {
     let sql = diesel::debug_query::<Mysql, _>(&stmt).to_string();
     let (text, _) = sql.split_once(" -- binds: ").unwrap();
     assert!(text.starts_with("SELECT `jobs`.`id`"), "{text}");
-    assert!(text.contains("`claimed_at` < (UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"), "{text}");
-    assert!(text.ends_with("ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"), "{text}");
+    assert!(
+        text.contains("`claimed_at` < (UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"),
+        "{text}"
+    );
 }
 
 #[cfg(feature = "postgres")]
