@@ -82,9 +82,9 @@ pub trait Claimable: Keyed {
     fn ready_states() -> Vec<Self::StateValue>;
     /// The state a claim moves a row to.
     fn claimed_state() -> Self::StateValue;
-    /// The state [`complete`] moves a row to, if configured.
+    /// The state `complete` moves a row to, if configured.
     fn done_state() -> Option<Self::StateValue>;
-    /// The state [`fail`] (and exhausted rescues) move a row to, if configured.
+    /// The state `fail` (and exhausted rescues) move a row to, if configured.
     fn failed_state() -> Option<Self::StateValue>;
     /// The owner stored in this row (`None` when unmapped or NULL).
     fn owner(&self) -> Option<&str>;

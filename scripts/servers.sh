@@ -1,0 +1,276 @@
+# shellcheck shell=bash
+# The variables this file sets (PG_URL, MYSQL_URL, SERVERS_ERROR, ...) are for the caller.
+# shellcheck disable=SC2034
+# Throwaway database servers for the test suite and the benchmarks.
+#
+# Source this file (it defines functions only and changes no shell options), then:
+#
+#   start_postgres            # sets PG_URL, PG_PORT, PG_DIR
+#   stop_postgres             # stops it and deletes PG_DIR; safe to call twice or when never started
+#   ensure_mariadb_installed  # installs MariaDB from Debian's packages when mariadbd is missing
+#   start_mariadb [ARGS...]   # sets MYSQL_URL, MYSQL_PORT, MYSQL_DIR; ARGS go to mariadbd
+#                             # ($MARIADBD overrides the server binary)
+#   mariadb_sql "SQL"         # runs SQL on that server as root
+#   stop_mariadb
+#
+# Every server lives in its own `mktemp -d` directory (data, unix socket, log), listens on a free
+# TCP port of 127.0.0.1 only, and is tuned for tests: no fsync, so a crash of the machine may lose
+# data, which a throwaway server does not care about. Functions return non-zero with a message on
+# stderr instead of exiting (and leave that one-line reason in SERVERS_ERROR), so callers decide
+# what a failure means. They never touch servers they
+# did not start (a developer's own PostgreSQL on another port keeps running).
+
+PG_BIN_DIR=${PG_BIN_DIR:-/usr/lib/postgresql/15/bin}
+SERVERS_ERROR=
+
+# Records why a server function failed and says it on stderr; the caller then returns 1.
+server_error() {
+    SERVERS_ERROR=$1
+    echo "$1" >&2
+}
+
+# Runs a command as a system user when we are root (PostgreSQL and MariaDB refuse to run as root,
+# or should not), and as ourselves otherwise: a non-root developer owns the temp dirs anyway.
+as_user() {
+    local user=$1
+    shift
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u "$user" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# Prints a TCP port of 127.0.0.1 that nothing listens on. The kernel picks it (bind to port 0);
+# without python3 we probe random ports. Another process could take it before the server binds,
+# so the start functions report a failed start clearly rather than hanging.
+free_port() {
+    if command -v python3 >/dev/null 2>&1; then
+        python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+        return
+    fi
+    local port
+    for _ in $(seq 1 100); do
+        port=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return
+        fi
+    done
+    server_error "free_port: no free TCP port found on 127.0.0.1"
+    return 1
+}
+
+# A fresh temp dir owned by `user` (the server writes its data, socket and log there).
+server_dir() {
+    local user=$1 dir
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/diesel-lease-$user.XXXXXX")
+    if [ "$(id -u)" -eq 0 ]; then
+        chown "$user": "$dir"
+    fi
+    echo "$dir"
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL 15
+# ---------------------------------------------------------------------------------------------
+
+start_postgres() {
+    if [ ! -x "$PG_BIN_DIR/initdb" ]; then
+        server_error "start_postgres: $PG_BIN_DIR/initdb not found (install postgresql-15 or set PG_BIN_DIR)"
+        return 1
+    fi
+    if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+        server_error "start_postgres: running as root but the 'postgres' system user does not exist"
+        return 1
+    fi
+    PG_DIR=$(server_dir postgres) || return 1
+    PG_PORT=$(free_port) || return 1
+    # --no-sync and trust auth: a throwaway cluster that only this machine's tests reach.
+    if ! as_user postgres "$PG_BIN_DIR/initdb" -D "$PG_DIR/data" -U postgres --auth=trust \
+        --encoding=UTF8 --locale=C --no-sync >"$PG_DIR/initdb.log" 2>&1; then
+        cat "$PG_DIR/initdb.log" >&2
+        server_error "start_postgres: initdb failed (its output is above)"
+        return 1
+    fi
+    # max_connections: the contention tests open many pooled connections plus worker processes,
+    # and several tests run in parallel.
+    if ! as_user postgres "$PG_BIN_DIR/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
+        -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+        start >/dev/null; then
+        cat "$PG_DIR/server.log" >&2
+        server_error "start_postgres: the server did not start on 127.0.0.1:$PG_PORT (its log is above)"
+        return 1
+    fi
+    PG_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
+}
+
+stop_postgres() {
+    if [ -n "${PG_DIR:-}" ] && [ -d "$PG_DIR" ]; then
+        # Immediate mode: nothing in a throwaway cluster is worth a checkpoint.
+        if [ -f "$PG_DIR/data/postmaster.pid" ]; then
+            as_user postgres "$PG_BIN_DIR/pg_ctl" -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+        fi
+        rm -rf "$PG_DIR"
+    fi
+    PG_DIR=
+}
+
+# ---------------------------------------------------------------------------------------------
+# MariaDB
+# ---------------------------------------------------------------------------------------------
+
+# The server binary: $MARIADBD when set (another build or install), else mariadbd from PATH or
+# /usr/sbin (which a non-root PATH may lack).
+mariadbd_bin() {
+    if [ -n "${MARIADBD:-}" ]; then
+        echo "$MARIADBD"
+    else
+        command -v mariadbd 2>/dev/null || echo /usr/sbin/mariadbd
+    fi
+}
+
+# Installs MariaDB from the distribution's packages when the server (mariadb-server) or the
+# client library the Rust build links (libmariadb-dev, through Diesel's `mysql` feature) is
+# missing. Root installs directly (the CI machine); others try password-less sudo. Fails with
+# the reason on stderr.
+ensure_mariadb_installed() {
+    if [ -x "$(mariadbd_bin)" ] && command -v mariadb_config >/dev/null 2>&1; then
+        return 0
+    fi
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+            sudo=(sudo -n)
+        else
+            server_error "mariadbd or libmariadb-dev is not installed, and we are neither root nor allowed password-less sudo to install them (apt-get install mariadb-server libmariadb-dev)"
+            return 1
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        server_error "mariadbd or libmariadb-dev is not installed, and apt-get is not available to install them"
+        return 1
+    fi
+    echo "MariaDB server or client library not found: installing mariadb-server and libmariadb-dev with apt-get" >&2
+    if ! "${sudo[@]}" apt-get update -q >&2 ||
+        ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server libmariadb-dev >&2; then
+        server_error "'apt-get install mariadb-server libmariadb-dev' failed (output above)"
+        return 1
+    fi
+    if [ ! -x "$(mariadbd_bin)" ]; then
+        server_error "apt-get installed mariadb-server but $(mariadbd_bin) is still missing"
+        return 1
+    fi
+}
+
+start_mariadb() {
+    if ! command -v mariadb-install-db >/dev/null 2>&1; then
+        server_error "start_mariadb: mariadb-install-db not found"
+        return 1
+    fi
+    # The server runs as the `mysql` system user when we are root (mariadbd refuses root unless
+    # told otherwise, and should not write files as root).
+    local user=mysql
+    if [ "$(id -u)" -ne 0 ]; then
+        user=$(id -un)
+    elif ! id mysql >/dev/null 2>&1; then
+        server_error "start_mariadb: running as root but the 'mysql' system user does not exist"
+        return 1
+    fi
+    MYSQL_DIR=$(server_dir "$user") || return 1
+    MYSQL_PORT=$(free_port) || return 1
+    # The tests connect as root over TCP from 127.0.0.1. mariadb-install-db only creates
+    # root@localhost; with --skip-name-resolve a TCP client is matched by IP, so this file (run at
+    # every start with full privileges, before clients are accepted) adds root@127.0.0.1 without
+    # a password. The server listens on 127.0.0.1 only.
+    cat >"$MYSQL_DIR/init.sql" <<'SQL' || return 1
+CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
+SQL
+    if [ "$(id -u)" -eq 0 ]; then
+        chown "$user": "$MYSQL_DIR/init.sql"
+    fi
+    # --no-defaults: ignore /etc/mysql/*.cnf so the machine's configuration cannot change the test
+    # server. 'normal' root authentication: root@localhost has no password (no unix_socket plugin,
+    # so any OS user can use the client over the socket).
+    local install_user=()
+    [ "$(id -u)" -eq 0 ] && install_user=(--user=mysql)
+    if ! as_user "$user" mariadb-install-db --no-defaults --datadir="$MYSQL_DIR/data" \
+        "${install_user[@]}" --auth-root-authentication-method=normal --skip-test-db \
+        --skip-name-resolve >"$MYSQL_DIR/install.log" 2>&1; then
+        cat "$MYSQL_DIR/install.log" >&2
+        server_error "start_mariadb: mariadb-install-db failed (its output is above)"
+        return 1
+    fi
+    # Test tuning: no flush at commit, no doublewrite, a small buffer pool, no performance schema
+    # (memory), a shutdown that skips flushing (the data is deleted right after), room for many
+    # connections (pools + worker processes + parallel tests), utf8mb4.
+    # The isolation level is the server default (REPEATABLE READ) unless ARGS say otherwise.
+    as_user "$user" "$(mariadbd_bin)" --no-defaults \
+        --datadir="$MYSQL_DIR/data" \
+        --socket="$MYSQL_DIR/mysqld.sock" \
+        --pid-file="$MYSQL_DIR/mysqld.pid" \
+        --log-error="$MYSQL_DIR/server.log" \
+        --port="$MYSQL_PORT" \
+        --bind-address=127.0.0.1 \
+        --skip-name-resolve \
+        --init-file="$MYSQL_DIR/init.sql" \
+        --max-connections=300 \
+        --innodb-flush-log-at-trx-commit=0 \
+        --innodb-doublewrite=0 \
+        --innodb-buffer-pool-size=128M \
+        --performance-schema=OFF \
+        --innodb-fast-shutdown=2 \
+        --character-set-server=utf8mb4 \
+        --collation-server=utf8mb4_unicode_ci \
+        "$@" >/dev/null 2>&1 &
+    MYSQL_PID=$!
+    MYSQL_URL="mysql://root@127.0.0.1:$MYSQL_PORT/mysql"
+    # Ready means: root@127.0.0.1 can run a query over TCP, exactly as the tests will connect.
+    for _ in $(seq 1 120); do
+        if mariadb_sql "SELECT 1" >/dev/null 2>&1; then
+            return 0
+        fi
+        if ! kill -0 "$MYSQL_PID" 2>/dev/null; then
+            break
+        fi
+        sleep 0.5
+    done
+    if [ -f "$MYSQL_DIR/server.log" ]; then cat "$MYSQL_DIR/server.log" >&2; fi
+    server_error "start_mariadb: the server did not answer on 127.0.0.1:$MYSQL_PORT (its log is above)"
+    return 1
+}
+
+# Runs SQL on the throwaway MariaDB as root@127.0.0.1 over TCP; prints rows tab-separated.
+mariadb_sql() {
+    mariadb --no-defaults --protocol=TCP -h 127.0.0.1 -P "$MYSQL_PORT" -u root \
+        --batch --skip-column-names -e "$1"
+}
+
+stop_mariadb() {
+    # Signal mariadbd itself (from its pid file), not the runuser wrapper we started: runuser
+    # would pass SIGTERM on but then SIGKILL the server after two seconds. SIGTERM is mariadbd's
+    # clean shutdown; SIGKILL is only for a server that hangs.
+    local pid=
+    if [ -n "${MYSQL_DIR:-}" ] && [ -s "$MYSQL_DIR/mysqld.pid" ]; then
+        pid=$(cat "$MYSQL_DIR/mysqld.pid")
+    fi
+    pid=${pid:-${MYSQL_PID:-}}
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 1 60); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.5
+        done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    if [ -n "${MYSQL_PID:-}" ]; then
+        kill "$MYSQL_PID" 2>/dev/null || true
+        wait "$MYSQL_PID" 2>/dev/null || true
+    fi
+    MYSQL_PID=
+    if [ -n "${MYSQL_DIR:-}" ] && [ -d "$MYSQL_DIR" ]; then
+        rm -rf "$MYSQL_DIR"
+    fi
+    MYSQL_DIR=
+}

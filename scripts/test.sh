@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Runs the whole diesel-lease test suite against real servers. This is the one command the README
+# gives and the one CI runs:
+#
+#   bash scripts/test.sh [CARGO_ARGS...] [-- TEST_ARGS...]
+#   bash scripts/test.sh -- lease::          # only tests whose name contains `lease::`
+#
+# What it does:
+# 1. Starts a throwaway PostgreSQL 15 cluster (temp dir, free port on 127.0.0.1, fsync off).
+# 2. Starts a throwaway MariaDB (installing it from Debian's packages when it is missing, as root).
+#    If MariaDB cannot be installed or started, the MySQL tests are reported as SKIPPED with the
+#    reason, loudly; under CI (CI=true) that is a failure instead, because CI must run them.
+# 3. Exports DIESEL_LEASE_TEST_PG / DIESEL_LEASE_TEST_MYSQL (admin URLs; every test creates its
+#    own database) and DIESEL_LEASE_TEST_REQUIRE (the backends that must run: a required backend
+#    whose URL is missing fails its tests instead of skipping them). SQLite needs no server.
+# 4. Runs `cargo test --workspace --all-features CARGO_ARGS -- TEST_ARGS`: unit tests, the
+#    integration suite on all three backends, the derive's UI tests and the doctests (cargo test
+#    runs doctests of library crates itself, so there is no separate doc pass).
+# 5. MySQL isolation levels. The suite must hold under REPEATABLE READ (InnoDB's default) and
+#    READ COMMITTED. The full run uses the first level of DIESEL_LEASE_TEST_ISOLATION (default
+#    `repeatable-read,read-committed`); for each further level the script switches the running
+#    server (SET GLOBAL TRANSACTION ISOLATION LEVEL, which every new connection inherits, worker
+#    processes included) and re-runs only the MySQL tests (filter `mysql::` unless TEST_ARGS give
+#    one; DIESEL_LEASE_TEST_BACKENDS=mysql makes the other backends' tests return at once).
+#    Re-using the server costs no second start, the build is the full run's, and only the MySQL
+#    tests run twice, which keeps CI short.
+#    During each pass DIESEL_LEASE_TEST_ISOLATION holds that pass's single level, for tests that
+#    want to know it. PostgreSQL runs at its default (READ COMMITTED) and SQLite is serializable.
+#    Example: DIESEL_LEASE_TEST_ISOLATION=read-committed runs everything once, at that level.
+# 6. Stops both servers and deletes their temp dirs on every exit path (trap), and exits with the
+#    tests' status (the first failing pass's cargo status). Ctrl-C reaches cargo and the script
+#    alike; a SIGTERM sent to the script's pid alone takes effect when the running cargo ends
+#    (bash runs traps between commands), then the servers are stopped as usual.
+#
+# Server start/stop lives in scripts/servers.sh so the benchmarks can reuse it.
+
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=scripts/servers.sh
+source "$ROOT/scripts/servers.sh"
+
+# --- arguments: CARGO_ARGS and TEST_ARGS (after --) go to every pass -------------------------
+CARGO_ARGS=()
+TEST_ARGS=()
+while [ $# -gt 0 ]; do
+    if [ "$1" = "--" ]; then
+        shift
+        TEST_ARGS=("$@")
+        break
+    fi
+    CARGO_ARGS+=("$1")
+    shift
+done
+
+# --- output helpers -------------------------------------------------------------------------
+now() { date +%s%N; }
+SCRIPT_START=$(now)
+SECTION_NAME=
+SECTION_START=
+elapsed() { # seconds since $1 (from now), one decimal
+    local ns=$(($(now) - $1))
+    printf '%d.%d s' $((ns / 1000000000)) $((ns / 100000000 % 10))
+}
+end_section() {
+    if [ -n "$SECTION_NAME" ]; then
+        echo "--- $SECTION_NAME: $(elapsed "$SECTION_START")"
+        SECTION_NAME=
+    fi
+}
+section() {
+    end_section
+    SECTION_NAME=$1
+    SECTION_START=$(now)
+    echo
+    echo "=== $1"
+}
+loud() { # a message nobody should miss in a long log
+    echo
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    echo "!!! $1"
+    echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!"
+    echo
+}
+
+# --- cleanup on every exit path, keeping the exit status --------------------------------------
+# shellcheck disable=SC2317 # invoked by the trap
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    section "Stopping servers"
+    stop_mariadb
+    stop_postgres
+    end_section
+    echo "=== total: $(elapsed "$SCRIPT_START"), exit status $rc"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- MySQL isolation levels to cover ------------------------------------------------------------
+IFS=',' read -r -a ISOLATION_LEVELS <<<"${DIESEL_LEASE_TEST_ISOLATION:-repeatable-read,read-committed}"
+isolation_sql() { # repeatable-read -> REPEATABLE READ
+    case "$1" in
+    repeatable-read | read-committed | read-uncommitted | serializable)
+        echo "$1" | tr 'a-z-' 'A-Z '
+        ;;
+    *)
+        echo "unknown isolation level '$1' in DIESEL_LEASE_TEST_ISOLATION (expected repeatable-read, read-committed, read-uncommitted or serializable)" >&2
+        return 1
+        ;;
+    esac
+}
+for level in "${ISOLATION_LEVELS[@]}"; do isolation_sql "$level" >/dev/null; done
+
+# --- servers ----------------------------------------------------------------------------------
+REQUIRE=(postgres sqlite)
+
+section "Starting PostgreSQL 15"
+start_postgres
+export DIESEL_LEASE_TEST_PG=$PG_URL
+echo "DIESEL_LEASE_TEST_PG=$DIESEL_LEASE_TEST_PG"
+
+section "Starting MariaDB"
+MYSQL_SKIP_REASON=
+# shellcheck disable=SC2119 # no extra mariadbd options: the server default isolation level
+if ! ensure_mariadb_installed || ! start_mariadb; then
+    MYSQL_SKIP_REASON=$SERVERS_ERROR
+    stop_mariadb
+fi
+
+unset DIESEL_LEASE_TEST_MYSQL
+if [ -z "$MYSQL_SKIP_REASON" ]; then
+    export DIESEL_LEASE_TEST_MYSQL=$MYSQL_URL
+    REQUIRE+=(mysql)
+    echo "DIESEL_LEASE_TEST_MYSQL=$DIESEL_LEASE_TEST_MYSQL ($(mariadb_sql 'SELECT VERSION()'))"
+elif [ "${CI:-}" = "true" ]; then
+    loud "MySQL tests cannot run on CI: $MYSQL_SKIP_REASON"
+    exit 1
+else
+    loud "MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
+fi
+
+export DIESEL_LEASE_TEST_REQUIRE
+DIESEL_LEASE_TEST_REQUIRE=$(
+    IFS=,
+    echo "${REQUIRE[*]}"
+)
+echo "DIESEL_LEASE_TEST_REQUIRE=$DIESEL_LEASE_TEST_REQUIRE"
+
+# Switches the MySQL server's isolation level for new connections and checks that a new session
+# really gets it (the check keeps a typo from running the "wrong" matrix silently).
+set_mysql_isolation() {
+    local sql got
+    sql=$(isolation_sql "$1")
+    mariadb_sql "SET GLOBAL TRANSACTION ISOLATION LEVEL $sql"
+    got=$(mariadb_sql "SELECT @@SESSION.tx_isolation")
+    if [ "$got" != "${sql// /-}" ]; then
+        echo "MariaDB isolation level is '$got', expected '${sql// /-}'" >&2
+        return 1
+    fi
+    echo "MariaDB isolation level for new connections: $got"
+}
+
+# --- the test passes ------------------------------------------------------------------------------
+STATUS=0
+SUMMARY=()
+
+FIRST_LEVEL=${ISOLATION_LEVELS[0]}
+if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
+    PASS="full suite (MySQL at $FIRST_LEVEL)"
+    section "$PASS"
+    set_mysql_isolation "$FIRST_LEVEL"
+else
+    PASS="full suite (without MySQL)"
+    section "$PASS"
+fi
+pass_start=$(now)
+rc=0
+DIESEL_LEASE_TEST_ISOLATION=$FIRST_LEVEL \
+    cargo test --workspace --all-features "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" || rc=$?
+SUMMARY+=("$PASS: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+[ "$STATUS" -ne 0 ] || STATUS=$rc
+
+if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
+    # Without a filter from the caller, `mysql::` selects the MySQL instances of every suite test;
+    # with one, DIESEL_LEASE_TEST_BACKENDS=mysql skips the other backends' matches. The cargo
+    # arguments are the full run's on purpose: narrowing them (`-p`, `--test suite`) changes
+    # feature unification and rebuilds everything (measured: +75 s).
+    MYSQL_TEST_ARGS=("${TEST_ARGS[@]}")
+    [ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql::)
+    for level in "${ISOLATION_LEVELS[@]:1}"; do
+        section "MySQL tests at $level"
+        set_mysql_isolation "$level"
+        pass_start=$(now)
+        rc=0
+        DIESEL_LEASE_TEST_ISOLATION=$level DIESEL_LEASE_TEST_BACKENDS=mysql DIESEL_LEASE_TEST_REQUIRE=mysql \
+            cargo test --workspace --all-features "${CARGO_ARGS[@]}" -- "${MYSQL_TEST_ARGS[@]}" || rc=$?
+        SUMMARY+=("MySQL tests at $level: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+        [ "$STATUS" -ne 0 ] || STATUS=$rc
+    done
+fi
+
+section "Summary"
+for line in "${SUMMARY[@]}"; do echo "  $line"; done
+if [ -n "$MYSQL_SKIP_REASON" ]; then
+    echo "  MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
+fi
+exit "$STATUS"
