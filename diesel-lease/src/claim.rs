@@ -232,7 +232,6 @@ where
         parts: &ClaimParts<M>,
         filter: Filter<'_, DB>,
     ) -> QueryResult<Vec<M>> {
-        let parts = parts;
         self.write_transaction(|conn| {
             reap_exhausted(conn, parts)?;
             if Self::KIND != BackendKind::Mysql {
