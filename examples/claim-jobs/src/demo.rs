@@ -21,6 +21,7 @@ pub(super) fn run(url: &str, backend: &str) -> Result<(), BoxError> {
     // First one job per claim (seed 003), then the same work in batches of 100.
     for batch in [1, 100] {
         create_jobs(&mut conn)?;
+        // Timed: every claim and every `complete`, by all workers, until no job is left.
         let started = Instant::now();
         let claimed = drain(&pool, batch)?;
         let secs = started.elapsed().as_secs_f64();

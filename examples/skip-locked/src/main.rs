@@ -5,8 +5,9 @@
 //! The seed's JPA finder (`@Lock(PESSIMISTIC_WRITE)` plus the skip-locked hint) and its
 //! `@Transactional` service become one call: `Test::with_next_locked(conn, |conn, row| …)` runs
 //! the closure inside the row's transaction; `Ok` commits, `Err` rolls back and the row is
-//! available again. (On SQLite, which has no row locks, the transaction holds the database's
-//! write lock instead: the same guarantee, one writer at a time.)
+//! available again. (SQLite has no row locks: there the transaction holds the database's write
+//! lock instead. Same guarantee, one writer at a time; and since SQLite does not queue waiting
+//! writers fairly, some threads may get few rows or none.)
 //!
 //! ```text
 //! cargo run -p skip-locked                                  # SQLite file in a temporary directory
