@@ -1,0 +1,92 @@
+//! Seed 004: another system inserts rows into `test(id, data, processed)`; several instances of
+//! the application run the seed's `TestService.doSomething()` — take the first unprocessed row,
+//! process it, save it — and must never process a row twice or block one another.
+//!
+//! The seed's JPA finder (`@Lock(PESSIMISTIC_WRITE)` plus the skip-locked hint) and its
+//! `@Transactional` service become one call: `Test::with_next_locked(conn, |conn, row| …)` runs
+//! the closure inside the row's transaction; `Ok` commits, `Err` rolls back and the row is
+//! available again. (SQLite has no row locks: there the transaction holds the database's write
+//! lock instead. Same guarantee, one writer at a time; and since SQLite does not queue waiting
+//! writers fairly, some threads may get few rows or none.)
+//!
+//! ```text
+//! cargo run -p skip-locked                                  # SQLite file in a temporary directory
+//! DATABASE_URL=postgres://… cargo run -p skip-locked        # PostgreSQL (recreates `test`)
+//! ```
+
+use std::process::ExitCode;
+
+use diesel::prelude::*;
+use diesel_lease::Claimable;
+
+mod schema {
+    diesel::table! {
+        test (id) {
+            id -> BigInt,
+            data -> Text,
+            processed -> Bool,
+        }
+    }
+}
+use schema::test;
+
+/// The seed's entity. `ready = false`: the rows to lock are those not processed yet.
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = test)]
+#[claimable(state = processed, ready = false, claimed = true)]
+struct Test {
+    id: i64,
+    data: String,
+    processed: bool,
+}
+
+const ROWS: i64 = 1_000;
+const WORKERS: usize = 4;
+/// Processing this row fails the first time (say, an external service times out).
+const FLAKY_ROW: i64 = 500;
+
+/// The seed's table (NOT NULL added); the same DDL works on both backends.
+const DDL: &str = "DROP TABLE IF EXISTS test;
+    CREATE TABLE test (id BIGINT PRIMARY KEY, data TEXT NOT NULL, processed BOOLEAN NOT NULL);
+    CREATE INDEX test_unprocessed ON test (processed, id);";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+// Diesel code is written against one connection type, so `demo.rs` is compiled once per
+// backend. Read it as if `Conn` were your application's connection type.
+mod on_sqlite {
+    type Conn = diesel::SqliteConnection;
+    include!("demo.rs");
+}
+mod on_postgres {
+    type Conn = diesel::PgConnection;
+    include!("demo.rs");
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("skip-locked FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// PostgreSQL when `DATABASE_URL` is a postgres:// URL; otherwise a SQLite file in a temporary
+/// directory, deleted at the end.
+fn run() -> Result<(), BoxError> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            on_postgres::run(&url, "PostgreSQL")
+        }
+        Ok(url) if !url.is_empty() => {
+            Err("DATABASE_URL must be a postgres:// URL (unset it to use SQLite)".into())
+        }
+        _ => {
+            let dir = tempfile::tempdir()?;
+            let path = dir.path().join("skip-locked.db");
+            on_sqlite::run(&path.display().to_string(), "SQLite")
+        }
+    }
+}
