@@ -143,12 +143,11 @@ pub struct Notification {
     pub body: String,
 }
 
-/// The "next" notification, inserted at most once per previous one.
+/// The "next" notification, inserted at most once per previous one; the database assigns its id.
 #[derive(Debug, Clone, Insertable, Claimable)]
 #[diesel(table_name = notification)]
 #[claimable(insert_once(returning = Notification))]
 pub struct NewNotification {
-    pub id: i64,
     pub user_id: i64,
     pub previous_notification: i64,
     pub body: String,
@@ -178,13 +177,13 @@ pub const TEST_DDL: (&str, &str, &str) = (
 pub const GUARD_DDL: (&str, &str, &str) = (
     "CREATE TABLE action (id BIGINT PRIMARY KEY, notified TIMESTAMP); \
      CREATE TABLE mailing (campaign_id INTEGER NOT NULL, user_id BIGINT NOT NULL, sent_by TEXT, PRIMARY KEY (campaign_id, user_id)); \
-     CREATE TABLE notification (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
+     CREATE TABLE notification (id BIGSERIAL PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
     "CREATE TABLE action (id INTEGER PRIMARY KEY, notified TIMESTAMP); \
      CREATE TABLE mailing (campaign_id INTEGER NOT NULL, user_id BIGINT NOT NULL, sent_by TEXT, PRIMARY KEY (campaign_id, user_id)); \
      CREATE TABLE notification (id INTEGER PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
     "CREATE TABLE action (id BIGINT PRIMARY KEY, notified DATETIME(6) NULL); \
      CREATE TABLE mailing (campaign_id INT NOT NULL, user_id BIGINT NOT NULL, sent_by VARCHAR(255), PRIMARY KEY (campaign_id, user_id)); \
-     CREATE TABLE notification (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
+     CREATE TABLE notification (id BIGINT AUTO_INCREMENT PRIMARY KEY, user_id BIGINT NOT NULL, previous_notification BIGINT NOT NULL UNIQUE, body TEXT NOT NULL);",
 );
 
 pub const JOB_STATUS_DDL: (&str, &str, &str) = (

@@ -168,8 +168,6 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
 /// How often a claim is retried after a deadlock rolled it back.
 const MAX_CLAIM_ATTEMPTS: u32 = 5;
 
-static SQLITE_CLAIMERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 impl<M, C, DB> ClaimConnection<M> for C
 where
     M: Claimable + diesel::Selectable<DB>,
@@ -203,14 +201,8 @@ where
             };
             return claim.load(self);
         }
-        // SQLite's lock is not fair: a busy writer sleeps and retries, and under saturation a
-        // sleeper can lose to active writers until its busy_timeout runs out. Queueing this
-        // process's claimers on a mutex leaves one contender per process at the database lock.
-        let _in_process_queue = (Self::KIND == BackendKind::Sqlite).then(|| {
-            SQLITE_CLAIMERS
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        });
+        // SQLite's lock is not fair; writers of this process take turns (see `queue`).
+        let _turn = (Self::KIND == BackendKind::Sqlite).then(crate::queue::sqlite_turn);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -430,11 +422,12 @@ where
     E: From<diesel::result::Error>,
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
-    conn.borrow_connection().write_transaction(|conn| {
-        match conn.lock_rows(1, None)?.into_iter().next() {
-            Some(row) => work(conn, row).map(Some),
-            None => Ok(None),
-        }
+    let conn = conn.borrow_connection();
+    let _turn =
+        (<C::Conn as LeaseConnection>::KIND == BackendKind::Sqlite).then(crate::queue::sqlite_turn);
+    conn.write_transaction(|conn| match conn.lock_rows(1, None)?.into_iter().next() {
+        Some(row) => work(conn, row).map(Some),
+        None => Ok(None),
     })
 }
 

@@ -91,6 +91,7 @@ pub mod guard;
 pub mod job;
 pub mod lease;
 pub mod pool;
+mod queue;
 pub mod scheduler;
 pub mod semaphore;
 

@@ -7,7 +7,7 @@ use syn::spanned::Spanned;
 use crate::model::{Claim, Model};
 
 pub(crate) fn expand(model: &Model) -> TokenStream {
-    let keyed = expand_keyed(model);
+    let keyed = (!model.pk.is_empty()).then(|| expand_keyed(model));
     let claim = model.claim.as_ref().map(|c| expand_claim(model, c));
     let guard = model.guard.as_ref().map(|g| expand_guard(model, g));
     let insert_once = model

@@ -77,8 +77,12 @@ impl Model {
             .primary_key
             .clone()
             .unwrap_or_else(|| vec![Ident::new("id", input.ident.span())]);
+        // Claims, guards and job leases address rows by primary key; insert_once needs none
+        // (an insertable usually leaves its key to the database).
+        let needs_key =
+            claimable.state.is_some() || claimable.guard.is_some() || claimable.job.is_some();
         let mut pk = Vec::new();
-        for col in pk_cols {
+        for col in pk_cols.into_iter().filter(|_| needs_key) {
             match find(&col) {
                 Some(f) => pk.push((
                     col,

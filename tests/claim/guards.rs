@@ -86,7 +86,6 @@ backend_suite! {
                     let outcome = conn
                         .transaction::<_, DieselError, _>(|conn| {
                             let next = NewNotification {
-                                id: 100 + worker,
                                 user_id: 5,
                                 previous_notification: 1,
                                 body: format!("follow-up by {worker}"),
@@ -124,7 +123,7 @@ backend_suite! {
         guard_tables(db);
         let mut conn = db.conn();
         conn.batch_execute("DROP TABLE notification").unwrap();
-        let next = NewNotification { id: 1, user_id: 1, previous_notification: 1, body: "x".into() };
+        let next = NewNotification { user_id: 1, previous_notification: 1, body: "x".into() };
         let err = next.clone().insert_once(&mut conn).unwrap_err();
         assert!(
             !matches!(err, DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)),

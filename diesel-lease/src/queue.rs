@@ -1,0 +1,87 @@
+//! An in-process queue in front of SQLite's write lock.
+//!
+//! SQLite's busy handler is not fair: a writer that finds the database locked sleeps and retries,
+//! and under saturation it can keep losing to writers that never sleep until its `busy_timeout`
+//! runs out ("database is locked"). Writers of one process therefore take turns here first, so
+//! at most one of them per process waits on the database lock. The queue is only an
+//! optimisation: a writer that waited `MAX_QUEUE_WAIT` proceeds anyway (SQLite's own locking
+//! still decides), and a thread already inside the queue (a nested diesel-lease call) never waits
+//! for itself.
+
+use std::cell::Cell;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const MAX_QUEUE_WAIT: Duration = Duration::from_secs(10);
+
+static BUSY: Mutex<bool> = Mutex::new(false);
+static FREED: Condvar = Condvar::new();
+
+thread_local! {
+    static HOLDING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A turn in the queue; the next writer goes when it is dropped.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    owned: bool,
+}
+
+/// Waits for this process's turn to write to SQLite (see the module docs).
+pub(crate) fn sqlite_turn() -> Turn {
+    if HOLDING.with(Cell::get) {
+        return Turn { owned: false };
+    }
+    let deadline = Instant::now() + MAX_QUEUE_WAIT;
+    let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
+    while *busy {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Turn { owned: false };
+        }
+        busy = FREED
+            .wait_timeout(busy, left)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    *busy = true;
+    HOLDING.with(|h| h.set(true));
+    Turn { owned: true }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        if self.owned {
+            HOLDING.with(|h| h.set(false));
+            *BUSY.lock().unwrap_or_else(|p| p.into_inner()) = false;
+            FREED.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn one_writer_at_a_time_and_nested_turns_do_not_wait() {
+        let inside = AtomicUsize::new(0);
+        let max = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        let _t = sqlite_turn();
+                        let _nested = sqlite_turn(); // must not deadlock
+                        let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        max.fetch_max(n, Ordering::SeqCst);
+                        std::thread::yield_now();
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                    }
+                });
+            }
+        });
+        assert_eq!(max.load(Ordering::SeqCst), 1);
+    }
+}
