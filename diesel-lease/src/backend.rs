@@ -102,8 +102,37 @@ raw_connection!(
     diesel::SqliteConnection,
     Sqlite,
     "migrations/sqlite",
-    |c, f| c.immediate_transaction(f)
+    |c, f| {
+        sqlite_ensure_busy_timeout(c)?;
+        c.immediate_transaction(f)
+    }
 );
+
+/// A SQLite connection without a busy timeout fails at once with "database is locked" when
+/// another connection writes; every diesel-lease write waits instead. A timeout the application
+/// set (e.g. with [`ConnectionTuning`](crate::pool::ConnectionTuning)) is left alone.
+#[cfg(feature = "sqlite")]
+fn sqlite_ensure_busy_timeout(c: &mut diesel::SqliteConnection) -> diesel::QueryResult<()> {
+    use diesel::connection::SimpleConnection;
+    use diesel::RunQueryDsl;
+
+    #[derive(diesel::QueryableByName)]
+    struct BusyTimeout {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        timeout: i64,
+    }
+    let current = diesel::sql_query("SELECT timeout FROM pragma_busy_timeout")
+        .get_result::<BusyTimeout>(c)?
+        .timeout;
+    if current == 0 {
+        let ms = crate::pool::ConnectionTuning::default()
+            .busy_timeout
+            .as_millis();
+        // An integer we own, not user text: PRAGMA takes no bind parameters.
+        c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))?;
+    }
+    Ok(())
+}
 raw_connection!(
     "mysql",
     diesel::MysqlConnection,

@@ -5,7 +5,7 @@ use crate::models::schema::importjobs;
 use crate::models::*;
 
 backend_suite! {
-    tests: [claim_next_takes_rows_in_order_then_none];
+    tests: [claim_next_takes_rows_in_order_then_none, claims_work_on_an_untuned_connection];
 
     pub(crate) fn seed_jobs(db: &TestDb<B>, n: i64) {
         let (pg, sqlite, mysql) = IMPORTJOBS_DDL;
@@ -55,5 +55,26 @@ backend_suite! {
             .first(&mut conn)
             .unwrap();
         assert_eq!(status, "DONE");
+    }
+
+    /// A plain `establish`ed connection, without `ConnectionTuning`: claims still wait for the
+    /// lock instead of failing with "database is locked" on SQLite.
+    pub(crate) fn claims_work_on_an_untuned_connection(db: &TestDb<B>) {
+        seed_jobs(db, 200);
+        let claimed = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let claimed = &claimed;
+                s.spawn(move || {
+                    let mut conn = <<B as crate::common::TestBackend>::Conn as Connection>::establish(&db.url).unwrap();
+                    while let Some(job) = ImportJob::claim_next(&mut conn).unwrap() {
+                        claimed.lock().unwrap().push(job.id);
+                    }
+                });
+            }
+        });
+        let mut ids = claimed.into_inner().unwrap();
+        ids.sort();
+        assert_eq!(ids, (1..=200).collect::<Vec<i64>>());
     }
 }
