@@ -192,14 +192,7 @@ where
         let parts = ClaimParts::<M>::new(options.owner.as_str(), options.timeout_micros::<M>());
         if Self::KIND == BackendKind::Postgres && !needs_reap(&parts) {
             // One statement, one round trip: no transaction needed around it.
-            let claim = ClaimStmt {
-                select: M::as_select(),
-                parts: &parts,
-                limit,
-                filter,
-                _db: PhantomData,
-            };
-            return claim.load(self);
+            return ClaimStmt::new(&parts, limit, filter).load(self);
         }
         // SQLite's lock is not fair; writers of this process take turns (see `queue`).
         let _turn = (Self::KIND == BackendKind::Sqlite).then(crate::queue::sqlite_turn);
@@ -227,25 +220,10 @@ where
         self.write_transaction(|conn| {
             reap_exhausted(conn, parts)?;
             if Self::KIND != BackendKind::Mysql {
-                let claim = ClaimStmt {
-                    select: M::as_select(),
-                    parts,
-                    limit,
-                    filter,
-                    _db: PhantomData,
-                };
-                return claim.load(conn);
+                return ClaimStmt::new(parts, limit, filter).load(conn);
             }
             // MySQL has no UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
-            let pick = PickStmt {
-                select: M::as_select(),
-                parts,
-                limit,
-                filter,
-                lock: true,
-                _db: PhantomData,
-            };
-            let picked: Vec<M> = pick.load(conn)?;
+            let picked: Vec<M> = PickStmt::new(parts, limit, filter, true).load(conn)?;
             if picked.is_empty() {
                 return Ok(picked);
             }
@@ -268,16 +246,8 @@ where
             })?;
         }
         let parts = ClaimParts::<M>::new("", None);
-        let pick = PickStmt {
-            select: M::as_select(),
-            parts: &parts,
-            limit,
-            filter,
-            // SQLite has no row locks; `lock_next` takes its write lock instead.
-            lock: Self::KIND != BackendKind::Sqlite,
-            _db: PhantomData,
-        };
-        pick.load(self)
+        // SQLite has no row locks; the write lock taken above stands in for them.
+        PickStmt::new(&parts, limit, filter, Self::KIND != BackendKind::Sqlite).load(self)
     }
 
     fn finish(&mut self, stmt: FinishStmt<M>) -> QueryResult<bool> {

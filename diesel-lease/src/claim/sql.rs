@@ -278,6 +278,18 @@ pub struct ClaimStmt<'a, M: Claimable + diesel::Selectable<DB>, DB: Backend> {
 }
 query_impls!(ClaimStmt);
 
+impl<'a, M: Claimable + diesel::Selectable<DB>, DB: Backend> ClaimStmt<'a, M, DB> {
+    pub(crate) fn new(parts: &'a ClaimParts<M>, limit: i64, filter: Filter<'a, DB>) -> Self {
+        ClaimStmt {
+            select: diesel::SelectableHelper::as_select(),
+            parts,
+            limit,
+            filter,
+            _db: PhantomData,
+        }
+    }
+}
+
 impl<M, DB> QueryFragment<DB> for ClaimStmt<'_, M, DB>
 where
     M: Claimable + diesel::Selectable<DB>,
@@ -357,6 +369,25 @@ pub struct PickStmt<'a, M: Claimable + diesel::Selectable<DB>, DB: Backend> {
     pub(crate) _db: PhantomData<DB>,
 }
 query_impls!(PickStmt);
+
+impl<'a, M: Claimable + diesel::Selectable<DB>, DB: Backend> PickStmt<'a, M, DB> {
+    /// `lock`: add `FOR UPDATE SKIP LOCKED` (not on SQLite, which has no row locks).
+    pub(crate) fn new(
+        parts: &'a ClaimParts<M>,
+        limit: i64,
+        filter: Filter<'a, DB>,
+        lock: bool,
+    ) -> Self {
+        PickStmt {
+            select: diesel::SelectableHelper::as_select(),
+            parts,
+            limit,
+            filter,
+            lock,
+            _db: PhantomData,
+        }
+    }
+}
 
 impl<M, DB> QueryFragment<DB> for PickStmt<'_, M, DB>
 where
