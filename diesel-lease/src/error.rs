@@ -52,6 +52,10 @@ pub enum Error {
         /// The lease or resource name.
         name: String,
     },
+    /// The background heartbeat thread of a permit could not be started (the process is out of
+    /// threads or memory); the permit was given back, nothing is held.
+    #[error("could not start the heartbeat thread: {0}; nothing is held")]
+    KeepAlive(#[source] std::io::Error),
 }
 
 /// `Result` with [`Error`].

@@ -3,14 +3,17 @@
 //! Everything here is pure and unit/property-tested without a server: who a worker is
 //! ([`OwnerId`]), how long things last ([`Ttl`]), the numbers that order grants ([`FencingToken`]),
 //! what an operation can end in ([`InsertOutcome`]), how to wait politely ([`Backoff`]), and the
-//! input checks every entry point runs before it talks to the database ([`InvalidInput`]).
+//! input checks every entry point runs before it talks to the database ([`InvalidInput`]), and who
+//! may enter a semaphore ([`admission`]).
 
+pub mod admission;
 mod backoff;
 mod error;
 mod owner;
 mod token;
 mod ttl;
 
+pub use admission::Mode;
 pub use backoff::Backoff;
 pub use error::InvalidInput;
 pub use owner::{validate_name, OwnerId, MAX_OWNER_LEN};

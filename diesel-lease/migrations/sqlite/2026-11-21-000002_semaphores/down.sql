@@ -1,0 +1,2 @@
+DROP TABLE diesel_lease_semaphore_tickets;
+DROP TABLE diesel_lease_semaphores;

@@ -1,0 +1,326 @@
+//! The semaphore protocol: the transactions that queue, admit, wait, heartbeat and release.
+//!
+//! # Why two holders cannot both enter (seed 001's commit-order race)
+//!
+//! Seed 001 takes a number from an identity column and polls "is anybody ahead of me?". Identity
+//! values are handed out when the insert runs, not when it commits, so ticket 5 can still be
+//! uncommitted (invisible) while ticket 6 commits, sees nobody ahead and enters; then 5 commits,
+//! sees nobody *granted* ahead — it only looks at positions — and enters too: two holders of a mutex.
+//!
+//! Here every transaction that changes a resource's queue (a new request, a poll, a release, a
+//! timeout, the removal of stale rows) first locks that resource's row in
+//! `diesel_lease_semaphores` (`SELECT … FOR UPDATE` on PostgreSQL and MySQL; on SQLite
+//! `BEGIN IMMEDIATE` locks the whole database) and runs under READ COMMITTED, so
+//!
+//! 1. those transactions run one at a time per resource, and each one reads the queue as the
+//!    previous one committed it: inserting a ticket and deciding admission happen under the same
+//!    lock, so no decision is ever taken while another request of the resource is half-inserted;
+//! 2. a grant is a persisted `granted = true` flag written in the transaction that decided it,
+//!    and admission ([`lease_core::admission::admit`]) counts the granted rows wherever they are
+//!    in the queue rather than counting positions. Even a row that appeared out of ticket order
+//!    (written by something that skipped the lock) only waits until enough granted rows are gone.
+//!
+//! Heartbeats only push `expires_at` of an existing row and never take the resource lock: they
+//! cannot admit anybody. A stale row is only ever removed by a locked transaction, which
+//! re-checks `expires_at` against the database clock; the row lock between the heartbeat's
+//! `UPDATE` and that `DELETE` makes one of them win cleanly.
+
+use std::time::{Duration, Instant};
+
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use lease_core::admission::{self, Mode, QueueEntry};
+use lease_core::Backoff;
+
+use super::sql::{NewTicket, Sql, TicketRow};
+use crate::{Error, Result, Ttl};
+
+/// How many times a transaction is retried after a deadlock or serialization failure.
+const RETRIES: u32 = 8;
+/// The first poll after queueing comes this soon; later polls back off up to the poll cap.
+const FIRST_POLL: Duration = Duration::from_millis(5);
+
+/// One caller's request for a resource: everything the transactions need.
+#[derive(Debug, Clone)]
+pub(super) struct Request {
+    pub(super) resource: String,
+    pub(super) permits: i32,
+    pub(super) owner: String,
+    pub(super) mode: Mode,
+    pub(super) ttl: Ttl,
+}
+
+/// What a poll found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PollState {
+    Granted,
+    Waiting,
+    /// The request is gone: it expired while its owner did not poll.
+    Lost,
+}
+
+/// Runs `body` with the resource's row locked, creating the row first if needed. `body` gets
+/// the resource's stored permit count. Deadlocks and serialization failures are retried.
+fn locked(
+    sql: &mut dyn Sql,
+    req: &Request,
+    body: &mut dyn FnMut(&mut dyn Sql, i32) -> Result<()>,
+) -> Result<()> {
+    let mut attempt = 0;
+    let mut retry_pause = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
+    loop {
+        attempt += 1;
+        let mut missing = false;
+        let outcome = sql.serialized(&mut |s| match s.lock_resource(&req.resource)? {
+            Some(permits) => {
+                missing = false;
+                body(s, permits)
+            }
+            None => {
+                missing = true;
+                Ok(())
+            }
+        });
+        match outcome {
+            Ok(()) if !missing => return Ok(()),
+            // Created in its own statement, outside the locking transaction: on MySQL an
+            // `INSERT IGNORE` followed by `FOR UPDATE` of the same row can deadlock with a twin.
+            Ok(()) if attempt <= RETRIES => sql.create_resource(&req.resource, req.permits)?,
+            Ok(()) => return Err(Error::Database(DieselError::NotFound)),
+            Err(Error::Database(DieselError::DatabaseError(
+                DatabaseErrorKind::SerializationFailure,
+                _,
+            ))) if attempt <= RETRIES => {
+                std::thread::sleep(retry_pause.next_delay());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Grants whoever the admission rule lets in and wakes waiters when someone else entered.
+/// Returns the granted tickets.
+fn admit_and_grant(
+    s: &mut dyn Sql,
+    req: &Request,
+    queue: &[QueueEntry],
+    permits: i32,
+    me: Option<i64>,
+) -> Result<Vec<i64>> {
+    let admitted = admission::admit(queue, u32::try_from(permits).unwrap_or(0));
+    s.grant(&admitted)?;
+    if admitted.iter().any(|&t| Some(t) != me) {
+        s.notify(&req.resource)?;
+    }
+    Ok(admitted)
+}
+
+fn entries(queue: &[TicketRow]) -> Vec<QueueEntry> {
+    queue.iter().map(TicketRow::entry).collect()
+}
+
+/// Queues a new request and admits whoever may enter. With `keep_waiting = false` a request
+/// that cannot enter at once is deleted in the same transaction (nothing stays behind).
+/// Returns the ticket and whether it was granted.
+fn enqueue(sql: &mut dyn Sql, req: &Request, keep_waiting: bool) -> Result<(i64, bool)> {
+    let mut out = (0, false);
+    locked(sql, req, &mut |s, stored| {
+        s.remove_expired(&req.resource)?;
+        let queue = s.queue(&req.resource)?;
+        let permits = if stored == req.permits {
+            stored
+        } else if queue.is_empty() {
+            // Idle: the new declaration wins.
+            s.set_permits(&req.resource, req.permits)?;
+            req.permits
+        } else {
+            return Err(Error::PermitsMismatch {
+                name: req.resource.clone(),
+                existing: stored,
+                requested: req.permits,
+            });
+        };
+        let ticket = s.insert_ticket(&NewTicket {
+            resource: &req.resource,
+            owner: &req.owner,
+            mode: req.mode,
+            ttl: req.ttl,
+        })?;
+        let mut entries = entries(&queue);
+        entries.push(QueueEntry {
+            ticket,
+            mode: req.mode,
+            granted: false,
+        });
+        entries.sort_by_key(|e| e.ticket);
+        let granted = admit_and_grant(s, req, &entries, permits, Some(ticket))?.contains(&ticket);
+        if !granted && !keep_waiting {
+            s.delete_ticket(ticket, &req.owner)?;
+        }
+        out = (ticket, granted);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// A waiter's poll: refreshes its expiry, admits whoever may enter, reports its own state.
+fn poll(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<PollState> {
+    let mut state = PollState::Lost;
+    locked(sql, req, &mut |s, permits| {
+        s.remove_expired(&req.resource)?;
+        let queue = s.queue(&req.resource)?;
+        state = match queue.iter().find(|r| r.ticket == ticket) {
+            None => PollState::Lost,
+            Some(row) => {
+                s.touch(ticket, &req.owner, req.ttl)?;
+                let granted = row.granted
+                    || admit_and_grant(s, req, &entries(&queue), permits, Some(ticket))?
+                        .contains(&ticket);
+                if granted {
+                    PollState::Granted
+                } else {
+                    PollState::Waiting
+                }
+            }
+        };
+        Ok(())
+    })?;
+    Ok(state)
+}
+
+/// A waiter gives up: if it was granted meanwhile it keeps the grant (returns `true`); otherwise
+/// its row is deleted and whoever it held up is admitted.
+fn give_up(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<bool> {
+    let mut granted = false;
+    locked(sql, req, &mut |s, permits| {
+        s.remove_expired(&req.resource)?;
+        let queue = s.queue(&req.resource)?;
+        granted = queue.iter().any(|r| r.ticket == ticket && r.granted);
+        if granted {
+            s.touch(ticket, &req.owner, req.ttl)?;
+            return Ok(());
+        }
+        s.delete_ticket(ticket, &req.owner)?;
+        let rest: Vec<QueueEntry> = entries(&queue)
+            .into_iter()
+            .filter(|e| e.ticket != ticket)
+            .collect();
+        admit_and_grant(s, req, &rest, permits, None)?;
+        Ok(())
+    })?;
+    Ok(granted)
+}
+
+/// Releases a request (granted or not) and admits the next in line. Returns whether the row
+/// still existed.
+pub(super) fn release(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<bool> {
+    let mut existed = false;
+    locked(sql, req, &mut |s, permits| {
+        existed = s.delete_ticket(ticket, &req.owner)? > 0;
+        s.remove_expired(&req.resource)?;
+        let queue = s.queue(&req.resource)?;
+        admit_and_grant(s, req, &entries(&queue), permits, None)?;
+        Ok(())
+    })?;
+    Ok(existed)
+}
+
+/// A holder's heartbeat: pushes its expiry. `false` when its row is gone (expired and removed,
+/// or released). Takes no lock: it cannot change who holds the resource.
+pub(super) fn heartbeat(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<bool> {
+    Ok(sql.touch(ticket, &req.owner, req.ttl)? > 0)
+}
+
+/// The resource's queue, for inspection.
+pub(super) fn queue(sql: &mut dyn Sql, resource: &str) -> Result<Vec<TicketRow>> {
+    Ok(sql.queue(resource)?)
+}
+
+/// One attempt: granted at once or nothing left behind.
+pub(super) fn try_once(sql: &mut dyn Sql, req: &Request) -> Result<Option<i64>> {
+    let (ticket, granted) = enqueue(sql, req, false)?;
+    Ok(granted.then_some(ticket))
+}
+
+/// Queues and waits until granted or `timeout` passes. On every way out without a grant the
+/// request's row is deleted (on a database error, as far as the database still answers; else
+/// it expires after the ttl).
+pub(super) fn acquire(
+    sql: &mut dyn Sql,
+    req: &Request,
+    timeout: Duration,
+    max_poll: Duration,
+) -> Result<i64> {
+    let started = Instant::now();
+    if timeout.is_zero() {
+        return try_once(sql, req)?.ok_or_else(|| Error::Timeout {
+            name: req.resource.clone(),
+            waited: started.elapsed(),
+        });
+    }
+    sql.listen(true)?;
+    let mut pending = None;
+    let outcome = wait(sql, req, started, timeout, max_poll, &mut pending);
+    if outcome.is_err() {
+        if let Some(ticket) = pending {
+            // Best effort: the error we return is the one that matters.
+            let _ = release(sql, req, ticket);
+        }
+    }
+    // Hygiene for pooled connections only; a failure here does not change who holds what.
+    let _ = sql.listen(false);
+    outcome
+}
+
+fn wait(
+    sql: &mut dyn Sql,
+    req: &Request,
+    started: Instant,
+    timeout: Duration,
+    max_poll: Duration,
+    pending: &mut Option<i64>,
+) -> Result<i64> {
+    let deadline = started.checked_add(timeout);
+    let (mut ticket, granted) = enqueue(sql, req, true)?;
+    *pending = Some(ticket);
+    if granted {
+        return Ok(ticket);
+    }
+    // A waiter's poll is also its heartbeat: poll well within the ttl.
+    let cap = max_poll
+        .min(req.ttl.as_duration() / 3)
+        .max(Duration::from_millis(1));
+    // Jittered while ramping up; clamped to the cap once grown past it, so an idle waiter
+    // settles at exactly one poll per cap.
+    let mut backoff = Backoff::new(FIRST_POLL, cap.saturating_mul(2));
+    loop {
+        let now = Instant::now();
+        let mut delay = backoff.next_delay().min(cap);
+        if let Some(deadline) = deadline {
+            if now >= deadline {
+                if give_up(sql, req, ticket)? {
+                    return Ok(ticket);
+                }
+                *pending = None;
+                return Err(Error::Timeout {
+                    name: req.resource.clone(),
+                    waited: started.elapsed(),
+                });
+            }
+            delay = delay.min(deadline - now);
+        }
+        sql.wait_for_wakeup(&req.resource, delay)?;
+        match poll(sql, req, ticket)? {
+            PollState::Granted => return Ok(ticket),
+            PollState::Waiting => {}
+            PollState::Lost => {
+                // We stalled past the ttl and our request was removed: queue again at the back.
+                let (again, granted) = enqueue(sql, req, true)?;
+                ticket = again;
+                *pending = Some(ticket);
+                if granted {
+                    return Ok(ticket);
+                }
+            }
+        }
+    }
+}
