@@ -93,6 +93,7 @@ where
     let events = pool.get().unwrap().history().unwrap();
     assert_eq!(events.len(), 2 * (THREADS + PROCESSES) * ITERATIONS);
     let (max, writer_shared) = replay(&events);
+    eprintln!("{kind} semaphore, {permits} permits: at most {max} holders at once");
     assert!(max >= 1);
     assert!(
         max <= permits as usize,
@@ -262,9 +263,9 @@ fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
     let order = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for i in 0..WAITERS {
-            let (pool, mutex, order) = (&pool, &mutex, &order);
+            let (pool_ref, mutex, order) = (&pool, &mutex, &order);
             s.spawn(move || {
-                let permit = mutex.acquire(pool, LONG).unwrap();
+                let permit = mutex.acquire(pool_ref, LONG).unwrap();
                 order.lock().unwrap().push((i, permit.ticket()));
                 std::thread::sleep(Duration::from_millis(5));
                 permit.release().unwrap();
