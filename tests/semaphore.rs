@@ -255,7 +255,30 @@ fn owners_are_recorded<B: TestBackend>(db: &TestDb<B>) {
     permit.release().unwrap();
 }
 
+fn refused_inside_a_transaction<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 4);
+    let sem = Semaphore::new("nested", 2).unwrap();
+    let mut conn = db.conn();
+    let inside = diesel::Connection::transaction::<_, Error, _>(&mut conn, |c| {
+        sem.acquire_on(c, Duration::from_secs(1)).map(drop)
+    });
+    assert!(
+        matches!(
+            inside,
+            Err(Error::Database(diesel::result::Error::AlreadyInTransaction))
+        ),
+        "{inside:?}"
+    );
+    assert!(queue::<B>(&pool, "nested").is_empty());
+    // The connection is fine afterwards.
+    sem.acquire_on(&mut conn, LONG)
+        .unwrap()
+        .release(&mut conn)
+        .unwrap();
+}
+
 backend_tests!(
+    refused_inside_a_transaction,
     bad_input_is_refused,
     permits_mismatch_is_refused_while_in_use,
     timeout_zero_tries_once,

@@ -56,8 +56,11 @@
 //!
 //! A holder that stalls longer than the ttl (a long GC pause, a suspended VM) loses its permit
 //! while it still believes it holds it; [`Permit::is_held`] says so after the next heartbeat.
-//! Choose a ttl far above any pause you expect. Do not call these functions inside an open
-//! transaction of your own: waiting inside a transaction holds your locks while you wait.
+//! Choose a ttl far above any pause you expect.
+//!
+//! Called inside an open transaction of the caller's, every function here fails with
+//! `Error::Database(diesel::result::Error::AlreadyInTransaction)`: a grant must commit on its
+//! own, and waiting inside a transaction would hold the caller's locks while it waits.
 
 mod protocol;
 mod schema;
