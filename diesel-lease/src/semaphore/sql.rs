@@ -400,11 +400,10 @@ impl Sql for diesel::MysqlConnection {
 
     fn serialized(&mut self, body: &mut Body<'_>) -> crate::Result<()> {
         refuse_nested(self)?;
-        // Applies to the next transaction only. READ COMMITTED: every statement reads the latest
-        // committed rows (after our row lock is granted), and InnoDB takes no gap locks, so
-        // requests for different resources never deadlock on the tickets index.
-        diesel::sql_query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(self)?;
-        self.transaction(|c| body(c))
+        // READ COMMITTED (`write_transaction` sets it for this transaction): every statement
+        // reads the latest committed rows (after our row lock is granted), and InnoDB takes no
+        // gap locks, so requests for different resources never deadlock on the tickets index.
+        self.write_transaction(|c| body(c))
     }
 
     fn lock_resource(&mut self, resource: &str) -> QueryResult<Option<i32>> {
