@@ -4,6 +4,11 @@
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
 
 /// Reads an owner field of a model (`String` or `Option<String>`).
+#[diagnostic::on_unimplemented(
+    message = "the owner field must be a `String` or `Option<String>`, but it is `{Self}`",
+    label = "the field of this column has the wrong type",
+    note = "the owner is the worker's identity, stored as text"
+)]
 pub trait OwnerValue {
     /// The owner, if set.
     fn owner_str(&self) -> Option<&str>;
@@ -20,6 +25,11 @@ impl OwnerValue for Option<String> {
 }
 
 /// Reads an attempts field of a model (any signed integer, possibly optional).
+#[diagnostic::on_unimplemented(
+    message = "the attempts field must be an `i16`, `i32` or `i64` (or an `Option` of one), but it is `{Self}`",
+    label = "the field of this column has the wrong type",
+    note = "the attempts field counts how often the row was claimed"
+)]
 pub trait AttemptsValue {
     /// The attempts, if set.
     fn attempts_i64(&self) -> Option<i64>;
@@ -40,11 +50,11 @@ macro_rules! attempts_value {
 }
 attempts_value!(i16, i32, i64);
 
-/// The SQL types an owner column may have.
+/// The SQL types an owner (or job holder) column may have.
 #[diagnostic::on_unimplemented(
-    message = "the owner column must be a text column, but its SQL type is `{Self}`",
+    message = "this column must be a text column, but its SQL type is `{Self}`",
     label = "not a `Text` or `Nullable<Text>` column",
-    note = "help: map `owner` to a `Text`/`Varchar` column that stores the worker's identity"
+    note = "it stores a worker's identity: map a `Text` (or `Varchar`) column"
 )]
 pub trait TextColumn {}
 impl TextColumn for Text {}
@@ -54,7 +64,7 @@ impl TextColumn for Nullable<Text> {}
 #[diagnostic::on_unimplemented(
     message = "the attempts column must be an integer column, but its SQL type is `{Self}`",
     label = "not a `SmallInt`, `Integer` or `BigInt` column",
-    note = "help: map `attempts` to an integer column that counts claims"
+    note = "map `attempts` to an integer column that counts claims"
 )]
 pub trait IntegerColumn {}
 impl IntegerColumn for SmallInt {}
@@ -64,11 +74,11 @@ impl IntegerColumn for Nullable<SmallInt> {}
 impl IntegerColumn for Nullable<Integer> {}
 impl IntegerColumn for Nullable<BigInt> {}
 
-/// Guard columns are nullable: `NULL` means "not done yet".
+/// Guard (and job lease) columns are nullable: `NULL` means "not done yet" / "not held".
 #[diagnostic::on_unimplemented(
-    message = "the guard column must be nullable, but its SQL type is `{Self}`",
-    label = "`claim_if_null` sets this column only while it is NULL",
-    note = "help: declare the column `Nullable<…>` in `table!` (and NULL in the database), e.g. `notified -> Nullable<Timestamp>`"
+    message = "this column must be nullable, but its SQL type is `{Self}`",
+    label = "diesel-lease sets this column only while it is NULL",
+    note = "declare the column `Nullable<…>` in `table!` (and NULL-able in the database), e.g. `notified -> Nullable<Timestamp>`"
 )]
 pub trait NullableColumn {}
 impl<T> NullableColumn for Nullable<T> {}

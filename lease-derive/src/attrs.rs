@@ -20,6 +20,7 @@ pub(crate) const KEYS: &[&str] = &[
     ORDER_BY,
     GUARD,
     INSERT_ONCE,
+    JOB,
 ];
 pub(crate) const STATE: &str = "state";
 pub(crate) const READY: &str = "ready";
@@ -82,6 +83,11 @@ pub(crate) struct ClaimableAttrs {
     /// `insert_once`, optionally `insert_once(returning = Model)`.
     pub(crate) insert_once: Option<Spanned<Option<Path>>>,
     pub(crate) job: Option<Spanned<JobAttrs>>,
+    /// Which of `timeout_secs` / `timeout_ms` set `timeout_ms`, for messages.
+    pub(crate) timeout_key: &'static str,
+    /// Every known key that was written, even with an invalid value: checks that ask "was `x`
+    /// given?" use this, so one bad value is not reported again as a missing key.
+    pub(crate) given: Vec<&'static str>,
 }
 
 /// Collects errors so that every mistake is reported at once (serde's `Ctxt`).
@@ -94,6 +100,10 @@ impl Errors {
             Some(all) => all.combine(e),
             None => self.0 = Some(e),
         }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_none()
     }
 
     pub(crate) fn finish(self) -> syn::Result<()> {
@@ -135,11 +145,46 @@ fn format_help(key: &str) -> &'static str {
     }
 }
 
-fn with_help(meta: &ParseNestedMeta<'_>, key: &str, e: syn::Error) -> syn::Error {
-    meta.error(format!(
-        "{e}\nhelp: the correct format looks like `{}`",
-        format_help(key)
-    ))
+/// Adds the key's format to a syntax error, keeping the error's span (the offending token).
+fn with_help(key: &str, e: syn::Error) -> syn::Error {
+    syn::Error::new(
+        e.span(),
+        format!(
+            "{e}\nhelp: the correct format looks like `{}`",
+            format_help(key)
+        ),
+    )
+}
+
+/// After a mistake in one key's value, skips to the next `,` so that the mistake is reported
+/// once rather than again as "expected `,`".
+fn skip_to_next_key(input: syn::parse::ParseStream<'_>) {
+    while !input.is_empty() && !input.peek(Token![,]) {
+        if input.parse::<proc_macro2::TokenTree>().is_err() {
+            break;
+        }
+    }
+}
+
+/// The value of a key that names a column: `state = status`.
+fn column_value(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Ident> {
+    let input = meta.value().map_err(|e| with_help(key, e))?;
+    if input.peek(syn::LitStr) {
+        let lit: syn::LitStr = input.parse()?;
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`{key}` takes a column name, not a string\nhelp: write the column without quotes: `{key} = {}`",
+                lit.value()
+            ),
+        ));
+    }
+    input.parse::<Ident>().map_err(|e| {
+        with_help(
+            key,
+            syn::Error::new(e.span(), "expected a column name (an identifier)"),
+        )
+    })
 }
 
 impl ClaimableAttrs {
@@ -150,9 +195,12 @@ impl ClaimableAttrs {
                 return Err(meta.error(unknown_key_message(&meta.path)));
             };
             let name = key.to_string();
-            let parsed = self.parse_key(&meta, &key, &name);
-            if let Err(e) = parsed {
+            if let Some(known) = KEYS.iter().find(|k| **k == name) {
+                self.given.push(known);
+            }
+            if let Err(e) = self.parse_key(&meta, &key, &name) {
                 errors.push(e);
+                skip_to_next_key(meta.input);
             }
             Ok(())
         });
@@ -167,20 +215,16 @@ impl ClaimableAttrs {
         key: &Ident,
         name: &str,
     ) -> syn::Result<()> {
-        let ident_value = |meta: &ParseNestedMeta<'_>| -> syn::Result<Ident> {
-            meta.value()
-                .and_then(|v| v.parse::<Ident>())
-                .map_err(|e| with_help(meta, name, e))
-        };
+        let ident_value = |meta: &ParseNestedMeta<'_>| column_value(meta, name);
         let expr_value = |meta: &ParseNestedMeta<'_>| -> syn::Result<Expr> {
             meta.value()
                 .and_then(|v| v.parse::<Expr>())
-                .map_err(|e| with_help(meta, name, e))
+                .map_err(|e| with_help(name, e))
         };
         let int_value = |meta: &ParseNestedMeta<'_>| -> syn::Result<LitInt> {
             meta.value()
                 .and_then(|v| v.parse::<LitInt>())
-                .map_err(|e| with_help(meta, name, e))
+                .map_err(|e| with_help(name, e))
         };
         match name {
             STATE => set(&mut self.state, key, ident_value(meta)?),
@@ -199,17 +243,13 @@ impl ClaimableAttrs {
                     syn::parenthesized!(content in meta.input);
                     let list = content
                         .parse_terminated(Expr::parse, Token![,])
-                        .map_err(|e| with_help(meta, name, e))?;
+                        .map_err(|e| with_help(name, e))?;
                     list.into_iter().collect()
                 } else {
-                    return Err(with_help(meta, name, meta.error("expected `=` or `(`")));
+                    return Err(with_help(name, meta.error("expected `=` or `(`")));
                 };
                 if values.is_empty() {
-                    return Err(with_help(
-                        meta,
-                        name,
-                        meta.error("`ready` needs at least one state"),
-                    ));
+                    return Err(with_help(name, meta.error("`ready` needs at least one state")));
                 }
                 set(&mut self.ready, key, values)
             }
@@ -244,6 +284,11 @@ impl ClaimableAttrs {
                         "duplicate timeout\nhelp: give one of `timeout_secs` or `timeout_ms`",
                     ));
                 }
+                self.timeout_key = if name == TIMEOUT_SECS {
+                    TIMEOUT_SECS
+                } else {
+                    TIMEOUT_MS
+                };
                 set(&mut self.timeout_ms, key, ms)
             }
             ORDER_BY => {
@@ -276,7 +321,7 @@ impl ClaimableAttrs {
                     })?;
                     items
                 } else {
-                    return Err(with_help(meta, name, meta.error("expected `=` or `(`")));
+                    return Err(with_help(name, meta.error("expected `=` or `(`")));
                 };
                 set(&mut self.order_by, key, items)
             }
@@ -285,12 +330,18 @@ impl ClaimableAttrs {
                 if meta.input.peek(syn::token::Paren) {
                     meta.parse_nested_meta(|inner| {
                         if inner.path.is_ident(RETURNING) {
-                            returning = Some(inner.value()?.parse::<Path>()?);
+                            returning = Some(
+                                inner
+                                    .value()
+                                    .and_then(|v| v.parse::<Path>())
+                                    .map_err(|e| with_help(name, e))?,
+                            );
                             Ok(())
                         } else {
-                            Err(inner.error(
-                                "unknown `insert_once` option, expected `returning`\nhelp: the correct format looks like `#[claimable(insert_once(returning = Model))]`",
-                            ))
+                            Err(inner.error(format!(
+                                "unknown `insert_once` option `{}`, expected `returning`\nhelp: the correct format looks like `#[claimable(insert_once(returning = Model))]`, or `#[claimable(insert_once)]` without the row",
+                                path_text(&inner.path)
+                            )))
                         }
                     })?;
                 }
@@ -340,14 +391,45 @@ impl ClaimableAttrs {
     }
 }
 
+fn path_text(path: &Path) -> String {
+    quote::quote!(#path).to_string().replace(' ', "")
+}
+
 fn unknown_key_message(path: &Path) -> String {
-    let name = quote::quote!(#path).to_string().replace(' ', "");
+    let name = path_text(path);
     let expected = KEYS
         .iter()
         .map(|k| format!("`{k}`"))
         .collect::<Vec<_>>()
         .join(", ");
-    format!("unknown attribute `{name}`, expected one of {expected}")
+    let help = match closest_key(&name) {
+        Some(k) => format!("did you mean `{k}`? The correct format looks like `{}`", format_help(k)),
+        None => "see the `Claimable` documentation of diesel-lease for every key".to_owned(),
+    };
+    format!("unknown attribute `{name}`, expected one of {expected}\nhelp: {help}")
+}
+
+/// The known key nearest to a misspelled one (edit distance ≤ 2), for "did you mean".
+fn closest_key(name: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .map(|k| (edit_distance(name, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// What the derive reads from Diesel's own `#[diesel(...)]` attributes on the struct.

@@ -27,9 +27,18 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
     }
 }
 
+/// The column's type, spanned at the user's token so that a column missing from `table!` is
+/// reported there. Columns are only ever named in type position (values are built with
+/// `Default`), so a missing one is a single error rather than one per namespace.
 fn column(model: &Model, col: &syn::Ident) -> TokenStream {
     let table = &model.table;
     quote_spanned!(col.span()=> #table::#col)
+}
+
+/// The column as a value (`table!` columns are unit structs deriving `Default`).
+fn column_value(model: &Model, col: &syn::Ident) -> TokenStream {
+    let c = column(model, col);
+    quote!(<#c as ::core::default::Default>::default())
 }
 
 fn expand_keyed(model: &Model) -> TokenStream {
@@ -37,23 +46,34 @@ fn expand_keyed(model: &Model) -> TokenStream {
     let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
     let table = &model.table;
     let pk_cols: Vec<_> = model.pk.iter().map(|(c, _)| column(model, c)).collect();
+    let pk_values: Vec<_> = model
+        .pk
+        .iter()
+        .map(|(c, _)| column_value(model, c))
+        .collect();
     let pk_fields: Vec<_> = model.pk.iter().map(|(_, f)| &f.ident).collect();
     let pk_tys: Vec<_> = model.pk.iter().map(|(_, f)| &f.ty).collect();
     let (pk_ty, pk_value, filter_ty, filter) = if model.pk.len() == 1 {
-        let (col, field, ty) = (&pk_cols[0], pk_fields[0], pk_tys[0]);
+        let (col, value, field, ty) = (&pk_cols[0], &pk_values[0], pk_fields[0], pk_tys[0]);
         (
             quote!(#ty),
             quote!(::core::clone::Clone::clone(&self.#field)),
             quote!(::diesel::dsl::Eq<#col, #ty>),
-            quote!(::diesel::ExpressionMethods::eq(#col, pk)),
+            quote!(::diesel::ExpressionMethods::eq(#value, pk)),
         )
     } else {
         let idx = (0..model.pk.len()).map(syn::Index::from);
-        let mut filter_ty = quote!(::diesel::dsl::Eq<#(#pk_cols)*, #(#pk_tys)*>);
+        let mut filter_ty = quote!();
         let mut filter = quote!();
-        for (i, ((col, ty), ix)) in pk_cols.iter().zip(&pk_tys).zip(idx).enumerate() {
+        for (i, (((col, value), ty), ix)) in pk_cols
+            .iter()
+            .zip(&pk_values)
+            .zip(&pk_tys)
+            .zip(idx)
+            .enumerate()
+        {
             let eq_ty = quote!(::diesel::dsl::Eq<#col, #ty>);
-            let eq = quote!(::diesel::ExpressionMethods::eq(#col, pk.#ix));
+            let eq = quote!(::diesel::ExpressionMethods::eq(#value, pk.#ix));
             if i == 0 {
                 filter_ty = eq_ty;
                 filter = eq;
@@ -86,14 +106,16 @@ fn expand_keyed(model: &Model) -> TokenStream {
     }
 }
 
-/// `fn _check() { assert::<<col as Expression>::SqlType>() }`, spanned at the attribute value so a
-/// wrong column type is reported there, with the trait's own message.
-fn type_check(model: &Model, col: &syn::Ident, check: TokenStream) -> TokenStream {
+/// `fn <name><T: Check>() {}` called with the column's SQL type, all spanned at the attribute
+/// value: a wrong column type is reported on that token with the trait's own message, and the
+/// function's name says what was required.
+fn type_check(model: &Model, col: &syn::Ident, name: &str, check: TokenStream) -> TokenStream {
     let c = column(model, col);
+    let f = syn::Ident::new(name, col.span());
     quote_spanned! {col.span()=>
         const _: fn() = || {
-            fn check<T: #check + ?::core::marker::Sized>() {}
-            check::<<#c as ::diesel::Expression>::SqlType>();
+            fn #f<T: #check + ?::core::marker::Sized>() {}
+            #f::<<#c as ::diesel::Expression>::SqlType>();
         };
     }
 }
@@ -148,13 +170,18 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     let done = option(c.done.as_ref().map(value));
     let failed_configured = c.failed.is_some();
     let failed = option(c.failed.as_ref().map(value));
+    // Spanned at the attribute value: a field of the wrong type is reported on that token.
     let owner_value = match &c.owner {
-        Some((_, field)) => quote!(::diesel_lease::__private::OwnerValue::owner_str(&self.#field)),
+        Some((col, field)) => {
+            let field = syn::Ident::new(&field.to_string(), col.span());
+            quote_spanned!(col.span()=> ::diesel_lease::__private::OwnerValue::owner_str(&self.#field))
+        }
         None => quote!(::core::option::Option::None),
     };
     let attempts_value = match &c.attempts {
-        Some((_, field)) => {
-            quote!(::diesel_lease::__private::AttemptsValue::attempts_i64(&self.#field))
+        Some((col, field)) => {
+            let field = syn::Ident::new(&field.to_string(), col.span());
+            quote_spanned!(col.span()=> ::diesel_lease::__private::AttemptsValue::attempts_i64(&self.#field))
         }
         None => quote!(::core::option::Option::None),
     };
@@ -163,6 +190,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         checks.push(type_check(
             model,
             col,
+            "claimed_at_must_be_a_timestamp_column",
             quote!(::diesel_lease::clock::TimestampType),
         ));
     }
@@ -170,6 +198,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         checks.push(type_check(
             model,
             col,
+            "owner_must_be_a_text_column",
             quote!(::diesel_lease::__private::TextColumn),
         ));
     }
@@ -177,13 +206,9 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         checks.push(type_check(
             model,
             col,
+            "attempts_must_be_an_integer_column",
             quote!(::diesel_lease::__private::IntegerColumn),
         ));
-    }
-    for o in &c.order_by {
-        // Resolves the column, so a typo is reported at the attribute.
-        let col = column(model, &o.column);
-        checks.push(quote_spanned!(o.column.span()=> const _: fn() = || { let _ = #col; };));
     }
     let conn_bound = quote!(
         C: ::diesel_lease::BorrowConnection,
@@ -193,7 +218,6 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         quote!(<<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend);
     quote! {
         #(#checks)*
-        const _: fn() = || { let _ = #state_col; };
 
         #[automatically_derived]
         impl #impl_g ::diesel_lease::claim::Claimable for #name #ty_g #where_g {
@@ -334,6 +358,7 @@ fn expand_guard(model: &Model, guard: &syn::Ident) -> TokenStream {
     let check = type_check(
         model,
         guard,
+        "guard_must_be_a_nullable_column",
         quote!(::diesel_lease::__private::NullableColumn),
     );
     let conn_bound = quote!(
@@ -426,17 +451,25 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
         type_check(
             model,
             holder,
+            "job_holder_must_be_a_nullable_column",
             quote!(::diesel_lease::__private::NullableColumn),
         ),
-        type_check(model, holder, quote!(::diesel_lease::__private::TextColumn)),
+        type_check(
+            model,
+            holder,
+            "job_holder_must_be_a_text_column",
+            quote!(::diesel_lease::__private::TextColumn),
+        ),
         type_check(
             model,
             started_at,
+            "job_started_at_must_be_a_timestamp_column",
             quote!(::diesel_lease::clock::TimestampType),
         ),
         type_check(
             model,
             started_at,
+            "job_started_at_must_be_a_nullable_column",
             quote!(::diesel_lease::__private::NullableColumn),
         ),
     ];
@@ -444,6 +477,7 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
         checks.push(type_check(
             model,
             next,
+            "job_next_run_must_be_a_timestamp_column",
             quote!(::diesel_lease::clock::TimestampType),
         ));
     }

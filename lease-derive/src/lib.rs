@@ -4,13 +4,17 @@
 mod attrs;
 mod expand;
 mod model;
+#[cfg(test)]
+mod tests;
 
 use proc_macro::TokenStream;
 
 /// Generates claim, lock, guard and insert-once methods for a Diesel model.
 ///
 /// See `diesel_lease::Claimable` for the attribute grammar and the generated methods.
-#[proc_macro_derive(Claimable, attributes(claimable))]
+/// Declares `diesel` as a helper attribute too: the derive reads `#[diesel(table_name, primary_key,
+/// column_name)]`, so a model deriving only `Claimable` may still carry them.
+#[proc_macro_derive(Claimable, attributes(claimable, diesel))]
 pub fn derive_claimable(input: TokenStream) -> TokenStream {
     derive_claimable_inner(input.into()).into()
 }

@@ -1,6 +1,7 @@
 //! The annotated struct as the derive sees it: table, key, fields, and the validated settings.
 
 use proc_macro2::Span;
+use syn::spanned::Spanned as _;
 use syn::{Data, DeriveInput, Expr, Fields, Ident, Path, Type};
 
 use crate::attrs::{self, ClaimableAttrs, DieselStructAttrs, Errors, OrderItem, Spanned};
@@ -49,10 +50,10 @@ impl Model {
 
         let mut claimable = ClaimableAttrs::default();
         let mut diesel = DieselStructAttrs::default();
-        let mut seen_claimable = false;
+        let mut seen_claimable = None;
         for attr in &input.attrs {
             if attr.path().is_ident("claimable") {
-                seen_claimable = true;
+                seen_claimable.get_or_insert(attr.meta.span());
                 claimable.parse(attr, &mut errors);
             } else if attr.path().is_ident("diesel") {
                 if let Err(e) = diesel.parse(attr) {
@@ -60,7 +61,7 @@ impl Model {
                 }
             }
         }
-        if !seen_claimable {
+        if seen_claimable.is_none() {
             errors.push(syn::Error::new(
                 input.ident.span(),
                 "`#[derive(Claimable)]` needs a `#[claimable(...)]` attribute\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`",
@@ -95,30 +96,27 @@ impl Model {
                 None => errors.push(syn::Error::new(
                     col.span(),
                     if pk_given {
-                        format!("`{}` has no field for primary key column `{col}`; diesel-lease addresses rows by primary key\nhelp: keep the key's fields in the struct", input.ident)
+                        format!("`{}` has no field for primary key column `{col}`; diesel-lease addresses rows by their primary key\nhelp: add a field for `{col}` (or map one with `#[diesel(column_name = {col})]`)", input.ident)
                     } else {
-                        format!("`{}` has no primary key field: Diesel's default key is `id` and there is no field `id`\nhelp: name the key with `#[diesel(primary_key(...))]`", input.ident)
+                        format!("`{}` has no primary key field: Diesel's default key is `id` and there is no field `id`\nhelp: name the key column(s) as Diesel does, e.g. `#[diesel(primary_key(job_id))]`", input.ident)
                     },
                 )),
             }
         }
 
+        // Reported only when nothing else is wrong: a key with a bad value was still asked for.
+        if let Some(span) = seen_claimable {
+            if claimable.given.is_empty() && errors.is_empty() {
+                errors.push(syn::Error::new(
+                    span,
+                    "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null), `insert_once` or `job(…)` (job leases), e.g. `#[claimable(guard = notified)]`",
+                ));
+            }
+        }
         let claim = claim_settings(&claimable, &find, &mut errors);
         let guard = claimable.guard.as_ref().map(|g| g.value.clone());
         let insert_once = claimable.insert_once.as_ref().map(|i| i.value.clone());
         let job = claimable.job.as_ref().map(|j| j.value.clone());
-        if seen_claimable
-            && claim.is_none()
-            && guard.is_none()
-            && insert_once.is_none()
-            && job.is_none()
-            && claimable.state.is_none()
-        {
-            errors.push(syn::Error::new(
-                input.ident.span(),
-                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null), `insert_once` or `job(…)` (seed 000 job leases)",
-            ));
-        }
         errors.finish()?;
         Ok(Model {
             name: input.ident.clone(),
@@ -147,10 +145,15 @@ fn claim_settings<'f>(
         (attrs::CLAIMED_AT, a.claimed_at.as_ref().map(|s| s.span)),
         (attrs::ATTEMPTS, a.attempts.as_ref().map(|s| s.span)),
         (attrs::MAX_ATTEMPTS, a.max_attempts.as_ref().map(|s| s.span)),
-        ("timeout", a.timeout_ms.as_ref().map(|s| s.span)),
+        (a.timeout_key, a.timeout_ms.as_ref().map(|s| s.span)),
         (attrs::ORDER_BY, a.order_by.as_ref().map(|s| s.span)),
     ];
+    let given = |key: &str| a.given.contains(&key);
     let Some(state) = &a.state else {
+        if given(attrs::STATE) {
+            // `state` was written with a bad value, already reported.
+            return None;
+        }
         for (key, span) in claim_only {
             if let Some(span) = span {
                 errors.push(syn::Error::new(
@@ -161,26 +164,31 @@ fn claim_settings<'f>(
         }
         return None;
     };
-    let mut ok = true;
-    let mut require = |what: &str, present: bool, example: &str| {
-        if !present {
-            errors.push(syn::Error::new(
-                state.span,
-                format!("missing `{what}`: a claim needs to know {example}\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`"),
-            ));
-            ok = false;
-        }
-    };
-    require(
-        attrs::READY,
-        a.ready.is_some(),
-        "which states can be claimed",
-    );
-    require(
-        attrs::CLAIMED,
-        a.claimed.is_some(),
-        "which state a claim moves the row to",
-    );
+    let mut ok = a.ready.is_some() && a.claimed.is_some();
+    let missing: Vec<(&str, &str)> = [
+        (attrs::READY, "which states can be claimed"),
+        (attrs::CLAIMED, "which state a claim moves the row to"),
+    ]
+    .into_iter()
+    .filter(|(key, _)| !given(key))
+    .collect();
+    if !missing.is_empty() {
+        let keys = missing
+            .iter()
+            .map(|(k, _)| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(" and ");
+        let needs = missing
+            .iter()
+            .map(|(_, why)| *why)
+            .collect::<Vec<_>>()
+            .join(" and ");
+        errors.push(syn::Error::new(
+            state.span,
+            format!("missing {keys}: a claim needs to know {needs}\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`"),
+        ));
+        ok = false;
+    }
 
     let field_of = |key: &str, col: &Spanned<Ident>, errors: &mut Errors| -> Option<&'f Field> {
         let f = find(&col.value);
@@ -201,7 +209,7 @@ fn claim_settings<'f>(
     });
 
     if let Some(t) = &a.timeout_ms {
-        if a.claimed_at.is_none() {
+        if !given(attrs::CLAIMED_AT) {
             errors.push(syn::Error::new(
                 t.span,
                 "a claim timeout needs `claimed_at`: the claim's age is measured on that column, by the database clock\nhelp: add `claimed_at = <timestamp column>`",
@@ -211,10 +219,13 @@ fn claim_settings<'f>(
     }
     if let Some(m) = &a.max_attempts {
         let missing: Vec<&str> = [
-            (attrs::ATTEMPTS, a.attempts.is_some()),
-            (attrs::CLAIMED_AT, a.claimed_at.is_some()),
-            ("timeout_secs", a.timeout_ms.is_some()),
-            (attrs::FAILED, a.failed.is_some()),
+            (attrs::ATTEMPTS, given(attrs::ATTEMPTS)),
+            (attrs::CLAIMED_AT, given(attrs::CLAIMED_AT)),
+            (
+                "timeout_secs",
+                given(attrs::TIMEOUT_SECS) || given(attrs::TIMEOUT_MS),
+            ),
+            (attrs::FAILED, given(attrs::FAILED)),
         ]
         .into_iter()
         .filter(|(_, present)| !present)
@@ -261,13 +272,13 @@ fn struct_fields(input: &DeriveInput) -> syn::Result<Vec<Field>> {
     let Data::Struct(data) = &input.data else {
         return Err(syn::Error::new(
             input.ident.span(),
-            "`#[derive(Claimable)]` works on structs with named fields (Diesel models)",
+            "`#[derive(Claimable)]` works on structs with named fields (Diesel models)\nhelp: derive it on the struct that maps the table's rows, next to `Queryable` and `Selectable`",
         ));
     };
     let Fields::Named(named) = &data.fields else {
         return Err(syn::Error::new(
             input.ident.span(),
-            "`#[derive(Claimable)]` needs named fields, as Diesel's `Selectable` does",
+            "`#[derive(Claimable)]` needs named fields, as Diesel's `Selectable` does\nhelp: name the fields after the table's columns, e.g. `struct Job { id: i64, status: String }`",
         ));
     };
     let mut fields = Vec::new();

@@ -1,0 +1,19 @@
+use diesel::prelude::*;
+use diesel_lease::Claimable;
+
+diesel::table! {
+    jobs (job_id) {
+        job_id -> BigInt,
+        notified -> Nullable<Timestamp>,
+    }
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(guard = notified)]
+pub struct Job {
+    pub job_id: i64,
+    pub notified: Option<chrono::NaiveDateTime>,
+}
+
+fn main() {}

@@ -1,0 +1,20 @@
+use diesel_lease::Claimable;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+        worker -> Nullable<Text>,
+    }
+}
+
+#[derive(Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready = "new", claimed = "running", owner = worker)]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+    pub worker: Option<i64>,
+}
+
+fn main() {}

@@ -1,0 +1,19 @@
+use diesel_lease::Claimable;
+
+diesel::table! {
+    mailing (campaign_id, user_id) {
+        campaign_id -> Integer,
+        user_id -> BigInt,
+        sent_by -> Nullable<Text>,
+    }
+}
+
+#[derive(Claimable)]
+#[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
+#[claimable(guard = sent_by)]
+pub struct Mailing {
+    pub campaign_id: i32,
+    pub sent_by: Option<String>,
+}
+
+fn main() {}

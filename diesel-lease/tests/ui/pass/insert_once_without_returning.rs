@@ -1,0 +1,28 @@
+//! Seed 002's follow-up row, inserted once, without reading it back.
+use diesel::prelude::*;
+use diesel_lease::{Claimable, InsertOutcome};
+
+diesel::table! {
+    notification (id) {
+        id -> BigInt,
+        previous_notification -> BigInt,
+        body -> Text,
+    }
+}
+
+#[derive(Insertable, Claimable)]
+#[diesel(table_name = notification)]
+#[claimable(insert_once)]
+pub struct NewNotification {
+    pub id: i64,
+    pub previous_notification: i64,
+    pub body: String,
+}
+
+#[allow(dead_code)]
+fn follow_up(conn: &mut SqliteConnection, next: &NewNotification) -> QueryResult<bool> {
+    let outcome: InsertOutcome<()> = next.insert_once(conn)?;
+    Ok(matches!(outcome, InsertOutcome::Inserted(_)))
+}
+
+fn main() {}

@@ -1,0 +1,40 @@
+//! Claims in a chosen order: highest priority first, then oldest.
+use diesel::prelude::*;
+use diesel_lease::claim::ClaimOptions;
+use diesel_lease::Claimable;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+        priority -> Integer,
+        queue -> Text,
+    }
+}
+
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(
+    state = status,
+    ready("new", "retry"),
+    claimed = "running",
+    done = "done",
+    order_by(priority desc, id asc)
+)]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+    pub priority: i32,
+    pub queue: String,
+}
+
+#[allow(dead_code)]
+fn work(conn: &mut SqliteConnection) -> QueryResult<()> {
+    let options = ClaimOptions::default();
+    for job in Job::claim_batch_where(conn, 5, &options, jobs::queue.eq("emails"))? {
+        job.complete(conn)?;
+    }
+    Ok(())
+}
+
+fn main() {}
