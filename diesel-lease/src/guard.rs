@@ -192,10 +192,7 @@ where
     T: Table,
     V: Insertable<T>,
     InsertStatement<T, V::Values>: QueryFragment<DB>,
-    R: InsertReturning<DB>,
-    for<'a> InsertOnceStmt<&'a InsertStatement<T, V::Values>, R::Select>:
-        LoadQuery<'a, C, R::Output>,
-    InsertOnceStmt<InsertStatement<T, V::Values>, R::Select>: QueryFragment<DB>,
+    R: RunInsertOnce<C, InsertStatement<T, V::Values>>,
     T::FromClause: QueryFragment<DB>,
 {
     fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>> {
@@ -212,29 +209,52 @@ where
                 Err(e) => Err(e),
             };
         }
-        match R::select() {
-            Some(select) => {
-                let stmt = InsertOnceStmt {
-                    insert: &insert,
-                    returning: Some(select),
-                };
-                let rows: Vec<R::Output> = stmt.load(self)?;
-                Ok(match rows.into_iter().next() {
-                    Some(row) => InsertOutcome::Inserted(Some(row)),
-                    None => InsertOutcome::AlreadyExists,
-                })
-            }
-            None => {
-                let stmt = InsertOnceStmt::<_, R::Select> {
-                    insert,
-                    returning: None,
-                };
-                Ok(match self.execute_returning_count(&stmt)? {
-                    0 => InsertOutcome::AlreadyExists,
-                    _ => InsertOutcome::Inserted(None),
-                })
-            }
-        }
+        R::run(self, insert)
+    }
+}
+
+/// Runs `<insert> ON CONFLICT DO NOTHING`, reading the row back or not: one impl per
+/// [`InsertReturning`] mode, because only the returning mode loads rows (and `()` is no row type).
+#[doc(hidden)]
+pub trait RunInsertOnce<C: Connection, I>: InsertReturning<C::Backend> {
+    #[doc(hidden)]
+    fn run(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<Self::Output>>;
+}
+
+impl<C, I> RunInsertOnce<C, I> for ()
+where
+    C: Connection,
+    InsertOnceStmt<I, NoReturning>: QueryFragment<C::Backend>,
+{
+    fn run(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<()>> {
+        let stmt = InsertOnceStmt::<_, NoReturning> {
+            insert,
+            returning: None,
+        };
+        Ok(match conn.execute_returning_count(&stmt)? {
+            0 => InsertOutcome::AlreadyExists,
+            _ => InsertOutcome::Inserted(None),
+        })
+    }
+}
+
+impl<C, I, R> RunInsertOnce<C, I> for Returning<R>
+where
+    C: Connection,
+    Returning<R>: InsertReturning<C::Backend, Output = R>,
+    for<'a> InsertOnceStmt<&'a I, <Returning<R> as InsertReturning<C::Backend>>::Select>:
+        LoadQuery<'a, C, R>,
+{
+    fn run(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<R>> {
+        let stmt = InsertOnceStmt {
+            insert: &insert,
+            returning: Self::select(),
+        };
+        let rows: Vec<R> = stmt.load(conn)?;
+        Ok(match rows.into_iter().next() {
+            Some(row) => InsertOutcome::Inserted(Some(row)),
+            None => InsertOutcome::AlreadyExists,
+        })
     }
 }
 

@@ -128,7 +128,7 @@ fn set<T>(slot: &mut Option<Spanned<T>>, key: &Ident, value: T) -> syn::Result<(
 fn format_help(key: &str) -> &'static str {
     match key {
         STATE => "#[claimable(state = status)]",
-        READY => "#[claimable(ready = \"new\")] or #[claimable(ready(\"new\", \"retry\"))]",
+        READY => "#[claimable(ready = \"new\")]` or `#[claimable(ready(\"new\", \"retry\"))]",
         CLAIMED => "#[claimable(claimed = \"running\")]",
         DONE => "#[claimable(done = \"done\")]",
         FAILED => "#[claimable(failed = \"failed\")]",
@@ -141,7 +141,7 @@ fn format_help(key: &str) -> &'static str {
         ORDER_BY => "#[claimable(order_by(priority desc, id))]",
         GUARD => "#[claimable(guard = notified)]",
         JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
-        _ => "#[claimable(insert_once)] or #[claimable(insert_once(returning = Model))]",
+        _ => "#[claimable(insert_once)]` or `#[claimable(insert_once(returning = Model))]",
     }
 }
 
@@ -166,15 +166,33 @@ fn skip_to_next_key(input: syn::parse::ParseStream<'_>) {
     }
 }
 
+/// Parses `key(a = …, b …)` like `parse_nested_meta`, but a mistake in one entry is reported
+/// once and the following entries are still read (no "expected `)`" after it).
+fn nested(
+    meta: &ParseNestedMeta<'_>,
+    mut entry: impl FnMut(&ParseNestedMeta<'_>) -> syn::Result<()>,
+) -> syn::Result<()> {
+    let mut errors = Errors::default();
+    meta.parse_nested_meta(|inner| {
+        if let Err(e) = entry(&inner) {
+            errors.push(e);
+            skip_to_next_key(inner.input);
+        }
+        Ok(())
+    })?;
+    errors.finish()
+}
+
 /// The value of a key that names a column: `state = status`.
 fn column_value(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Ident> {
     let input = meta.value().map_err(|e| with_help(key, e))?;
     if input.peek(syn::LitStr) {
         let lit: syn::LitStr = input.parse()?;
+        let written = path_text(&meta.path);
         return Err(syn::Error::new(
             lit.span(),
             format!(
-                "`{key}` takes a column name, not a string\nhelp: write the column without quotes: `{key} = {}`",
+                "`{written}` takes a column name, not a string\nhelp: write the column without quotes: `{written} = {}`",
                 lit.value()
             ),
         ));
@@ -299,7 +317,7 @@ impl ClaimableAttrs {
                     }]
                 } else if meta.input.peek(syn::token::Paren) {
                     let mut items = Vec::new();
-                    meta.parse_nested_meta(|item| {
+                    nested(meta, |item| {
                         let column = item.path.require_ident()?.clone();
                         let desc = if item.input.peek(Ident) {
                             let dir: Ident = item.input.parse()?;
@@ -328,7 +346,7 @@ impl ClaimableAttrs {
             INSERT_ONCE => {
                 let mut returning = None;
                 if meta.input.peek(syn::token::Paren) {
-                    meta.parse_nested_meta(|inner| {
+                    nested(meta, |inner| {
                         if inner.path.is_ident(RETURNING) {
                             returning = Some(
                                 inner
@@ -353,7 +371,7 @@ impl ClaimableAttrs {
                     started_at: None,
                     next_run: None,
                 };
-                meta.parse_nested_meta(|inner| {
+                nested(meta, |inner| {
                     let slot = if inner.path.is_ident(HOLDER) {
                         &mut job.holder
                     } else if inner.path.is_ident(STARTED_AT) {
@@ -369,10 +387,9 @@ impl ClaimableAttrs {
                     if slot.is_some() {
                         return Err(inner.error("duplicate `job` option\nhelp: give each option once"));
                     }
-                    *slot = Some(inner.value()?.parse::<Ident>()?);
+                    *slot = Some(column_value(&inner, JOB)?);
                     Ok(())
-                })
-                .map_err(|e| with_help(meta, name, e))?;
+                })?;
                 for (what, present) in [
                     (HOLDER, job.holder.is_some()),
                     (STARTED_AT, job.started_at.is_some()),
