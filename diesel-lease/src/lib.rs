@@ -100,5 +100,5 @@ pub use claim::Claimable;
 pub use error::{Error, Result};
 pub use guard::db_now;
 pub use lease_core::{Backoff, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl};
-/// Derives [`Claimable`] (and the claim, lock, guard and insert-once methods) for a Diesel model.
+#[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;
