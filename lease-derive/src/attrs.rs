@@ -267,7 +267,10 @@ impl ClaimableAttrs {
                     return Err(with_help(name, meta.error("expected `=` or `(`")));
                 };
                 if values.is_empty() {
-                    return Err(with_help(name, meta.error("`ready` needs at least one state")));
+                    return Err(with_help(
+                        name,
+                        meta.error("`ready` needs at least one state"),
+                    ));
                 }
                 set(&mut self.ready, key, values)
             }
@@ -385,9 +388,11 @@ impl ClaimableAttrs {
                         )));
                     };
                     if slot.is_some() {
-                        return Err(inner.error("duplicate `job` option\nhelp: give each option once"));
+                        return Err(
+                            inner.error("duplicate `job` option\nhelp: give each option once")
+                        );
                     }
-                    *slot = Some(column_value(&inner, JOB)?);
+                    *slot = Some(column_value(inner, JOB)?);
                     Ok(())
                 })?;
                 for (what, present) in [
@@ -420,7 +425,10 @@ fn unknown_key_message(path: &Path) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     let help = match closest_key(&name) {
-        Some(k) => format!("did you mean `{k}`? The correct format looks like `{}`", format_help(k)),
+        Some(k) => format!(
+            "did you mean `{k}`? The correct format looks like `{}`",
+            format_help(k)
+        ),
         None => "see the `Claimable` documentation of diesel-lease for every key".to_owned(),
     };
     format!("unknown attribute `{name}`, expected one of {expected}\nhelp: {help}")

@@ -34,7 +34,9 @@ fn assert_hygienic(tokens: &proc_macro2::TokenStream) {
     for stmt in &block.block.stmts {
         if let syn::Stmt::Item(syn::Item::Impl(imp)) = stmt {
             assert!(
-                imp.attrs.iter().any(|a| a.path().is_ident("automatically_derived")),
+                imp.attrs
+                    .iter()
+                    .any(|a| a.path().is_ident("automatically_derived")),
                 "impl without #[automatically_derived]: {}",
                 quote!(#imp)
             );
