@@ -208,9 +208,21 @@ fn column_value(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<Ident> {
 impl ClaimableAttrs {
     /// Parses one `#[claimable(...)]` attribute into `self`, collecting errors in `errors`.
     pub(crate) fn parse(&mut self, attr: &syn::Attribute, errors: &mut Errors) {
+        if !matches!(attr.meta, syn::Meta::List(_)) {
+            errors.push(syn::Error::new_spanned(
+                &attr.meta,
+                "`claimable` takes its keys in parentheses\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`",
+            ));
+            return;
+        }
         let result = attr.parse_nested_meta(|meta| {
             let Some(key) = meta.path.get_ident().cloned() else {
-                return Err(meta.error(unknown_key_message(&meta.path)));
+                errors.push(syn::Error::new_spanned(
+                    &meta.path,
+                    unknown_key_message(&meta.path),
+                ));
+                skip_to_next_key(meta.input);
+                return Ok(());
             };
             let name = key.to_string();
             if let Some(known) = KEYS.iter().find(|k| **k == name) {
