@@ -153,6 +153,16 @@ pub struct NewNotification {
     pub body: String,
 }
 
+/// The same follow-up when the caller needs no row back: `InsertOutcome<()>`.
+#[derive(Debug, Clone, Insertable, Claimable)]
+#[diesel(table_name = notification)]
+#[claimable(insert_once)]
+pub struct FollowUp {
+    pub user_id: i64,
+    pub previous_notification: i64,
+    pub body: String,
+}
+
 /// Per-backend DDL for the tables above: (PostgreSQL, SQLite, MySQL).
 pub const IMPORTJOBS_DDL: (&str, &str, &str) = (
     "CREATE TABLE importjobs (id BIGINT PRIMARY KEY, statuscode TEXT NOT NULL, worker TEXT, \

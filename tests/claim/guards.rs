@@ -17,6 +17,7 @@ backend_suite! {
         claim_if_null_on_a_composite_key_with_a_value,
         insert_once_inserts_once_among_16_and_keeps_transactions_usable,
         insert_once_still_reports_other_errors,
+        insert_once_without_returning_reports_the_outcome,
     ];
 
     fn guard_tables(db: &TestDb<B>) {
@@ -132,5 +133,21 @@ backend_suite! {
         // And within a transaction the error propagates (nothing is swallowed).
         let r = conn.write_transaction(|c| next.clone().insert_once(c));
         assert!(r.is_err());
+    }
+
+    pub(crate) fn insert_once_without_returning_reports_the_outcome(db: &TestDb<B>) {
+        guard_tables(db);
+        let mut conn = db.conn();
+        let next = FollowUp { user_id: 1, previous_notification: 9, body: "hello".into() };
+        conn.transaction::<_, DieselError, _>(|conn| {
+            assert_eq!(next.clone().insert_once(conn)?, InsertOutcome::Inserted(None));
+            assert_eq!(next.clone().insert_once(conn)?, InsertOutcome::AlreadyExists);
+            // Still usable after the duplicate.
+            diesel::insert_into(action::table).values(action::id.eq(1)).execute(conn)?;
+            Ok(())
+        })
+        .unwrap();
+        let rows: i64 = notification::table.count().get_result(&mut conn).unwrap();
+        assert_eq!(rows, 1);
     }
 }
