@@ -1,1 +1,529 @@
-//! (in progress)
+//! Leases with fencing tokens: named, expiring locks kept in the database you already share.
+//!
+//! A lease is a row of the built-in `diesel_lease_leases` table (created by
+//! [`run_migrations`](crate::run_migrations)). [`try_acquire`] grants it when it is free — never
+//! used, expired, or released — and every grant carries a [`FencingToken`] one larger than the
+//! grant before it, across releases, expiries and takeovers. Every time involved is the
+//! database's clock (PostgreSQL `clock_timestamp()`, SQLite `julianday('now')`, MySQL
+//! `UTC_TIMESTAMP(6)`); the client only sends durations, so servers whose clocks disagree still
+//! agree about who holds a lease.
+//!
+//! | | PostgreSQL, SQLite | MySQL / MariaDB |
+//! |---|---|---|
+//! | acquire | one `INSERT … ON CONFLICT (name) DO UPDATE … WHERE expired RETURNING token` | `UPDATE … WHERE expired` (+ `SELECT` of the token) in a transaction; `INSERT` on first use |
+//! | extend, release | `UPDATE … WHERE name, token, not expired` | same (the predicate holds the old state, so a matched row means "still mine") |
+//!
+//! Two handles:
+//! - [`Lease`]: plain data plus methods that take a connection (`&mut conn`), for code that
+//!   manages its own connections. Dropping it does nothing; the lease expires at its ttl.
+//! - [`LeaseGuard`]: built from an r2d2 pool; releases on drop and can keep itself alive with a
+//!   background thread ([`LeaseOptions::keep_alive`]).
+//!
+//! # Fencing
+//!
+//! A lease can expire while its holder is paused (GC, swap, a stopped VM) and be granted to
+//! someone else; the paused holder then wakes up believing it still holds it. Pass the token
+//! along with every write to the protected resource and make the resource refuse older tokens:
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use diesel::prelude::*;
+//! use diesel_lease::lease::{self, LeaseOptions};
+//! use std::time::Duration;
+//!
+//! diesel::table! { reports (id) { id -> Integer, body -> Text, last_token -> BigInt, } }
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let url = dir.path().join("app.db").display().to_string();
+//! let mut conn = SqliteConnection::establish(&url).unwrap();
+//! diesel_lease::run_migrations(&mut conn).unwrap();
+//! # diesel::sql_query("CREATE TABLE reports (id INTEGER PRIMARY KEY, body TEXT NOT NULL, last_token BIGINT NOT NULL)").execute(&mut conn).unwrap();
+//! # diesel::sql_query("INSERT INTO reports VALUES (1, '', 0)").execute(&mut conn).unwrap();
+//!
+//! let mut lease = lease::try_acquire(&mut conn, "report", &LeaseOptions::new(Duration::from_secs(30)))
+//!     .unwrap()
+//!     .expect("nobody else holds it");
+//! let token = lease.token().get();
+//! // The write only lands if no later holder has written already.
+//! let written = diesel::update(reports::table.find(1).filter(reports::last_token.lt(token)))
+//!     .set((reports::body.eq("done"), reports::last_token.eq(token)))
+//!     .execute(&mut conn)
+//!     .unwrap();
+//! assert_eq!(written, 1, "0 would mean a later holder got there first: stop");
+//! lease.release(&mut conn).unwrap();
+//! # }
+//! ```
+//!
+//! Call these functions outside of an open transaction: a lease granted inside one is invisible
+//! to others until it commits.
+
+use std::time::{Duration, Instant};
+
+use lease_core::{validate_name, Backoff, FencingToken, InvalidInput, OwnerId, Ttl};
+
+use crate::{BorrowConnection, Error, LeaseConnection, Result};
+
+mod guard;
+mod schema;
+pub(crate) mod sql;
+
+pub use guard::LeaseGuard;
+
+/// The longest lease name, in bytes (the `name` column is `VARCHAR(255)`).
+pub const MAX_NAME_LEN: usize = 255;
+
+/// How a lease is requested: how long it lasts, how long it is held at least, who holds it.
+///
+/// ```
+/// use diesel_lease::lease::LeaseOptions;
+/// use diesel_lease::OwnerId;
+/// use std::time::Duration;
+///
+/// let options = LeaseOptions::new(Duration::from_secs(60)) // at most 60 s unless extended
+///     .at_least_for(Duration::from_secs(10)) // stays held 10 s even if released sooner
+///     .owner(OwnerId::new("report-node-1").unwrap())
+///     .keep_alive(true); // LeaseGuard only: extend every 20 s in the background
+/// assert_eq!(options.ttl(), Duration::from_secs(60));
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseOptions {
+    ttl: Duration,
+    at_least_for: Duration,
+    owner: Option<OwnerId>,
+    keep_alive: bool,
+    poll_min: Duration,
+    poll_max: Duration,
+}
+
+/// Options checked against the rules, ready to be sent.
+#[derive(Debug, Clone)]
+pub(crate) struct Checked {
+    pub(crate) ttl: Ttl,
+    pub(crate) at_least_for_micros: i64,
+    pub(crate) holder: OwnerId,
+}
+
+impl LeaseOptions {
+    /// A lease that expires `ttl` after it is granted (ShedLock's "lock at most for"), unless it
+    /// is extended. A holder that dies keeps others out for at most this long.
+    pub fn new(ttl: Duration) -> Self {
+        LeaseOptions {
+            ttl,
+            at_least_for: Duration::ZERO,
+            owner: None,
+            keep_alive: false,
+            poll_min: Duration::from_millis(5),
+            poll_max: Duration::from_millis(500),
+        }
+    }
+
+    /// Keeps the lease held until `acquired_at + at_least_for` even when it is released sooner
+    /// (ShedLock's "lock at least for"). Must not exceed the ttl. Default: zero.
+    pub fn at_least_for(mut self, at_least_for: Duration) -> Self {
+        self.at_least_for = at_least_for;
+        self
+    }
+
+    /// The holder recorded in the table. Default: [`OwnerId::process_default`].
+    pub fn owner(mut self, owner: OwnerId) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// For [`LeaseGuard`]: a background thread extends the lease by its ttl every ttl/3 and
+    /// marks the guard lost when an extension finds the lease expired or held by someone else.
+    /// Default: off.
+    pub fn keep_alive(mut self, on: bool) -> Self {
+        self.keep_alive = on;
+        self
+    }
+
+    /// How [`acquire`] polls while it waits: exponential backoff with jitter from `min` to
+    /// `max`. Default: 5 ms to 500 ms.
+    pub fn poll(mut self, min: Duration, max: Duration) -> Self {
+        self.poll_min = min;
+        self.poll_max = max;
+        self
+    }
+
+    /// The ttl ("at most for").
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Whether [`LeaseGuard`]s taken with these options keep themselves alive.
+    pub fn keeps_alive(&self) -> bool {
+        self.keep_alive
+    }
+
+    pub(crate) fn check(&self, name: &str) -> Result<Checked, InvalidInput> {
+        validate_name("lease", name, MAX_NAME_LEN)?;
+        let ttl = Ttl::new("ttl", self.ttl)?;
+        if self.at_least_for > self.ttl {
+            return Err(InvalidInput::AtLeastExceedsTtl {
+                at_least_for: self.at_least_for,
+                ttl: self.ttl,
+            });
+        }
+        let at_least_for_micros = if self.at_least_for.is_zero() {
+            0
+        } else {
+            Ttl::new("at_least_for", self.at_least_for)?.as_micros()
+        };
+        let holder = self
+            .owner
+            .clone()
+            .unwrap_or_else(|| OwnerId::process_default().clone());
+        Ok(Checked {
+            ttl,
+            at_least_for_micros,
+            holder,
+        })
+    }
+}
+
+/// One grant of a lease: its name, holder and fencing token.
+///
+/// The methods that talk to the database take the connection as an argument. Dropping a
+/// `Lease` does not release it (there is no connection to do it with): it then expires at its
+/// ttl. Use [`LeaseGuard`] for release-on-drop.
+#[derive(Debug)]
+#[must_use = "a lease that is never released stays held until its ttl runs out"]
+pub struct Lease {
+    name: String,
+    holder: OwnerId,
+    token: FencingToken,
+    ttl: Ttl,
+    at_least_for_micros: i64,
+    state: State,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Held,
+    Released,
+    Lost(String),
+}
+
+/// Tries once to take the lease `name`: `Some` if it was free (never used, expired or released),
+/// `None` if someone holds it.
+///
+/// One statement on PostgreSQL and SQLite (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_lease::lease::{self, LeaseOptions};
+/// use std::time::Duration;
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let mut conn = SqliteConnection::establish(&url).unwrap();
+/// diesel_lease::run_migrations(&mut conn).unwrap();
+///
+/// let options = LeaseOptions::new(Duration::from_secs(30));
+/// let mut first = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
+/// assert!(lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().is_none());
+/// first.release(&mut conn).unwrap();
+///
+/// let second = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
+/// assert!(second.token() > first.token());
+/// # let _ = second;
+/// # }
+/// ```
+pub fn try_acquire(
+    conn: &mut impl BorrowConnection,
+    name: &str,
+    options: &LeaseOptions,
+) -> Result<Option<Lease>> {
+    let checked = options.check(name)?;
+    Ok(grant(conn.borrow_connection(), name, &checked, None)?.map(|(lease, _)| lease))
+}
+
+/// Takes the lease `name`, waiting up to `timeout` for it (polling with backoff, see
+/// [`LeaseOptions::poll`]); [`Error::Timeout`] if it stays held.
+///
+/// The deadline is measured on this process's monotonic clock — it bounds the caller's wait,
+/// not the lease.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_lease::lease::{self, LeaseOptions};
+/// use std::time::Duration;
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let mut conn = SqliteConnection::establish(&url).unwrap();
+/// diesel_lease::run_migrations(&mut conn).unwrap();
+///
+/// let options = LeaseOptions::new(Duration::from_millis(200));
+/// let _held = lease::try_acquire(&mut conn, "import", &options).unwrap().unwrap();
+/// // Not released, so it is granted again once its 200 ms have passed.
+/// let next = lease::acquire(&mut conn, "import", &options, Duration::from_secs(10)).unwrap();
+/// assert!(next.token() > _held.token());
+/// # let _ = next;
+/// # }
+/// ```
+pub fn acquire(
+    conn: &mut impl BorrowConnection,
+    name: &str,
+    options: &LeaseOptions,
+    timeout: Duration,
+) -> Result<Lease> {
+    let checked = options.check(name)?;
+    let conn = conn.borrow_connection();
+    let start = Instant::now();
+    let mut backoff = Backoff::new(options.poll_min, options.poll_max);
+    loop {
+        if let Some((lease, _)) = grant(conn, name, &checked, None)? {
+            return Ok(lease);
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            return Err(Error::Timeout {
+                name: name.to_string(),
+                waited,
+            });
+        }
+        std::thread::sleep(backoff.next_delay().min(timeout - waited));
+    }
+}
+
+/// Grants `name` (periodically when `interval` is set); returns the lease and the new `next_run`.
+pub(crate) fn grant<C: LeaseConnection>(
+    conn: &mut C,
+    name: &str,
+    checked: &Checked,
+    interval: Option<Ttl>,
+) -> Result<Option<(Lease, Option<i64>)>> {
+    let granted = sql::grant(
+        conn,
+        &sql::Grant {
+            name,
+            holder: checked.holder.as_str(),
+            ttl_micros: checked.ttl.as_micros(),
+            interval_micros: interval.map(Ttl::as_micros),
+        },
+    )?;
+    Ok(granted.map(|g| {
+        let lease = Lease {
+            name: name.to_string(),
+            holder: checked.holder.clone(),
+            token: FencingToken(g.token),
+            ttl: checked.ttl,
+            at_least_for_micros: checked.at_least_for_micros,
+            state: State::Held,
+        };
+        (lease, g.next_run)
+    }))
+}
+
+/// The SQL that [`try_acquire`] sends on backend `C` for these arguments, with its bind values
+/// (Diesel's `debug_query` format). For code review and logging: it shows that every instant is
+/// the database's clock and that the client binds only the name, the holder and durations.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel_lease::lease::{self, LeaseOptions};
+/// use std::time::Duration;
+///
+/// let sql = lease::acquire_sql::<diesel::SqliteConnection>("report", &LeaseOptions::new(Duration::from_secs(5))).unwrap();
+/// assert!(sql.contains("ON CONFLICT"));
+/// assert!(sql.contains("julianday('now')"));
+/// # }
+/// ```
+pub fn acquire_sql<C: LeaseConnection>(name: &str, options: &LeaseOptions) -> Result<String> {
+    let checked = options.check(name)?;
+    Ok(sql::grant_sql::<C>(&sql::Grant {
+        name,
+        holder: checked.holder.as_str(),
+        ttl_micros: checked.ttl.as_micros(),
+        interval_micros: None,
+    }))
+}
+
+impl Lease {
+    /// The fencing token of this grant: larger than the token of every earlier grant of the
+    /// same name. Send it with every write to the protected resource (see the module docs).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The lease name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Who holds it, as recorded in the table.
+    pub fn holder(&self) -> &OwnerId {
+        &self.holder
+    }
+
+    /// The ttl of the last grant or extension.
+    pub fn ttl(&self) -> Duration {
+        self.ttl.as_duration()
+    }
+
+    /// Whether this grant was found lost (expired or taken over) by an earlier call.
+    pub fn is_lost(&self) -> bool {
+        matches!(self.state, State::Lost(_))
+    }
+
+    /// Whether this grant still holds, asked of the database (its clock decides expiry).
+    /// `false` after release, expiry or takeover.
+    pub fn is_valid(&self, conn: &mut impl BorrowConnection) -> Result<bool> {
+        if self.state != State::Held {
+            return Ok(false);
+        }
+        sql::is_valid(conn.borrow_connection(), &self.name, self.token.get())
+    }
+
+    /// Moves the expiry to `ttl` from now (database clock). Only a valid grant can be extended:
+    /// [`Error::LeaseLost`] if it expired or was taken over (the lease is then marked lost),
+    /// [`Error::NotHeld`] after release.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// # use diesel::prelude::*;
+    /// # use diesel_lease::lease::{self, LeaseOptions};
+    /// # use std::time::Duration;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// # let mut conn = SqliteConnection::establish(&url).unwrap();
+    /// # diesel_lease::run_migrations(&mut conn).unwrap();
+    /// let mut lease = lease::try_acquire(&mut conn, "long-job", &LeaseOptions::new(Duration::from_secs(10)))
+    ///     .unwrap()
+    ///     .unwrap();
+    /// lease.extend(&mut conn, Duration::from_secs(60)).unwrap();
+    /// assert!(lease.is_valid(&mut conn).unwrap());
+    /// lease.release(&mut conn).unwrap();
+    /// # }
+    /// ```
+    pub fn extend(&mut self, conn: &mut impl BorrowConnection, ttl: Duration) -> Result<()> {
+        let ttl = Ttl::new("ttl", ttl)?;
+        self.check_held()?;
+        let conn = conn.borrow_connection();
+        if sql::extend(conn, &self.name, self.token.get(), ttl.as_micros())? {
+            self.ttl = ttl;
+            Ok(())
+        } else {
+            Err(self.mark_lost(conn))
+        }
+    }
+
+    /// Releases the lease. It becomes free at once, or at `acquired_at + at_least_for` when that
+    /// is later ([`LeaseOptions::at_least_for`]). The row and its token stay, so the next grant
+    /// gets a larger token.
+    ///
+    /// [`Error::LeaseLost`] if the grant had expired or was taken over — the protected work ran
+    /// (partly) unprotected; [`Error::NotHeld`] if it was already released.
+    pub fn release(&mut self, conn: &mut impl BorrowConnection) -> Result<()> {
+        self.check_held()?;
+        let conn = conn.borrow_connection();
+        if sql::release(conn, &self.name, self.token.get(), self.at_least_for_micros)? {
+            self.state = State::Released;
+            Ok(())
+        } else {
+            Err(self.mark_lost(conn))
+        }
+    }
+
+    fn check_held(&self) -> Result<()> {
+        match &self.state {
+            State::Held => Ok(()),
+            State::Released => Err(Error::NotHeld {
+                name: self.name.clone(),
+            }),
+            State::Lost(reason) => Err(Error::LeaseLost {
+                name: self.name.clone(),
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// Records why the grant is gone (read from the database) and returns the error for it.
+    fn mark_lost<C: LeaseConnection>(&mut self, conn: &mut C) -> Error {
+        let reason = match record(conn, &self.name) {
+            Ok(Some(row)) if row.token != self.token => format!(
+                "it expired and was granted to `{}` with fencing token {}",
+                row.holder, row.token
+            ),
+            Ok(Some(_)) => "it expired before this call (nobody has taken it over yet)".to_string(),
+            Ok(None) => "its row is gone from diesel_lease_leases".to_string(),
+            Err(e) => format!("it was no longer valid (reading its row failed: {e})"),
+        };
+        self.state = State::Lost(reason.clone());
+        Error::LeaseLost {
+            name: self.name.clone(),
+            reason,
+        }
+    }
+}
+
+/// A lease as the database holds it right now (see [`inspect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseRecord {
+    /// The holder of the last grant.
+    pub holder: String,
+    /// The fencing token of the last grant.
+    pub token: FencingToken,
+    /// When the last grant was made: µs since 1970, database clock.
+    pub acquired_at_micros: i64,
+    /// Until when it holds: µs since 1970, database clock.
+    pub expires_at_micros: i64,
+    /// For a periodic job: when its next occurrence is due (µs, database clock).
+    pub next_run_micros: Option<i64>,
+    /// The database clock when this record was read (µs since 1970).
+    pub read_at_micros: i64,
+}
+
+impl LeaseRecord {
+    /// Whether the lease was held when the record was read (by the database clock).
+    pub fn is_held(&self) -> bool {
+        self.expires_at_micros > self.read_at_micros
+    }
+}
+
+/// Reads the lease `name` as the database holds it (for dashboards, diagnostics and tests);
+/// `None` if it was never granted.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// # use diesel::prelude::*;
+/// # use diesel_lease::lease::{self, LeaseOptions};
+/// # use std::time::Duration;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// # let mut conn = SqliteConnection::establish(&url).unwrap();
+/// # diesel_lease::run_migrations(&mut conn).unwrap();
+/// let mut held = lease::try_acquire(&mut conn, "sync", &LeaseOptions::new(Duration::from_secs(30)))
+///     .unwrap()
+///     .unwrap();
+/// let record = lease::inspect(&mut conn, "sync").unwrap().unwrap();
+/// assert!(record.is_held());
+/// assert_eq!(record.token, held.token());
+/// assert_eq!(record.expires_at_micros - record.acquired_at_micros, 30_000_000);
+/// held.release(&mut conn).unwrap();
+/// # }
+/// ```
+pub fn inspect(conn: &mut impl BorrowConnection, name: &str) -> Result<Option<LeaseRecord>> {
+    validate_name("lease", name, MAX_NAME_LEN)?;
+    record(conn.borrow_connection(), name)
+}
+
+fn record<C: LeaseConnection>(conn: &mut C, name: &str) -> Result<Option<LeaseRecord>> {
+    Ok(
+        sql::inspect(conn, name)?.map(|(holder, token, acquired_at, expires_at, next_run, now)| {
+            LeaseRecord {
+                holder,
+                token: FencingToken(token),
+                acquired_at_micros: acquired_at,
+                expires_at_micros: expires_at,
+                next_run_micros: next_run,
+                read_at_micros: now,
+            }
+        }),
+    )
+}

@@ -99,6 +99,7 @@ pub use backend::{run_migrations, BackendKind, BorrowConnection, LeaseConnection
 pub use claim::Claimable;
 pub use error::{Error, Result};
 pub use guard::db_now;
+pub use lease::{Lease, LeaseGuard, LeaseOptions};
 pub use lease_core::{Backoff, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl};
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;

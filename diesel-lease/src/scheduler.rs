@@ -1,1 +1,286 @@
-//! (in progress)
+//! Farm scheduling on top of leases: run a job on one node of many.
+//!
+//! Every node of a farm runs the same loop (seed 000); the database decides which node runs each
+//! occurrence. Three forms:
+//!
+//! - [`run_exclusive`]: run the job now if nobody else is running it (ShedLock's model);
+//! - [`every`]: run a periodic job once per interval across the whole farm, with the schedule
+//!   (`next_run`) kept in the database, so nodes started at different times share one schedule;
+//! - [`with_lock`]: wait for an expiring mutex, run, release (django-db-mutex's model).
+//!
+//! # Missed intervals
+//!
+//! A periodic job's occurrences lie on a grid: its first run, plus whole multiples of the
+//! interval. When no node ran for several intervals (the farm was down, or a run lasted longer
+//! than the interval), the next run happens once, as soon as a node polls, for the *latest* due
+//! occurrence: the missed ones are skipped and coalesced into it, and the grid does not shift.
+//! A holder that dies mid-run keeps the job's lease until its ttl; the schedule is unaffected
+//! because `next_run` moved forward when that run was granted.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use lease_core::{Backoff, FencingToken, Ttl};
+
+use crate::lease::{LeaseGuard, LeaseOptions};
+use crate::{LeaseConnection, Result};
+
+/// Runs `job` if the lease `name` can be taken now; `Ok(None)` without running it if another
+/// node holds it. The lease is released when the job returns (and on unwinding, by the guard).
+///
+/// The job gets the guard: its [`token`](LeaseGuard::token) fences writes, and a long job can
+/// check [`is_lost`](LeaseGuard::is_lost) when [`LeaseOptions::keep_alive`] is on.
+/// If the lease was lost while the job ran, the job's result is dropped and
+/// [`Error::LeaseLost`](crate::Error::LeaseLost) is returned: the job ran (partly) unprotected.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::SqliteConnection;
+/// use diesel_lease::lease::LeaseOptions;
+/// use diesel_lease::scheduler::run_exclusive;
+/// use std::time::Duration;
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2).unwrap();
+/// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+///
+/// let options = LeaseOptions::new(Duration::from_secs(60));
+/// let ran = run_exclusive(&pool, "send-digest", &options, |lease| {
+///     format!("sent with token {}", lease.token())
+/// })
+/// .unwrap();
+/// assert_eq!(ran.as_deref(), Some("sent with token 1"));
+/// # }
+/// ```
+pub fn run_exclusive<C, T>(
+    pool: &Pool<ConnectionManager<C>>,
+    name: &str,
+    options: &LeaseOptions,
+    job: impl FnOnce(&LeaseGuard<C>) -> T,
+) -> Result<Option<T>>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    let Some(guard) = LeaseGuard::try_acquire(pool, name, options)? else {
+        return Ok(None);
+    };
+    let out = job(&guard);
+    guard.release()?;
+    Ok(Some(out))
+}
+
+/// An expiring mutex: waits up to `ttl` for the lease `name`, runs `f`, releases.
+///
+/// If `f` runs longer than `ttl`, the lock expires under it and
+/// [`Error::LeaseLost`](crate::Error::LeaseLost) is returned (if another node took it, the
+/// result is dropped). Waiting longer than `ttl` gives [`Error::Timeout`](crate::Error::Timeout):
+/// a holder that does not extend its lock is gone by then.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::SqliteConnection;
+/// use diesel_lease::scheduler::with_lock;
+/// use std::time::Duration;
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2).unwrap();
+/// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+///
+/// let total = with_lock(&pool, "rebuild-index", Duration::from_secs(30), || 40 + 2).unwrap();
+/// assert_eq!(total, 42);
+/// # }
+/// ```
+pub fn with_lock<C, T>(
+    pool: &Pool<ConnectionManager<C>>,
+    name: &str,
+    ttl: Duration,
+    f: impl FnOnce() -> T,
+) -> Result<T>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    let guard = LeaseGuard::acquire(pool, name, &LeaseOptions::new(ttl), ttl)?;
+    let out = f();
+    guard.release()?;
+    Ok(out)
+}
+
+/// A periodic job's schedule: once per `interval` across the farm (see [`Every`]).
+pub fn every(interval: Duration) -> Every {
+    Every {
+        interval,
+        lease: None,
+        poll: None,
+    }
+}
+
+/// A periodic job's schedule, built by [`every`].
+///
+/// The schedule lives in the job's lease row (`next_run`): a node runs the job only when the
+/// lease is free *and* the next occurrence is due, and the grant moves `next_run` to the next
+/// slot in the same statement. So the job runs once per interval however many nodes poll and
+/// whenever they started. See the [module docs](self) for missed intervals.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::SqliteConnection;
+/// use diesel_lease::lease::LeaseOptions;
+/// use diesel_lease::scheduler::every;
+/// use std::time::Duration;
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2).unwrap();
+/// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+///
+/// let hourly = every(Duration::from_secs(3600)).lease(LeaseOptions::new(Duration::from_secs(300)));
+/// // The first call runs it; a second node (or this one) calling again this hour does not.
+/// assert!(hourly.run_if_due(&pool, "stock-alerts", |_| ()).unwrap().is_some());
+/// assert!(hourly.run_if_due(&pool, "stock-alerts", |_| ()).unwrap().is_none());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Every {
+    interval: Duration,
+    lease: Option<LeaseOptions>,
+    poll: Option<Duration>,
+}
+
+/// One occurrence of a periodic job, handed to the job.
+pub struct Occurrence<'a, C: LeaseConnection + R2D2Connection> {
+    guard: &'a LeaseGuard<C>,
+    due_at_micros: i64,
+}
+
+impl<C: LeaseConnection + R2D2Connection> std::fmt::Debug for Occurrence<'_, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Occurrence")
+            .field("guard", self.guard)
+            .field("due_at_micros", &self.due_at_micros)
+            .finish()
+    }
+}
+
+impl<C: LeaseConnection + R2D2Connection> Occurrence<'_, C> {
+    /// The fencing token of this run.
+    pub fn token(&self) -> FencingToken {
+        self.guard.token()
+    }
+
+    /// When this occurrence was due: µs since 1970 by the database clock. Each due time is run
+    /// at most once; consecutive runs' due times differ by a whole number of intervals.
+    pub fn due_at_micros(&self) -> i64 {
+        self.due_at_micros
+    }
+
+    /// [`due_at_micros`](Self::due_at_micros) as a UTC timestamp.
+    pub fn due_at(&self) -> Option<DateTime<Utc>> {
+        DateTime::from_timestamp_micros(self.due_at_micros)
+    }
+
+    /// The lease this run holds.
+    pub fn guard(&self) -> &LeaseGuard<C> {
+        self.guard
+    }
+}
+
+impl Every {
+    /// The lease each run takes. Its ttl bounds how long a dead node's run blocks the job;
+    /// keep it shorter than the interval (or turn on [`LeaseOptions::keep_alive`] for runs that
+    /// may last longer). Default: `LeaseOptions::new(interval)`.
+    pub fn lease(mut self, options: LeaseOptions) -> Self {
+        self.lease = Some(options);
+        self
+    }
+
+    /// How often [`run_until`](Self::run_until) asks whether the job is due. Default: a tenth of
+    /// the interval, between 5 ms and 1 s (with jitter, so that nodes do not poll in lockstep).
+    pub fn poll_every(mut self, poll: Duration) -> Self {
+        self.poll = Some(poll);
+        self
+    }
+
+    /// Runs `job` once if its next occurrence is due and nobody is running it; `Ok(None)`
+    /// otherwise. Call it from every node's loop, or use [`run_until`](Self::run_until).
+    pub fn run_if_due<C, T>(
+        &self,
+        pool: &Pool<ConnectionManager<C>>,
+        name: &str,
+        job: impl FnOnce(&Occurrence<'_, C>) -> T,
+    ) -> Result<Option<T>>
+    where
+        C: LeaseConnection + R2D2Connection,
+    {
+        let interval = Ttl::new("interval", self.interval)?;
+        let options = self
+            .lease
+            .clone()
+            .unwrap_or_else(|| LeaseOptions::new(self.interval));
+        let checked = options.check(name)?;
+        let granted = crate::lease::grant(&mut *pool.get()?, name, &checked, Some(interval))?;
+        let Some((lease, next_run)) = granted else {
+            return Ok(None);
+        };
+        let guard = LeaseGuard::new(pool.clone(), lease, options.keeps_alive());
+        // The grant set next_run to the slot after the one being run.
+        let due_at_micros = next_run.unwrap_or_default() - interval.as_micros();
+        let out = job(&Occurrence {
+            guard: &guard,
+            due_at_micros,
+        });
+        guard.release()?;
+        Ok(Some(out))
+    }
+
+    /// The node loop: until `stop()` returns true, polls and runs `job` whenever it is due here.
+    /// Returns how many occurrences this node ran; stops at the first error.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::SqliteConnection;
+    /// use diesel_lease::lease::LeaseOptions;
+    /// use diesel_lease::scheduler::every;
+    /// use std::time::{Duration, Instant};
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2).unwrap();
+    /// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+    ///
+    /// let until = Instant::now() + Duration::from_millis(250);
+    /// let runs = every(Duration::from_millis(100))
+    ///     .lease(LeaseOptions::new(Duration::from_millis(50)))
+    ///     .run_until(&pool, "heartbeat", || Instant::now() >= until, |occurrence| {
+    ///         println!("heartbeat due at {:?}", occurrence.due_at());
+    ///     })
+    ///     .unwrap();
+    /// assert!(runs >= 1);
+    /// # }
+    /// ```
+    pub fn run_until<C>(
+        &self,
+        pool: &Pool<ConnectionManager<C>>,
+        name: &str,
+        mut stop: impl FnMut() -> bool,
+        mut job: impl FnMut(&Occurrence<'_, C>),
+    ) -> Result<u64>
+    where
+        C: LeaseConnection + R2D2Connection,
+    {
+        let poll = self.poll.unwrap_or_else(|| {
+            (self.interval / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
+        });
+        let mut jitter = Backoff::new(poll, poll);
+        let mut runs = 0;
+        while !stop() {
+            if self.run_if_due(pool, name, &mut job)?.is_some() {
+                runs += 1;
+            }
+            std::thread::sleep(jitter.next_delay());
+        }
+        Ok(runs)
+    }
+}

@@ -1,2 +1,133 @@
-//! Worker process for the integration suite (filled in by its module).
-fn main() {}
+//! Worker process for the lease tests: `lease-worker <backend> <url> <mode> <args…>`.
+//!
+//! Modes:
+//! - `hold <name> <ttl_ms>`: take the lease, print `ACQUIRED <token>`, then sleep until killed;
+//! - `take <name> <ttl_ms> <timeout_ms>`: wait for the lease, print
+//!   `ACQUIRED <token> <acquired_at_micros>`, release it, exit;
+//! - `contend <name> <count>`: `count` times: wait for the lease, log its token into
+//!   `grants (token, pid)` while holding it, release;
+//! - `farm <name> <interval_ms> <ttl_ms>`: the farm loop of seed 000: run the periodic job
+//!   whenever it is due here, logging each run into `farm_runs (due_at, token, pid)`; runs until
+//!   killed (or 120 s).
+#![allow(clippy::print_stdout)]
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use diesel::r2d2::R2D2Connection;
+use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::scheduler::every;
+use diesel_lease::{BorrowConnection, LeaseConnection};
+
+#[path = "../lease/support.rs"]
+mod support;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (backend, url, rest) = match args.as_slice() {
+        [backend, url, rest @ ..] => (backend.as_str(), url.as_str(), rest),
+        _ => panic!("usage: lease-worker <backend> <url> <mode> <args…>"),
+    };
+    match backend {
+        #[cfg(feature = "postgres")]
+        "postgres" => run::<diesel::PgConnection>(url, rest),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => run::<diesel::SqliteConnection>(url, rest),
+        #[cfg(feature = "mysql")]
+        "mysql" => run::<diesel::MysqlConnection>(url, rest),
+        other => panic!("backend {other} is not enabled"),
+    }
+}
+
+fn ms(arg: &str) -> Duration {
+    Duration::from_millis(arg.parse().expect("milliseconds"))
+}
+
+fn connect<C: LeaseConnection>(url: &str) -> C {
+    let mut conn = C::establish(url).expect("connect");
+    diesel_lease::pool::ConnectionTuning::default()
+        .apply(&mut conn)
+        .expect("tune");
+    conn
+}
+
+fn say(line: String) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").expect("stdout");
+    out.flush().expect("flush");
+}
+
+fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
+    url: &str,
+    args: &[String],
+) {
+    let pid = i64::from(std::process::id());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["hold", name, ttl] => {
+            let mut conn = connect::<C>(url);
+            let held = lease::acquire(
+                &mut conn,
+                name,
+                &LeaseOptions::new(ms(ttl)),
+                Duration::from_secs(60),
+            )
+            .expect("acquire");
+            say(format!("ACQUIRED {}", held.token()));
+            std::thread::sleep(Duration::from_secs(120));
+        }
+        ["take", name, ttl, timeout] => {
+            let mut conn = connect::<C>(url);
+            let mut taken =
+                lease::acquire(&mut conn, name, &LeaseOptions::new(ms(ttl)), ms(timeout))
+                    .expect("acquire");
+            let record = lease::inspect(&mut conn, name)
+                .expect("inspect")
+                .expect("row");
+            say(format!(
+                "ACQUIRED {} {}",
+                taken.token(),
+                record.acquired_at_micros
+            ));
+            taken.release(&mut conn).expect("release");
+        }
+        ["contend", name, count] => {
+            let mut conn = connect::<C>(url);
+            let options = LeaseOptions::new(Duration::from_secs(60))
+                .poll(Duration::from_millis(1), Duration::from_millis(20));
+            for _ in 0..count.parse::<u32>().expect("count") {
+                let mut held = lease::acquire(&mut conn, name, &options, Duration::from_secs(120))
+                    .expect("acquire");
+                support::exec(
+                    &mut conn,
+                    "INSERT INTO grants (token, pid) VALUES (?, ?)",
+                    &[held.token().get(), pid],
+                );
+                held.release(&mut conn).expect("release");
+            }
+            say("DONE".to_string());
+        }
+        ["farm", name, interval, ttl] => {
+            let pool = diesel_lease::pool::build_pool::<C>(url, 2).expect("pool");
+            let mut log = connect::<C>(url);
+            let deadline = Instant::now() + Duration::from_secs(120);
+            say("STARTED".to_string());
+            every(ms(interval))
+                .lease(LeaseOptions::new(ms(ttl)))
+                .run_until(
+                    &pool,
+                    name,
+                    || Instant::now() >= deadline,
+                    |occurrence| {
+                        support::exec(
+                            &mut log,
+                            "INSERT INTO farm_runs (due_at, token, pid) VALUES (?, ?, ?)",
+                            &[occurrence.due_at_micros(), occurrence.token().get(), pid],
+                        );
+                    },
+                )
+                .expect("farm loop");
+        }
+        other => panic!("unknown mode {other:?}"),
+    }
+}

@@ -1,0 +1,95 @@
+//! Bad input is refused with typed errors before anything reaches the lock.
+
+use diesel_lease::lease::{self, LeaseGuard};
+use diesel_lease::scheduler::every;
+use diesel_lease::{Error, InvalidInput};
+
+use super::{ms, opts};
+use crate::common::{TestBackend, TestDb};
+
+fn invalid(r: Result<impl std::fmt::Debug, Error>) -> InvalidInput {
+    match r {
+        Err(Error::InvalidInput(e)) => e,
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
+
+fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let mut c = db.conn();
+    assert!(matches!(
+        invalid(lease::try_acquire(&mut c, "", &opts(1_000))),
+        InvalidInput::EmptyName { what: "lease" }
+    ));
+    let long = "x".repeat(256);
+    assert!(matches!(
+        invalid(lease::try_acquire(&mut c, &long, &opts(1_000))),
+        InvalidInput::NameTooLong {
+            len: 256,
+            max: 255,
+            ..
+        }
+    ));
+    // 255 bytes fit the column on every backend, multi-byte characters included.
+    let fits = format!("{}{}", "é".repeat(100), "y".repeat(55));
+    assert_eq!(fits.len(), 255);
+    let held = lease::try_acquire(&mut c, &fits, &opts(1_000))
+        .unwrap()
+        .expect("free");
+    assert_eq!(
+        lease::inspect(&mut c, &fits).unwrap().unwrap().token,
+        held.token()
+    );
+    assert!(matches!(
+        invalid(lease::try_acquire(&mut c, "job", &opts(0))),
+        InvalidInput::ZeroDuration { what: "ttl", .. }
+    ));
+    assert!(matches!(
+        invalid(lease::try_acquire(
+            &mut c,
+            "job",
+            &opts(1_000).at_least_for(ms(2_000))
+        )),
+        InvalidInput::AtLeastExceedsTtl { .. }
+    ));
+    assert!(matches!(
+        invalid(lease::acquire(&mut c, "", &opts(1_000), ms(10))),
+        InvalidInput::EmptyName { .. }
+    ));
+    let mut held = lease::try_acquire(&mut c, "job", &opts(1_000))
+        .unwrap()
+        .expect("free");
+    assert!(matches!(
+        invalid(held.extend(&mut c, ms(0))),
+        InvalidInput::ZeroDuration { .. }
+    ));
+    held.release(&mut c).unwrap();
+    // Releasing what you no longer hold.
+    assert!(matches!(held.release(&mut c), Err(Error::NotHeld { ref name }) if name == "job"));
+    let pool = db.pool(2);
+    assert!(matches!(
+        invalid(LeaseGuard::try_acquire(&pool, "", &opts(1_000))),
+        InvalidInput::EmptyName { .. }
+    ));
+    assert!(matches!(
+        invalid(every(ms(0)).run_if_due(&pool, "tick", |_| ())),
+        InvalidInput::ZeroDuration {
+            what: "interval",
+            ..
+        }
+    ));
+    // A wait that gives up is a typed timeout, and nothing is left held by it.
+    let _held = lease::try_acquire(&mut c, "busy", &opts(60_000))
+        .unwrap()
+        .expect("free");
+    let mut other = db.conn();
+    assert!(matches!(
+        lease::acquire(&mut other, "busy", &opts(1_000), ms(50)),
+        Err(Error::Timeout { .. })
+    ));
+    // Error messages say what to do.
+    let msg = Error::from(InvalidInput::EmptyName { what: "lease" }).to_string();
+    assert!(msg.contains("non-empty name"), "{msg}");
+}
+
+backend_tests!(bad_names_and_durations_are_typed_errors);

@@ -1,0 +1,200 @@
+//! Pool guards (release on drop, keep-alive), `run_exclusive`, `with_lock` and `every` in-process.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::scheduler::{every, run_exclusive, with_lock};
+use diesel_lease::{Error, OwnerId};
+
+use super::support::exec;
+use super::{ms, opts};
+use crate::common::{TestBackend, TestDb};
+
+fn guard_releases_on_drop<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(4);
+    {
+        let guard = LeaseGuard::try_acquire(&pool, "job", &opts(60_000))
+            .unwrap()
+            .expect("free");
+        assert_eq!(guard.token().get(), 1);
+        assert!(guard.is_valid().unwrap());
+        assert!(LeaseGuard::try_acquire(&pool, "job", &opts(60_000))
+            .unwrap()
+            .is_none());
+    }
+    let again = LeaseGuard::try_acquire(&pool, "job", &opts(60_000))
+        .unwrap()
+        .expect("released on drop");
+    assert_eq!(again.token().get(), 2);
+    again.release().unwrap();
+}
+
+fn keep_alive_holds_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(4);
+    let options = opts(900).keep_alive(true);
+    let guard = LeaseGuard::try_acquire(&pool, "job", &options)
+        .unwrap()
+        .expect("free");
+    let start = Instant::now();
+    while start.elapsed() < ms(2_500) {
+        assert!(LeaseGuard::try_acquire(&pool, "job", &opts(900))
+            .unwrap()
+            .is_none());
+        std::thread::sleep(ms(100));
+    }
+    assert!(!guard.is_lost());
+    assert!(guard.is_valid().unwrap());
+    guard.release().unwrap();
+}
+
+fn keep_alive_marks_the_guard_lost_when_taken_over<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(4);
+    let guard = LeaseGuard::try_acquire(&pool, "job", &opts(900).keep_alive(true))
+        .unwrap()
+        .expect("free");
+    // Simulate a holder paused past its ttl: the row expires under it and someone else takes it.
+    let mut c = db.conn();
+    exec(
+        &mut c,
+        "UPDATE diesel_lease_leases SET expires_at = 0 WHERE token = ?",
+        &[guard.token().get()],
+    );
+    let thief = opts(60_000).owner(OwnerId::new("thief").unwrap());
+    let stolen = lease::try_acquire(&mut c, "job", &thief)
+        .unwrap()
+        .expect("expired");
+    let start = Instant::now();
+    while !guard.is_lost() {
+        assert!(
+            start.elapsed() < ms(20_000),
+            "keep-alive never noticed the takeover"
+        );
+        std::thread::sleep(ms(50));
+    }
+    assert!(matches!(
+        guard.extend(ms(900)),
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(guard.release(), Err(Error::LeaseLost { .. })));
+    assert!(
+        stolen.is_valid(&mut c).unwrap(),
+        "the loser did not disturb the new holder"
+    );
+}
+
+fn run_exclusive_skips_when_held<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(4);
+    let held = LeaseGuard::try_acquire(&pool, "job", &opts(60_000))
+        .unwrap()
+        .expect("free");
+    assert_eq!(
+        run_exclusive(&pool, "job", &opts(60_000), |_| "ran").unwrap(),
+        None
+    );
+    held.release().unwrap();
+    let ran = run_exclusive(&pool, "job", &opts(60_000), |lease| lease.token().get()).unwrap();
+    assert_eq!(ran, Some(2));
+    // Released after the job: the next one runs too.
+    assert!(run_exclusive(&pool, "job", &opts(60_000), |_| ())
+        .unwrap()
+        .is_some());
+}
+
+fn with_lock_is_mutually_exclusive<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(6);
+    let counter = AtomicI64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..5 {
+                    with_lock(&pool, "mutex", ms(30_000), || {
+                        let n = counter.load(Ordering::SeqCst);
+                        std::thread::sleep(ms(3));
+                        counter.store(n + 1, Ordering::SeqCst);
+                    })
+                    .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(counter.load(Ordering::SeqCst), 20);
+}
+
+fn with_lock_waits_for_an_expiring_holder<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(4);
+    let mut c = db.conn();
+    let _abandoned = lease::try_acquire(&mut c, "mutex", &opts(300))
+        .unwrap()
+        .expect("free");
+    let token = with_lock(&pool, "mutex", ms(10_000), || 7).unwrap();
+    assert_eq!(token, 7);
+    assert_eq!(
+        lease::inspect(&mut c, "mutex")
+            .unwrap()
+            .unwrap()
+            .token
+            .get(),
+        2
+    );
+}
+
+/// Three threads poll one periodic job: each due time runs once, on an unbroken grid.
+fn every_runs_once_per_interval_in_process<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(6);
+    let interval = 300_000;
+    let dues = Mutex::new(Vec::new());
+    let until = Instant::now() + ms(2_200);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                every(ms(300))
+                    .lease(LeaseOptions::new(ms(150)))
+                    .poll_every(ms(20))
+                    .run_until(
+                        &pool,
+                        "tick",
+                        || Instant::now() >= until,
+                        |o| {
+                            dues.lock()
+                                .unwrap()
+                                .push((o.due_at_micros(), o.token().get()));
+                        },
+                    )
+                    .unwrap();
+            });
+        }
+    });
+    let mut dues = dues.into_inner().unwrap();
+    dues.sort();
+    assert!(dues.len() >= 4, "{dues:?}");
+    let unique: BTreeSet<_> = dues.iter().map(|d| d.0).collect();
+    assert_eq!(
+        unique.len(),
+        dues.len(),
+        "an occurrence ran twice: {dues:?}"
+    );
+    for w in dues.windows(2) {
+        assert_eq!(w[1].0 - w[0].0, interval, "one run per interval: {dues:?}");
+        assert!(w[1].1 > w[0].1);
+    }
+}
+
+backend_tests!(
+    guard_releases_on_drop,
+    keep_alive_holds_past_its_ttl,
+    keep_alive_marks_the_guard_lost_when_taken_over,
+    run_exclusive_skips_when_held,
+    with_lock_is_mutually_exclusive,
+    with_lock_waits_for_an_expiring_holder,
+    every_runs_once_per_interval_in_process,
+);
