@@ -210,6 +210,7 @@ macro_rules! upsert {
 /// its lock before applying the `WHERE`, so of two concurrent takeovers exactly one matches;
 /// the predicate holds the old state, so the matched-rows count (CLIENT_FOUND_ROWS) means "won".
 /// Columns are assigned left to right in MySQL: none of these reads a column assigned before it.
+#[cfg(feature = "mysql")]
 macro_rules! mysql_takeover {
     ($g:expr) => {
         diesel::update(l::table.filter(l::name.eq($g.name)).filter(grantable!($g))).set((
@@ -224,6 +225,7 @@ macro_rules! mysql_takeover {
 
 /// MySQL, step 2 (first use of the name): a plain insert; a duplicate key means someone else
 /// holds it.
+#[cfg(feature = "mysql")]
 macro_rules! mysql_insert {
     ($g:expr) => {
         diesel::insert_into(l::table).values((
