@@ -54,8 +54,10 @@
 //! # }
 //! ```
 //!
-//! Call these functions outside of an open transaction: a lease granted inside one is invisible
-//! to others until it commits.
+//! Called inside an open transaction of the caller's, the functions that change a lease
+//! (acquire, extend, release) fail with
+//! `Error::Database(diesel::result::Error::AlreadyInTransaction)`: a grant made inside it would
+//! stay invisible to the others, and a release could be rolled back, until it ends.
 
 use std::time::{Duration, Instant};
 

@@ -87,6 +87,30 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
         lease::acquire(&mut other, "busy", &opts(1_000), ms(50)),
         Err(Error::Timeout { .. })
     ));
+    // Inside the caller's transaction nothing is granted, extended or released.
+    let in_tx = diesel::Connection::transaction(&mut other, |c| {
+        Ok::<_, diesel::result::Error>((
+            lease::try_acquire(c, "tx", &opts(1_000)).map(|l| l.is_some()),
+            lease::acquire(c, "tx", &opts(1_000), ms(10)).map(|l| l.token()),
+        ))
+    })
+    .unwrap();
+    for outcome in [in_tx.0.map(|_| ()), in_tx.1.map(|_| ())] {
+        assert!(matches!(
+            outcome,
+            Err(Error::Database(diesel::result::Error::AlreadyInTransaction))
+        ));
+    }
+    assert!(lease::inspect(&mut c, "tx").unwrap().is_none());
+    let mut outside = lease::try_acquire(&mut c, "tx", &opts(1_000))
+        .unwrap()
+        .expect("free");
+    let released = diesel::Connection::transaction(&mut c, |c| {
+        Ok::<_, diesel::result::Error>(outside.release(c).map_err(|e| e.to_string()))
+    })
+    .unwrap();
+    assert!(released.unwrap_err().contains("transaction"));
+    outside.release(&mut c).unwrap();
     // Error messages say what to do.
     let msg = Error::from(InvalidInput::EmptyName { what: "lease" }).to_string();
     assert!(msg.contains("non-empty name"), "{msg}");

@@ -79,7 +79,9 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
         options: &LeaseOptions,
     ) -> Result<Option<Self>> {
         let lease = super::try_acquire(&mut pool.get()?, name, options)?;
-        Ok(lease.map(|lease| Self::new(pool.clone(), lease, options.keep_alive)))
+        lease
+            .map(|lease| Self::new(pool.clone(), lease, options.keep_alive))
+            .transpose()
     }
 
     /// Takes the lease `name`, waiting up to `timeout` (see [`acquire`](super::acquire)).
@@ -90,22 +92,35 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
         timeout: Duration,
     ) -> Result<Self> {
         let lease = super::acquire(&mut pool.get()?, name, options, timeout)?;
-        Ok(Self::new(pool.clone(), lease, options.keep_alive))
+        Self::new(pool.clone(), lease, options.keep_alive)
     }
 
-    pub(crate) fn new(pool: Pool<ConnectionManager<C>>, lease: Lease, keep_alive: bool) -> Self {
+    /// Wraps a granted lease. If the keep-alive thread cannot be started, the lease is released
+    /// again and [`Error::KeepAlive`](crate::Error::KeepAlive) returned.
+    pub(crate) fn new(
+        pool: Pool<ConnectionManager<C>>,
+        lease: Lease,
+        keep_alive: bool,
+    ) -> Result<Self> {
         let token = lease.token();
         let name = lease.name().to_string();
         let lease = Arc::new(Mutex::new(lease));
-        let keep_alive = keep_alive.then(|| KeepAlive::start(pool.clone(), Arc::clone(&lease)));
-        LeaseGuard {
+        let mut guard = LeaseGuard {
             pool,
             lease,
             token,
             name,
-            keep_alive,
+            keep_alive: None,
             finished: false,
+        };
+        if keep_alive {
+            match KeepAlive::start(guard.pool.clone(), Arc::clone(&guard.lease)) {
+                Ok(k) => guard.keep_alive = Some(k),
+                // Dropping the guard releases the lease: nothing stays held.
+                Err(e) => return Err(crate::Error::KeepAlive(e)),
+            }
         }
+        Ok(guard)
     }
 
     /// The fencing token of this grant.
@@ -166,27 +181,29 @@ impl KeepAlive {
     fn start<C: LeaseConnection + R2D2Connection>(
         pool: Pool<ConnectionManager<C>>,
         lease: Arc<Mutex<Lease>>,
-    ) -> Self {
+    ) -> std::io::Result<Self> {
         let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || loop {
-            let period = lock(&lease).ttl() / 3;
-            match stopped.recv_timeout(period) {
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                // Stopped, or the guard is gone.
-                _ => return,
-            }
-            // A failed checkout is retried next period; the lease is only lost once an
-            // extension reaches the database and finds it gone.
-            let Ok(mut conn) = pool.get() else { continue };
-            let mut lease = lock(&lease);
-            let ttl = lease.ttl();
-            match lease.extend(&mut conn, ttl) {
-                Ok(()) => {}
-                Err(crate::Error::LeaseLost { .. } | crate::Error::NotHeld { .. }) => return,
-                Err(_) => {}
-            }
-        });
-        KeepAlive { stop, thread }
+        let thread = std::thread::Builder::new()
+            .name("diesel-lease keep-alive".to_string())
+            .spawn(move || loop {
+                let period = lock(&lease).ttl() / 3;
+                match stopped.recv_timeout(period) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    // Stopped, or the guard is gone.
+                    _ => return,
+                }
+                // A failed checkout is retried next period; the lease is only lost once an
+                // extension reaches the database and finds it gone.
+                let Ok(mut conn) = pool.get() else { continue };
+                let mut lease = lock(&lease);
+                let ttl = lease.ttl();
+                match lease.extend(&mut conn, ttl) {
+                    Ok(()) => {}
+                    Err(crate::Error::LeaseLost { .. } | crate::Error::NotHeld { .. }) => return,
+                    Err(_) => {}
+                }
+            })?;
+        Ok(KeepAlive { stop, thread })
     }
 
     fn stop(self) {

@@ -252,30 +252,65 @@ macro_rules! held {
 /// Runs `$body` with `$c` bound to the concrete connection behind `conn`. Each backend's arm is
 /// type-checked on its own, so the DSL above is used with concrete types; the trait bounds of
 /// the public API stay `LeaseConnection`.
+///
+/// `write` marks statements that change the lease: they refuse to run inside the caller's
+/// transaction, and on SQLite they take this process's writer turn and run under
+/// `BEGIN IMMEDIATE` (which also makes sure the connection waits on a busy database).
 macro_rules! on_backend {
-    ($conn:expr, |$c:ident| pg_sqlite: $ps:expr, mysql: $my:expr) => {{
+    ($conn:expr, $mode:ident |$c:ident| pg_sqlite: $ps:expr, mysql: $my:expr) => {{
         let any: &mut dyn std::any::Any = $conn;
         #[cfg(feature = "postgres")]
         let any = match any.downcast_mut::<diesel::PgConnection>() {
-            Some($c) => return $ps,
+            Some($c) => return on_backend!(@run $mode, $c, $ps),
             None => any,
         };
         #[cfg(feature = "sqlite")]
         let any = match any.downcast_mut::<diesel::SqliteConnection>() {
-            Some($c) => return $ps,
+            Some($c) => return on_backend!(@run_sqlite $mode, $c, $ps),
             None => any,
         };
         #[cfg(feature = "mysql")]
         let any = match any.downcast_mut::<diesel::MysqlConnection>() {
-            Some($c) => return $my,
+            Some($c) => return on_backend!(@run $mode, $c, $my),
             None => any,
         };
         let _ = any;
         Err(unknown_backend())
     }};
-    ($conn:expr, |$c:ident| $body:expr) => {
-        on_backend!($conn, |$c| pg_sqlite: $body, mysql: $body)
+    ($conn:expr, $mode:ident |$c:ident| $body:expr) => {
+        on_backend!($conn, $mode |$c| pg_sqlite: $body, mysql: $body)
     };
+    (@run read, $c:ident, $body:expr) => {
+        $body
+    };
+    (@run write, $c:ident, $body:expr) => {{
+        refuse_nested($c)?;
+        $body
+    }};
+    (@run_sqlite read, $c:ident, $body:expr) => {
+        $body
+    };
+    (@run_sqlite write, $c:ident, $body:expr) => {{
+        refuse_nested($c)?;
+        let _turn = crate::queue::sqlite_turn();
+        $c.write_transaction(|$c| $body)
+    }};
+}
+
+/// Lease changes must commit on their own: inside the caller's transaction a grant would stay
+/// invisible to the others (and a release could still be rolled back) until that transaction
+/// ends.
+fn refuse_nested<C>(conn: &mut C) -> diesel::QueryResult<()>
+where
+    C: diesel::Connection<TransactionManager = diesel::connection::AnsiTransactionManager>,
+{
+    use diesel::connection::TransactionManager;
+    match diesel::connection::AnsiTransactionManager::transaction_manager_status_mut(conn)
+        .transaction_depth()?
+    {
+        Some(_) => Err(diesel::result::Error::AlreadyInTransaction),
+        None => Ok(()),
+    }
 }
 
 /// `LeaseConnection` is sealed to the three connections above; this is unreachable in practice.
@@ -289,7 +324,7 @@ fn unknown_backend() -> Error {
 /// PostgreSQL and SQLite and in the fewest safe statements on MySQL.
 pub(crate) fn grant<C: LeaseConnection>(conn: &mut C, g: &Grant<'_>) -> Result<Option<Granted>> {
     let to_granted = |(token, next_run): (i64, Option<i64>)| Granted { token, next_run };
-    on_backend!(conn, |c| pg_sqlite: Ok(upsert!(g)
+    on_backend!(conn, write |c| pg_sqlite: Ok(upsert!(g)
         .get_result::<(i64, Option<i64>)>(c)
         .optional()?
         .map(to_granted)),
@@ -299,7 +334,8 @@ pub(crate) fn grant<C: LeaseConnection>(conn: &mut C, g: &Grant<'_>) -> Result<O
 #[cfg(feature = "mysql")]
 fn mysql_grant(c: &mut diesel::MysqlConnection, g: &Grant<'_>) -> Result<Option<Granted>> {
     use diesel::result::{DatabaseErrorKind, Error as DieselError};
-    let taken = c.transaction(|c| {
+    // READ COMMITTED (see `write_transaction`): no gap lock when the name has no row yet.
+    let taken = c.write_transaction(|c| {
         if mysql_takeover!(g).execute(c)? != 1 {
             return Ok::<_, DieselError>(None);
         }
@@ -359,10 +395,15 @@ pub(crate) fn extend<C: LeaseConnection>(
     token: i64,
     ttl_micros: i64,
 ) -> Result<bool> {
-    on_backend!(conn, |c| Ok(diesel::update(held!(name, token))
-        .set(l::expires_at.eq(NowPlus(ttl_micros)))
-        .execute(c)?
-        == 1))
+    on_backend!(
+        conn,
+        write
+            | c
+            | Ok(diesel::update(held!(name, token))
+                .set(l::expires_at.eq(NowPlus(ttl_micros)))
+                .execute(c)?
+                == 1)
+    )
 }
 
 /// Ends a valid grant: it expires now, or at `acquired_at + at_least_for` if that is later.
@@ -373,38 +414,47 @@ pub(crate) fn release<C: LeaseConnection>(
     token: i64,
     at_least_for_micros: i64,
 ) -> Result<bool> {
-    on_backend!(conn, |c| Ok(diesel::update(held!(name, token))
-        .set(
-            l::expires_at.eq(case_when(
-                (l::acquired_at + at_least_for_micros).gt(DbNowMicros),
-                l::acquired_at + at_least_for_micros,
-            )
-            .otherwise(DbNowMicros))
-        )
-        .execute(c)?
-        == 1))
+    on_backend!(
+        conn,
+        write
+            | c
+            | Ok(diesel::update(held!(name, token))
+                .set(
+                    l::expires_at.eq(case_when(
+                        (l::acquired_at + at_least_for_micros).gt(DbNowMicros),
+                        l::acquired_at + at_least_for_micros,
+                    )
+                    .otherwise(DbNowMicros))
+                )
+                .execute(c)?
+                == 1)
+    )
 }
 
 /// Whether the grant (`name`, `token`) is still valid by the database's clock.
 pub(crate) fn is_valid<C: LeaseConnection>(conn: &mut C, name: &str, token: i64) -> Result<bool> {
-    on_backend!(conn, |c| Ok(held!(name, token)
-        .count()
-        .get_result::<i64>(c)?
-        == 1))
+    on_backend!(
+        conn,
+        read | c | Ok(held!(name, token).count().get_result::<i64>(c)? == 1)
+    )
 }
 
 /// The lease's row and the database's current time.
 pub(crate) fn inspect<C: LeaseConnection>(conn: &mut C, name: &str) -> Result<Option<Row>> {
-    on_backend!(conn, |c| Ok(l::table
-        .find(name)
-        .select((
-            l::holder,
-            l::token,
-            l::acquired_at,
-            l::expires_at,
-            l::next_run,
-            DbNowMicros
-        ))
-        .first::<Row>(c)
-        .optional()?))
+    on_backend!(
+        conn,
+        read | c
+            | Ok(l::table
+                .find(name)
+                .select((
+                    l::holder,
+                    l::token,
+                    l::acquired_at,
+                    l::expires_at,
+                    l::next_run,
+                    DbNowMicros
+                ))
+                .first::<Row>(c)
+                .optional()?)
+    )
 }
