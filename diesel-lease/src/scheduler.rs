@@ -270,9 +270,12 @@ impl Every {
     where
         C: LeaseConnection + R2D2Connection,
     {
-        let poll = self.poll.unwrap_or_else(|| {
-            (self.interval / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
-        });
+        let poll = self
+            .poll
+            .unwrap_or_else(|| {
+                (self.interval / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
+            })
+            .max(Duration::from_millis(1));
         let mut jitter = Backoff::new(poll, poll);
         let mut runs = 0;
         while !stop() {

@@ -186,7 +186,7 @@ impl KeepAlive {
         let thread = std::thread::Builder::new()
             .name("diesel-lease keep-alive".to_string())
             .spawn(move || loop {
-                let period = lock(&lease).ttl() / 3;
+                let period = (lock(&lease).ttl() / 3).max(Duration::from_millis(1));
                 match stopped.recv_timeout(period) {
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     // Stopped, or the guard is gone.
