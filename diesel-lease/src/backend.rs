@@ -154,11 +154,35 @@ raw_connection!(
 #[cfg(feature = "mysql")]
 fn mysql_read_committed_next(c: &mut diesel::MysqlConnection) -> diesel::QueryResult<()> {
     use diesel::connection::SimpleConnection;
-    use diesel::result::Error;
-    match c.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED") {
-        Err(Error::DatabaseError(_, info)) if info.message().contains("in progress") => Ok(()),
-        other => other,
+    if in_transaction(c)? {
+        return Ok(());
     }
+    c.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+}
+
+/// Whether `conn` is inside a transaction (the caller's, or one of ours).
+pub(crate) fn in_transaction<C>(conn: &mut C) -> diesel::QueryResult<bool>
+where
+    C: Connection<TransactionManager = diesel::connection::AnsiTransactionManager>,
+{
+    use diesel::connection::TransactionManager;
+    Ok(
+        diesel::connection::AnsiTransactionManager::transaction_manager_status_mut(conn)
+            .transaction_depth()?
+            .is_some(),
+    )
+}
+
+/// Refuses to run inside the caller's transaction: leases and semaphores must commit their grant
+/// at once, or other processes would not see it (and the caller's rollback would undo it).
+pub(crate) fn refuse_nested<C>(conn: &mut C) -> diesel::QueryResult<()>
+where
+    C: Connection<TransactionManager = diesel::connection::AnsiTransactionManager>,
+{
+    if in_transaction(conn)? {
+        return Err(diesel::result::Error::AlreadyInTransaction);
+    }
+    Ok(())
 }
 
 /// Creates or updates diesel-lease's built-in tables (leases, semaphores) on this connection.

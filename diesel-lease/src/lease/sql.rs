@@ -284,33 +284,17 @@ macro_rules! on_backend {
         $body
     };
     (@run write, $c:ident, $body:expr) => {{
-        refuse_nested($c)?;
+        crate::backend::refuse_nested($c)?;
         $body
     }};
     (@run_sqlite read, $c:ident, $body:expr) => {
         $body
     };
     (@run_sqlite write, $c:ident, $body:expr) => {{
-        refuse_nested($c)?;
+        crate::backend::refuse_nested($c)?;
         let _turn = crate::queue::sqlite_turn();
         $c.write_transaction(|$c| $body)
     }};
-}
-
-/// Lease changes must commit on their own: inside the caller's transaction a grant would stay
-/// invisible to the others (and a release could still be rolled back) until that transaction
-/// ends.
-fn refuse_nested<C>(conn: &mut C) -> diesel::QueryResult<()>
-where
-    C: diesel::Connection<TransactionManager = diesel::connection::AnsiTransactionManager>,
-{
-    use diesel::connection::TransactionManager;
-    match diesel::connection::AnsiTransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()?
-    {
-        Some(_) => Err(diesel::result::Error::AlreadyInTransaction),
-        None => Ok(()),
-    }
 }
 
 /// `LeaseConnection` is sealed to the three connections above; this is unreachable in practice.

@@ -176,18 +176,6 @@ where
 /// commit with it, and waiting would hold the caller's locks. PostgreSQL's transaction builder
 /// refuses the same way.
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
-fn refuse_nested<C>(conn: &mut C) -> QueryResult<()>
-where
-    C: diesel::Connection<TransactionManager = diesel::connection::AnsiTransactionManager>,
-{
-    use diesel::connection::TransactionManager;
-    match diesel::connection::AnsiTransactionManager::transaction_manager_status_mut(conn)
-        .transaction_depth()?
-    {
-        Some(_) => Err(diesel::result::Error::AlreadyInTransaction),
-        None => Ok(()),
-    }
-}
 
 /// The statements that read the same on every backend.
 macro_rules! common_statements {
@@ -341,7 +329,7 @@ impl Sql for diesel::SqliteConnection {
     common_statements!();
 
     fn serialized(&mut self, body: &mut Body<'_>) -> crate::Result<()> {
-        refuse_nested(self)?;
+        crate::backend::refuse_nested(self)?;
         // BEGIN IMMEDIATE: one writer at a time for the whole database file, so admission
         // decisions are serialized without a row lock.
         self.write_transaction(|c| body(c))
@@ -399,7 +387,7 @@ impl Sql for diesel::MysqlConnection {
     common_statements!();
 
     fn serialized(&mut self, body: &mut Body<'_>) -> crate::Result<()> {
-        refuse_nested(self)?;
+        crate::backend::refuse_nested(self)?;
         // READ COMMITTED (`write_transaction` sets it for this transaction): every statement
         // reads the latest committed rows (after our row lock is granted), and InnoDB takes no
         // gap locks, so requests for different resources never deadlock on the tickets index.
