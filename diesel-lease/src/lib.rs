@@ -11,7 +11,10 @@
 //! | a row kept locked for your transaction, skipping locked ones | `lock_next`, `with_next_locked` |
 //! | a side effect done at most once | `claim_if_null` (`#[claimable(guard = col)]`) |
 //! | a follow-up row inserted once | `insert_once` (`#[claimable(insert_once)]`) |
-//! | one node of a farm running a scheduled job | `try_start_run` (`#[claimable(job(…))]`) |
+//! | one node of a farm running a scheduled job, on your own `job_status` table | `try_start_run` (`#[claimable(job(…))]`) |
+//! | a named lock that expires, with a fencing token per grant | [`lease::try_acquire`], [`LeaseGuard`] |
+//! | a job run once per interval across the farm | [`scheduler::every`], [`scheduler::run_exclusive`], [`scheduler::with_lock`] |
+//! | at most N holders, in request order; readers/writers | [`semaphore::Semaphore`], [`semaphore::RwLock`] |
 //!
 //! # Claim the next row
 //!

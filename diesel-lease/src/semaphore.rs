@@ -40,8 +40,8 @@
 //! `diesel_lease_semaphores` (on SQLite: `BEGIN IMMEDIATE`), so admission decisions are taken one
 //! at a time per resource and grants are persisted flags, never inferred from positions. That is
 //! what makes the scheme safe against seed 001's commit-order race (identity values handed out
-//! before commit); the argument is spelled out in the `protocol` module and in
-//! `docs/semaphores.md`.
+//! before commit); the argument is spelled out in the `protocol` module and in the README
+//! ("How it works, and why two holders never happen").
 //!
 //! Holders heartbeat while they hold (every ttl/3, from a background thread for a pool-backed
 //! [`Permit`]); waiters refresh their row on every poll. A row whose owner stops for longer than

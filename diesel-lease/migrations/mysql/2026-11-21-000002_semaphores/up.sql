@@ -1,4 +1,4 @@
--- diesel-lease semaphores and reader/writer locks (see docs/semaphores.md).
+-- diesel-lease semaphores and reader/writer locks (see the README, section "Semaphores, mutexes and reader/writer locks").
 --
 -- One row per resource. Every change to a resource's queue first locks this row
 -- (SELECT ... FOR UPDATE), which serializes admission decisions per resource.

@@ -1,4 +1,4 @@
--- diesel-lease semaphores and reader/writer locks (see docs/semaphores.md).
+-- diesel-lease semaphores and reader/writer locks (see the README, section "Semaphores, mutexes and reader/writer locks").
 --
 -- One row per resource. Every change to a resource's queue runs in a BEGIN IMMEDIATE
 -- transaction, which serializes admission decisions (SQLite has one writer at a time).
