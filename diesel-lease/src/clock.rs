@@ -59,8 +59,11 @@ pub struct DbNow<ST>(PhantomData<ST>);
 /// The database's current time plus `micros` (negative: minus), as a timestamp of SQL type `ST`.
 #[derive(Debug, Clone, QueryId)]
 pub struct DbNowOffset<ST> {
+    /// PostgreSQL and MySQL bind the offset in microseconds.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     micros: i64,
     /// SQLite takes the offset as a modifier string such as `-300.000000 seconds`.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     sqlite_modifier: String,
     _st: PhantomData<ST>,
 }

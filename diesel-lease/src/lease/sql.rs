@@ -13,6 +13,7 @@ use diesel::expression::{
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Nullable};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 use diesel::upsert::excluded;
 
 use super::schema::diesel_lease_leases as l;
@@ -179,6 +180,7 @@ macro_rules! grantable {
 
 /// PostgreSQL and SQLite: one statement. Insert the row (first use of the name) or take the
 /// existing one over only if `grantable`; `RETURNING` yields nothing when it is held.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 macro_rules! upsert {
     ($g:expr) => {
         diesel::query_dsl::methods::FilterDsl::filter(
@@ -307,11 +309,10 @@ fn unknown_backend() -> Error {
 /// Grants the lease if it is free (never used, expired, or released), in one statement on
 /// PostgreSQL and SQLite and in the fewest safe statements on MySQL.
 pub(crate) fn grant<C: LeaseConnection>(conn: &mut C, g: &Grant<'_>) -> Result<Option<Granted>> {
-    let to_granted = |(token, next_run): (i64, Option<i64>)| Granted { token, next_run };
     on_backend!(conn, write |c| pg_sqlite: Ok(upsert!(g)
         .get_result::<(i64, Option<i64>)>(c)
         .optional()?
-        .map(to_granted)),
+        .map(|(token, next_run)| Granted { token, next_run })),
     mysql: mysql_grant(c, g))
 }
 

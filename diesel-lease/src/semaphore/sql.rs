@@ -172,11 +172,6 @@ where
     }
 }
 
-/// Our transactions must be top-level: inside the caller's transaction a grant would only
-/// commit with it, and waiting would hold the caller's locks. PostgreSQL's transaction builder
-/// refuses the same way.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-
 /// The statements that read the same on every backend.
 macro_rules! common_statements {
     () => {
