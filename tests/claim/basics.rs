@@ -41,6 +41,11 @@ backend_suite! {
             Some(diesel_lease::OwnerId::process_default().as_str())
         );
         assert!(ImportJob::claim_batch(&mut conn, 0).unwrap().is_empty());
+        let zero = diesel_lease::claim::ClaimOptions::default().timeout(std::time::Duration::ZERO);
+        assert!(
+            matches!(zero, Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))),
+            "a zero claim timeout must be a typed error"
+        );
         let rest = ImportJob::claim_batch(&mut conn, 5).unwrap();
         let mut ids: Vec<i64> = rest.iter().map(|j| j.id).collect();
         ids.sort();
