@@ -1,0 +1,206 @@
+//! Running an operation on N threads for a fixed time, or for a fixed number of items.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::BenchResult;
+
+/// How long a measurement warms up, then counts.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Window {
+    /// Seconds run before counting starts (statements get prepared, caches fill).
+    pub(crate) warmup_secs: f64,
+    /// Seconds counted.
+    pub(crate) measure_secs: f64,
+}
+
+/// What one measurement counted.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Sample {
+    /// Operations completed inside the counted window.
+    pub(crate) ops: u64,
+    /// Items (claimed rows, won guards) those operations returned.
+    pub(crate) items: u64,
+    /// Operations that returned no item (a claim that found no ready row: the table ran dry).
+    pub(crate) empty_ops: u64,
+    /// Length of the counted window.
+    pub(crate) secs: f64,
+    /// Items per second.
+    pub(crate) rate: f64,
+    /// Median latency of one operation, µs.
+    pub(crate) p50_us: f64,
+    /// 99th percentile latency of one operation, µs.
+    pub(crate) p99_us: f64,
+}
+
+/// Runs `op` on one thread per state until the window ends. `op` returns the items it produced.
+///
+/// Only operations that start after the warm-up and finish inside the window are counted.
+pub(crate) fn timed<S, F>(states: Vec<S>, window: Window, op: F) -> BenchResult<Sample>
+where
+    S: Send,
+    F: Fn(&mut S) -> BenchResult<u64> + Sync,
+{
+    let start = Instant::now();
+    let from = start + Duration::from_secs_f64(window.warmup_secs);
+    let until = from + Duration::from_secs_f64(window.measure_secs);
+    let op = &op;
+    let per_thread: Vec<BenchResult<Counts>> = std::thread::scope(|s| {
+        let handles: Vec<_> = states
+            .into_iter()
+            .map(|mut state| {
+                s.spawn(move || -> BenchResult<Counts> {
+                    let mut c = Counts::default();
+                    loop {
+                        let t = Instant::now();
+                        if t >= until {
+                            return Ok(c);
+                        }
+                        let n = op(&mut state)?;
+                        let done = Instant::now();
+                        if t >= from && done <= until {
+                            c.ops += 1;
+                            c.items += n;
+                            c.empty += u64::from(n == 0);
+                            c.latencies_ns.push(duration_ns(done - t));
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into())))
+            .collect()
+    });
+    let mut total = Counts::default();
+    for c in per_thread {
+        let c = c?;
+        total.ops += c.ops;
+        total.items += c.items;
+        total.empty += c.empty;
+        total.latencies_ns.extend(c.latencies_ns);
+    }
+    total.latencies_ns.sort_unstable();
+    Ok(Sample {
+        ops: total.ops,
+        items: total.items,
+        empty_ops: total.empty,
+        secs: window.measure_secs,
+        rate: total.items as f64 / window.measure_secs,
+        p50_us: percentile_us(&total.latencies_ns, 0.50),
+        p99_us: percentile_us(&total.latencies_ns, 0.99),
+    })
+}
+
+/// Runs `op` on one thread per state until `total` items are produced; returns the items per
+/// second of each tenth of the run, in order.
+pub(crate) fn consecutive<S, F>(states: Vec<S>, total: u64, op: F) -> BenchResult<Vec<f64>>
+where
+    S: Send,
+    F: Fn(&mut S) -> BenchResult<u64> + Sync,
+{
+    let done = AtomicU64::new(0);
+    let start = Instant::now();
+    // marks[k]: when item number (k + 1) * total / 10 was produced.
+    let marks: Mutex<Vec<Option<Instant>>> = Mutex::new(vec![None; 10]);
+    let tenth = |k: usize| (k as u64 + 1) * total / 10;
+    let (op, done, marks) = (&op, &done, &marks);
+    let results: Vec<BenchResult<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = states
+            .into_iter()
+            .map(|mut state| {
+                s.spawn(move || -> BenchResult<()> {
+                    while done.load(Ordering::Relaxed) < total {
+                        let n = op(&mut state)?;
+                        if n == 0 {
+                            return Err("the table ran dry before the run's last claim".into());
+                        }
+                        let before = done.fetch_add(n, Ordering::Relaxed);
+                        let now = Instant::now();
+                        let mut m = marks.lock().unwrap_or_else(|p| p.into_inner());
+                        for (k, slot) in m.iter_mut().enumerate() {
+                            let boundary = tenth(k);
+                            if slot.is_none() && before < boundary && before + n >= boundary {
+                                *slot = Some(now);
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into())))
+            .collect()
+    });
+    for r in results {
+        r?;
+    }
+    let marks = marks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut prev = start;
+    let mut rates = Vec::with_capacity(10);
+    for (k, m) in marks.into_iter().enumerate() {
+        let at = m.ok_or("a tenth of the run was never reached")?;
+        let items = tenth(k) - if k == 0 { 0 } else { tenth(k - 1) };
+        let secs = (at - prev).as_secs_f64().max(1e-9);
+        rates.push(items as f64 / secs);
+        prev = at;
+    }
+    Ok(rates)
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    ops: u64,
+    items: u64,
+    empty: u64,
+    latencies_ns: Vec<u64>,
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn percentile_us(sorted_ns: &[u64], q: f64) -> f64 {
+    if sorted_ns.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted_ns.len() - 1) as f64 * q).round() as usize;
+    sorted_ns[i.min(sorted_ns.len() - 1)] as f64 / 1000.0
+}
+
+/// Runs `op` on this thread `warmup` times uncounted, then `ops` times counted.
+pub(crate) fn counted<S, F>(mut state: S, warmup: u64, ops: u64, op: F) -> BenchResult<Sample>
+where
+    F: Fn(&mut S) -> BenchResult<u64>,
+{
+    for _ in 0..warmup {
+        op(&mut state)?;
+    }
+    let mut c = Counts::default();
+    let start = Instant::now();
+    for _ in 0..ops {
+        let t = Instant::now();
+        let n = op(&mut state)?;
+        c.latencies_ns.push(duration_ns(t.elapsed()));
+        c.ops += 1;
+        c.items += n;
+        c.empty += u64::from(n == 0);
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    c.latencies_ns.sort_unstable();
+    Ok(Sample {
+        ops: c.ops,
+        items: c.items,
+        empty_ops: c.empty,
+        secs,
+        rate: c.items as f64 / secs,
+        p50_us: percentile_us(&c.latencies_ns, 0.50),
+        p99_us: percentile_us(&c.latencies_ns, 0.99),
+    })
+}
