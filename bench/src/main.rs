@@ -54,6 +54,10 @@ struct Args {
     /// Ready rows in the queue table at the start of each claim measurement.
     #[arg(long)]
     rows: Option<u64>,
+    /// Rounds of the claim and batch sections; each shape's median round is reported
+    /// (default 3; 1 with --smoke).
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
@@ -78,6 +82,7 @@ struct Args {
 #[derive(Debug, Clone)]
 struct Plan {
     window: Window,
+    rounds: usize,
     rows: u64,
     batch_rows: u64,
     batch_workers: usize,
@@ -113,17 +118,12 @@ impl Plan {
                 20_000,
             )
         } else {
-            (
-                window(args),
-                200_000,
-                vec![10_000, 500_000],
-                100_000,
-                5_000,
-            )
+            (window(args), 200_000, vec![10_000, 500_000], 100_000, 5_000)
         };
         let rows = args.rows.unwrap_or(rows);
         Plan {
             window,
+            rounds: args.rounds.unwrap_or(if args.smoke { 1 } else { 3 }).max(1),
             rows,
             batch_rows: rows * 5,
             batch_workers: 2,
@@ -161,7 +161,10 @@ fn run() -> BenchResult<()> {
     let (url, _server, source) = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => (url, None, "DATABASE_URL"),
         _ => {
-            eprintln!("starting a throwaway PostgreSQL from {}", args.pg_bin.display());
+            eprintln!(
+                "starting a throwaway PostgreSQL from {}",
+                args.pg_bin.display()
+            );
             let server = server::TempPg::start(&args.pg_bin, &settings)?;
             (server.url.clone(), Some(server), "throwaway")
         }
@@ -182,6 +185,7 @@ fn run() -> BenchResult<()> {
         },
         command: std::env::args().collect::<Vec<_>>().join(" "),
         window: plan.window,
+        rounds: plan.rounds,
         ready_rows: plan.rows,
         machine: Machine::probe(),
         postgres: PgInfo {
@@ -257,10 +261,12 @@ fn record(
     unit: &'static str,
     sample: Sample,
 ) {
-    eprintln!(
-        "  {group:<7} {name:<26} {backend:<8} {workers:>3} workers: {:>9.0} {unit}  p50 {:.0} µs",
-        sample.rate, sample.p50_us
-    );
+    if group != "claim" && group != "batch" {
+        eprintln!(
+            "  {group:<7} {name:<26} {workers:>3} workers: {:>9.0} {unit}  p50 {:.0} µs",
+            sample.rate, sample.p50_us
+        );
+    }
     if sample.empty_ops > 0 {
         report.warnings.push(format!(
             "{group} {name} at {workers} workers: the table ran dry ({} empty calls); raise --rows",
@@ -277,24 +283,87 @@ fn record(
     });
 }
 
+/// Samples of several rounds, recorded as the median by rate once all rounds ran.
+#[derive(Debug, Default)]
+struct Rounds {
+    runs: Vec<(&'static str, String, usize, &'static str, Vec<Sample>)>,
+}
+
+impl Rounds {
+    fn add(
+        &mut self,
+        group: &'static str,
+        name: &str,
+        workers: usize,
+        unit: &'static str,
+        s: Sample,
+    ) {
+        eprintln!(
+            "  {group:<7} {name:<26} {workers:>3} workers: {:>9.0} {unit}  p50 {:.0} µs",
+            s.rate, s.p50_us
+        );
+        match self
+            .runs
+            .iter_mut()
+            .find(|(g, n, w, _, _)| *g == group && n == name && *w == workers)
+        {
+            Some((_, _, _, _, samples)) => samples.push(s),
+            None => self
+                .runs
+                .push((group, name.to_owned(), workers, unit, vec![s])),
+        }
+    }
+
+    fn record_medians(self, report: &mut Report) {
+        for (group, name, workers, unit, mut samples) in self.runs {
+            samples.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+            let median = samples.swap_remove(samples.len() / 2);
+            record(report, group, &name, "postgres", workers, unit, median);
+        }
+    }
+}
+
 /// 1-3: the floor, claim_next and the two-statement shape at each worker count, interleaved so
 /// that drift of the shared machine hits every shape alike.
-fn claim_section(pg: &PgBench, plan: &Plan, workers: &[usize], report: &mut Report) -> BenchResult<()> {
+fn claim_section(
+    pg: &PgBench,
+    plan: &Plan,
+    workers: &[usize],
+    report: &mut Report,
+) -> BenchResult<()> {
     eprintln!("claims: {} ready rows per measurement", plan.rows);
-    for &w in workers {
-        pg.fresh_jobs(plan.rows, Index::PartialReady)?;
-        let s = pg.raw_sql_query(w, 1)?;
-        record(report, "claim", "raw (sql_query)", "postgres", w, "claims/s", s);
-        pg.fresh_jobs(plan.rows, Index::PartialReady)?;
-        let s = pg.raw_prepared(w, 1)?;
-        record(report, "claim", "raw (prepared)", "postgres", w, "claims/s", s);
-        pg.fresh_jobs(plan.rows, Index::PartialReady)?;
-        let s = pg.claim_next(w)?;
-        record(report, "claim", "claim_next", "postgres", w, "claims/s", s);
-        pg.fresh_jobs(plan.rows, Index::PartialReady)?;
-        let s = pg.two_statement(w)?;
-        record(report, "claim", "two-statement", "postgres", w, "claims/s", s);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for &w in workers {
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add(
+                "claim",
+                "raw (sql_query)",
+                w,
+                "claims/s",
+                pg.raw_sql_query(w, 1)?,
+            );
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add(
+                "claim",
+                "raw (prepared)",
+                w,
+                "claims/s",
+                pg.raw_prepared(w, 1)?,
+            );
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add("claim", "claim_next", w, "claims/s", pg.claim_next(w)?);
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add(
+                "claim",
+                "two-statement",
+                w,
+                "claims/s",
+                pg.two_statement(w)?,
+            );
+        }
     }
+    rounds.record_medians(report);
     Ok(())
 }
 
@@ -302,17 +371,21 @@ fn claim_section(pg: &PgBench, plan: &Plan, workers: &[usize], report: &mut Repo
 fn batch_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
     let w = plan.batch_workers;
     eprintln!("batches: {} ready rows per measurement", plan.batch_rows);
-    for n in [10_usize, 50, 100] {
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for n in [10_usize, 50, 100] {
+            pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
+            let s = pg.claim_batch(w, n)?;
+            rounds.add("batch", &format!("claim_batch({n})"), w, "rows/s", s);
+        }
         pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
-        let s = pg.claim_batch(w, n)?;
-        record(report, "batch", &format!("claim_batch({n})"), "postgres", w, "rows/s", s);
+        let s = pg.raw_sql_query(w, 50)?;
+        rounds.add("batch", "raw batch(50) (sql_query)", w, "rows/s", s);
+        pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
+        let s = pg.raw_prepared(w, 50)?;
+        rounds.add("batch", "raw batch(50) (prepared)", w, "rows/s", s);
     }
-    pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
-    let s = pg.raw_sql_query(w, 50)?;
-    record(report, "batch", "raw batch(50) (sql_query)", "postgres", w, "rows/s", s);
-    pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
-    let s = pg.raw_prepared(w, 50)?;
-    record(report, "batch", "raw batch(50) (prepared)", "postgres", w, "rows/s", s);
+    rounds.record_medians(report);
     Ok(())
 }
 
@@ -321,7 +394,15 @@ fn guard_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
     for w in [1_usize, 8] {
         pg.fresh_guards(plan.rows)?;
         let s = pg.guards(w)?;
-        record(report, "guard", "claim_if_null(db_now)", "postgres", w, "guards/s", s);
+        record(
+            report,
+            "guard",
+            "claim_if_null(db_now)",
+            "postgres",
+            w,
+            "guards/s",
+            s,
+        );
     }
     Ok(())
 }
@@ -347,7 +428,10 @@ fn scale_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
         eprintln!("scale: filling {rows} ready rows");
         pg.fresh_jobs(rows, Index::PartialReady)?;
         let s = pg.claim_cost(plan.cost_warmup, plan.cost_claims)?;
-        eprintln!("  {rows} rows: p50 {:.1} µs, {:.0} claims/s", s.p50_us, s.rate);
+        eprintln!(
+            "  {rows} rows: p50 {:.1} µs, {:.0} claims/s",
+            s.p50_us, s.rate
+        );
         report.scale.push(ScalePoint {
             ready_rows: rows,
             index: Index::PartialReady,
@@ -471,7 +555,10 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
         .find(|c| c.index == Index::PartialReady);
     out.push(TargetCheck::at_least(
         &with_index.map_or("last / first tenth of consecutive claims".to_owned(), |c| {
-            format!("last / first tenth of {} consecutive claims", human(c.claims))
+            format!(
+                "last / first tenth of {} consecutive claims",
+                human(c.claims)
+            )
         }),
         with_index.map(|c| c.ratio),
         0.8,
@@ -500,7 +587,10 @@ fn workspace_root() -> PathBuf {
 
 fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
     let root = workspace_root();
-    let out = args.out.clone().unwrap_or_else(|| root.join("target/bench"));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("target/bench"));
     std::fs::create_dir_all(&out)?;
     let json = serde_json::to_string_pretty(report)?;
     std::fs::write(out.join("results.json"), &json)?;

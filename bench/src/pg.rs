@@ -2,8 +2,8 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use diesel::pg::Pg;
 use diesel::connection::SimpleConnection;
+use diesel::pg::Pg;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
@@ -116,10 +116,7 @@ impl PgBench {
     pub(crate) fn fresh_jobs(&self, rows: u64, index: Index) -> BenchResult<()> {
         let mut conn = PgConnection::establish(&self.url)?;
         conn.batch_execute("DROP TABLE IF EXISTS bench_jobs")?;
-        conn.batch_execute(&format!(
-            "{PG_JOBS_DDL}{}",
-            self.autovacuum.table_options()
-        ))?;
+        conn.batch_execute(&format!("{PG_JOBS_DDL}{}", self.autovacuum.table_options()))?;
         diesel::sql_query(PG_FILL_JOBS)
             .bind::<BigInt, _>(i64::try_from(rows)?)
             .execute(&mut conn)?;
@@ -154,7 +151,8 @@ impl PgBench {
 
     /// `workers` pooled connections, one per thread, taken from one pool of that size.
     fn connections(&self, workers: usize) -> BenchResult<(PgPool, Vec<PgConn>)> {
-        let pool = diesel_lease::pool::build_pool::<PgConnection>(&self.url, u32::try_from(workers)?)?;
+        let pool =
+            diesel_lease::pool::build_pool::<PgConnection>(&self.url, u32::try_from(workers)?)?;
         let conns = (0..workers)
             .map(|_| pool.get())
             .collect::<Result<Vec<_>, _>>()?;
@@ -239,7 +237,9 @@ impl PgBench {
         let next = AtomicI64::new(1);
         measure::timed(conns, self.window, |conn| {
             let id = next.fetch_add(1, Ordering::Relaxed);
-            Ok(u64::from(BenchGuard::claim_if_null_by_pk(conn, id, db_now)?))
+            Ok(u64::from(BenchGuard::claim_if_null_by_pk(
+                conn, id, db_now,
+            )?))
         })
     }
 

@@ -9,16 +9,44 @@ use crate::BenchResult;
 
 /// The lines of the plot: (group, shape name, legend, colour).
 const LINES: &[(&str, &str, &str, RGBColor)] = &[
-    ("claim", "raw (sql_query)", "raw SQL via sql_query (PG)", RGBColor(120, 120, 120)),
-    ("claim", "raw (prepared)", "raw SQL, prepared (PG)", RGBColor(0, 0, 0)),
-    ("claim", "claim_next", "claim_next (PG)", RGBColor(31, 119, 180)),
-    ("claim", "two-statement", "SELECT then UPDATE (PG)", RGBColor(214, 39, 40)),
-    ("sqlite", "claim_next", "claim_next (SQLite, WAL)", RGBColor(44, 160, 44)),
+    (
+        "claim",
+        "raw (sql_query)",
+        "raw SQL via sql_query (PG)",
+        RGBColor(120, 120, 120),
+    ),
+    (
+        "claim",
+        "raw (prepared)",
+        "raw SQL, prepared (PG)",
+        RGBColor(0, 0, 0),
+    ),
+    (
+        "claim",
+        "claim_next",
+        "claim_next (PG)",
+        RGBColor(31, 119, 180),
+    ),
+    (
+        "claim",
+        "two-statement",
+        "SELECT then UPDATE (PG)",
+        RGBColor(214, 39, 40),
+    ),
+    (
+        "sqlite",
+        "claim_next",
+        "claim_next (SQLite, WAL)",
+        RGBColor(44, 160, 44),
+    ),
 ];
+
+/// One line of the plot: legend, colour, (log2 workers, claims/s) points.
+type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
 
 /// Draws claims/s against workers (log2 axis) for every line that has points.
 pub(crate) fn claims_vs_workers(report: &Report, path: &Path) -> BenchResult<()> {
-    let series: Vec<(&str, RGBColor, Vec<(f64, f64)>)> = LINES
+    let series: Vec<Series<'_>> = LINES
         .iter()
         .map(|(group, name, legend, colour)| {
             let pts: Vec<(f64, f64)> = report
@@ -63,7 +91,9 @@ pub(crate) fn claims_vs_workers(report: &Report, path: &Path) -> BenchResult<()>
         chart
             .draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2)))?
             .label(legend)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
+            });
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
     }
     chart

@@ -139,6 +139,8 @@ pub(crate) struct Report {
     pub(crate) mode: &'static str,
     pub(crate) command: String,
     pub(crate) window: Window,
+    /// Rounds of the claim and batch sections (the median round is reported).
+    pub(crate) rounds: usize,
     pub(crate) ready_rows: u64,
     pub(crate) machine: Machine,
     pub(crate) postgres: PgInfo,

@@ -80,11 +80,7 @@ impl TempPg {
         writeln!(conf, "\n# diesel-lease-bench")?;
         writeln!(conf, "listen_addresses = '127.0.0.1'")?;
         writeln!(conf, "port = {port}")?;
-        writeln!(
-            conf,
-            "unix_socket_directories = '{}'",
-            dir.path().display()
-        )?;
+        writeln!(conf, "unix_socket_directories = '{}'", dir.path().display())?;
         for (k, v) in settings {
             writeln!(conf, "{k} = '{v}'")?;
         }
@@ -143,7 +139,9 @@ pub(crate) fn stop_on_ctrl_c() -> BenchResult<()> {
 }
 
 fn lock_running() -> std::sync::MutexGuard<'static, Option<Running>> {
-    RUNNING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    RUNNING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn stop(r: &Running) {

@@ -45,8 +45,10 @@ impl SqliteBench {
     /// `BenchJob::claim_next` on `workers` threads, each with its own pooled connection
     /// (`build_pool` applies `ConnectionTuning`: WAL, `synchronous = NORMAL`, busy timeout).
     pub(crate) fn claim_next(&self, workers: usize) -> BenchResult<Sample> {
-        let pool =
-            diesel_lease::pool::build_pool::<SqliteConnection>(&self.url(), u32::try_from(workers)?)?;
+        let pool = diesel_lease::pool::build_pool::<SqliteConnection>(
+            &self.url(),
+            u32::try_from(workers)?,
+        )?;
         let conns = (0..workers)
             .map(|_| pool.get())
             .collect::<Result<Vec<_>, _>>()?;
