@@ -34,6 +34,9 @@ pub(crate) struct Sample {
     pub(crate) p50_us: f64,
     /// 99th percentile latency of one operation, µs.
     pub(crate) p99_us: f64,
+    /// CPU time this process (the client: Diesel, diesel-lease, libpq) spent per operation in the
+    /// counted window, µs; from /proc/self/stat, so `null` where that is unavailable.
+    pub(crate) client_cpu_us_per_op: Option<f64>,
 }
 
 /// Runs `op` on one thread per state until the window ends. `op` returns the items it produced.
@@ -48,6 +51,7 @@ where
     let from = start + Duration::from_secs_f64(window.warmup_secs);
     let until = from + Duration::from_secs_f64(window.measure_secs);
     let op = &op;
+    let mut cpu: (Option<u64>, Option<u64>) = (None, None);
     let per_thread: Vec<BenchResult<Counts>> = std::thread::scope(|s| {
         let handles: Vec<_> = states
             .into_iter()
@@ -71,6 +75,10 @@ where
                 })
             })
             .collect();
+        std::thread::sleep(from.saturating_duration_since(Instant::now()));
+        cpu.0 = process_cpu_ticks();
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        cpu.1 = process_cpu_ticks();
         handles
             .into_iter()
             .map(|h| {
@@ -96,7 +104,28 @@ where
         rate: total.items as f64 / window.measure_secs,
         p50_us: percentile_us(&total.latencies_ns, 0.50),
         p99_us: percentile_us(&total.latencies_ns, 0.99),
+        client_cpu_us_per_op: match cpu {
+            (Some(a), Some(b)) if total.ops > 0 => {
+                Some((b.saturating_sub(a)) as f64 * 1e6 / CLOCK_TICKS_PER_SEC / total.ops as f64)
+            }
+            _ => None,
+        },
     })
+}
+
+/// `sysconf(_SC_CLK_TCK)` on Linux: the unit of /proc's CPU times.
+const CLOCK_TICKS_PER_SEC: f64 = 100.0;
+
+/// User plus system CPU of this process so far, in clock ticks (/proc/self/stat fields 14, 15).
+fn process_cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may contain spaces; the fields after it start past the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // `after` starts at field 3, so fields 14 and 15 are at indexes 11 and 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
 }
 
 /// Runs `op` on one thread per state until `total` items are produced; returns the items per
@@ -208,5 +237,6 @@ where
         rate: c.items as f64 / secs,
         p50_us: percentile_us(&c.latencies_ns, 0.50),
         p99_us: percentile_us(&c.latencies_ns, 0.99),
+        client_cpu_us_per_op: None,
     })
 }

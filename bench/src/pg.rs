@@ -50,6 +50,8 @@ pub(crate) enum Index {
     PartialReady,
     /// Only the primary key.
     PkOnly,
+    /// `CREATE INDEX … ON bench_jobs (seq) WHERE status = 'ready'`, claimed in `seq` order.
+    PartialReadySeq,
 }
 
 /// The floor: the one-statement claim as a user would hand-write it, fixed text plus binds.
@@ -120,8 +122,10 @@ impl PgBench {
         diesel::sql_query(PG_FILL_JOBS)
             .bind::<BigInt, _>(i64::try_from(rows)?)
             .execute(&mut conn)?;
-        if index == Index::PartialReady {
-            conn.batch_execute(PG_READY_INDEX)?;
+        match index {
+            Index::PartialReady => conn.batch_execute(PG_READY_INDEX)?,
+            Index::PartialReadySeq => conn.batch_execute(PG_READY_SEQ_INDEX)?,
+            Index::PkOnly => {}
         }
         conn.batch_execute("VACUUM (ANALYZE) bench_jobs")?;
         // Write the fill out now rather than during the measurement; needs superuser, so a
@@ -254,10 +258,20 @@ impl PgBench {
     }
 
     /// `total` consecutive `claim_next` calls on `workers` threads; items/s per tenth of the run.
-    pub(crate) fn consecutive(&self, workers: usize, total: u64) -> BenchResult<Vec<f64>> {
+    /// With [`Index::PartialReadySeq`] the claims are `BenchJobBySeq::claim_next` (`seq` order).
+    pub(crate) fn consecutive(
+        &self,
+        workers: usize,
+        total: u64,
+        index: Index,
+    ) -> BenchResult<Vec<f64>> {
         let (_pool, conns) = self.connections(workers)?;
         measure::consecutive(conns, total, |conn| {
-            Ok(u64::from(BenchJob::claim_next(conn)?.is_some()))
+            let claimed = match index {
+                Index::PartialReadySeq => BenchJobBySeq::claim_next(conn)?.is_some(),
+                Index::PartialReady | Index::PkOnly => BenchJob::claim_next(conn)?.is_some(),
+            };
+            Ok(u64::from(claimed))
         })
     }
 

@@ -165,12 +165,20 @@ impl Report {
     pub(crate) fn print(&self) {
         println!();
         println!(
-            "{:<8} {:<26} {:<9} {:>7} {:>12} {:<9} {:>9} {:>9}",
-            "group", "shape", "backend", "workers", "rate", "unit", "p50 µs", "p99 µs"
+            "{:<8} {:<26} {:<9} {:>7} {:>12} {:<9} {:>9} {:>9} {:>11}",
+            "group",
+            "shape",
+            "backend",
+            "workers",
+            "rate",
+            "unit",
+            "p50 µs",
+            "p99 µs",
+            "client µs/op"
         );
         for m in &self.measurements {
             println!(
-                "{:<8} {:<26} {:<9} {:>7} {:>12.0} {:<9} {:>9.1} {:>9.1}{}",
+                "{:<8} {:<26} {:<9} {:>7} {:>12.0} {:<9} {:>9.1} {:>9.1} {:>11}{}",
                 m.group,
                 m.name,
                 m.backend,
@@ -179,6 +187,9 @@ impl Report {
                 m.unit,
                 m.sample.p50_us,
                 m.sample.p99_us,
+                m.sample
+                    .client_cpu_us_per_op
+                    .map_or("-".to_owned(), |c| format!("{c:.1}")),
                 dry_note(&m.sample)
             );
         }
