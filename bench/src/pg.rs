@@ -294,7 +294,7 @@ impl PgBench {
             .get_result::<Version>(&mut conn)?
             .version;
         let settings = diesel::sql_query(
-            "SELECT name, setting || COALESCE(unit, '') AS setting FROM pg_settings WHERE name IN \
+            "SELECT name, current_setting(name) AS setting FROM pg_settings WHERE name IN \
              ('shared_buffers', 'max_connections', 'synchronous_commit', 'fsync', 'full_page_writes', \
               'wal_level', 'max_wal_size', 'checkpoint_timeout', 'autovacuum', 'autovacuum_naptime', \
               'autovacuum_vacuum_cost_delay', 'autovacuum_vacuum_scale_factor', \
