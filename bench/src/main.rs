@@ -12,6 +12,7 @@
 //! cargo run --release -p diesel-lease-bench -- --scale      # adds 1M/5M-row runs: long
 //! ```
 
+mod coordination;
 mod measure;
 mod model;
 mod pg;
@@ -26,7 +27,9 @@ use clap::Parser;
 
 use measure::{Sample, Window};
 use pg::{Autovacuum, Index, PgBench};
-use report::{Consecutive, Machine, Measurement, PgInfo, Report, ScalePoint, TargetCheck};
+use report::{
+    Consecutive, Machine, Measurement, PgInfo, Report, ScalePoint, SemaphoreRun, TargetCheck,
+};
 use sqlite::SqliteBench;
 
 /// Errors end the run with a message; the benchmark has no error handling beyond reporting.
@@ -61,7 +64,7 @@ struct Args {
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
-    /// Sections to run (default: all): claim, batch, guard, scale, sqlite.
+    /// Sections to run (default: all): claim, batch, guard, semaphore, scale, sqlite.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
@@ -212,6 +215,7 @@ fn run() -> BenchResult<()> {
         measurements: Vec::new(),
         scale: Vec::new(),
         consecutive: Vec::new(),
+        semaphores: Vec::new(),
         targets: Vec::new(),
         not_measured: Vec::new(),
         warnings: Vec::new(),
@@ -229,6 +233,9 @@ fn run() -> BenchResult<()> {
         guard_section(&pg, &plan, &mut report)?;
     }
     coordination_section(&mut report);
+    if wants("semaphore") {
+        semaphore_section(&pg, &plan, &mut report)?;
+    }
     if wants("scale") {
         scale_section(&pg, &plan, &mut report)?;
     }
@@ -418,19 +425,57 @@ fn guard_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
     Ok(())
 }
 
-/// 5 (continued): lease try_acquire+release and semaphore acquire+release. `diesel_lease::lease`
-/// and `diesel_lease::semaphore` are still stubs on main, so these are recorded as not measured.
+/// 5 (continued): lease try_acquire+release. `diesel_lease::lease` is still a stub on main, so
+/// it is recorded as not measured.
 fn coordination_section(report: &mut Report) {
     report.not_measured.push(
         "lease try_acquire+release pairs/s (uncontended, 8 contenders): diesel_lease::lease is not \
          implemented yet"
             .to_owned(),
     );
-    report.not_measured.push(
-        "semaphore acquire+release with 16 contenders, release->grant latency with and without \
-         LISTEN/NOTIFY: diesel_lease::semaphore is not implemented yet"
-            .to_owned(),
-    );
+}
+
+/// 5 (continued): a one-permit semaphore with 16 contenders: cycles/s and release->grant
+/// latency, on PostgreSQL (waiters LISTEN) and on SQLite (waiters poll).
+fn semaphore_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let contenders = 16;
+    {
+        let pool = diesel_lease::pool::build_pool::<diesel::PgConnection>(
+            &pg.url,
+            u32::try_from(contenders)?,
+        )?;
+        diesel_lease::run_migrations(&mut pool.get()?)?;
+        let (sample, handoff) =
+            coordination::mutex_cycles(&pool, "diesel-lease-bench", contenders, plan.window)?;
+        report.semaphores.push(SemaphoreRun {
+            backend: "postgres",
+            listen_notify: true,
+            permits: 1,
+            contenders,
+            sample,
+            handoff,
+        });
+    }
+    let sq = SqliteBench::new(plan.window)?;
+    let pool = sq.pool(u32::try_from(contenders)?)?;
+    diesel_lease::run_migrations(&mut pool.get()?)?;
+    let (sample, handoff) =
+        coordination::mutex_cycles(&pool, "diesel-lease-bench", contenders, plan.window)?;
+    report.semaphores.push(SemaphoreRun {
+        backend: "sqlite",
+        listen_notify: false,
+        permits: 1,
+        contenders,
+        sample,
+        handoff,
+    });
+    for s in &report.semaphores {
+        eprintln!(
+            "  semaphore {:<8} {contenders} contenders: {:.0} cycles/s, release->grant p50 {:.2} ms",
+            s.backend, s.handoff.grants_per_sec, s.handoff.p50_ms
+        );
+    }
+    Ok(())
 }
 
 /// 6: per-claim cost against table size, and throughput over many consecutive claims.
@@ -588,6 +633,23 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
             detail,
         ));
     }
+    let pg_sem = r
+        .semaphores
+        .iter()
+        .find(|s| s.backend == "postgres" && s.listen_notify);
+    out.push(TargetCheck::at_most(
+        "semaphore release->grant p50 on PostgreSQL with LISTEN/NOTIFY (ms)",
+        pg_sem.map(|s| s.handoff.p50_ms),
+        10.0,
+        pg_sem
+            .map(|s| {
+                format!(
+                    "{} contenders, one permit; value in ms, not a ratio",
+                    s.contenders
+                )
+            })
+            .unwrap_or_default(),
+    ));
     out
 }
 

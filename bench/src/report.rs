@@ -48,6 +48,20 @@ pub(crate) struct Consecutive {
     pub(crate) vacuum_after: Option<VacuumStats>,
 }
 
+/// Semaphore cycles and hand-off latency on one backend.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SemaphoreRun {
+    pub(crate) backend: &'static str,
+    /// Whether waiters are woken by LISTEN/NOTIFY (PostgreSQL) or only poll (SQLite).
+    pub(crate) listen_notify: bool,
+    pub(crate) permits: u32,
+    pub(crate) contenders: usize,
+    /// Per-call counts of `acquire_on` + `release` (calls that started in the warm-up are not
+    /// counted here; `handoff.grants_per_sec` counts them).
+    pub(crate) sample: Sample,
+    pub(crate) handoff: crate::coordination::Handoff,
+}
+
 /// One target of issue 6, with the ratio this run measured.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct TargetCheck {
@@ -147,6 +161,7 @@ pub(crate) struct Report {
     pub(crate) measurements: Vec<Measurement>,
     pub(crate) scale: Vec<ScalePoint>,
     pub(crate) consecutive: Vec<Consecutive>,
+    pub(crate) semaphores: Vec<SemaphoreRun>,
     pub(crate) targets: Vec<TargetCheck>,
     pub(crate) not_measured: Vec<String>,
     pub(crate) warnings: Vec<String>,
@@ -230,6 +245,25 @@ impl Report {
                         v.dead_rows, v.autovacuum_runs
                     ))
                     .unwrap_or_default()
+            );
+        }
+        for sr in &self.semaphores {
+            println!();
+            println!(
+                "semaphore ({} permit, {} contenders, {}{}): {:.0} acquire+release/s; \
+                 release->grant p50 {:.2} ms, p99 {:.2} ms over {} hand-offs",
+                sr.permits,
+                sr.contenders,
+                sr.backend,
+                if sr.listen_notify {
+                    ", LISTEN/NOTIFY"
+                } else {
+                    ", polling"
+                },
+                sr.handoff.grants_per_sec,
+                sr.handoff.p50_ms,
+                sr.handoff.p99_ms,
+                sr.handoff.count
             );
         }
         println!();

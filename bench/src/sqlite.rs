@@ -42,6 +42,17 @@ impl SqliteBench {
         Ok(())
     }
 
+    /// A pool of `size` tuned connections to the database file.
+    pub(crate) fn pool(
+        &self,
+        size: u32,
+    ) -> BenchResult<diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<SqliteConnection>>> {
+        Ok(diesel_lease::pool::build_pool::<SqliteConnection>(
+            &self.url(),
+            size,
+        )?)
+    }
+
     /// `BenchJob::claim_next` on `workers` threads, each with its own pooled connection
     /// (`build_pool` applies `ConnectionTuning`: WAL, `synchronous = NORMAL`, busy timeout).
     pub(crate) fn claim_next(&self, workers: usize) -> BenchResult<Sample> {
