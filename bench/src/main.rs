@@ -695,3 +695,28 @@ fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_set_overrides_defaults_and_refuses_quotes() {
+        let s = server_settings(&["synchronous_commit=on".to_owned()]).unwrap();
+        assert!(s.contains(&("synchronous_commit".to_owned(), "on".to_owned())));
+        assert_eq!(
+            s.iter().filter(|(k, _)| k == "synchronous_commit").count(),
+            1
+        );
+        assert!(server_settings(&["work_mem='1GB".to_owned()]).is_err());
+        assert!(server_settings(&["no equals sign".to_owned()]).is_err());
+        assert!(server_settings(&["bad name=1".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(5_000_000), "5M");
+        assert_eq!(human(10_000), "10k");
+        assert_eq!(human(1_234), "1234");
+    }
+}

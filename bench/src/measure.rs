@@ -240,3 +240,56 @@ where
         client_cpu_us_per_op: None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn percentiles_pick_from_sorted_samples() {
+        let ns: Vec<u64> = (1..=100).map(|i| i * 1000).collect();
+        assert_eq!(percentile_us(&ns, 0.5), 51.0);
+        assert_eq!(percentile_us(&ns, 0.99), 99.0);
+        assert!(percentile_us(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn consecutive_reports_ten_tenths_and_stops_at_the_total() {
+        let produced = AtomicU64::new(0);
+        let rates = consecutive(vec![(); 3], 1_000, |_| {
+            produced.fetch_add(1, Ordering::Relaxed);
+            Ok(1)
+        })
+        .unwrap();
+        assert_eq!(rates.len(), 10);
+        assert!(rates.iter().all(|r| *r > 0.0));
+        // Each of 3 threads may finish one item past the total.
+        assert!((1_000..=1_003).contains(&produced.load(Ordering::Relaxed)));
+    }
+
+    #[test]
+    fn timed_counts_only_the_window() {
+        let window = Window {
+            warmup_secs: 0.05,
+            measure_secs: 0.1,
+        };
+        let s = timed(vec![(); 2], window, |_| {
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(2)
+        })
+        .unwrap();
+        assert_eq!(s.items, 2 * s.ops);
+        assert_eq!(s.empty_ops, 0);
+        assert!(s.ops > 0);
+        // Two threads at ≤ 1 op/ms for 0.1 s: never more than 200 ops.
+        assert!(s.ops <= 200, "{} ops", s.ops);
+    }
+
+    #[test]
+    fn process_cpu_ticks_reads_proc() {
+        if std::path::Path::new("/proc/self/stat").exists() {
+            assert!(process_cpu_ticks().is_some());
+        }
+    }
+}
