@@ -1,14 +1,14 @@
-//! Semaphore measurements: acquire + release cycles under contention, and the hand-off latency
-//! from one holder's release to the next holder's grant.
-//!
-//! Leases (`diesel_lease::lease`) are not measured yet: the module is a stub on main.
+//! Lease and semaphore measurements: lease `try_acquire` + `release` pairs, semaphore acquire +
+//! release cycles under contention, and the hand-off latency from one semaphore holder's release
+//! to the next holder's grant.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel_lease::lease::{self, LeaseOptions};
 use diesel_lease::semaphore::Semaphore;
-use diesel_lease::LeaseConnection;
+use diesel_lease::{LeaseConnection, OwnerId};
 use serde::Serialize;
 
 use crate::measure::{self, Sample, Window};
@@ -77,4 +77,42 @@ where
         p99_ms: pick(0.99),
     };
     Ok((sample, handoff))
+}
+
+/// `workers` threads, each with its own pooled connection and its own owner identity, loop
+/// `lease::try_acquire` + `release` on the lease `name` (one name shared by all, or with
+/// `shared_name = false` one name per thread). Items are completed pairs; a `try_acquire` that
+/// finds the lease held counts as an operation without an item.
+pub(crate) fn lease_pairs<C>(
+    pool: &Pool<ConnectionManager<C>>,
+    name: &str,
+    workers: usize,
+    shared_name: bool,
+    window: Window,
+) -> BenchResult<Sample>
+where
+    C: LeaseConnection + R2D2Connection + Send + 'static,
+{
+    let states = (0..workers)
+        .map(|i| -> BenchResult<_> {
+            let lease_name = if shared_name {
+                name.to_owned()
+            } else {
+                format!("{name}-{i}")
+            };
+            let options = LeaseOptions::new(Duration::from_secs(30)).owner(OwnerId::generate());
+            Ok((pool.get()?, lease_name, options))
+        })
+        .collect::<BenchResult<Vec<_>>>()?;
+    measure::timed(
+        states,
+        window,
+        |(conn, name, options)| match lease::try_acquire(conn, name, options)? {
+            Some(mut held) => {
+                held.release(conn)?;
+                Ok(1)
+            }
+            None => Ok(0),
+        },
+    )
 }

@@ -205,7 +205,11 @@ impl Report {
                 m.sample
                     .client_cpu_us_per_op
                     .map_or("-".to_owned(), |c| format!("{c:.1}")),
-                dry_note(&m.sample)
+                if m.group == "lease" {
+                    lease_note(&m.sample)
+                } else {
+                    dry_note(&m.sample).to_owned()
+                }
             );
         }
         if !self.scale.is_empty() {
@@ -286,6 +290,17 @@ impl Report {
         for w in &self.warnings {
             println!("  warning: {w}");
         }
+    }
+}
+
+fn lease_note(s: &Sample) -> String {
+    if s.empty_ops > 0 {
+        format!(
+            "  ({} of {} try_acquire calls found it held)",
+            s.empty_ops, s.ops
+        )
+    } else {
+        String::new()
     }
 }
 
