@@ -1,0 +1,747 @@
+//! diesel-lease's benchmark program (issue 6).
+//!
+//! Measures, side by side in one run, `claim_next` and friends against the hand-written SQL they
+//! replace, on a throwaway PostgreSQL it starts itself (or on `DATABASE_URL`) and on SQLite; prints
+//! a table with the target ratios and writes `target/bench/results.json` and
+//! `target/bench/claims_vs_workers.svg`. It asserts nothing: a missed target is reported, not an
+//! error. See BENCHMARKS.md at the repository root.
+//!
+//! ```text
+//! cargo run --release -p diesel-lease-bench --              # default run, a few minutes
+//! cargo run --release -p diesel-lease-bench -- --smoke      # CI: well under a minute
+//! cargo run --release -p diesel-lease-bench -- --scale      # adds 1M/5M-row runs: long
+//! ```
+
+mod coordination;
+mod measure;
+mod model;
+mod pg;
+mod plot;
+mod report;
+mod server;
+mod sqlite;
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+use measure::{Sample, Window};
+use pg::{Autovacuum, Index, PgBench};
+use report::{
+    Consecutive, Machine, Measurement, PgInfo, Report, ScalePoint, SemaphoreRun, TargetCheck,
+};
+use sqlite::SqliteBench;
+
+/// Errors end the run with a message; the benchmark has no error handling beyond reporting.
+pub(crate) type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Benchmark diesel-lease's claims against hand-written SQL, on PostgreSQL and SQLite.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Seconds each measurement counts, after its warm-up.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Seconds each measurement runs before counting.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// CI mode: tiny tables, 0.3 s per measurement, small scale section; well under a minute.
+    #[arg(long)]
+    smoke: bool,
+    /// Adds the long scale runs: per-claim cost at 10k, 1M and 5M ready rows, 1M consecutive claims.
+    #[arg(long)]
+    scale: bool,
+    /// Copies the SVG plot and results.json to docs/bench/.
+    #[arg(long)]
+    write_docs: bool,
+    /// Ready rows in the queue table at the start of each claim measurement.
+    #[arg(long)]
+    rows: Option<u64>,
+    /// Rounds of the claim and batch sections; each shape's median round is reported
+    /// (default 3; 1 with --smoke).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Worker counts for the claim shapes.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+    workers: Vec<usize>,
+    /// Sections to run (default: all): claim, batch, guard, lease, semaphore, scale, sqlite.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
+    #[arg(long = "pg-set", value_name = "NAME=VALUE")]
+    pg_set: Vec<String>,
+    /// Autovacuum options of the queue table.
+    #[arg(long, value_enum, default_value = "tuned")]
+    autovacuum: Autovacuum,
+    /// Where PostgreSQL's initdb, pg_ctl and postgres live.
+    #[arg(long, default_value = "/usr/lib/postgresql/15/bin")]
+    pg_bin: PathBuf,
+    /// Output directory (default: target/bench in the workspace).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Table sizes and counts for one mode of the program.
+#[derive(Debug, Clone)]
+struct Plan {
+    window: Window,
+    rounds: usize,
+    rows: u64,
+    batch_rows: u64,
+    batch_workers: usize,
+    scale_sizes: Vec<u64>,
+    /// Per-claim cost: uncounted, then counted claims (at most a third of the smallest table).
+    cost_warmup: u64,
+    cost_claims: u64,
+    /// Consecutive claims in `seq` order (partial index on `seq`): the target's run.
+    consecutive: u64,
+    /// Consecutive claims in id order (partial index on `id`): fewer, because the planner may
+    /// walk the primary key over every claimed row (BENCHMARKS.md), which makes it slow.
+    consecutive_id_order: u64,
+    consecutive_no_index: u64,
+    consecutive_workers: usize,
+    sqlite_workers: Vec<usize>,
+}
+
+impl Plan {
+    fn new(args: &Args) -> Plan {
+        let (window, rows, scale_sizes, consecutive, consecutive_no_index) = if args.smoke {
+            (
+                Window {
+                    warmup_secs: 0.1,
+                    measure_secs: 0.3,
+                },
+                20_000,
+                vec![5_000, 20_000],
+                5_000,
+                1_000,
+            )
+        } else if args.scale {
+            (
+                window(args),
+                200_000,
+                vec![10_000, 1_000_000, 5_000_000],
+                1_000_000,
+                5_000,
+            )
+        } else {
+            (window(args), 200_000, vec![10_000, 500_000], 100_000, 5_000)
+        };
+        let rows = args.rows.unwrap_or(rows);
+        Plan {
+            window,
+            rounds: args.rounds.unwrap_or(if args.smoke { 1 } else { 3 }).max(1),
+            rows,
+            batch_rows: rows * 5,
+            batch_workers: 2,
+            cost_warmup: if args.smoke { 200 } else { 500 },
+            cost_claims: if args.smoke { 1_000 } else { 3_000 },
+            scale_sizes,
+            consecutive,
+            consecutive_id_order: if args.smoke {
+                5_000
+            } else if args.scale {
+                50_000
+            } else {
+                20_000
+            },
+            consecutive_no_index,
+            consecutive_workers: 4,
+            sqlite_workers: vec![1, 2, 4],
+        }
+    }
+}
+
+fn window(args: &Args) -> Window {
+    Window {
+        warmup_secs: args.warmup.max(0.0),
+        measure_secs: args.duration.max(0.05),
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("diesel-lease-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> BenchResult<()> {
+    let args = Args::parse();
+    let plan = Plan::new(&args);
+    server::stop_on_ctrl_c()?;
+
+    let settings = server_settings(&args.pg_set)?;
+    let (url, _server, source) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (url, None, "DATABASE_URL"),
+        _ => {
+            eprintln!(
+                "starting a throwaway PostgreSQL from {}",
+                args.pg_bin.display()
+            );
+            let server = server::TempPg::start(&args.pg_bin, &settings)?;
+            (server.url.clone(), Some(server), "throwaway")
+        }
+    };
+    let pg = PgBench {
+        url,
+        window: plan.window,
+        autovacuum: args.autovacuum,
+    };
+    let mut report = Report {
+        started_at: chrono::Utc::now().to_rfc3339(),
+        mode: if args.smoke {
+            "smoke"
+        } else if args.scale {
+            "scale"
+        } else {
+            "default"
+        },
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        window: plan.window,
+        rounds: plan.rounds,
+        ready_rows: plan.rows,
+        machine: Machine::probe(),
+        postgres: PgInfo {
+            source,
+            started_with: if source == "throwaway" {
+                settings
+            } else {
+                Vec::new()
+            },
+            server: pg.server_facts()?,
+            queue_table_autovacuum: args.autovacuum,
+        },
+        measurements: Vec::new(),
+        scale: Vec::new(),
+        consecutive: Vec::new(),
+        semaphores: Vec::new(),
+        targets: Vec::new(),
+        not_measured: Vec::new(),
+        warnings: Vec::new(),
+    };
+    eprintln!("{}", report.postgres.server.version);
+
+    let wants = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    if wants("claim") {
+        claim_section(&pg, &plan, &args.workers, &mut report)?;
+    }
+    if wants("batch") {
+        batch_section(&pg, &plan, &mut report)?;
+    }
+    if wants("guard") {
+        guard_section(&pg, &plan, &mut report)?;
+    }
+    if wants("lease") {
+        lease_section(&pg, &plan, &mut report)?;
+    }
+    if wants("semaphore") {
+        semaphore_section(&pg, &plan, &mut report)?;
+    }
+    if wants("scale") {
+        scale_section(&pg, &plan, &mut report)?;
+    }
+    if wants("sqlite") {
+        sqlite_section(&plan, &mut report)?;
+    }
+    pg.drop_tables()?;
+
+    report.targets = targets(&report, &plan);
+    report.print();
+    write_outputs(&report, &args)?;
+    Ok(())
+}
+
+/// The throwaway server's settings: the defaults with `--pg-set` overrides applied.
+fn server_settings(overrides: &[String]) -> BenchResult<Vec<(String, String)>> {
+    let mut settings: Vec<(String, String)> = server::DEFAULT_SETTINGS
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    for o in overrides {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| format!("--pg-set expects NAME=VALUE, got `{o}`"))?;
+        let valid_name = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name || v.contains('\'') || v.contains('\n') {
+            return Err(format!("--pg-set: refusing `{o}`").into());
+        }
+        settings.retain(|(name, _)| name != k);
+        settings.push((k.to_owned(), v.to_owned()));
+    }
+    Ok(settings)
+}
+
+fn record(
+    report: &mut Report,
+    group: &'static str,
+    name: &str,
+    backend: &'static str,
+    workers: usize,
+    unit: &'static str,
+    sample: Sample,
+) {
+    if group != "claim" && group != "batch" {
+        eprintln!(
+            "  {group:<7} {name:<26} {workers:>3} workers: {:>9.0} {unit}  p50 {:.0} µs",
+            sample.rate, sample.p50_us
+        );
+    }
+    if sample.empty_ops > 0 && group != "lease" {
+        report.warnings.push(format!(
+            "{group} {name} at {workers} workers: the table ran dry ({} empty calls); raise --rows",
+            sample.empty_ops
+        ));
+    }
+    report.measurements.push(Measurement {
+        group,
+        name: name.to_owned(),
+        backend,
+        workers,
+        unit,
+        sample,
+    });
+}
+
+/// Samples of several rounds, recorded as the median by rate once all rounds ran.
+#[derive(Debug, Default)]
+struct Rounds {
+    runs: Vec<(&'static str, String, usize, &'static str, Vec<Sample>)>,
+}
+
+impl Rounds {
+    fn add(
+        &mut self,
+        group: &'static str,
+        name: &str,
+        workers: usize,
+        unit: &'static str,
+        s: Sample,
+    ) {
+        eprintln!(
+            "  {group:<7} {name:<26} {workers:>3} workers: {:>9.0} {unit}  p50 {:.0} µs",
+            s.rate, s.p50_us
+        );
+        match self
+            .runs
+            .iter_mut()
+            .find(|(g, n, w, _, _)| *g == group && n == name && *w == workers)
+        {
+            Some((_, _, _, _, samples)) => samples.push(s),
+            None => self
+                .runs
+                .push((group, name.to_owned(), workers, unit, vec![s])),
+        }
+    }
+
+    fn record_medians(self, report: &mut Report) {
+        for (group, name, workers, unit, mut samples) in self.runs {
+            samples.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+            let median = samples.swap_remove(samples.len() / 2);
+            record(report, group, &name, "postgres", workers, unit, median);
+        }
+    }
+}
+
+/// 1-3: the floor, claim_next and the two-statement shape at each worker count, interleaved so
+/// that drift of the shared machine hits every shape alike.
+fn claim_section(
+    pg: &PgBench,
+    plan: &Plan,
+    workers: &[usize],
+    report: &mut Report,
+) -> BenchResult<()> {
+    eprintln!("claims: {} ready rows per measurement", plan.rows);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for &w in workers {
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add(
+                "claim",
+                "raw (sql_query)",
+                w,
+                "claims/s",
+                pg.raw_sql_query(w, 1)?,
+            );
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add(
+                "claim",
+                "raw (prepared)",
+                w,
+                "claims/s",
+                pg.raw_prepared(w, 1)?,
+            );
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add("claim", "claim_next", w, "claims/s", pg.claim_next(w)?);
+            pg.fresh_jobs(plan.rows, Index::PartialReady)?;
+            rounds.add(
+                "claim",
+                "two-statement",
+                w,
+                "claims/s",
+                pg.two_statement(w)?,
+            );
+        }
+    }
+    rounds.record_medians(report);
+    Ok(())
+}
+
+/// 4: claim_batch(n) and the raw batch statement, rows/s.
+fn batch_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let w = plan.batch_workers;
+    eprintln!("batches: {} ready rows per measurement", plan.batch_rows);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for n in [10_usize, 50, 100] {
+            pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
+            let s = pg.claim_batch(w, n)?;
+            rounds.add("batch", &format!("claim_batch({n})"), w, "rows/s", s);
+        }
+        pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
+        let s = pg.raw_sql_query(w, 50)?;
+        rounds.add("batch", "raw batch(50) (sql_query)", w, "rows/s", s);
+        pg.fresh_jobs(plan.batch_rows, Index::PartialReady)?;
+        let s = pg.raw_prepared(w, 50)?;
+        rounds.add("batch", "raw batch(50) (prepared)", w, "rows/s", s);
+    }
+    rounds.record_medians(report);
+    Ok(())
+}
+
+/// 5: claim_if_null on distinct rows, one and eight workers.
+fn guard_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    for w in [1_usize, 8] {
+        pg.fresh_guards(plan.rows)?;
+        let s = pg.guards(w)?;
+        record(
+            report,
+            "guard",
+            "claim_if_null(db_now)",
+            "postgres",
+            w,
+            "guards/s",
+            s,
+        );
+    }
+    Ok(())
+}
+
+/// 5 (continued): lease try_acquire+release pairs: one worker alone, and 8 workers contending
+/// for one name (each with its own owner identity), on PostgreSQL.
+fn lease_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let pool = diesel_lease::pool::build_pool::<diesel::PgConnection>(&pg.url, 8)?;
+    diesel_lease::run_migrations(&mut pool.get()?)?;
+    let s = coordination::lease_pairs(&pool, "diesel-lease-bench-alone", 1, true, plan.window)?;
+    record(
+        report,
+        "lease",
+        "try_acquire+release",
+        "postgres",
+        1,
+        "pairs/s",
+        s,
+    );
+    let s = coordination::lease_pairs(&pool, "diesel-lease-bench-shared", 8, true, plan.window)?;
+    record(
+        report,
+        "lease",
+        "try+release, shared name",
+        "postgres",
+        8,
+        "pairs/s",
+        s,
+    );
+    Ok(())
+}
+
+/// 5 (continued): a one-permit semaphore with 16 contenders: cycles/s and release->grant
+/// latency, on PostgreSQL (waiters LISTEN) and on SQLite (waiters poll).
+fn semaphore_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let contenders = 16;
+    {
+        let pool = diesel_lease::pool::build_pool::<diesel::PgConnection>(
+            &pg.url,
+            u32::try_from(contenders)?,
+        )?;
+        diesel_lease::run_migrations(&mut pool.get()?)?;
+        let (sample, handoff) =
+            coordination::mutex_cycles(&pool, "diesel-lease-bench", contenders, plan.window)?;
+        report.semaphores.push(SemaphoreRun {
+            backend: "postgres",
+            listen_notify: true,
+            permits: 1,
+            contenders,
+            sample,
+            handoff,
+        });
+    }
+    let sq = SqliteBench::new(plan.window)?;
+    let pool = sq.pool(u32::try_from(contenders)?)?;
+    diesel_lease::run_migrations(&mut pool.get()?)?;
+    let (sample, handoff) =
+        coordination::mutex_cycles(&pool, "diesel-lease-bench", contenders, plan.window)?;
+    report.semaphores.push(SemaphoreRun {
+        backend: "sqlite",
+        listen_notify: false,
+        permits: 1,
+        contenders,
+        sample,
+        handoff,
+    });
+    report.not_measured.push(
+        "semaphore hand-off on PostgreSQL without LISTEN/NOTIFY: the API has no switch for it; \
+         SQLite (polling only) is the comparison"
+            .to_owned(),
+    );
+    for s in &report.semaphores {
+        eprintln!(
+            "  semaphore {:<8} {contenders} contenders: {:.0} cycles/s, release->grant p50 {:.2} ms",
+            s.backend, s.handoff.grants_per_sec, s.handoff.p50_ms
+        );
+    }
+    Ok(())
+}
+
+/// 6: per-claim cost against table size, and throughput over many consecutive claims.
+fn scale_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    for &rows in &plan.scale_sizes {
+        eprintln!("scale: filling {rows} ready rows");
+        pg.fresh_jobs(rows, Index::PartialReady)?;
+        let s = pg.claim_cost(plan.cost_warmup, plan.cost_claims)?;
+        eprintln!(
+            "  {rows} rows: p50 {:.1} µs, {:.0} claims/s",
+            s.p50_us, s.rate
+        );
+        report.scale.push(ScalePoint {
+            ready_rows: rows,
+            index: Index::PartialReady,
+            mean_us: 1e6 / s.rate.max(1e-9),
+            sample: s,
+        });
+    }
+    for (claims, index) in [
+        (plan.consecutive_id_order, Index::PartialReady),
+        (plan.consecutive, Index::PartialReadySeq),
+        (plan.consecutive_no_index, Index::PkOnly),
+    ] {
+        let w = plan.consecutive_workers;
+        eprintln!("scale: {claims} consecutive claims, {w} workers, {index:?}");
+        // A tenth more rows than claims, so the last claims still find ready rows.
+        pg.fresh_jobs(claims + claims / 10 + 1_000, index)?;
+        let t = std::time::Instant::now();
+        let tenths = pg.consecutive(w, claims, index)?;
+        let secs = t.elapsed().as_secs_f64();
+        let first = tenths.first().copied().unwrap_or(f64::NAN);
+        let last = tenths.last().copied().unwrap_or(f64::NAN);
+        eprintln!("  {secs:.1} s, first tenth {first:.0}/s, last tenth {last:.0}/s");
+        report.consecutive.push(Consecutive {
+            claims,
+            workers: w,
+            index,
+            autovacuum: pg.autovacuum,
+            tenths_per_sec: tenths,
+            first_tenth: first,
+            last_tenth: last,
+            ratio: last / first,
+            secs,
+            vacuum_after: pg.vacuum_stats().ok(),
+        });
+    }
+    Ok(())
+}
+
+/// 7: claim_next on SQLite (file, WAL).
+fn sqlite_section(plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let sq = SqliteBench::new(plan.window)?;
+    for &w in &plan.sqlite_workers {
+        sq.fresh_jobs(plan.rows)?;
+        let s = sq.claim_next(w)?;
+        record(report, "sqlite", "claim_next", "sqlite", w, "claims/s", s);
+    }
+    Ok(())
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// The targets of issue 6 as ratios of this run's numbers.
+fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
+    let w = 8;
+    let next = r.rate("claim", "claim_next", w);
+    let raw = r.rate("claim", "raw (sql_query)", w);
+    let raw_prep = r.rate("claim", "raw (prepared)", w);
+    let two = r.rate("claim", "two-statement", w);
+    let bw = plan.batch_workers;
+    let batch = r.rate("batch", "claim_batch(50)", bw);
+    let raw_batch = r.rate("batch", "raw batch(50) (sql_query)", bw);
+    let raw_batch_prep = r.rate("batch", "raw batch(50) (prepared)", bw);
+    let mut out = vec![
+        TargetCheck::at_least(
+            "claim_next / raw one-statement SQL (sql_query), 8 workers",
+            ratio(next, raw),
+            0.9,
+            String::new(),
+        ),
+        TargetCheck::at_least(
+            "claim_next / raw one-statement SQL (prepared), 8 workers",
+            ratio(next, raw_prep),
+            0.9,
+            "stricter floor: the same text, prepared once".to_owned(),
+        ),
+        TargetCheck::at_least(
+            "claim_next / two-statement shape, 8 workers",
+            ratio(next, two),
+            1.4,
+            String::new(),
+        ),
+        TargetCheck::at_least(
+            "claim_batch(50) / raw batch statement (sql_query), rows/s",
+            ratio(batch, raw_batch),
+            0.9,
+            format!("{bw} workers"),
+        ),
+        TargetCheck::at_least(
+            "claim_batch(50) / raw batch statement (prepared), rows/s",
+            ratio(batch, raw_batch_prep),
+            0.9,
+            format!("{bw} workers"),
+        ),
+    ];
+    let small = r.scale.first();
+    let large = r.scale.last().filter(|_| r.scale.len() > 1);
+    let (label, cost) = match (small, large) {
+        (Some(s), Some(l)) => (
+            format!(
+                "per-claim cost (p50) at {} / at {} ready rows",
+                human(l.ready_rows),
+                human(s.ready_rows)
+            ),
+            ratio(Some(l.sample.p50_us), Some(s.sample.p50_us)),
+        ),
+        _ => ("per-claim cost at 5M / at 10k ready rows".to_owned(), None),
+    };
+    let detail = if large.is_some_and(|l| l.ready_rows < 5_000_000) {
+        "smaller than 5M: run with --scale for the target's sizes".to_owned()
+    } else {
+        String::new()
+    };
+    out.push(TargetCheck::at_most(&label, cost, 1.25, detail));
+    for (index, how) in [
+        (
+            Index::PartialReady,
+            "claimed in id order, partial index on (id)",
+        ),
+        (
+            Index::PartialReadySeq,
+            "claimed in seq order, partial index on (seq)",
+        ),
+    ] {
+        let run = r.consecutive.iter().find(|c| c.index == index);
+        let mut detail = how.to_owned();
+        if run.is_some_and(|c| c.claims < 1_000_000) {
+            detail.push_str("; fewer than 1M: run with --scale for the target's count");
+        }
+        out.push(TargetCheck::at_least(
+            &run.map_or("last / first tenth of consecutive claims".to_owned(), |c| {
+                format!(
+                    "last / first tenth of {} consecutive claims",
+                    human(c.claims)
+                )
+            }),
+            run.map(|c| c.ratio),
+            0.8,
+            detail,
+        ));
+    }
+    let pg_sem = r
+        .semaphores
+        .iter()
+        .find(|s| s.backend == "postgres" && s.listen_notify);
+    out.push(TargetCheck::at_most(
+        "semaphore release->grant p50 on PostgreSQL with LISTEN/NOTIFY (ms)",
+        pg_sem.map(|s| s.handoff.p50_ms),
+        10.0,
+        pg_sem
+            .map(|s| {
+                format!(
+                    "{} contenders, one permit; value in ms, not a ratio",
+                    s.contenders
+                )
+            })
+            .unwrap_or_default(),
+    ));
+    out
+}
+
+fn human(n: u64) -> String {
+    if n >= 1_000_000 && n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1_000 && n % 1_000 == 0 {
+        format!("{}k", n / 1_000)
+    } else {
+        n.to_string()
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_owned()
+}
+
+fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
+    let root = workspace_root();
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| root.join("target/bench"));
+    std::fs::create_dir_all(&out)?;
+    let json = serde_json::to_string_pretty(report)?;
+    std::fs::write(out.join("results.json"), &json)?;
+    std::fs::write(out.join(format!("results-{}.json", report.mode)), &json)?;
+    let svg = out.join("claims_vs_workers.svg");
+    let plotted = report.measurements.iter().any(|m| m.unit == "claims/s");
+    if plotted {
+        plot::claims_vs_workers(report, &svg)?;
+    }
+    eprintln!("wrote {}", out.join("results.json").display());
+    if args.write_docs {
+        let docs = root.join("docs/bench");
+        std::fs::create_dir_all(&docs)?;
+        if plotted {
+            std::fs::copy(&svg, docs.join("claims_vs_workers.svg"))?;
+        }
+        std::fs::write(docs.join(format!("results-{}.json", report.mode)), &json)?;
+        eprintln!("copied the plot and results to {}", docs.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_set_overrides_defaults_and_refuses_quotes() {
+        let s = server_settings(&["synchronous_commit=on".to_owned()]).unwrap();
+        assert!(s.contains(&("synchronous_commit".to_owned(), "on".to_owned())));
+        assert_eq!(
+            s.iter().filter(|(k, _)| k == "synchronous_commit").count(),
+            1
+        );
+        assert!(server_settings(&["work_mem='1GB".to_owned()]).is_err());
+        assert!(server_settings(&["no equals sign".to_owned()]).is_err());
+        assert!(server_settings(&["bad name=1".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(5_000_000), "5M");
+        assert_eq!(human(10_000), "10k");
+        assert_eq!(human(1_234), "1234");
+    }
+}

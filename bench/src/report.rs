@@ -1,0 +1,313 @@
+//! What a run found: the JSON written to `target/bench/results.json`, the printed table and the
+//! target ratios.
+
+use serde::Serialize;
+
+use crate::measure::{Sample, Window};
+use crate::pg::{Autovacuum, Index, ServerFacts, VacuumStats};
+
+/// One measurement of one shape at one worker count.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Measurement {
+    /// Section of the run: `claim`, `batch`, `guard`, `sqlite`.
+    pub(crate) group: &'static str,
+    /// What ran, e.g. `claim_next` or `raw (sql_query)`.
+    pub(crate) name: String,
+    pub(crate) backend: &'static str,
+    pub(crate) workers: usize,
+    /// `claims/s`, `rows/s` or `guards/s`.
+    pub(crate) unit: &'static str,
+    #[serde(flatten)]
+    pub(crate) sample: Sample,
+}
+
+/// Per-claim cost at one table size (`claim_next`, one worker, fresh table).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ScalePoint {
+    pub(crate) ready_rows: u64,
+    pub(crate) index: Index,
+    /// Mean cost of one claim (the inverse of the rate), µs.
+    pub(crate) mean_us: f64,
+    #[serde(flatten)]
+    pub(crate) sample: Sample,
+}
+
+/// Throughput over consecutive claims, per tenth of the run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Consecutive {
+    pub(crate) claims: u64,
+    pub(crate) workers: usize,
+    pub(crate) index: Index,
+    pub(crate) autovacuum: Autovacuum,
+    pub(crate) tenths_per_sec: Vec<f64>,
+    pub(crate) first_tenth: f64,
+    pub(crate) last_tenth: f64,
+    /// Last tenth over first tenth.
+    pub(crate) ratio: f64,
+    pub(crate) secs: f64,
+    pub(crate) vacuum_after: Option<VacuumStats>,
+}
+
+/// Semaphore cycles and hand-off latency on one backend.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SemaphoreRun {
+    pub(crate) backend: &'static str,
+    /// Whether waiters are woken by LISTEN/NOTIFY (PostgreSQL) or only poll (SQLite).
+    pub(crate) listen_notify: bool,
+    pub(crate) permits: u32,
+    pub(crate) contenders: usize,
+    /// Per-call counts of `acquire_on` + `release` (calls that started in the warm-up are not
+    /// counted here; `handoff.grants_per_sec` counts them).
+    pub(crate) sample: Sample,
+    pub(crate) handoff: crate::coordination::Handoff,
+}
+
+/// One target of issue 6, with the ratio this run measured.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct TargetCheck {
+    pub(crate) target: String,
+    pub(crate) ratio: Option<f64>,
+    pub(crate) at_least: Option<f64>,
+    pub(crate) at_most: Option<f64>,
+    /// `met`, `missed` or `not measured`.
+    pub(crate) verdict: &'static str,
+    pub(crate) detail: String,
+}
+
+impl TargetCheck {
+    pub(crate) fn at_least(target: &str, ratio: Option<f64>, min: f64, detail: String) -> Self {
+        TargetCheck {
+            target: target.to_owned(),
+            ratio,
+            at_least: Some(min),
+            at_most: None,
+            verdict: match ratio {
+                Some(r) if r >= min => "met",
+                Some(_) => "missed",
+                None => "not measured",
+            },
+            detail,
+        }
+    }
+
+    pub(crate) fn at_most(target: &str, ratio: Option<f64>, max: f64, detail: String) -> Self {
+        TargetCheck {
+            target: target.to_owned(),
+            ratio,
+            at_least: None,
+            at_most: Some(max),
+            verdict: match ratio {
+                Some(r) if r <= max => "met",
+                Some(_) => "missed",
+                None => "not measured",
+            },
+            detail,
+        }
+    }
+}
+
+/// The machine the run happened on.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Machine {
+    pub(crate) nproc: usize,
+    pub(crate) cpu_model: String,
+    pub(crate) memory: String,
+}
+
+impl Machine {
+    pub(crate) fn probe() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let field = |text: &str, key: &str| {
+            text.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+                .unwrap_or_else(|| "unknown".to_owned())
+        };
+        Machine {
+            nproc: std::thread::available_parallelism().map_or(0, usize::from),
+            cpu_model: field(&cpuinfo, "model name"),
+            memory: field(&meminfo, "MemTotal"),
+        }
+    }
+}
+
+/// Where the PostgreSQL numbers came from.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct PgInfo {
+    /// `throwaway` (started by this program) or `DATABASE_URL`.
+    pub(crate) source: &'static str,
+    /// Settings written into the throwaway server's `postgresql.conf`.
+    pub(crate) started_with: Vec<(String, String)>,
+    /// Version and settings as the server reports them.
+    pub(crate) server: ServerFacts,
+    /// Autovacuum options of the queue table.
+    pub(crate) queue_table_autovacuum: Autovacuum,
+}
+
+/// Everything `results.json` holds.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    pub(crate) started_at: String,
+    pub(crate) mode: &'static str,
+    pub(crate) command: String,
+    pub(crate) window: Window,
+    /// Rounds of the claim and batch sections (the median round is reported).
+    pub(crate) rounds: usize,
+    pub(crate) ready_rows: u64,
+    pub(crate) machine: Machine,
+    pub(crate) postgres: PgInfo,
+    pub(crate) measurements: Vec<Measurement>,
+    pub(crate) scale: Vec<ScalePoint>,
+    pub(crate) consecutive: Vec<Consecutive>,
+    pub(crate) semaphores: Vec<SemaphoreRun>,
+    pub(crate) targets: Vec<TargetCheck>,
+    pub(crate) not_measured: Vec<String>,
+    pub(crate) warnings: Vec<String>,
+}
+
+impl Report {
+    /// The rate of the measurement named `name` in `group` at `workers`, if it ran.
+    pub(crate) fn rate(&self, group: &str, name: &str, workers: usize) -> Option<f64> {
+        self.measurements
+            .iter()
+            .find(|m| m.group == group && m.name == name && m.workers == workers)
+            .map(|m| m.sample.rate)
+    }
+
+    /// Prints the results, the scale runs and the targets as plain-text tables.
+    pub(crate) fn print(&self) {
+        println!();
+        println!(
+            "{:<8} {:<26} {:<9} {:>7} {:>12} {:<9} {:>9} {:>9} {:>11}",
+            "group",
+            "shape",
+            "backend",
+            "workers",
+            "rate",
+            "unit",
+            "p50 µs",
+            "p99 µs",
+            "client µs/op"
+        );
+        for m in &self.measurements {
+            println!(
+                "{:<8} {:<26} {:<9} {:>7} {:>12.0} {:<9} {:>9.1} {:>9.1} {:>11}{}",
+                m.group,
+                m.name,
+                m.backend,
+                m.workers,
+                m.sample.rate,
+                m.unit,
+                m.sample.p50_us,
+                m.sample.p99_us,
+                m.sample
+                    .client_cpu_us_per_op
+                    .map_or("-".to_owned(), |c| format!("{c:.1}")),
+                if m.group == "lease" {
+                    lease_note(&m.sample)
+                } else {
+                    dry_note(&m.sample).to_owned()
+                }
+            );
+        }
+        if !self.scale.is_empty() {
+            println!();
+            println!(
+                "{:<12} {:<14} {:>12} {:>10} {:>10} {:>10}",
+                "ready rows", "index", "claims/s", "mean µs", "p50 µs", "p99 µs"
+            );
+            for p in &self.scale {
+                println!(
+                    "{:<12} {:<14} {:>12.0} {:>10.1} {:>10.1} {:>10.1}{}",
+                    p.ready_rows,
+                    format!("{:?}", p.index),
+                    p.sample.rate,
+                    p.mean_us,
+                    p.sample.p50_us,
+                    p.sample.p99_us,
+                    dry_note(&p.sample)
+                );
+            }
+        }
+        for c in &self.consecutive {
+            println!();
+            println!(
+                "{} consecutive claims, {} workers, {:?}, autovacuum {:?}: {:.1} s; claims/s per tenth:",
+                c.claims, c.workers, c.index, c.autovacuum, c.secs
+            );
+            let tenths: Vec<String> = c.tenths_per_sec.iter().map(|r| format!("{r:.0}")).collect();
+            println!("  {}", tenths.join(" "));
+            println!(
+                "  last/first = {:.2}{}",
+                c.ratio,
+                c.vacuum_after
+                    .as_ref()
+                    .map(|v| format!(
+                        "; afterwards {} dead rows, {} autovacuum runs",
+                        v.dead_rows, v.autovacuum_runs
+                    ))
+                    .unwrap_or_default()
+            );
+        }
+        for sr in &self.semaphores {
+            println!();
+            println!(
+                "semaphore ({} permit, {} contenders, {}{}): {:.0} acquire+release/s; \
+                 release->grant p50 {:.2} ms, p99 {:.2} ms over {} hand-offs",
+                sr.permits,
+                sr.contenders,
+                sr.backend,
+                if sr.listen_notify {
+                    ", LISTEN/NOTIFY"
+                } else {
+                    ", polling"
+                },
+                sr.handoff.grants_per_sec,
+                sr.handoff.p50_ms,
+                sr.handoff.p99_ms,
+                sr.handoff.count
+            );
+        }
+        println!();
+        println!("targets (ratios from this run; nothing is asserted):");
+        for t in &self.targets {
+            let bound = match (t.at_least, t.at_most) {
+                (Some(min), _) => format!(">= {min:.2}"),
+                (_, Some(max)) => format!("<= {max:.2}"),
+                _ => String::new(),
+            };
+            let ratio = t.ratio.map_or("-".to_owned(), |r| format!("{r:.2}"));
+            println!(
+                "  {:<62} {:>6} (target {:<7}) {:<12} {}",
+                t.target, ratio, bound, t.verdict, t.detail
+            );
+        }
+        for n in &self.not_measured {
+            println!("  not measured: {n}");
+        }
+        for w in &self.warnings {
+            println!("  warning: {w}");
+        }
+    }
+}
+
+fn lease_note(s: &Sample) -> String {
+    if s.empty_ops > 0 {
+        format!(
+            "  ({} of {} try_acquire calls found it held)",
+            s.empty_ops, s.ops
+        )
+    } else {
+        String::new()
+    }
+}
+
+fn dry_note(s: &Sample) -> &'static str {
+    if s.empty_ops > 0 {
+        "  (table ran dry: some calls found no row)"
+    } else {
+        ""
+    }
+}
