@@ -36,7 +36,7 @@ const CHANNEL_NOTIFY: &str = "SELECT pg_notify('diesel_lease_semaphores', $1)";
 /// How often a waiting PostgreSQL connection looks for a notification that arrived. Local
 /// (reads the socket buffer), no query.
 #[cfg(feature = "postgres")]
-const NOTIFICATION_CHECK: Duration = Duration::from_millis(10);
+const NOTIFICATION_CHECK: Duration = Duration::from_millis(2);
 
 /// One row of a resource's queue.
 #[derive(Debug, Clone, Queryable, Selectable)]
