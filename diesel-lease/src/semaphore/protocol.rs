@@ -308,7 +308,22 @@ fn wait(
             }
             delay = delay.min(deadline - now);
         }
-        sql.wait_for_wakeup(&req.resource, delay)?;
+        if sql.wait_for_wakeup(&req.resource, delay)? {
+            // Woken by a notification: whoever changed the queue already admitted whoever may
+            // enter, in its locked transaction, before notifying. Check our own row without the
+            // resource lock, so that the woken waiters do not all queue for that lock (with the
+            // one that was granted possibly last). A grant is a committed flag that only a
+            // release or an expiry removal takes away, and these updates serialize with that
+            // removal on the row: "1 row" means granted (or waiting) and still alive, and the
+            // waiter's expiry is pushed as a full poll would. A row that is gone falls through
+            // to the full poll, which reports it lost.
+            if sql.touch_granted(ticket, &req.owner, req.ttl)? > 0 {
+                return Ok(ticket);
+            }
+            if sql.touch(ticket, &req.owner, req.ttl)? > 0 {
+                continue;
+            }
+        }
         match poll(sql, req, ticket)? {
             PollState::Granted => return Ok(ticket),
             PollState::Waiting => {}

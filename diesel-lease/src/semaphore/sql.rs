@@ -95,14 +95,17 @@ pub(super) trait Sql {
     fn grant(&mut self, tickets: &[i64]) -> QueryResult<usize>;
     /// Pushes a request's expiry to now + ttl; returns the number of rows found (0: gone).
     fn touch(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize>;
+    /// [`Sql::touch`] only if the request is granted: 1 means "granted, alive, and extended".
+    fn touch_granted(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize>;
     /// Deletes a request; returns the number of rows deleted.
     fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize>;
     /// Tells waiters of `resource` that its queue changed (delivered at commit; PostgreSQL only).
     fn notify(&mut self, resource: &str) -> QueryResult<()>;
     /// Starts (`true`) or stops listening for [`Sql::notify`] (PostgreSQL only).
     fn listen(&mut self, on: bool) -> QueryResult<()>;
-    /// Sleeps up to `max`, returning early when `resource` was notified (PostgreSQL).
-    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<()>;
+    /// Sleeps up to `max`, returning early when `resource` was notified (PostgreSQL); `true`
+    /// when a notification woke it.
+    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<bool>;
 }
 
 /// The protocol's statements on `conn`.
@@ -225,6 +228,17 @@ macro_rules! common_statements {
             .execute(self)
         }
 
+        fn touch_granted(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize> {
+            diesel::update(
+                tickets::table
+                    .filter(tickets::ticket.eq(ticket))
+                    .filter(tickets::owner.eq(owner))
+                    .filter(tickets::granted.eq(true)),
+            )
+            .set(tickets::expires_at.eq(NowPlus::ttl(ttl)))
+            .execute(self)
+        }
+
         fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize> {
             diesel::delete(
                 tickets::table
@@ -303,7 +317,7 @@ impl Sql for diesel::PgConnection {
         Ok(())
     }
 
-    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<()> {
+    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<bool> {
         let deadline = std::time::Instant::now() + max;
         loop {
             let mut woken = false;
@@ -312,7 +326,7 @@ impl Sql for diesel::PgConnection {
             }
             let now = std::time::Instant::now();
             if woken || now >= deadline {
-                return Ok(());
+                return Ok(woken);
             }
             std::thread::sleep(NOTIFICATION_CHECK.min(deadline - now));
         }
@@ -363,9 +377,9 @@ impl Sql for diesel::SqliteConnection {
         Ok(())
     }
 
-    fn wait_for_wakeup(&mut self, _resource: &str, max: Duration) -> QueryResult<()> {
+    fn wait_for_wakeup(&mut self, _resource: &str, max: Duration) -> QueryResult<bool> {
         std::thread::sleep(max);
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -424,8 +438,8 @@ impl Sql for diesel::MysqlConnection {
         Ok(())
     }
 
-    fn wait_for_wakeup(&mut self, _resource: &str, max: Duration) -> QueryResult<()> {
+    fn wait_for_wakeup(&mut self, _resource: &str, max: Duration) -> QueryResult<bool> {
         std::thread::sleep(max);
-        Ok(())
+        Ok(false)
     }
 }
