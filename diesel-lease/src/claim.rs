@@ -117,7 +117,8 @@ impl ClaimOptions {
 
     /// Treats claims older than `timeout` (database clock) as abandoned.
     ///
-    /// Zero is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    /// Zero is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration);
+    /// claiming with a timeout on a model without a `claimed_at` column is an error.
     pub fn timeout(mut self, timeout: std::time::Duration) -> crate::Result<Self> {
         self.timeout = Some(crate::Ttl::new("claim timeout", timeout)?);
         Ok(self)
@@ -189,6 +190,12 @@ where
         options: &ClaimOptions,
         filter: Filter<'_, DB>,
     ) -> QueryResult<Vec<M>> {
+        if options.timeout.is_some() && M::CLAIMED_AT.is_none() {
+            // A timeout nothing can measure would silently never rescue anything.
+            return Err(diesel::result::Error::QueryBuilderError(
+                "ClaimOptions::timeout needs a claimed_at column: add `claimed_at = <timestamp column>` to #[claimable(...)]".into(),
+            ));
+        }
         let parts = ClaimParts::<M>::new(options.owner.as_str(), options.timeout_micros::<M>());
         if Self::KIND == BackendKind::Postgres && !needs_reap(&parts) {
             // One statement, one round trip: no transaction needed around it.

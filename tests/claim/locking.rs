@@ -19,6 +19,7 @@ backend_suite! {
         rollback_makes_the_row_available_again,
         with_next_locked_processes_each_row_once,
         lock_next_where_applies_the_filter,
+        a_timeout_without_claimed_at_is_an_error,
     ];
 
     pub(crate) fn seed_test_rows(db: &TestDb<B>, n: i64) {
@@ -118,6 +119,19 @@ backend_suite! {
         }
         assert_eq!(counts.len() as i64, ROWS, "some rows were never processed");
         assert!(counts.values().all(|n| *n == 1), "a row was processed twice");
+    }
+
+    /// `Test` has no claimed_at column: a per-call timeout could never rescue anything, so it
+    /// is refused instead of being silently ignored.
+    pub(crate) fn a_timeout_without_claimed_at_is_an_error(db: &TestDb<B>) {
+        seed_test_rows(db, 1);
+        let options = diesel_lease::claim::ClaimOptions::default()
+            .timeout(Duration::from_secs(5))
+            .unwrap();
+        let err = Test::claim_batch_with(&mut db.conn(), 1, &options).unwrap_err();
+        assert!(err.to_string().contains("claimed_at"), "{err}");
+        let processed: bool = test::table.find(1).select(test::processed).first(&mut db.conn()).unwrap();
+        assert!(!processed, "the refused claim changed the row");
     }
 
     pub(crate) fn lock_next_where_applies_the_filter(db: &TestDb<B>) {
