@@ -340,7 +340,9 @@ impl Sql for diesel::SqliteConnection {
     fn serialized(&mut self, body: &mut Body<'_>) -> crate::Result<()> {
         crate::backend::refuse_nested(self)?;
         // BEGIN IMMEDIATE: one writer at a time for the whole database file, so admission
-        // decisions are serialized without a row lock.
+        // decisions are serialized without a row lock. Writers of this process take turns
+        // first (SQLite's busy handler is not fair; see `queue`).
+        let _turn = crate::queue::sqlite_turn();
         self.write_transaction(|c| body(c))
     }
 
