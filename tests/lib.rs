@@ -5,6 +5,7 @@
 pub mod common;
 
 pub(crate) mod claim;
+mod faults;
 mod lease;
 pub mod models;
 mod semaphore;

@@ -187,17 +187,17 @@ fn releasing_twice_or_after_loss_is_not_held<B: TestBackend>(db: &TestDb<B>) {
     manual.release(&mut conn).unwrap();
     assert!(matches!(
         manual.release(&mut conn),
-        Err(Error::NotHeld { .. })
+        Err(Error::PermitNotHeld { .. })
     ));
     assert!(matches!(
         manual.heartbeat(&mut conn),
-        Err(Error::NotHeld { .. })
+        Err(Error::PermitNotHeld { .. })
     ));
 
     // A pool permit whose row vanished (as if it expired and was removed).
     let permit = sem.acquire(&pool, LONG).unwrap();
     delete_requests(db);
-    assert!(matches!(permit.release(), Err(Error::NotHeld { .. })));
+    assert!(matches!(permit.release(), Err(Error::PermitNotHeld { .. })));
     assert!(queue::<B>(&pool, "reports").is_empty());
 }
 
@@ -213,7 +213,10 @@ fn heartbeat_keeps_a_permit_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
     // Lost: the next heartbeat notices the row is gone.
     delete_requests(db);
     wait_until("the heartbeat notices the loss", || !permit.is_held());
-    assert!(matches!(permit.ensure_held(), Err(Error::NotHeld { .. })));
+    assert!(matches!(
+        permit.ensure_held(),
+        Err(Error::PermitNotHeld { .. })
+    ));
     let next = mutex.try_acquire(&pool).unwrap().expect("free again");
     drop(permit); // releasing a lost permit does not touch the new holder
     assert_eq!(granted::<B>(&pool, "long-job"), 1);

@@ -1,7 +1,7 @@
 //! The database's clock, as Diesel expressions.
 //!
 //! diesel-lease never asks the client for the time: two servers whose clocks disagree would
-//! otherwise disagree about whether a lease has expired (seed 002's warning about django-db-mutex).
+//! otherwise disagree about whether a lease has expired (the classic pitfall of client-clock mutexes such as django-db-mutex).
 //! Every "now" in a diesel-lease statement is one of these expressions, evaluated by the server.
 //!
 //! | expression | PostgreSQL | SQLite | MySQL / MariaDB |
@@ -23,6 +23,8 @@ use diesel::expression::{
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, SingleValue, SqlType};
 use diesel::QueryResult;
+
+use crate::backend::SqlDialect;
 
 /// Marker for the SQL timestamp types [`DbNow`] and [`DbNowOffset`] can produce.
 ///
@@ -56,16 +58,33 @@ pub struct DbNowMicros;
 #[derive(Debug, Clone, Copy, QueryId)]
 pub struct DbNow<ST>(PhantomData<ST>);
 
-/// The database's current time plus `micros` (negative: minus), as a timestamp of SQL type `ST`.
+/// The database's current time plus an offset (negative: minus), as a timestamp of SQL type `ST`.
 #[derive(Debug, Clone, QueryId)]
 pub struct DbNowOffset<ST> {
-    /// PostgreSQL and MySQL bind the offset in microseconds.
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-    micros: i64,
-    /// SQLite takes the offset as a modifier string such as `-300.000000 seconds`.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    sqlite_modifier: String,
+    offset: Offset,
     _st: PhantomData<ST>,
+}
+
+/// A signed duration in the forms the backends take it: microseconds to bind (PostgreSQL,
+/// MySQL) and a `strftime` modifier (SQLite).
+#[doc(hidden)]
+#[derive(Debug, Clone, QueryId)]
+pub struct Offset {
+    /// The offset in microseconds.
+    pub micros: i64,
+    /// The same offset as a SQLite date modifier, such as `-300.000000 seconds`.
+    pub sqlite_modifier: String,
+}
+
+impl Offset {
+    fn new(micros: i64) -> Self {
+        let sign = if micros < 0 { '-' } else { '+' };
+        let abs = micros.unsigned_abs();
+        Offset {
+            micros,
+            sqlite_modifier: format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000),
+        }
+    }
 }
 
 impl<ST> DbNow<ST> {
@@ -84,11 +103,8 @@ impl<ST> Default for DbNow<ST> {
 impl<ST> DbNowOffset<ST> {
     /// The current database time plus `micros` microseconds (negative for the past).
     pub fn new(micros: i64) -> Self {
-        let sign = if micros < 0 { '-' } else { '+' };
-        let abs = micros.unsigned_abs();
         DbNowOffset {
-            micros,
-            sqlite_modifier: format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000),
+            offset: Offset::new(micros),
             _st: PhantomData,
         }
     }
@@ -99,6 +115,7 @@ impl<ST> DbNowOffset<ST> {
     }
 }
 
+/// Implements Diesel's expression traits for a database-clock expression of SQL type `$sql`.
 macro_rules! expression {
     ($name:ident $(<$st:ident>)?, $sql:ty) => {
         impl$(<$st: TimestampType>)? Expression for $name$(<$st>)? {
@@ -111,93 +128,45 @@ macro_rules! expression {
         }
     };
 }
+pub(crate) use expression;
 expression!(DbNowMicros, BigInt);
 expression!(DbNow<ST>, ST);
 expression!(DbNowOffset<ST>, ST);
 
-#[cfg(feature = "postgres")]
-mod pg {
-    use super::*;
-    use diesel::pg::Pg;
-
-    impl QueryFragment<Pg> for DbNowMicros {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-            out.push_sql("CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)");
-            Ok(())
-        }
-    }
-    impl<ST> QueryFragment<Pg> for DbNow<ST> {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-            out.push_sql("statement_timestamp()");
-            Ok(())
-        }
-    }
-    impl<ST> QueryFragment<Pg> for DbNowOffset<ST> {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-            out.push_sql("(statement_timestamp() + ");
-            out.push_bind_param::<BigInt, _>(&self.micros)?;
-            out.push_sql(" * INTERVAL '1 microsecond')");
-            Ok(())
-        }
+// The SQL of each expression is the backend's: see `SqlDialect` in each `backend/*.rs`.
+impl<DB: SqlDialect> QueryFragment<DB> for DbNowMicros {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::push_now_micros(&mut out);
+        Ok(())
     }
 }
 
-#[cfg(feature = "sqlite")]
-mod sqlite {
-    use super::*;
-    use diesel::sqlite::Sqlite;
-
-    impl QueryFragment<Sqlite> for DbNowMicros {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-            // julianday is a double: rounding to whole milliseconds (SQLite's clock resolution)
-            // makes the value exact.
-            out.push_sql(
-                "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)",
-            );
-            Ok(())
-        }
-    }
-    impl<ST> QueryFragment<Sqlite> for DbNow<ST> {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-            out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now')");
-            Ok(())
-        }
-    }
-    impl<ST> QueryFragment<Sqlite> for DbNowOffset<ST> {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
-            out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now', ");
-            out.push_bind_param::<diesel::sql_types::Text, _>(&self.sqlite_modifier)?;
-            out.push_sql(")");
-            Ok(())
-        }
+impl<DB: SqlDialect, ST> QueryFragment<DB> for DbNow<ST> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::push_now(&mut out);
+        Ok(())
     }
 }
 
-#[cfg(feature = "mysql")]
-mod mysql {
-    use super::*;
-    use diesel::mysql::Mysql;
+impl<DB: SqlDialect, ST> QueryFragment<DB> for DbNowOffset<ST> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::push_now_offset(&mut out, &self.offset)
+    }
+}
 
-    impl QueryFragment<Mysql> for DbNowMicros {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-            out.push_sql(
-                "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', UTC_TIMESTAMP(6))",
-            );
-            Ok(())
-        }
-    }
-    impl<ST> QueryFragment<Mysql> for DbNow<ST> {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-            out.push_sql("UTC_TIMESTAMP(6)");
-            Ok(())
-        }
-    }
-    impl<ST> QueryFragment<Mysql> for DbNowOffset<ST> {
-        fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-            out.push_sql("(UTC_TIMESTAMP(6) + INTERVAL ");
-            out.push_bind_param::<BigInt, _>(&self.micros)?;
-            out.push_sql(" MICROSECOND)");
-            Ok(())
-        }
+/// `(now + $micros)` on the database clock, as µs since 1970: the expiry of a grant, the time a
+/// request lapses. The client binds the duration, never an instant.
+#[derive(Debug, Clone, Copy, QueryId)]
+pub(crate) struct NowPlus(pub(crate) i64);
+expression!(NowPlus, BigInt);
+
+impl<DB: SqlDialect> QueryFragment<DB> for NowPlus {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("(");
+        DB::push_now_micros(&mut out);
+        out.push_sql(" + ");
+        DB::bind_i64(&mut out, &self.0)?;
+        out.push_sql(")");
+        Ok(())
     }
 }

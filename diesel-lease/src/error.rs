@@ -1,40 +1,88 @@
-use lease_core::InvalidInput;
+//! The one error type of every diesel-lease operation.
 
-/// Everything a diesel-lease operation can fail with.
+use std::time::Duration;
+
+use lease_core::{FencingToken, InvalidInput};
+
+/// Everything a diesel-lease operation can fail with: claims, guards, leases and semaphores alike.
 ///
-/// Each variant says what happened and what to do. Database errors are never swallowed: they
-/// arrive here as [`Error::Database`] unchanged.
+/// Each variant says what happened and what to do. Database errors are never swallowed: the ones
+/// a caller can act on are sorted into [`Timeout`](Error::Timeout),
+/// [`ConnectionLost`](Error::ConnectionLost) and [`Deadlock`](Error::Deadlock) (each keeps the
+/// original error as its source); the rest arrive as [`Error::Database`] unchanged.
+/// [`is_retryable`](Error::is_retryable) says which are worth another try.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The input was refused before anything reached the database; nothing was locked or changed.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
-    /// The database returned an error. The lock state is whatever the database committed.
+    /// The model's `#[claimable(...)]` description cannot do what was asked (a `complete()` on a
+    /// model without a done state, a claim timeout on a model without `claimed_at`). Nothing was
+    /// sent to the database; fix the attribute.
+    #[error("the model's #[claimable(...)] configuration does not allow this: {0}")]
+    Config(String),
+    /// A wait ended at its deadline: the caller's timeout for a lease or permit, or a lock or
+    /// statement timeout the database enforced (PostgreSQL `lock_timeout`/`statement_timeout`,
+    /// MySQL `innodb_lock_wait_timeout`, SQLite's busy timeout). Nothing is held and nothing was
+    /// left queued; retrying later is safe.
+    #[error("timed out{} waiting for {}", .waited.map(|w| format!(" after {w:?}")).unwrap_or_default(), if .name.is_empty() { "the database" } else { .name.as_str() })]
+    Timeout {
+        /// The lease or resource waited for; empty when the database reported the timeout.
+        name: String,
+        /// How long the caller waited, when the caller's own deadline ended the wait.
+        waited: Option<Duration>,
+        /// The database's error, when the database ended the wait.
+        #[source]
+        source: Option<diesel::result::Error>,
+    },
+    /// The connection to the database broke (the server restarted or terminated the session, the
+    /// network failed). Whatever the statement did was rolled back by the server unless it had
+    /// committed; take a new connection and try again.
+    #[error("the database connection was lost: {0}")]
+    ConnectionLost(#[source] diesel::result::Error),
+    /// The database rolled the transaction back to resolve a deadlock or a serialization
+    /// conflict, and diesel-lease's own retries (where retrying is safe) did not get through.
+    /// Nothing of the transaction was applied; trying again is safe.
+    #[error("deadlock or serialization failure after {attempts} attempt(s): {source}")]
+    Deadlock {
+        /// How many times the transaction was tried.
+        attempts: u32,
+        /// The last attempt's error.
+        #[source]
+        source: diesel::result::Error,
+    },
+    /// Any other database error, unchanged. The lock state is whatever the database committed.
     #[error("database error: {0}")]
-    Database(#[from] diesel::result::Error),
-    /// No connection could be taken from the r2d2 pool.
+    Database(#[source] diesel::result::Error),
+    /// No connection could be taken from the r2d2 pool in time.
     #[error("could not get a connection from the pool: {0}")]
     Pool(#[from] r2d2::Error),
     /// Running the built-in migrations failed.
-    #[error("running diesel-lease migrations failed: {0}")]
-    Migration(String),
-    /// The lease is held by someone else now (it expired and was taken over, or was never held).
+    #[error("running diesel-lease migrations failed: {source}")]
+    Migration {
+        /// What diesel_migrations reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// This grant of the lease is over: it expired (and maybe was granted to someone else).
     /// Stop the protected work: another holder may be doing it.
-    #[error("lease `{name}` was lost: {reason}; stop the protected work, another holder may be running it")]
+    #[error("lease `{name}` (fencing token {token}) was lost: {}", lost_detail(.holder.as_deref(), *.holder_token))]
     LeaseLost {
         /// The lease name.
         name: String,
-        /// What the database showed.
-        reason: String,
+        /// The fencing token of the grant that was lost.
+        token: FencingToken,
+        /// Who holds the lease now, when somebody took it over.
+        holder: Option<String>,
+        /// The fencing token of the current grant, when somebody took it over.
+        holder_token: Option<FencingToken>,
     },
-    /// Waiting for a lease or permit gave up at its deadline; nothing is held and nothing was left queued.
-    #[error("timed out after {waited:?} waiting for `{name}`")]
-    Timeout {
-        /// The lease or resource name.
+    /// The lease was already released by this handle.
+    #[error("lease `{name}` was already released by this holder")]
+    LeaseNotHeld {
+        /// The lease name.
         name: String,
-        /// How long the caller waited.
-        waited: std::time::Duration,
     },
     /// A semaphore was declared with a permit count that differs from the one its current holders use.
     #[error("resource `{name}` is in use with {existing} permits but was declared with {requested}; use one permit count per resource, or wait until it is idle to change it")]
@@ -46,17 +94,98 @@ pub enum Error {
         /// The permit count this caller declared.
         requested: i32,
     },
-    /// A permit or lease was released twice, or after it was lost.
-    #[error("`{name}` is not held by this owner; it was already released or taken over")]
-    NotHeld {
-        /// The lease or resource name.
-        name: String,
+    /// A permit is not held any more: it was released already, or it expired (its owner did not
+    /// heartbeat within the ttl) and was removed. Stop the protected work.
+    #[error("permit {ticket} of `{resource}` is not held: it was released, or it expired and was removed")]
+    PermitNotHeld {
+        /// The resource name.
+        resource: String,
+        /// The permit's ticket.
+        ticket: i64,
     },
-    /// The background heartbeat thread of a permit could not be started (the process is out of
-    /// threads or memory); the permit was given back, nothing is held.
+    /// The background heartbeat thread could not be started (the process is out of threads or
+    /// memory); what was granted was given back, nothing is held.
     #[error("could not start the heartbeat thread: {0}; nothing is held")]
-    KeepAlive(#[source] std::io::Error),
+    Heartbeat(#[source] std::io::Error),
+}
+
+fn lost_detail(holder: Option<&str>, token: Option<FencingToken>) -> String {
+    match (holder, token) {
+        (Some(holder), Some(token)) => {
+            format!("it expired and was granted to `{holder}` with fencing token {token}")
+        }
+        _ => "it expired (nobody has taken it over yet)".to_string(),
+    }
+}
+
+impl Error {
+    /// Whether trying the same operation again (with a fresh connection for
+    /// [`ConnectionLost`](Error::ConnectionLost)) may succeed: timeouts, lost connections,
+    /// deadlocks and an exhausted pool. Lost leases, bad input and configuration errors are not.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. }
+                | Error::ConnectionLost(_)
+                | Error::Deadlock { .. }
+                | Error::Pool(_)
+        )
+    }
+
+    /// A timeout of the caller's own wait for `name`.
+    pub(crate) fn waited(name: &str, waited: Duration) -> Self {
+        Error::Timeout {
+            name: name.to_string(),
+            waited: Some(waited),
+            source: None,
+        }
+    }
+}
+
+/// Errors from Diesel are sorted by the backend's [`Dialect`](crate::backend::Dialect); this
+/// conversion is for errors whose backend is unknown (connection set-up, pools). It sorts by
+/// what Diesel itself knows: a closed connection and a serialization failure.
+impl From<diesel::result::Error> for Error {
+    fn from(e: diesel::result::Error) -> Self {
+        crate::backend::classify_common(e)
+    }
 }
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retryable_kinds() {
+        assert!(Error::waited("x", Duration::from_secs(1)).is_retryable());
+        assert!(!Error::Config("no done state".into()).is_retryable());
+        let lost = Error::LeaseLost {
+            name: "n".into(),
+            token: FencingToken(3),
+            holder: Some("b".into()),
+            holder_token: Some(FencingToken(4)),
+        };
+        assert!(!lost.is_retryable());
+        assert_eq!(
+            lost.to_string(),
+            "lease `n` (fencing token 3) was lost: it expired and was granted to `b` with fencing token 4"
+        );
+    }
+
+    #[test]
+    fn timeout_messages_name_what_waited() {
+        assert_eq!(
+            Error::waited("m", Duration::from_millis(5)).to_string(),
+            "timed out after 5ms waiting for m"
+        );
+        let db = Error::Timeout {
+            name: String::new(),
+            waited: None,
+            source: None,
+        };
+        assert_eq!(db.to_string(), "timed out waiting for the database");
+    }
+}

@@ -13,12 +13,12 @@
 //! | a follow-up row inserted once | `insert_once` (`#[claimable(insert_once)]`) |
 //! | one node of a farm running a scheduled job, on your own `job_status` table | `try_start_run` (`#[claimable(job(…))]`) |
 //! | a named lock that expires, with a fencing token per grant | [`lease::try_acquire`], [`LeaseGuard`] |
-//! | a job run once per interval across the farm | [`scheduler::every`], [`scheduler::run_exclusive`], [`scheduler::with_lock`] |
+//! | a job run once per interval across the farm | [`lease::schedule::every`], [`lease::schedule::run_exclusive`], [`lease::schedule::with_lock`] |
 //! | at most N holders, in request order; readers/writers | [`semaphore::Semaphore`], [`semaphore::RwLock`] |
 //!
 //! # Claim the next row
 //!
-//! Seed 003's import jobs: annotate the model you already have and claim rows. On PostgreSQL a
+//! Import jobs handed to a farm of workers: annotate the model you already have and claim rows. On PostgreSQL a
 //! claim is one statement (`WITH picked AS (SELECT … FOR UPDATE SKIP LOCKED) UPDATE … RETURNING`);
 //! on SQLite one `UPDATE … RETURNING` under the database write lock; on MySQL one short
 //! transaction. Every time (claimed-at, stale cutoffs) comes from the database clock.
@@ -63,7 +63,7 @@
 //!
 //! # Unique follow-up inserts
 //!
-//! Seed 002: with `#[claimable(insert_once)]` on an `Insertable`, `insert_once(conn)` returns
+//! With `#[claimable(insert_once)]` on an `Insertable`, `insert_once(conn)` returns
 //! [`InsertOutcome::Inserted`] or [`InsertOutcome::AlreadyExists`]; a duplicate is an ordinary
 //! outcome and never aborts your PostgreSQL transaction (`ON CONFLICT DO NOTHING`).
 //!
@@ -86,23 +86,23 @@ compile_error!(
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-mod backend;
+pub mod backend;
 pub mod claim;
 pub mod clock;
 mod error;
-pub mod guard;
-pub mod job;
+mod heartbeat;
 pub mod lease;
+pub mod once;
 pub mod pool;
-mod queue;
-pub mod scheduler;
 pub mod semaphore;
+mod sqlite_writer;
 
 pub use backend::{run_migrations, BackendKind, BorrowConnection, LeaseConnection};
 pub use claim::Claimable;
 pub use error::{Error, Result};
-pub use guard::db_now;
+pub use heartbeat::{LostReason, LostSignal};
 pub use lease::{Lease, LeaseGuard, LeaseOptions};
 pub use lease_core::{Backoff, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl};
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;
+pub use once::db_now;

@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
-use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, R2D2Connection};
+use diesel::r2d2::{
+    ConnectionManager, CustomizeConnection, Pool, PooledConnection, R2D2Connection,
+};
 
-use crate::{BackendKind, LeaseConnection};
+use crate::{BorrowConnection, LeaseConnection};
 
 /// An r2d2 connection customizer that prepares each new connection for concurrent use.
 ///
@@ -44,14 +46,7 @@ impl Default for ConnectionTuning {
 impl ConnectionTuning {
     /// Applies the tuning to one connection (what the pool does for every new connection).
     pub fn apply<C: LeaseConnection>(&self, conn: &mut C) -> diesel::QueryResult<()> {
-        if C::KIND == BackendKind::Sqlite {
-            // The pragma takes an integer literal: formatted from our own u128, never user text.
-            let ms = self.busy_timeout.as_millis().min(i32::MAX as u128);
-            conn.batch_execute(&format!(
-                "PRAGMA busy_timeout = {ms}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
-            ))?;
-        }
-        Ok(())
+        conn.tune(self)
     }
 }
 
@@ -73,4 +68,31 @@ where
         .max_size(max_size)
         .connection_customizer(Box::new(ConnectionTuning::default()))
         .build(ConnectionManager::<C>::new(url))?)
+}
+
+/// Where background work (heartbeats, releases on drop) gets a connection from: an r2d2 pool
+/// today, another pool by implementing this.
+///
+/// The wait is bounded by the caller: a heartbeat never waits past its holder's local deadline,
+/// and a drop never waits long, so a starved pool cannot make a holder believe it still holds
+/// what the database already gave away.
+pub trait ConnectionSource: Clone + Send + Sync + 'static {
+    /// The raw connection the pool lends.
+    type Connection: LeaseConnection;
+    /// A lent connection; returned to the pool when dropped.
+    type Lent: BorrowConnection<Conn = Self::Connection>;
+    /// Lends a connection, waiting at most `wait` for one.
+    fn lend(&self, wait: Duration) -> crate::Result<Self::Lent>;
+}
+
+impl<C> ConnectionSource for Pool<ConnectionManager<C>>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    type Connection = C;
+    type Lent = PooledConnection<ConnectionManager<C>>;
+    fn lend(&self, wait: Duration) -> crate::Result<Self::Lent> {
+        // r2d2 refuses a zero timeout; a zero budget still gets one short attempt.
+        Ok(self.get_timeout(wait.max(Duration::from_millis(1)))?)
+    }
 }

@@ -1,7 +1,20 @@
-//! What `#[derive(Claimable)]` expands to besides calls into [`claim`](crate::claim) and
-//! [`guard`](crate::guard). Not public API: no stability promise, may change in any release.
+//! The only path from `#[derive(Claimable)]` to the runtime: generated code names every runtime
+//! item as `::diesel_lease::__private::…`, so modules can move without touching the derive. Not
+//! public API: no stability promise, may change in any release.
 
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
+
+pub use crate::claim::{
+    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, lock_next,
+    lock_next_where, with_next_locked, ClaimConnection, ClaimOptions, Claimable, Finish, Keyed,
+    SortOrder,
+};
+pub use crate::clock::TimestampType;
+pub use crate::lease::job::{finish_run, try_start_run, JobConnection, JobLease, JobRunOptions};
+pub use crate::once::{
+    claim_if_null, insert_once, GuardConnection, Guarded, InsertOnceConnection, InsertReturning,
+    Returning,
+};
 
 /// Reads an owner field of a model (`String` or `Option<String>`).
 #[diagnostic::on_unimplemented(

@@ -17,7 +17,7 @@
 //!
 //! Capacity is computed from the entries that *are granted*, wherever they stand in the queue, never
 //! from queue positions. That is what makes the rule safe when an entry with a lower ticket shows
-//! up after higher tickets were already granted (seed 001's commit-order race): the late entry
+//! up after higher tickets were already granted (the commit-order race of a control-table semaphore): the late entry
 //! simply waits until the granted ones leave.
 
 /// How a request wants to use a resource.

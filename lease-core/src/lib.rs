@@ -22,9 +22,9 @@ pub use ttl::Ttl;
 
 /// What an insert that may hit a unique constraint ended in.
 ///
-/// A duplicate is an ordinary outcome of [seed 002's follow-up insert], not an error.
+/// A duplicate is an ordinary outcome of [a follow-up insert], not an error.
 ///
-/// [seed 002's follow-up insert]: https://docs.rs/diesel-lease#unique-follow-up-inserts
+/// [a follow-up insert]: https://docs.rs/diesel-lease#unique-follow-up-inserts
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "the outcome says whether this caller inserted the row"]
 pub enum InsertOutcome<T> {

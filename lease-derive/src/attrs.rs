@@ -2,6 +2,7 @@
 
 use proc_macro2::Span;
 use syn::meta::ParseNestedMeta;
+use syn::spanned::Spanned as _;
 use syn::{Expr, Ident, LitInt, Path, Token};
 
 /// Every key `#[claimable(...)]` accepts, for the "expected one of" message.
@@ -88,6 +89,41 @@ pub(crate) struct ClaimableAttrs {
     /// Every known key that was written, even with an invalid value: checks that ask "was `x`
     /// given?" use this, so one bad value is not reported again as a missing key.
     pub(crate) given: Vec<&'static str>,
+}
+
+impl ClaimableAttrs {
+    /// Claims, guards and job leases address rows by primary key; `insert_once` needs none (an
+    /// insertable usually leaves its key to the database).
+    pub(crate) fn needs_key(&self) -> bool {
+        self.state.is_some() || self.guard.is_some() || self.job.is_some()
+    }
+}
+
+/// The derive's attributes on the struct: `#[claimable(...)]` and what it reads of `#[diesel(...)]`.
+#[derive(Default)]
+pub(crate) struct StructAttrs {
+    pub(crate) claimable: ClaimableAttrs,
+    pub(crate) diesel: DieselStructAttrs,
+    /// The first `#[claimable(...)]`, `None` when the struct has none.
+    pub(crate) claimable_span: Option<Span>,
+}
+
+impl StructAttrs {
+    /// Parses the struct's attributes, collecting errors in `errors`.
+    pub(crate) fn parse(attrs: &[syn::Attribute], errors: &mut Errors) -> StructAttrs {
+        let mut out = StructAttrs::default();
+        for attr in attrs {
+            if attr.path().is_ident("claimable") {
+                out.claimable_span.get_or_insert(attr.meta.span());
+                out.claimable.parse(attr, errors);
+            } else if attr.path().is_ident("diesel") {
+                if let Err(e) = out.diesel.parse(attr) {
+                    errors.push(e);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Collects errors so that every mistake is reported at once (serde's `Ctxt`).

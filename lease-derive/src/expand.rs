@@ -1,4 +1,12 @@
 //! Code generation: thin wiring from the model's columns to diesel-lease's generic functions.
+//!
+//! Every runtime item is named through `::diesel_lease::__private`, never through the module that
+//! defines it, so the runtime can move its modules without breaking the derive.
+//!
+//! Generated methods return `::diesel_lease::Result`, the crate's one error type: each body is
+//! `Result::map_err(<runtime call>, Into::into)`, which converts a runtime function's
+//! `diesel::QueryResult` and is the identity for one that already returns `diesel_lease::Result`.
+//! Only `with_next_locked` keeps the caller's error type.
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
@@ -53,10 +61,10 @@ fn expand_keyed(model: &Model) -> TokenStream {
         .collect();
     let pk_fields: Vec<_> = model.pk.iter().map(|(_, f)| &f.ident).collect();
     let pk_tys: Vec<_> = model.pk.iter().map(|(_, f)| &f.ty).collect();
-    let (pk_ty, pk_value, filter_ty, filter) = if model.pk.len() == 1 {
+    let pk_ty = key_type(&pk_tys);
+    let (pk_value, filter_ty, filter) = if model.pk.len() == 1 {
         let (col, value, field, ty) = (&pk_cols[0], &pk_values[0], pk_fields[0], pk_tys[0]);
         (
-            quote!(#ty),
             quote!(::core::clone::Clone::clone(&self.#field)),
             quote!(::diesel::dsl::Eq<#col, #ty>),
             quote!(::diesel::ExpressionMethods::eq(#value, pk)),
@@ -83,7 +91,6 @@ fn expand_keyed(model: &Model) -> TokenStream {
             }
         }
         (
-            quote!((#(#pk_tys,)*)),
             quote!((#(::core::clone::Clone::clone(&self.#pk_fields),)*)),
             filter_ty,
             filter,
@@ -91,7 +98,7 @@ fn expand_keyed(model: &Model) -> TokenStream {
     };
     quote! {
         #[automatically_derived]
-        impl #impl_g ::diesel_lease::claim::Keyed for #name #ty_g #where_g {
+        impl #impl_g ::diesel_lease::__private::Keyed for #name #ty_g #where_g {
             type Table = #table::table;
             type Pk = #pk_ty;
             type PkFilter = #filter_ty;
@@ -103,6 +110,22 @@ fn expand_keyed(model: &Model) -> TokenStream {
                 #filter
             }
         }
+    }
+}
+
+/// `Keyed::Pk`: the key field's type, or a tuple of them for a composite key.
+pub(crate) fn key_type(tys: &[&syn::Type]) -> TokenStream {
+    match tys {
+        [ty] => quote!(#ty),
+        tys => quote!((#(#tys,)*)),
+    }
+}
+
+/// The row `insert_once` returns in `InsertOutcome::Inserted`: the `returning` model, or `()`.
+pub(crate) fn insert_once_row(returning: Option<&syn::Path>) -> TokenStream {
+    match returning {
+        Some(r) => quote!(#r),
+        None => quote!(()),
     }
 }
 
@@ -146,7 +169,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             .iter()
             .map(|(col, _)| {
                 let n = name_of(col);
-                quote!((#n, ::diesel_lease::claim::SortOrder::Asc))
+                quote!((#n, ::diesel_lease::__private::SortOrder::Asc))
             })
             .collect()
     } else {
@@ -155,7 +178,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             .map(|o| {
                 let n = name_of(&o.column);
                 let dir = if o.desc { quote!(Desc) } else { quote!(Asc) };
-                quote!((#n, ::diesel_lease::claim::SortOrder::#dir))
+                quote!((#n, ::diesel_lease::__private::SortOrder::#dir))
             })
             .collect()
     };
@@ -191,7 +214,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             model,
             col,
             "claimed_at_must_be_a_timestamp_column",
-            quote!(::diesel_lease::clock::TimestampType),
+            quote!(::diesel_lease::__private::TimestampType),
         ));
     }
     if let Some((col, _)) = &c.owner {
@@ -212,7 +235,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     }
     let conn_bound = quote!(
         C: ::diesel_lease::BorrowConnection,
-        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::claim::ClaimConnection<Self>,
+        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::ClaimConnection<Self>,
     );
     let backend =
         quote!(<<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend);
@@ -220,14 +243,14 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         #(#checks)*
 
         #[automatically_derived]
-        impl #impl_g ::diesel_lease::claim::Claimable for #name #ty_g #where_g {
+        impl #impl_g ::diesel_lease::__private::Claimable for #name #ty_g #where_g {
             type StateSql = <#state_col as ::diesel::Expression>::SqlType;
             type StateValue = #state_ty;
             const STATE: &'static str = #state_name;
             const OWNER: ::core::option::Option<&'static str> = #owner_name;
             const CLAIMED_AT: ::core::option::Option<&'static str> = #claimed_at_name;
             const ATTEMPTS: ::core::option::Option<&'static str> = #attempts_name;
-            const ORDER: &'static [(&'static str, ::diesel_lease::claim::SortOrder)] = &[#(#order),*];
+            const ORDER: &'static [(&'static str, ::diesel_lease::__private::SortOrder)] = &[#(#order),*];
             const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #timeout;
             const MAX_ATTEMPTS: ::core::option::Option<i64> = #max_attempts;
             const FAILED_CONFIGURED: bool = #failed_configured;
@@ -255,63 +278,81 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         impl #impl_g #name #ty_g #where_g {
             /// Claims the next claimable row for this process (`FOR UPDATE SKIP LOCKED` on
             /// PostgreSQL and MySQL, one write transaction on SQLite); `None` when none is left.
-            pub fn claim_next<C>(conn: &mut C) -> ::diesel::QueryResult<::core::option::Option<Self>>
+            pub fn claim_next<C>(conn: &mut C) -> ::diesel_lease::Result<::core::option::Option<Self>>
             where #conn_bound
             {
-                ::diesel_lease::claim::claim_next::<Self, C>(conn)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::claim_next::<Self, C>(conn),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// Claims up to `n` rows (never more); `n = 0` returns an empty `Vec` without a query.
-            pub fn claim_batch<C>(conn: &mut C, n: usize) -> ::diesel::QueryResult<::std::vec::Vec<Self>>
+            pub fn claim_batch<C>(conn: &mut C, n: usize) -> ::diesel_lease::Result<::std::vec::Vec<Self>>
             where #conn_bound
             {
-                ::diesel_lease::claim::claim_batch::<Self, C>(conn, n)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::claim_batch::<Self, C>(conn, n),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// [`Self::claim_batch`] with an explicit owner or stale-claim timeout.
             pub fn claim_batch_with<C>(
                 conn: &mut C,
                 n: usize,
-                options: &::diesel_lease::claim::ClaimOptions,
-            ) -> ::diesel::QueryResult<::std::vec::Vec<Self>>
+                options: &::diesel_lease::__private::ClaimOptions,
+            ) -> ::diesel_lease::Result<::std::vec::Vec<Self>>
             where #conn_bound
             {
-                ::diesel_lease::claim::claim_batch_with::<Self, C>(conn, n, options)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::claim_batch_with::<Self, C>(conn, n, options),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// [`Self::claim_batch_with`] restricted to rows that also match `filter`.
             pub fn claim_batch_where<C, F>(
                 conn: &mut C,
                 n: usize,
-                options: &::diesel_lease::claim::ClaimOptions,
+                options: &::diesel_lease::__private::ClaimOptions,
                 filter: F,
-            ) -> ::diesel::QueryResult<::std::vec::Vec<Self>>
+            ) -> ::diesel_lease::Result<::std::vec::Vec<Self>>
             where
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
-                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::claim::Keyed>::Table>
+                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
                     + ::diesel::query_builder::QueryFragment<#backend>,
             {
-                ::diesel_lease::claim::claim_batch_where::<Self, C, F>(conn, n, options, filter)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::claim_batch_where::<Self, C, F>(conn, n, options, filter),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// Selects the next claimable row and keeps it locked until the caller's transaction
             /// ends, skipping rows other transactions hold.
-            pub fn lock_next<C>(conn: &mut C) -> ::diesel::QueryResult<::core::option::Option<Self>>
+            pub fn lock_next<C>(conn: &mut C) -> ::diesel_lease::Result<::core::option::Option<Self>>
             where #conn_bound
             {
-                ::diesel_lease::claim::lock_next::<Self, C>(conn)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::lock_next::<Self, C>(conn),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// [`Self::lock_next`] restricted to rows that also match `filter`.
-            pub fn lock_next_where<C, F>(conn: &mut C, filter: F) -> ::diesel::QueryResult<::core::option::Option<Self>>
+            pub fn lock_next_where<C, F>(conn: &mut C, filter: F) -> ::diesel_lease::Result<::core::option::Option<Self>>
             where
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
-                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::claim::Keyed>::Table>
+                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
                     + ::diesel::query_builder::QueryFragment<#backend>,
             {
-                ::diesel_lease::claim::lock_next_where::<Self, C, F>(conn, filter)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::lock_next_where::<Self, C, F>(conn, filter),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// Locks the next claimable row and runs `work` on it in one transaction: commit on
@@ -322,30 +363,39 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 E: ::core::convert::From<::diesel::result::Error>,
                 W: ::core::ops::FnOnce(&mut <C as ::diesel_lease::BorrowConnection>::Conn, Self) -> ::core::result::Result<T, E>,
             {
-                ::diesel_lease::claim::with_next_locked::<Self, C, T, E, W>(conn, work)
+                ::diesel_lease::__private::with_next_locked::<Self, C, T, E, W>(conn, work)
             }
 
             /// Marks this claimed row done if this worker still owns the claim; `false` when it
             /// was rescued by another worker (or already finished).
-            pub fn complete<C>(&self, conn: &mut C) -> ::diesel::QueryResult<bool>
+            pub fn complete<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
-                ::diesel_lease::claim::finish(self, conn, ::diesel_lease::claim::Finish::Done)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Done),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// Marks this claimed row failed if this worker still owns the claim.
-            pub fn fail<C>(&self, conn: &mut C) -> ::diesel::QueryResult<bool>
+            pub fn fail<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
-                ::diesel_lease::claim::finish(self, conn, ::diesel_lease::claim::Finish::Failed)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Failed),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// Hands this claimed row back (first ready state, owner cleared) if this worker
             /// still owns the claim.
-            pub fn release<C>(&self, conn: &mut C) -> ::diesel::QueryResult<bool>
+            pub fn release<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
-                ::diesel_lease::claim::finish(self, conn, ::diesel_lease::claim::Finish::Ready)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Ready),
+                    ::core::convert::Into::into,
+                )
             }
         }
     }
@@ -363,13 +413,13 @@ fn expand_guard(model: &Model, guard: &syn::Ident) -> TokenStream {
     );
     let conn_bound = quote!(
         C: ::diesel_lease::BorrowConnection,
-        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::guard::GuardConnection<Self, V>,
+        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::GuardConnection<Self, V>,
     );
     quote! {
         #check
 
         #[automatically_derived]
-        impl #impl_g ::diesel_lease::guard::Guarded for #name #ty_g #where_g {
+        impl #impl_g ::diesel_lease::__private::Guarded for #name #ty_g #where_g {
             type GuardSql = <#col as ::diesel::Expression>::SqlType;
             const GUARD: &'static str = <#col as ::diesel::Column>::NAME;
         }
@@ -378,25 +428,31 @@ fn expand_guard(model: &Model, guard: &syn::Ident) -> TokenStream {
         impl #impl_g #name #ty_g #where_g {
             /// Sets the guard column of this row to `value` (`diesel_lease::db_now` for the
             /// database clock) if it is still `NULL`; `true` for exactly one caller.
-            pub fn claim_if_null<C, V>(&self, conn: &mut C, value: V) -> ::diesel::QueryResult<bool>
+            pub fn claim_if_null<C, V>(&self, conn: &mut C, value: V) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
-                ::diesel_lease::guard::claim_if_null::<Self, C, V>(
-                    conn,
-                    <Self as ::diesel_lease::claim::Keyed>::pk(self),
-                    value,
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::claim_if_null::<Self, C, V>(
+                        conn,
+                        <Self as ::diesel_lease::__private::Keyed>::pk(self),
+                        value,
+                    ),
+                    ::core::convert::Into::into,
                 )
             }
 
             /// [`Self::claim_if_null`] for the row with primary key `pk` (a tuple for composite keys).
             pub fn claim_if_null_by_pk<C, V>(
                 conn: &mut C,
-                pk: <Self as ::diesel_lease::claim::Keyed>::Pk,
+                pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
                 value: V,
-            ) -> ::diesel::QueryResult<bool>
+            ) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
-                ::diesel_lease::guard::claim_if_null::<Self, C, V>(conn, pk, value)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::claim_if_null::<Self, C, V>(conn, pk, value),
+                    ::core::convert::Into::into,
+                )
             }
         }
     }
@@ -406,9 +462,10 @@ fn expand_insert_once(model: &Model, returning: Option<&syn::Path>) -> TokenStre
     let name = &model.name;
     let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
     let table = &model.table;
-    let (mode, output) = match returning {
-        Some(r) => (quote!(::diesel_lease::guard::Returning<#r>), quote!(#r)),
-        None => (quote!(()), quote!(())),
+    let output = insert_once_row(returning);
+    let mode = match returning {
+        Some(r) => quote!(::diesel_lease::__private::Returning<#r>),
+        None => quote!(()),
     };
     quote! {
         #[automatically_derived]
@@ -419,17 +476,20 @@ fn expand_insert_once(model: &Model, returning: Option<&syn::Path>) -> TokenStre
             pub fn insert_once<C>(
                 self,
                 conn: &mut C,
-            ) -> ::diesel::QueryResult<::diesel_lease::InsertOutcome<#output>>
+            ) -> ::diesel_lease::Result<::diesel_lease::InsertOutcome<#output>>
             where
                 C: ::diesel_lease::BorrowConnection,
                 <C as ::diesel_lease::BorrowConnection>::Conn:
-                    ::diesel_lease::guard::InsertOnceConnection<#table::table, Self, #mode>,
-                #mode: ::diesel_lease::guard::InsertReturning<
+                    ::diesel_lease::__private::InsertOnceConnection<#table::table, Self, #mode>,
+                #mode: ::diesel_lease::__private::InsertReturning<
                     <<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend,
                     Output = #output,
                 >,
             {
-                ::diesel_lease::guard::insert_once::<#mode, _, _, C>(conn, #table::table, self)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::insert_once::<#mode, _, _, C>(conn, #table::table, self),
+                    ::core::convert::Into::into,
+                )
             }
         }
     }
@@ -464,7 +524,7 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
             model,
             started_at,
             "job_started_at_must_be_a_timestamp_column",
-            quote!(::diesel_lease::clock::TimestampType),
+            quote!(::diesel_lease::__private::TimestampType),
         ),
         type_check(
             model,
@@ -478,18 +538,18 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
             model,
             next,
             "job_next_run_must_be_a_timestamp_column",
-            quote!(::diesel_lease::clock::TimestampType),
+            quote!(::diesel_lease::__private::TimestampType),
         ));
     }
     let conn_bound = quote!(
         C: ::diesel_lease::BorrowConnection,
-        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::job::JobConnection<Self>,
+        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::JobConnection<Self>,
     );
     quote! {
         #(#checks)*
 
         #[automatically_derived]
-        impl #impl_g ::diesel_lease::job::JobLease for #name #ty_g #where_g {
+        impl #impl_g ::diesel_lease::__private::JobLease for #name #ty_g #where_g {
             const HOLDER: &'static str = #holder_name;
             const STARTED_AT: &'static str = #started_name;
             const NEXT_RUN: ::core::option::Option<&'static str> = #next_run_name;
@@ -501,23 +561,29 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
             /// has been silent past the timeout, database clock): `true` for exactly one node.
             pub fn try_start_run<C>(
                 conn: &mut C,
-                pk: <Self as ::diesel_lease::claim::Keyed>::Pk,
-                options: &::diesel_lease::job::JobRunOptions,
-            ) -> ::diesel::QueryResult<bool>
+                pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
+                options: &::diesel_lease::__private::JobRunOptions,
+            ) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
-                ::diesel_lease::job::try_start_run::<Self, C>(conn, pk, options)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::try_start_run::<Self, C>(conn, pk, options),
+                    ::core::convert::Into::into,
+                )
             }
 
             /// Ends this node's run of job `pk` if it still holds it; `false` when it was taken over.
             pub fn finish_run<C>(
                 conn: &mut C,
-                pk: <Self as ::diesel_lease::claim::Keyed>::Pk,
-                options: &::diesel_lease::job::JobRunOptions,
-            ) -> ::diesel::QueryResult<bool>
+                pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
+                options: &::diesel_lease::__private::JobRunOptions,
+            ) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
-                ::diesel_lease::job::finish_run::<Self, C>(conn, pk, options)
+                ::core::result::Result::map_err(
+                    ::diesel_lease::__private::finish_run::<Self, C>(conn, pk, options),
+                    ::core::convert::Into::into,
+                )
             }
         }
     }

@@ -3,9 +3,11 @@
 
 mod attrs;
 mod expand;
+mod fallback;
 mod model;
 #[cfg(test)]
 mod tests;
+mod valid;
 
 use proc_macro::TokenStream;
 
@@ -21,7 +23,10 @@ pub fn derive_claimable(input: TokenStream) -> TokenStream {
 
 fn derive_claimable_inner(input: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
     syn::parse2::<syn::DeriveInput>(input)
-        .and_then(|input| model::Model::from_input(&input))
-        .map(|model| expand::expand(&model))
+        .map(|input| match model::Model::from_input(&input) {
+            Ok(model) => expand::expand(&model),
+            // Still declare the methods, so that the mistake is not reported again at every call.
+            Err(errors) => fallback::expand(&input, errors),
+        })
         .unwrap_or_else(syn::Error::into_compile_error)
 }

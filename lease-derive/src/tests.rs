@@ -1,6 +1,6 @@
 //! Snapshots of the expansion for representative models (insta). Review a changed snapshot as
 //! generated code a user will compile: absolute paths only, `#[automatically_derived]`, all of it
-//! inside one `const _: () = { … };`.
+//! inside one `const _: () = { … };` (after the `compile_error!`s, for input the derive rejects).
 
 use quote::quote;
 
@@ -57,6 +57,59 @@ fn assert_hygienic(tokens: &proc_macro2::TokenStream) {
                     if a.as_char() == ':' && b.as_char() == ':');
         assert!(after_colons, "`{id}` without an absolute path (token {i})");
     }
+}
+
+/// Expands an input the derive rejects: its errors, then the fallback's `const _` (checked like a
+/// successful expansion), pretty-printed.
+fn expand_with_errors(input: proc_macro2::TokenStream) -> String {
+    let tokens = derive_claimable_inner(input);
+    let file = syn::parse2::<syn::File>(tokens.clone())
+        .unwrap_or_else(|e| panic!("expansion is not valid Rust ({e}):\n{tokens}"));
+    let Some((syn::Item::Const(fallback), errors)) = file.items.split_last() else {
+        panic!("the errors are followed by the fallback's `const _`:\n{tokens}");
+    };
+    assert!(!errors.is_empty(), "no error reported:\n{tokens}");
+    for item in errors {
+        assert!(
+            matches!(item, syn::Item::Macro(m) if m.mac.path.segments.last().is_some_and(|s| s.ident == "compile_error")),
+            "only `compile_error!`s before the fallback: {}",
+            quote!(#item)
+        );
+    }
+    assert_hygienic(&quote!(#fallback));
+    prettyplease::unparse(&file)
+}
+
+/// (name, receiver, number of parameters) of every method of the inherent impls in `tokens`.
+fn inherent_methods(tokens: &proc_macro2::TokenStream) -> Vec<(String, String, usize)> {
+    let file = syn::parse2::<syn::File>(tokens.clone()).expect("valid Rust");
+    let mut methods = Vec::new();
+    for item in &file.items {
+        let syn::Item::Const(c) = item else { continue };
+        let syn::Expr::Block(block) = &*c.expr else {
+            continue;
+        };
+        for stmt in &block.block.stmts {
+            let syn::Stmt::Item(syn::Item::Impl(imp)) = stmt else {
+                continue;
+            };
+            if imp.trait_.is_some() {
+                continue;
+            }
+            for f in &imp.items {
+                if let syn::ImplItem::Fn(f) = f {
+                    let receiver = f.sig.receiver().map(|r| quote!(#r).to_string());
+                    methods.push((
+                        f.sig.ident.to_string(),
+                        receiver.unwrap_or_default(),
+                        f.sig.inputs.len(),
+                    ));
+                }
+            }
+        }
+    }
+    methods.sort();
+    methods
 }
 
 fn flatten(tokens: proc_macro2::TokenStream, out: &mut Vec<proc_macro2::TokenTree>) {
@@ -153,4 +206,84 @@ fn errors_expand_to_compile_error() {
     let code = tokens.to_string();
     assert!(code.contains("compile_error"), "{code}");
     assert!(code.contains("unknown attribute `stat`"), "{code}");
+}
+
+#[test]
+fn fallback_after_an_attribute_error() {
+    let code = expand_with_errors(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = test)]
+        #[claimable(state = processed, ready = false, claimd = true)]
+        pub struct Test {
+            pub id: i64,
+            pub data: String,
+            pub processed: bool,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
+#[test]
+fn fallback_uses_the_key_and_row_types_that_parsed() {
+    let code = expand_with_errors(quote! {
+        #[derive(Insertable, Claimable)]
+        #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
+        #[claimable(insert_once(returning = Mailing), guard = "sent")]
+        pub struct NewMailing<'a> {
+            pub campaign_id: i32,
+            pub user_id: i64,
+            pub body: &'a str,
+        }
+    });
+    let flat: String = code.split_whitespace().collect();
+    assert!(flat.contains("impl<'a>NewMailing<'a>"), "{code}");
+    assert_eq!(flat.matches("_pk:(i32,i64)").count(), 3, "{code}");
+    assert!(flat.contains("InsertOutcome<Mailing>"), "{code}");
+    assert!(!flat.contains("<C,K"), "{code}");
+    assert!(!flat.contains("<C,R>"), "{code}");
+}
+
+/// The fallback must declare what the derive can generate, or a call to a missing one is the
+/// cascade of errors it exists to prevent.
+#[test]
+fn fallback_declares_every_generated_method() {
+    let model = |extra: proc_macro2::TokenStream| {
+        quote! {
+            #[derive(Queryable, Selectable, Claimable)]
+            #[diesel(table_name = jobs)]
+            #[claimable(
+                state = status, ready = "new", claimed = "running",
+                guard = notified,
+                insert_once,
+                job(holder = worker, started_at = started),
+                #extra
+            )]
+            pub struct Job {
+                pub id: i64,
+                pub status: String,
+                pub notified: Option<i64>,
+                pub worker: Option<String>,
+                pub started: Option<i64>,
+            }
+        }
+    };
+    let generated = inherent_methods(&derive_claimable_inner(model(quote!())));
+    let fallback = inherent_methods(&derive_claimable_inner(model(quote!(stat = status))));
+    assert!(generated.len() >= 15, "{generated:?}");
+    assert_eq!(fallback, generated);
+}
+
+#[test]
+fn no_fallback_when_the_input_is_not_a_struct() {
+    let tokens = derive_claimable_inner(quote! {
+        #[claimable(guard = notified)]
+        pub enum Action { A }
+    });
+    let file = syn::parse2::<syn::File>(tokens.clone()).expect("valid Rust");
+    assert!(
+        file.items
+            .iter()
+            .all(|i| matches!(i, syn::Item::Macro(m) if m.mac.path.segments.last().is_some_and(|s| s.ident == "compile_error"))),
+        "{tokens}"
+    );
 }

@@ -15,8 +15,8 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use diesel::r2d2::R2D2Connection;
+use diesel_lease::lease::schedule::every;
 use diesel_lease::lease::{self, LeaseOptions};
-use diesel_lease::scheduler::every;
 use diesel_lease::{BorrowConnection, LeaseConnection};
 
 #[path = "../lease/support.rs"]

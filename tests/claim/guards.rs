@@ -85,7 +85,7 @@ backend_suite! {
                     let mut conn = db.conn();
                     barrier.wait();
                     let outcome = conn
-                        .transaction::<_, DieselError, _>(|conn| {
+                        .transaction::<_, diesel_lease::Error, _>(|conn| {
                             let next = NewNotification {
                                 user_id: 5,
                                 previous_notification: 1,
@@ -127,7 +127,10 @@ backend_suite! {
         let next = NewNotification { user_id: 1, previous_notification: 1, body: "x".into() };
         let err = next.clone().insert_once(&mut conn).unwrap_err();
         assert!(
-            !matches!(err, DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)),
+            !matches!(
+                err,
+                diesel_lease::Error::Database(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _))
+            ),
             "{err:?}"
         );
         // And within a transaction the error propagates (nothing is swallowed).
@@ -139,7 +142,7 @@ backend_suite! {
         guard_tables(db);
         let mut conn = db.conn();
         let next = FollowUp { user_id: 1, previous_notification: 9, body: "hello".into() };
-        conn.transaction::<_, DieselError, _>(|conn| {
+        conn.transaction::<_, diesel_lease::Error, _>(|conn| {
             assert_eq!(next.clone().insert_once(conn)?, InsertOutcome::Inserted(None));
             assert_eq!(next.clone().insert_once(conn)?, InsertOutcome::AlreadyExists);
             // Still usable after the duplicate.

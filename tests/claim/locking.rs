@@ -50,7 +50,7 @@ backend_suite! {
                     // Give B the chance to run while A holds its lock; B must not get this row.
                     let b_row = b_rx.recv_timeout(Duration::from_millis(500)).ok();
                     diesel::update(test::table.find(row.id)).set(test::processed.eq(true)).execute(conn)?;
-                    Ok::<_, DieselError>((row.id, b_row))
+                    Ok::<_, diesel_lease::Error>((row.id, b_row))
                 })
                 .unwrap()
             });

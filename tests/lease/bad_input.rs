@@ -1,7 +1,7 @@
 //! Bad input is refused with typed errors before anything reaches the lock.
 
+use diesel_lease::lease::schedule::every;
 use diesel_lease::lease::{self, LeaseGuard};
-use diesel_lease::scheduler::every;
 use diesel_lease::{Error, InvalidInput};
 
 use super::{ms, opts};
@@ -65,7 +65,7 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
     ));
     held.release(&mut c).unwrap();
     // Releasing what you no longer hold.
-    assert!(matches!(held.release(&mut c), Err(Error::NotHeld { ref name }) if name == "job"));
+    assert!(matches!(held.release(&mut c), Err(Error::LeaseNotHeld { ref name }) if name == "job"));
     let pool = db.pool(2);
     assert!(matches!(
         invalid(LeaseGuard::try_acquire(&pool, "", &opts(1_000))),

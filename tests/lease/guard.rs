@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use diesel_lease::lease::schedule::{every, run_exclusive, with_lock};
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
-use diesel_lease::scheduler::{every, run_exclusive, with_lock};
 use diesel_lease::{Error, OwnerId};
 
 use super::support::exec;

@@ -73,7 +73,11 @@ fn waiters_that_give_up_leave_no_ticket<B: TestBackend>(db: &TestDb<B>) {
     let held = mutex.acquire(&pool, LONG).unwrap();
     let timeout = Duration::from_millis(300);
     match mutex.acquire(&pool, timeout) {
-        Err(Error::Timeout { name, waited }) => {
+        Err(Error::Timeout {
+            name,
+            waited: Some(waited),
+            source: None,
+        }) => {
             assert_eq!(name, "waiters");
             assert!(waited >= timeout);
         }

@@ -1,12 +1,11 @@
 //! The claim statements' SQL, pinned: one statement per claim on PostgreSQL and SQLite, every
 //! value a bind parameter, identifiers only from the schema.
 
-use std::marker::PhantomData;
-
 use diesel::prelude::*;
 
-use super::sql::{ClaimParts, ClaimStmt, FinishStmt, PickStmt};
+use super::statements::{ClaimParts, ClaimSql, FinishStmt};
 use super::Claimable;
+use crate::backend::{Dialect, SqlDialect};
 use crate::claim::Keyed;
 
 diesel::table! {
@@ -44,23 +43,17 @@ struct Job {
 
 const HOSTILE_OWNER: &str = "o'; DROP TABLE jobs; --";
 
-fn parts() -> ClaimParts<Job> {
+fn parts<DB: SqlDialect>() -> ClaimParts<Job, DB>
+where
+    Job: ClaimSql<DB>,
+{
     ClaimParts::new(HOSTILE_OWNER, Job::CLAIM_TIMEOUT_MICROS)
 }
 
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_claim_is_one_cte_statement_with_binds() {
-    use diesel::pg::Pg;
-    let parts = parts();
-    let stmt = ClaimStmt::<Job, Pg> {
-        select: Job::as_select(),
-        parts: &parts,
-        limit: 10,
-        filter: None,
-        _db: PhantomData,
-    };
-    let sql = diesel::debug_query::<Pg, _>(&stmt).to_string();
+    let sql = diesel::PgConnection::claim_sql(&parts(), 10);
     let (text, binds) = sql.split_once(" -- binds: ").unwrap();
     assert_eq!(
         text,
@@ -86,16 +79,7 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
 #[cfg(feature = "sqlite")]
 #[test]
 fn sqlite_claim_is_one_update_returning() {
-    use diesel::sqlite::Sqlite;
-    let parts = parts();
-    let stmt = ClaimStmt::<Job, Sqlite> {
-        select: Job::as_select(),
-        parts: &parts,
-        limit: 1,
-        filter: None,
-        _db: PhantomData,
-    };
-    let sql = diesel::debug_query::<Sqlite, _>(&stmt).to_string();
+    let sql = diesel::SqliteConnection::claim_sql(&parts(), 1);
     let (text, _) = sql.split_once(" -- binds: ").unwrap();
     assert!(
         text.starts_with("UPDATE `jobs` SET `status` = ?, `owner` = ?, `claimed_at` = strftime("),
@@ -115,17 +99,7 @@ fn sqlite_claim_is_one_update_returning() {
 #[cfg(feature = "mysql")]
 #[test]
 fn mysql_pick_locks_with_skip_locked() {
-    use diesel::mysql::Mysql;
-    let parts = parts();
-    let stmt = PickStmt::<Job, Mysql> {
-        select: Job::as_select(),
-        parts: &parts,
-        limit: 5,
-        filter: None,
-        lock: true,
-        _db: PhantomData,
-    };
-    let sql = diesel::debug_query::<Mysql, _>(&stmt).to_string();
+    let sql = diesel::MysqlConnection::claim_sql(&parts(), 5);
     let (text, _) = sql.split_once(" -- binds: ").unwrap();
     assert!(text.starts_with("SELECT `jobs`.`id`"), "{text}");
     assert!(

@@ -1,25 +1,33 @@
 //! [`LeaseGuard`]: a lease tied to an r2d2 pool, released on drop, optionally kept alive.
 
 use std::fmt;
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
-use crate::{LeaseConnection, Result};
+use crate::heartbeat::{Beat, Heartbeat, LostSignal};
+use crate::pool::ConnectionSource;
+use crate::{Error, LeaseConnection, Result};
+
+/// How long dropping a guard waits at most, for its heartbeat to stop and then for a pool
+/// connection to release the lease with. A lease that cannot be released in time expires at its
+/// ttl anyway.
+pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// A lease taken through an r2d2 pool. It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
-/// [`release`](Self::release) to see them).
+/// [`release`](Self::release) to see them; a drop waits at most [`DROP_WAIT`]).
 ///
-/// With [`LeaseOptions::keep_alive`], a background thread extends the lease by its ttl every
-/// ttl/3. When an extension finds the lease expired or granted to someone else, the thread stops
-/// and the guard is *lost*: [`is_lost`](Self::is_lost) turns true and
-/// [`extend`](Self::extend)/[`release`](Self::release) return [`Error::LeaseLost`](crate::Error::LeaseLost).
+/// With [`LeaseOptions::keep_alive`], a background heartbeat extends the lease by its ttl every
+/// ttl/3. The guard is *lost* — [`is_lost`](Self::is_lost) turns true,
+/// [`lost_signal`](Self::lost_signal) fires and [`extend`](Self::extend)/[`release`](Self::release)
+/// return [`Error::LeaseLost`](crate::Error::LeaseLost) — when an extension finds the lease
+/// expired or granted to someone else, *or* when no extension succeeded before the local
+/// deadline (see [`Lease::is_lost`]): a holder cut off from the database (pool exhausted, network
+/// down, server busy) knows it lost before the database gives the lease to another node.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -46,13 +54,9 @@ pub struct LeaseGuard<C: LeaseConnection + R2D2Connection> {
     lease: Arc<Mutex<Lease>>,
     token: FencingToken,
     name: String,
-    keep_alive: Option<KeepAlive>,
+    signal: LostSignal,
+    heartbeat: Option<Heartbeat<Error>>,
     finished: bool,
-}
-
-struct KeepAlive {
-    stop: mpsc::Sender<()>,
-    thread: JoinHandle<()>,
 }
 
 impl<C: LeaseConnection + R2D2Connection> fmt::Debug for LeaseGuard<C> {
@@ -60,7 +64,7 @@ impl<C: LeaseConnection + R2D2Connection> fmt::Debug for LeaseGuard<C> {
         f.debug_struct("LeaseGuard")
             .field("name", &self.name)
             .field("token", &self.token)
-            .field("keep_alive", &self.keep_alive.is_some())
+            .field("keep_alive", &self.heartbeat.is_some())
             .field("lost", &self.is_lost())
             .finish()
     }
@@ -95,8 +99,8 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
         Self::new(pool.clone(), lease, options.keep_alive)
     }
 
-    /// Wraps a granted lease. If the keep-alive thread cannot be started, the lease is released
-    /// again and [`Error::KeepAlive`](crate::Error::KeepAlive) returned.
+    /// Wraps a granted lease. If the heartbeat thread cannot be started, the lease is released
+    /// again and [`Error::Heartbeat`](crate::Error::Heartbeat) returned.
     pub(crate) fn new(
         pool: Pool<ConnectionManager<C>>,
         lease: Lease,
@@ -104,21 +108,27 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
     ) -> Result<Self> {
         let token = lease.token();
         let name = lease.name().to_string();
+        let local = lease.local().clone();
         let lease = Arc::new(Mutex::new(lease));
         let mut guard = LeaseGuard {
             pool,
             lease,
             token,
             name,
-            keep_alive: None,
+            signal: local.lost_signal(),
+            heartbeat: None,
             finished: false,
         };
         if keep_alive {
-            match KeepAlive::start(guard.pool.clone(), Arc::clone(&guard.lease)) {
-                Ok(k) => guard.keep_alive = Some(k),
-                // Dropping the guard releases the lease: nothing stays held.
-                Err(e) => return Err(crate::Error::KeepAlive(e)),
-            }
+            let ttl = lock(&guard.lease).ttl();
+            let beat = extend_beat(guard.pool.clone(), Arc::clone(&guard.lease));
+            // On error, dropping the guard releases the lease: nothing stays held.
+            guard.heartbeat = Some(Heartbeat::every_third_of_ttl(
+                &guard.name,
+                local,
+                ttl,
+                beat,
+            )?);
         }
         Ok(guard)
     }
@@ -133,10 +143,18 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
         &self.name
     }
 
-    /// Whether an extension (the keep-alive's or an explicit one) found the lease expired or
-    /// taken over. Long jobs should check this between steps and stop when it turns true.
+    /// Whether this holder must consider the lease lost: an extension found it expired or taken
+    /// over, or its local deadline passed without a successful extension (see
+    /// [`Lease::is_lost`]). Long jobs should check this between steps, or wait on
+    /// [`lost_signal`](Self::lost_signal), and stop when it turns true.
     pub fn is_lost(&self) -> bool {
         lock(&self.lease).is_lost()
+    }
+
+    /// A handle that fires when the lease is lost: poll it or block on it from the protected
+    /// work to cancel that work.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.signal.clone()
     }
 
     /// Whether the lease still holds, asked of the database.
@@ -156,15 +174,40 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
     /// [`Error::LeaseLost`](crate::Error::LeaseLost) if it was lost meanwhile.
     pub fn release(mut self) -> Result<()> {
         self.finished = true;
-        self.finish()
+        self.finish(None)
     }
 
-    fn finish(&mut self) -> Result<()> {
-        if let Some(keep_alive) = self.keep_alive.take() {
-            keep_alive.stop();
+    /// Stops the heartbeat (waiting at most `wait` for it) and releases the lease with a
+    /// connection lent within `wait` (or the pool's own timeout when `None`).
+    fn finish(&mut self, wait: Option<Duration>) -> Result<()> {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.stop(wait.unwrap_or(DROP_WAIT));
         }
-        let mut conn = self.pool.get()?;
+        let mut conn = match wait {
+            Some(wait) => self.pool.lend(wait)?,
+            None => self.pool.get()?,
+        };
         lock(&self.lease).release(&mut conn)
+    }
+}
+
+/// The heartbeat's beat: extend by the current ttl with a connection lent within the budget.
+fn extend_beat<S: ConnectionSource>(
+    source: S,
+    lease: Arc<Mutex<Lease>>,
+) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
+    move |budget| {
+        let mut conn = match source.lend(budget.remaining()) {
+            Ok(conn) => conn,
+            Err(e) => return Beat::Failed(e),
+        };
+        let mut lease = lock(&lease);
+        let ttl = lease.ttl();
+        match lease.extend(&mut conn, ttl) {
+            Ok(()) => Beat::Held { ttl },
+            Err(Error::LeaseLost { .. } | Error::LeaseNotHeld { .. }) => Beat::Lost,
+            Err(e) => Beat::Failed(e),
+        }
     }
 }
 
@@ -172,43 +215,7 @@ impl<C: LeaseConnection + R2D2Connection> Drop for LeaseGuard<C> {
     fn drop(&mut self) {
         if !self.finished {
             // Nothing to report to: an unreleased lease expires at its ttl anyway.
-            let _ = self.finish();
+            let _ = self.finish(Some(DROP_WAIT));
         }
-    }
-}
-
-impl KeepAlive {
-    fn start<C: LeaseConnection + R2D2Connection>(
-        pool: Pool<ConnectionManager<C>>,
-        lease: Arc<Mutex<Lease>>,
-    ) -> std::io::Result<Self> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("diesel-lease keep-alive".to_string())
-            .spawn(move || loop {
-                let period = (lock(&lease).ttl() / 3).max(Duration::from_millis(1));
-                match stopped.recv_timeout(period) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    // Stopped, or the guard is gone.
-                    _ => return,
-                }
-                // A failed checkout is retried next period; the lease is only lost once an
-                // extension reaches the database and finds it gone.
-                let Ok(mut conn) = pool.get() else { continue };
-                let mut lease = lock(&lease);
-                let ttl = lease.ttl();
-                match lease.extend(&mut conn, ttl) {
-                    Ok(()) => {}
-                    Err(crate::Error::LeaseLost { .. } | crate::Error::NotHeld { .. }) => return,
-                    Err(_) => {}
-                }
-            })?;
-        Ok(KeepAlive { stop, thread })
-    }
-
-    fn stop(self) {
-        let _ = self.stop.send(());
-        // A panicked keep-alive thread has nothing left to clean up.
-        let _ = self.thread.join();
     }
 }

@@ -1,8 +1,8 @@
 //! The semaphore protocol: the transactions that queue, admit, wait, heartbeat and release.
 //!
-//! # Why two holders cannot both enter (seed 001's commit-order race)
+//! # Why two holders cannot both enter (the commit-order race of a control table)
 //!
-//! Seed 001 takes a number from an identity column and polls "is anybody ahead of me?". Identity
+//! The classic control-table semaphore takes a number from an identity column and polls "is anybody ahead of me?". Identity
 //! values are handed out when the insert runs, not when it commits, so ticket 5 can still be
 //! uncommitted (invisible) while ticket 6 commits, sees nobody ahead and enters; then 5 commits,
 //! sees nobody *granted* ahead — it only looks at positions — and enters too: two holders of a mutex.
@@ -27,14 +27,14 @@
 
 use std::time::{Duration, Instant};
 
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::result::Error as DieselError;
 use lease_core::admission::{self, Mode, QueueEntry};
 use lease_core::Backoff;
 
-use super::sql::{NewTicket, Sql, TicketRow};
+use super::statements::{NewTicket, SemaphoreStatements, TicketRow};
 use crate::{Error, Result, Ttl};
 
-/// How many times a transaction is retried after a deadlock or serialization failure.
+/// How many times the resource's row is created when it is missing.
 const RETRIES: u32 = 8;
 /// The first poll after queueing comes this soon; later polls back off up to the poll cap.
 const FIRST_POLL: Duration = Duration::from_millis(5);
@@ -61,46 +61,42 @@ enum PollState {
 /// Runs `body` with the resource's row locked, creating the row first if needed. `body` gets
 /// the resource's stored permit count. Deadlocks and serialization failures are retried.
 fn locked(
-    sql: &mut dyn Sql,
+    sql: &mut dyn SemaphoreStatements,
     req: &Request,
-    body: &mut dyn FnMut(&mut dyn Sql, i32) -> Result<()>,
+    body: &mut dyn FnMut(&mut dyn SemaphoreStatements, i32) -> Result<()>,
 ) -> Result<()> {
     let mut attempt = 0;
-    let mut retry_pause = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
     loop {
         attempt += 1;
         let mut missing = false;
-        let outcome = sql.serialized(&mut |s| match s.lock_resource(&req.resource)? {
-            Some(permits) => {
-                missing = false;
-                body(s, permits)
-            }
-            None => {
-                missing = true;
-                Ok(())
-            }
-        });
-        match outcome {
-            Ok(()) if !missing => return Ok(()),
-            // Created in its own statement, outside the locking transaction: on MySQL an
-            // `INSERT IGNORE` followed by `FOR UPDATE` of the same row can deadlock with a twin.
-            Ok(()) if attempt <= RETRIES => sql.create_resource(&req.resource, req.permits)?,
-            Ok(()) => return Err(Error::Database(DieselError::NotFound)),
-            Err(Error::Database(DieselError::DatabaseError(
-                DatabaseErrorKind::SerializationFailure,
-                _,
-            ))) if attempt <= RETRIES => {
-                std::thread::sleep(retry_pause.next_delay());
-            }
-            Err(e) => return Err(e),
+        crate::backend::retry_conflicts(|| {
+            sql.serialized(&mut |s| match s.lock_resource(&req.resource)? {
+                Some(permits) => {
+                    missing = false;
+                    body(s, permits)
+                }
+                None => {
+                    missing = true;
+                    Ok(())
+                }
+            })
+        })?;
+        if !missing {
+            return Ok(());
         }
+        if attempt > RETRIES {
+            return Err(Error::Database(DieselError::NotFound));
+        }
+        // Created in its own statement, outside the locking transaction: on MySQL an
+        // `INSERT IGNORE` followed by `FOR UPDATE` of the same row can deadlock with a twin.
+        sql.create_resource(&req.resource, req.permits)?;
     }
 }
 
 /// Grants whoever the admission rule lets in and wakes waiters when someone else entered.
 /// Returns the granted tickets.
 fn admit_and_grant(
-    s: &mut dyn Sql,
+    s: &mut dyn SemaphoreStatements,
     req: &Request,
     queue: &[QueueEntry],
     permits: i32,
@@ -121,7 +117,11 @@ fn entries(queue: &[TicketRow]) -> Vec<QueueEntry> {
 /// Queues a new request and admits whoever may enter. With `keep_waiting = false` a request
 /// that cannot enter at once is deleted in the same transaction (nothing stays behind).
 /// Returns the ticket and whether it was granted.
-fn enqueue(sql: &mut dyn Sql, req: &Request, keep_waiting: bool) -> Result<(i64, bool)> {
+fn enqueue(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+    keep_waiting: bool,
+) -> Result<(i64, bool)> {
     let mut out = (0, false);
     locked(sql, req, &mut |s, stored| {
         s.remove_expired(&req.resource)?;
@@ -163,7 +163,7 @@ fn enqueue(sql: &mut dyn Sql, req: &Request, keep_waiting: bool) -> Result<(i64,
 }
 
 /// A waiter's poll: refreshes its expiry, admits whoever may enter, reports its own state.
-fn poll(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<PollState> {
+fn poll(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<PollState> {
     let mut state = PollState::Lost;
     locked(sql, req, &mut |s, permits| {
         s.remove_expired(&req.resource)?;
@@ -189,7 +189,7 @@ fn poll(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<PollState> {
 
 /// A waiter gives up: if it was granted meanwhile it keeps the grant (returns `true`); otherwise
 /// its row is deleted and whoever it held up is admitted.
-fn give_up(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<bool> {
+fn give_up(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<bool> {
     let mut granted = false;
     locked(sql, req, &mut |s, permits| {
         s.remove_expired(&req.resource)?;
@@ -212,7 +212,11 @@ fn give_up(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<bool> {
 
 /// Releases a request (granted or not) and admits the next in line. Returns whether the row
 /// still existed.
-pub(super) fn release(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<bool> {
+pub(super) fn release(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+    ticket: i64,
+) -> Result<bool> {
     let mut existed = false;
     locked(sql, req, &mut |s, permits| {
         existed = s.delete_ticket(ticket, &req.owner)? > 0;
@@ -226,36 +230,49 @@ pub(super) fn release(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<b
 
 /// A holder's heartbeat: pushes its expiry. `false` when its row is gone (expired and removed,
 /// or released). Takes no lock: it cannot change who holds the resource.
-pub(super) fn heartbeat(sql: &mut dyn Sql, req: &Request, ticket: i64) -> Result<bool> {
+pub(super) fn heartbeat(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+    ticket: i64,
+) -> Result<bool> {
     Ok(sql.touch(ticket, &req.owner, req.ttl)? > 0)
 }
 
 /// The resource's queue, for inspection.
-pub(super) fn queue(sql: &mut dyn Sql, resource: &str) -> Result<Vec<TicketRow>> {
+pub(super) fn queue(sql: &mut dyn SemaphoreStatements, resource: &str) -> Result<Vec<TicketRow>> {
     Ok(sql.queue(resource)?)
 }
 
+/// A granted request: its ticket, and the local instant the transaction that last pushed its
+/// expiry was sent (the start of its holder's local deadline).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Granted {
+    pub(super) ticket: i64,
+    pub(super) sent_at: Instant,
+}
+
 /// One attempt: granted at once or nothing left behind.
-pub(super) fn try_once(sql: &mut dyn Sql, req: &Request) -> Result<Option<i64>> {
+pub(super) fn try_once(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+) -> Result<Option<Granted>> {
+    let sent_at = Instant::now();
     let (ticket, granted) = enqueue(sql, req, false)?;
-    Ok(granted.then_some(ticket))
+    Ok(granted.then_some(Granted { ticket, sent_at }))
 }
 
 /// Queues and waits until granted or `timeout` passes. On every way out without a grant the
 /// request's row is deleted (on a database error, as far as the database still answers; else
 /// it expires after the ttl).
 pub(super) fn acquire(
-    sql: &mut dyn Sql,
+    sql: &mut dyn SemaphoreStatements,
     req: &Request,
     timeout: Duration,
     max_poll: Duration,
-) -> Result<i64> {
+) -> Result<Granted> {
     let started = Instant::now();
     if timeout.is_zero() {
-        return try_once(sql, req)?.ok_or_else(|| Error::Timeout {
-            name: req.resource.clone(),
-            waited: started.elapsed(),
-        });
+        return try_once(sql, req)?.ok_or_else(|| Error::waited(&req.resource, started.elapsed()));
     }
     sql.listen(true)?;
     let mut pending = None;
@@ -272,18 +289,19 @@ pub(super) fn acquire(
 }
 
 fn wait(
-    sql: &mut dyn Sql,
+    sql: &mut dyn SemaphoreStatements,
     req: &Request,
     started: Instant,
     timeout: Duration,
     max_poll: Duration,
     pending: &mut Option<i64>,
-) -> Result<i64> {
+) -> Result<Granted> {
     let deadline = started.checked_add(timeout);
+    let mut sent_at = Instant::now();
     let (mut ticket, granted) = enqueue(sql, req, true)?;
     *pending = Some(ticket);
     if granted {
-        return Ok(ticket);
+        return Ok(Granted { ticket, sent_at });
     }
     // A waiter's poll is also its heartbeat: poll well within the ttl.
     let cap = max_poll
@@ -297,18 +315,18 @@ fn wait(
         let mut delay = backoff.next_delay().min(cap);
         if let Some(deadline) = deadline {
             if now >= deadline {
+                sent_at = Instant::now();
                 if give_up(sql, req, ticket)? {
-                    return Ok(ticket);
+                    return Ok(Granted { ticket, sent_at });
                 }
                 *pending = None;
-                return Err(Error::Timeout {
-                    name: req.resource.clone(),
-                    waited: started.elapsed(),
-                });
+                return Err(Error::waited(&req.resource, started.elapsed()));
             }
             delay = delay.min(deadline - now);
         }
-        if sql.wait_for_wakeup(&req.resource, delay)? {
+        let woken = sql.wait_for_wakeup(&req.resource, delay)?;
+        sent_at = Instant::now();
+        if woken {
             // Woken by a notification: whoever changed the queue already admitted whoever may
             // enter, in its locked transaction, before notifying. Check our own row without the
             // resource lock, so that the woken waiters do not all queue for that lock (with the
@@ -318,22 +336,24 @@ fn wait(
             // waiter's expiry is pushed as a full poll would. A row that is gone falls through
             // to the full poll, which reports it lost.
             if sql.touch_granted(ticket, &req.owner, req.ttl)? > 0 {
-                return Ok(ticket);
+                return Ok(Granted { ticket, sent_at });
             }
+            sent_at = Instant::now();
             if sql.touch(ticket, &req.owner, req.ttl)? > 0 {
                 continue;
             }
         }
         match poll(sql, req, ticket)? {
-            PollState::Granted => return Ok(ticket),
+            PollState::Granted => return Ok(Granted { ticket, sent_at }),
             PollState::Waiting => {}
             PollState::Lost => {
                 // We stalled past the ttl and our request was removed: queue again at the back.
+                sent_at = Instant::now();
                 let (again, granted) = enqueue(sql, req, true)?;
                 ticket = again;
                 *pending = Some(ticket);
                 if granted {
-                    return Ok(ticket);
+                    return Ok(Granted { ticket, sent_at });
                 }
             }
         }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel::r2d2::R2D2Connection;
+use diesel_lease::lease::schedule::every;
 use diesel_lease::lease::LeaseOptions;
-use diesel_lease::scheduler::every;
 use diesel_lease::{BorrowConnection, LeaseConnection};
 
 const WORKERS: u64 = 4;

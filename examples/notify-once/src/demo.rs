@@ -124,7 +124,7 @@ fn follow_up_once(pool: &DbPool, conn: &mut Conn, backend: &str) -> Result<(), B
                     task_log::outcome.eq(label(&outcome)),
                 ))
                 .execute(conn)?;
-            QueryResult::Ok(outcome)
+            Ok::<_, diesel_lease::Error>(outcome)
         })?;
         Ok((task, outcome))
     })?;

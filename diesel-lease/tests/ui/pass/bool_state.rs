@@ -20,7 +20,7 @@ pub struct Test {
 }
 
 #[allow(dead_code)]
-fn work(conn: &mut SqliteConnection) -> QueryResult<()> {
+fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     let _claimed: Option<Test> = Test::claim_next(conn)?;
     let _batch: Vec<Test> = Test::claim_batch(conn, 10)?;
     let _locked: Option<Test> = conn.transaction(|conn| Test::lock_next(conn))?;

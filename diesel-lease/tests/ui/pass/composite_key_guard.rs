@@ -20,7 +20,7 @@ pub struct Mailing {
 }
 
 #[allow(dead_code)]
-fn send(conn: &mut SqliteConnection, m: &Mailing) -> QueryResult<bool> {
+fn send(conn: &mut SqliteConnection, m: &Mailing) -> diesel_lease::Result<bool> {
     let by_key = Mailing::claim_if_null_by_pk(conn, (m.campaign_id, m.user_id), "worker-1")?;
     let by_row = m.claim_if_null(conn, "worker-2")?;
     Ok(by_key || by_row)

@@ -20,7 +20,7 @@ pub struct NewNotification {
 }
 
 #[allow(dead_code)]
-fn follow_up(conn: &mut SqliteConnection, next: NewNotification) -> QueryResult<bool> {
+fn follow_up(conn: &mut SqliteConnection, next: NewNotification) -> diesel_lease::Result<bool> {
     let outcome: InsertOutcome<()> = next.insert_once(conn)?;
     Ok(matches!(outcome, InsertOutcome::Inserted(_)))
 }

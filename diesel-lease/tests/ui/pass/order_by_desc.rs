@@ -29,7 +29,7 @@ pub struct Job {
 }
 
 #[allow(dead_code)]
-fn work(conn: &mut SqliteConnection) -> QueryResult<()> {
+fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     let options = ClaimOptions::default();
     for job in Job::claim_batch_where(conn, 5, &options, jobs::queue.eq("emails"))? {
         job.complete(conn)?;

@@ -1,4 +1,4 @@
-//! At-most-once guards and insert-once (seed 002).
+//! At-most-once work: guards and insert-once.
 //!
 //! - [`claim_if_null`]: `UPDATE t SET col = <value> WHERE pk = … AND col IS NULL`. The caller
 //!   whose update changed the row won; everyone else sees `false`. The old state (`IS NULL`) is in
@@ -13,11 +13,11 @@ use diesel::backend::Backend;
 use diesel::expression::{AsExpression, Expression};
 use diesel::query_builder::{AstPass, InsertStatement, QueryFragment, QueryId};
 use diesel::query_dsl::methods::LoadQuery;
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::{Connection, Insertable, QueryResult, RunQueryDsl, SelectableHelper, Table};
 
-use crate::claim::{Keyed, LeaseBackend};
-use crate::{BackendKind, BorrowConnection, InsertOutcome, LeaseConnection};
+use crate::backend::Dialect;
+use crate::claim::Keyed;
+use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
 
 /// A model with a guard column: a nullable column that is set once (`#[claimable(guard = col)]`).
 pub trait Guarded: Keyed {
@@ -119,17 +119,17 @@ where
 
 /// Sets the guard column of the row with primary key `pk` to `value` if it is still `NULL`.
 ///
-/// Returns `true` for exactly one caller however many race (seed 002's
-/// `UPDATE action SET notified = now WHERE id = … AND notified IS NULL`); `false` when the guard
+/// Returns `true` for exactly one caller however many race
+/// (`UPDATE action SET notified = now WHERE id = … AND notified IS NULL`); `false` when the guard
 /// was already set, including when it was set to the same value. `value` is [`db_now`] for the
 /// database's clock, or any value of the column's type.
-pub fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> QueryResult<bool>
+pub fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> Result<bool>
 where
     M: Guarded,
     C: BorrowConnection,
     C::Conn: GuardConnection<M, V>,
 {
-    conn.borrow_connection().set_guard(pk, value)
+    Ok(conn.borrow_connection().set_guard(pk, value)?)
 }
 
 /// `<insert> ON CONFLICT DO NOTHING [RETURNING …]` (PostgreSQL, SQLite ≥ 3.35).
@@ -188,7 +188,7 @@ where
     T: QueryId + 'static,
     V::Values: QueryId,
     C: LeaseConnection + Connection<Backend = DB>,
-    DB: LeaseBackend,
+    DB: diesel::backend::Backend,
     T: Table,
     V: Insertable<T>,
     InsertStatement<T, V::Values>: QueryFragment<DB>,
@@ -196,20 +196,7 @@ where
     T::FromClause: QueryFragment<DB>,
 {
     fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>> {
-        let insert = diesel::insert_into(table).values(values);
-        if C::KIND == BackendKind::Mysql {
-            // MySQL has no ON CONFLICT … DO NOTHING (INSERT IGNORE would also hide unrelated
-            // errors). A duplicate-key error does not abort a MySQL transaction, so the plain
-            // insert is safe inside the caller's transaction.
-            return match self.execute_returning_count(&insert) {
-                Ok(_) => Ok(InsertOutcome::Inserted(None)),
-                Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => {
-                    Ok(InsertOutcome::AlreadyExists)
-                }
-                Err(e) => Err(e),
-            };
-        }
-        R::run(self, insert)
+        Dialect::insert_once::<_, R>(self, diesel::insert_into(table).values(values))
     }
 }
 
@@ -270,13 +257,13 @@ pub fn insert_once<R, T, V, C>(
     conn: &mut C,
     table: T,
     values: V,
-) -> QueryResult<InsertOutcome<R::Output>>
+) -> Result<InsertOutcome<R::Output>>
 where
     C: BorrowConnection,
     R: InsertReturning<<C::Conn as Connection>::Backend>,
     C::Conn: InsertOnceConnection<T, V, R>,
 {
-    conn.borrow_connection().insert_once_into(table, values)
+    Ok(conn.borrow_connection().insert_once_into(table, values)?)
 }
 
 /// Returns the inserted row as model `R` (`#[claimable(insert_once(returning = R))]`).

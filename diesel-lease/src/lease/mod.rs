@@ -63,13 +63,17 @@ use std::time::{Duration, Instant};
 
 use lease_core::{validate_name, Backoff, FencingToken, InvalidInput, OwnerId, Ttl};
 
+use crate::heartbeat::{default_margin, HolderState, LostReason, LostSignal};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
 
 mod guard;
-mod schema;
-pub(crate) mod sql;
+pub mod job;
+pub mod schedule;
+pub(crate) mod schema;
+#[doc(hidden)]
+pub mod statements;
 
-pub use guard::LeaseGuard;
+pub use guard::{LeaseGuard, DROP_WAIT};
 
 /// The longest lease name, in bytes (the `name` column is `VARCHAR(255)`).
 pub const MAX_NAME_LEN: usize = 255;
@@ -198,13 +202,16 @@ pub struct Lease {
     ttl: Ttl,
     at_least_for_micros: i64,
     state: State,
+    /// What this holder believes, by its own monotonic clock (see [`Lease::is_lost`]).
+    local: HolderState,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     Held,
     Released,
-    Lost(String),
+    /// Lost, with who holds it now (holder and token) when somebody took it over.
+    Lost(Option<(String, FencingToken)>),
 }
 
 /// Tries once to take the lease `name`: `Some` if it was free (never used, expired or released),
@@ -283,10 +290,7 @@ pub fn acquire(
         }
         let waited = start.elapsed();
         if waited >= timeout {
-            return Err(Error::Timeout {
-                name: name.to_string(),
-                waited,
-            });
+            return Err(Error::waited(name, waited));
         }
         std::thread::sleep(backoff.next_delay().min(timeout - waited));
     }
@@ -299,9 +303,10 @@ pub(crate) fn grant<C: LeaseConnection>(
     checked: &Checked,
     interval: Option<Ttl>,
 ) -> Result<Option<(Lease, Option<i64>)>> {
-    let granted = sql::grant(
+    let sent_at = Instant::now();
+    let granted = statements::grant(
         conn,
-        &sql::Grant {
+        &statements::Grant {
             name,
             holder: checked.holder.as_str(),
             ttl_micros: checked.ttl.as_micros(),
@@ -316,6 +321,11 @@ pub(crate) fn grant<C: LeaseConnection>(
             ttl: checked.ttl,
             at_least_for_micros: checked.at_least_for_micros,
             state: State::Held,
+            local: HolderState::new(
+                sent_at,
+                checked.ttl.as_duration(),
+                default_margin(checked.ttl.as_duration()),
+            ),
         };
         (lease, g.next_run)
     }))
@@ -337,7 +347,7 @@ pub(crate) fn grant<C: LeaseConnection>(
 /// ```
 pub fn acquire_sql<C: LeaseConnection>(name: &str, options: &LeaseOptions) -> Result<String> {
     let checked = options.check(name)?;
-    Ok(sql::grant_sql::<C>(&sql::Grant {
+    Ok(statements::grant_sql::<C>(&statements::Grant {
         name,
         holder: checked.holder.as_str(),
         ttl_micros: checked.ttl.as_micros(),
@@ -367,9 +377,33 @@ impl Lease {
         self.ttl.as_duration()
     }
 
-    /// Whether this grant was found lost (expired or taken over) by an earlier call.
+    /// Whether this holder must consider the grant lost: an earlier call found it expired or
+    /// taken over, or its *local deadline* passed — the instant the last successful grant or
+    /// extension was sent, plus the ttl, minus a safety margin (a tenth of the ttl), measured on
+    /// this process's monotonic clock. The database's expiry is never earlier than that
+    /// deadline (it counts from when the statement ran, which is after it was sent), so a holder
+    /// cut off from the database knows it lost before the database gives the lease away.
+    ///
+    /// A process paused longer than the margin (GC, `SIGSTOP`, a suspended VM) can still wake
+    /// after the database's expiry believing it holds the lease until it looks again: pass the
+    /// [fencing token](Self::token) to the protected resource, which is the real protection.
+    /// `false` after a release.
     pub fn is_lost(&self) -> bool {
-        matches!(self.state, State::Lost(_))
+        matches!(
+            self.local.lost_reason(),
+            Some(LostReason::Expired | LostReason::Gone)
+        )
+    }
+
+    /// What this holder believes (shared with a [`LeaseGuard`]'s heartbeat).
+    pub(crate) fn local(&self) -> &HolderState {
+        &self.local
+    }
+
+    /// A handle the protected work can poll or block on ([`LostSignal::wait_timeout`]) to stop
+    /// when the grant is lost (or released).
+    pub fn lost_signal(&self) -> LostSignal {
+        self.local.lost_signal()
     }
 
     /// Whether this grant still holds, asked of the database (its clock decides expiry).
@@ -378,12 +412,12 @@ impl Lease {
         if self.state != State::Held {
             return Ok(false);
         }
-        sql::is_valid(conn.borrow_connection(), &self.name, self.token.get())
+        statements::is_valid(conn.borrow_connection(), &self.name, self.token.get())
     }
 
     /// Moves the expiry to `ttl` from now (database clock). Only a valid grant can be extended:
     /// [`Error::LeaseLost`] if it expired or was taken over (the lease is then marked lost),
-    /// [`Error::NotHeld`] after release.
+    /// [`Error::LeaseNotHeld`] after release.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
@@ -406,7 +440,9 @@ impl Lease {
         let ttl = Ttl::new("ttl", ttl)?;
         self.check_held()?;
         let conn = conn.borrow_connection();
-        if sql::extend(conn, &self.name, self.token.get(), ttl.as_micros())? {
+        let sent_at = Instant::now();
+        if statements::extend(conn, &self.name, self.token.get(), ttl.as_micros())? {
+            self.local.record_success(sent_at, ttl.as_duration());
             self.ttl = ttl;
             Ok(())
         } else {
@@ -419,12 +455,13 @@ impl Lease {
     /// gets a larger token.
     ///
     /// [`Error::LeaseLost`] if the grant had expired or was taken over — the protected work ran
-    /// (partly) unprotected; [`Error::NotHeld`] if it was already released.
+    /// (partly) unprotected; [`Error::LeaseNotHeld`] if it was already released.
     pub fn release(&mut self, conn: &mut impl BorrowConnection) -> Result<()> {
         self.check_held()?;
         let conn = conn.borrow_connection();
-        if sql::release(conn, &self.name, self.token.get(), self.at_least_for_micros)? {
+        if statements::release(conn, &self.name, self.token.get(), self.at_least_for_micros)? {
             self.state = State::Released;
+            self.local.mark_lost(LostReason::Released);
             Ok(())
         } else {
             Err(self.mark_lost(conn))
@@ -434,32 +471,34 @@ impl Lease {
     fn check_held(&self) -> Result<()> {
         match &self.state {
             State::Held => Ok(()),
-            State::Released => Err(Error::NotHeld {
+            State::Released => Err(Error::LeaseNotHeld {
                 name: self.name.clone(),
             }),
-            State::Lost(reason) => Err(Error::LeaseLost {
-                name: self.name.clone(),
-                reason: reason.clone(),
-            }),
+            State::Lost(now) => Err(self.lost_error(now.clone())),
         }
     }
 
-    /// Records why the grant is gone (read from the database) and returns the error for it.
-    fn mark_lost<C: LeaseConnection>(&mut self, conn: &mut C) -> Error {
-        let reason = match record(conn, &self.name) {
-            Ok(Some(row)) if row.token != self.token => format!(
-                "it expired and was granted to `{}` with fencing token {}",
-                row.holder, row.token
-            ),
-            Ok(Some(_)) => "it expired before this call (nobody has taken it over yet)".to_string(),
-            Ok(None) => "its row is gone from diesel_lease_leases".to_string(),
-            Err(e) => format!("it was no longer valid (reading its row failed: {e})"),
-        };
-        self.state = State::Lost(reason.clone());
+    fn lost_error(&self, now: Option<(String, FencingToken)>) -> Error {
+        let (holder, holder_token) = now.unzip();
         Error::LeaseLost {
             name: self.name.clone(),
-            reason,
+            token: self.token,
+            holder,
+            holder_token,
         }
+    }
+
+    /// Records that the grant is gone (reading from the database who holds it now) and returns
+    /// the error for it.
+    fn mark_lost<C: LeaseConnection>(&mut self, conn: &mut C) -> Error {
+        // A failed read only loses the detail of who took over, not the fact that we lost.
+        let now = match record(conn, &self.name) {
+            Ok(Some(row)) if row.token != self.token => Some((row.holder, row.token)),
+            _ => None,
+        };
+        self.state = State::Lost(now.clone());
+        self.local.mark_lost(LostReason::Gone);
+        self.lost_error(now)
     }
 }
 
@@ -516,16 +555,14 @@ pub fn inspect(conn: &mut impl BorrowConnection, name: &str) -> Result<Option<Le
 }
 
 fn record<C: LeaseConnection>(conn: &mut C, name: &str) -> Result<Option<LeaseRecord>> {
-    Ok(
-        sql::inspect(conn, name)?.map(|(holder, token, acquired_at, expires_at, next_run, now)| {
-            LeaseRecord {
-                holder,
-                token: FencingToken(token),
-                acquired_at_micros: acquired_at,
-                expires_at_micros: expires_at,
-                next_run_micros: next_run,
-                read_at_micros: now,
-            }
-        }),
-    )
+    Ok(statements::inspect(conn, name)?.map(
+        |(holder, token, acquired_at, expires_at, next_run, now)| LeaseRecord {
+            holder,
+            token: FencingToken(token),
+            acquired_at_micros: acquired_at,
+            expires_at_micros: expires_at,
+            next_run_micros: next_run,
+            read_at_micros: now,
+        },
+    ))
 }

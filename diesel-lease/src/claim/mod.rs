@@ -1,28 +1,22 @@
-//! Claiming rows of a user's table: each row to exactly one worker (seeds 003 and 004).
+//! Claiming rows of a user's table: each row to exactly one worker.
 //!
-//! The statements live in [`sql`]; this module turns them into operations. Models get these
+//! The statements live in `statements` (and, where a backend needs its own shape, in the
+//! backend's file); this module turns them into operations. Models get these
 //! operations as methods through `#[derive(Claimable)]`; the functions here are what the generated
 //! methods call, usable directly with any type that implements [`Claimable`].
 
-use std::marker::PhantomData;
-
-use diesel::connection::LoadConnection;
 use diesel::expression::{AppearsOnTable, Expression};
 use diesel::query_builder::{QueryFragment, QueryId};
-use diesel::query_dsl::methods::LoadQuery;
 use diesel::sql_types::{Bool, SingleValue, SqlType};
-use diesel::{Connection, QueryResult, RunQueryDsl, SelectableHelper};
+use diesel::Connection;
 
-use crate::{BackendKind, BorrowConnection, LeaseConnection, OwnerId};
+use crate::backend::{retry_conflicts, Dialect};
+use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
 
 #[doc(hidden)]
-pub mod sql;
+pub mod statements;
 
-pub use sql::LeaseBackend;
-use sql::{
-    AnyPk, ClaimParts, ClaimStmt, Filter, FinishStmt, MarkClaimedStmt, PickStmt, ReadBackStmt,
-    ReapStmt, WriteLockStmt,
-};
+use statements::{ClaimModel, ClaimParts, Exec, Filter, FinishStmt};
 
 /// Sort direction of a claim order column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +28,7 @@ pub enum SortOrder {
 }
 
 /// A model whose rows are addressed by primary key: the base of [`Claimable`] and
-/// [`Guarded`](crate::guard::Guarded). Written by `#[derive(Claimable)]` from Diesel's own
+/// [`Guarded`](crate::once::Guarded). Written by `#[derive(Claimable)]` from Diesel's own
 /// `#[diesel(table_name, primary_key)]`.
 pub trait Keyed: Sized + 'static {
     /// The model's Diesel table.
@@ -141,146 +135,62 @@ impl ClaimOptions {
 pub trait ClaimConnection<M: Claimable>: LeaseConnection {
     /// Claims up to `limit` (≥ 1) rows matching the model's claimable predicate and `filter`.
     #[doc(hidden)]
-    fn claim_rows(
+    fn claim_matching(
         &mut self,
         limit: i64,
         options: &ClaimOptions,
         filter: Filter<'_, Self::Backend>,
-    ) -> QueryResult<Vec<M>>;
+    ) -> Result<Vec<M>>;
 
     /// Selects (and on PostgreSQL/MySQL row-locks, skipping locked rows) up to `limit` claimable rows.
     #[doc(hidden)]
-    fn lock_rows(&mut self, limit: i64, filter: Filter<'_, Self::Backend>) -> QueryResult<Vec<M>>;
+    fn lock_matching(
+        &mut self,
+        limit: i64,
+        filter: Filter<'_, Self::Backend>,
+    ) -> diesel::QueryResult<Vec<M>>;
 
     /// Runs an owner-checked transition; `true` when exactly one row changed.
     #[doc(hidden)]
-    fn finish(&mut self, stmt: FinishStmt<M>) -> QueryResult<bool>;
-
-    /// One claim attempt in a write transaction (reap, then claim).
-    #[doc(hidden)]
-    fn claim_in_transaction(
-        &mut self,
-        limit: i64,
-        parts: &ClaimParts<M>,
-        filter: Filter<'_, Self::Backend>,
-    ) -> QueryResult<Vec<M>>;
+    fn finish(&mut self, stmt: FinishStmt<M>) -> Result<bool>;
 }
 
-/// How often a claim is retried after a deadlock rolled it back.
-const MAX_CLAIM_ATTEMPTS: u32 = 5;
-
-impl<M, C, DB> ClaimConnection<M> for C
+impl<M, C> ClaimConnection<M> for C
 where
-    M: Claimable + diesel::Selectable<DB>,
-    C: LeaseConnection + Connection<Backend = DB> + LoadConnection,
-    DB: LeaseBackend + diesel::sql_types::HasSqlType<M::StateSql>,
-    M::StateValue: diesel::serialize::ToSql<M::StateSql, DB>,
-    M::Table: QueryFragment<DB>,
-    M::PkFilter: QueryFragment<DB>,
-    diesel::dsl::AsSelect<M, DB>: QueryFragment<DB>,
-    crate::clock::DbNow<diesel::sql_types::Timestamp>: QueryFragment<DB>,
-    crate::clock::DbNowOffset<diesel::sql_types::Timestamp>: QueryFragment<DB>,
-    for<'a> ClaimStmt<'a, M, DB>: LoadQuery<'a, C, M>,
-    for<'a> PickStmt<'a, M, DB>: LoadQuery<'a, C, M>,
-    for<'a> ReadBackStmt<'a, M, DB>: LoadQuery<'a, C, M>,
+    M: Claimable + ClaimModel<C>,
+    C: LeaseConnection,
 {
-    fn claim_rows(
+    fn claim_matching(
         &mut self,
         limit: i64,
         options: &ClaimOptions,
-        filter: Filter<'_, DB>,
-    ) -> QueryResult<Vec<M>> {
+        filter: Filter<'_, C::Backend>,
+    ) -> Result<Vec<M>> {
         if options.timeout.is_some() && M::CLAIMED_AT.is_none() {
             // A timeout nothing can measure would silently never rescue anything.
-            return Err(diesel::result::Error::QueryBuilderError(
+            return Err(Error::Config(
                 "ClaimOptions::timeout needs a claimed_at column: add `claimed_at = <timestamp column>` to #[claimable(...)]".into(),
             ));
         }
-        let parts = ClaimParts::<M>::new(options.owner.as_str(), options.timeout_micros::<M>());
-        if Self::KIND == BackendKind::Postgres && !needs_reap(&parts) {
-            // One statement, one round trip: no transaction needed around it.
-            return ClaimStmt::new(&parts, limit, filter).load(self);
-        }
-        // SQLite's lock is not fair; writers of this process take turns (see `queue`).
-        let _turn = (Self::KIND == BackendKind::Sqlite).then(crate::queue::sqlite_turn);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.claim_in_transaction(limit, &parts, filter) {
-                // A MySQL deadlock (or a serialization failure) rolled the claim back whole:
-                // nothing was claimed, so trying again is safe.
-                Err(diesel::result::Error::DatabaseError(
-                    diesel::result::DatabaseErrorKind::SerializationFailure,
-                    _,
-                )) if attempt < MAX_CLAIM_ATTEMPTS => continue,
-                other => return other,
-            }
-        }
+        let parts =
+            ClaimParts::<M, C::Backend>::new(options.owner.as_str(), options.timeout_micros::<M>());
+        // A deadlock or serialization failure rolled the claim back whole: nothing was
+        // claimed, so trying again is safe.
+        retry_conflicts(|| Ok(Dialect::claim_rows(self, &parts, limit, filter)?))
     }
 
-    fn claim_in_transaction(
+    fn lock_matching(
         &mut self,
         limit: i64,
-        parts: &ClaimParts<M>,
-        filter: Filter<'_, DB>,
-    ) -> QueryResult<Vec<M>> {
-        self.write_transaction(|conn| {
-            reap_exhausted(conn, parts)?;
-            if Self::KIND != BackendKind::Mysql {
-                return ClaimStmt::new(parts, limit, filter).load(conn);
-            }
-            // MySQL has no UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
-            let picked: Vec<M> = PickStmt::new(parts, limit, filter, true).load(conn)?;
-            if picked.is_empty() {
-                return Ok(picked);
-            }
-            let rows = AnyPk::<M>(picked.iter().map(|r| M::pk_filter(r.pk())).collect());
-            conn.execute_returning_count(&MarkClaimedStmt { parts, rows: &rows })?;
-            ReadBackStmt::<M, DB> {
-                select: M::as_select(),
-                table: parts.table,
-                rows: &rows,
-                _db: PhantomData,
-            }
-            .load(conn)
-        })
+        filter: Filter<'_, C::Backend>,
+    ) -> diesel::QueryResult<Vec<M>> {
+        let parts = ClaimParts::<M, C::Backend>::new("", None);
+        Dialect::lock_rows(self, &parts, limit, filter)
     }
 
-    fn lock_rows(&mut self, limit: i64, filter: Filter<'_, DB>) -> QueryResult<Vec<M>> {
-        if Self::KIND == BackendKind::Sqlite {
-            self.execute_returning_count(&WriteLockStmt::<M> {
-                table: M::Table::default(),
-            })?;
-        }
-        let parts = ClaimParts::<M>::new("", None);
-        // SQLite has no row locks; the write lock taken above stands in for them.
-        PickStmt::new(&parts, limit, filter, Self::KIND != BackendKind::Sqlite).load(self)
+    fn finish(&mut self, stmt: FinishStmt<M>) -> Result<bool> {
+        Ok(self.execute_returning_count(&Exec(&stmt))? == 1)
     }
-
-    fn finish(&mut self, stmt: FinishStmt<M>) -> QueryResult<bool> {
-        Ok(self.execute_returning_count(&stmt)? == 1)
-    }
-}
-
-fn needs_reap<M: Claimable>(parts: &ClaimParts<M>) -> bool {
-    parts.cutoff.is_some() && parts.max_attempts.is_some() && M::FAILED_CONFIGURED
-}
-
-/// Moves stale claims that used up their attempts to the failed state (same transaction as the
-/// claim that follows), so they are never handed out again.
-fn reap_exhausted<M, C>(conn: &mut C, parts: &ClaimParts<M>) -> QueryResult<()>
-where
-    M: Claimable,
-    C: Connection,
-    for<'a> ReapStmt<'a, M>: QueryFragment<C::Backend>,
-{
-    if !needs_reap(parts) {
-        return Ok(());
-    }
-    if let Some(failed) = M::failed_state() {
-        conn.execute_returning_count(&ReapStmt { parts, failed })?;
-    }
-    Ok(())
 }
 
 fn limit(n: usize) -> i64 {
@@ -291,7 +201,7 @@ fn limit(n: usize) -> i64 {
 ///
 /// What the generated `Model::claim_next(conn)` calls. One statement on PostgreSQL and SQLite,
 /// one short transaction on MySQL; see the [crate docs](crate#claim-the-next-row).
-pub fn claim_next<M, C>(conn: &mut C) -> QueryResult<Option<M>>
+pub fn claim_next<M, C>(conn: &mut C) -> Result<Option<M>>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -303,7 +213,7 @@ where
 /// Claims up to `n` rows at once; never more than `n`, even under contention.
 ///
 /// `n = 0` returns an empty `Vec` without a query.
-pub fn claim_batch<M, C>(conn: &mut C, n: usize) -> QueryResult<Vec<M>>
+pub fn claim_batch<M, C>(conn: &mut C, n: usize) -> Result<Vec<M>>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -313,7 +223,7 @@ where
 }
 
 /// [`claim_batch`] with an explicit owner or stale-claim timeout.
-pub fn claim_batch_with<M, C>(conn: &mut C, n: usize, options: &ClaimOptions) -> QueryResult<Vec<M>>
+pub fn claim_batch_with<M, C>(conn: &mut C, n: usize, options: &ClaimOptions) -> Result<Vec<M>>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -322,7 +232,8 @@ where
     if n == 0 {
         return Ok(Vec::new());
     }
-    conn.borrow_connection().claim_rows(limit(n), options, None)
+    conn.borrow_connection()
+        .claim_matching(limit(n), options, None)
 }
 
 /// [`claim_batch_with`] restricted to rows that also match `filter` (a Diesel boolean
@@ -332,7 +243,7 @@ pub fn claim_batch_where<M, C, F>(
     n: usize,
     options: &ClaimOptions,
     filter: F,
-) -> QueryResult<Vec<M>>
+) -> Result<Vec<M>>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -345,11 +256,11 @@ where
         return Ok(Vec::new());
     }
     conn.borrow_connection()
-        .claim_rows(limit(n), options, Some(&filter))
+        .claim_matching(limit(n), options, Some(&filter))
 }
 
 /// Selects the next claimable row and keeps it locked for the caller's transaction, skipping rows
-/// other transactions hold (JPA's `PESSIMISTIC_WRITE` with the skip-locked hint, seed 004).
+/// other transactions hold (JPA's `PESSIMISTIC_WRITE` with the skip-locked hint).
 ///
 /// Call it inside a transaction: the lock ends with the transaction, so in autocommit mode it
 /// ends at once. Nothing about the row changes; update it yourself before committing (or use
@@ -361,19 +272,62 @@ where
 ///   transactions can hold the same row. Call it first in the transaction (or use
 ///   [`with_next_locked`], which opens `BEGIN IMMEDIATE`): a transaction that read before may be
 ///   refused the write lock with `SQLITE_BUSY`.
-pub fn lock_next<M, C>(conn: &mut C) -> QueryResult<Option<M>>
+///
+/// Two transactions on PostgreSQL never get the same row; the second skips the first's:
+///
+/// ```
+/// # #[cfg(feature = "postgres")] {
+/// # mod setup { include!("../doctest_pg.rs"); }
+/// # use setup::pg_connection;
+/// use diesel::prelude::*;
+/// use diesel_lease::Claimable;
+///
+/// diesel::table! { tasks (id) { id -> BigInt, done -> Bool, } }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = tasks)]
+/// #[claimable(state = done, ready = false, claimed = true)]
+/// struct Task {
+///     id: i64,
+///     done: bool,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let Some(mut a) = pg_connection() else { return Ok(()) };
+/// # diesel::connection::SimpleConnection::batch_execute(&mut a,
+/// #     "CREATE TABLE tasks (id BIGINT PRIMARY KEY, done BOOLEAN NOT NULL);
+/// #      INSERT INTO tasks VALUES (1, false), (2, false);")?;
+/// # let url = diesel::sql_query("SELECT current_database() AS name").get_result::<DbName>(&mut a)?;
+/// # #[derive(QueryableByName)] struct DbName { #[diesel(sql_type = diesel::sql_types::Text)] name: String }
+/// # let admin = std::env::var("DIESEL_LEASE_TEST_PG")?;
+/// # let mut b = PgConnection::establish(&format!("{}/{}", admin.rsplit_once('/').unwrap().0, url.name))?;
+/// a.transaction::<_, diesel_lease::Error, _>(|a| {
+///     let first = Task::lock_next(a)?.expect("a row");
+///     // While `a` holds its row, `b` locks the other one instead of waiting.
+///     let second = b.transaction::<_, diesel_lease::Error, _>(|b| {
+///         Ok(Task::lock_next(b)?.expect("the other row").id)
+///     })?;
+///     assert_ne!(first.id, second);
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
+pub fn lock_next<M, C>(conn: &mut C) -> Result<Option<M>>
 where
     M: Claimable,
     C: BorrowConnection,
     C::Conn: ClaimConnection<M>,
 {
     conn.borrow_connection()
-        .lock_rows(1, None)
+        .lock_matching(1, None)
         .map(|rows| rows.into_iter().next())
+        .map_err(Error::from)
 }
 
 /// [`lock_next`] restricted to rows that also match `filter`.
-pub fn lock_next_where<M, C, F>(conn: &mut C, filter: F) -> QueryResult<Option<M>>
+pub fn lock_next_where<M, C, F>(conn: &mut C, filter: F) -> Result<Option<M>>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -383,8 +337,9 @@ where
         + QueryFragment<<C::Conn as Connection>::Backend>,
 {
     conn.borrow_connection()
-        .lock_rows(1, Some(&filter))
+        .lock_matching(1, Some(&filter))
         .map(|rows| rows.into_iter().next())
+        .map_err(Error::from)
 }
 
 /// Locks the next claimable row and runs `work` on it inside one transaction: commits when `work`
@@ -399,12 +354,11 @@ where
     E: From<diesel::result::Error>,
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
-    let conn = conn.borrow_connection();
-    let _turn =
-        (<C::Conn as LeaseConnection>::KIND == BackendKind::Sqlite).then(crate::queue::sqlite_turn);
-    conn.write_transaction(|conn| match conn.lock_rows(1, None)?.into_iter().next() {
-        Some(row) => work(conn, row).map(Some),
-        None => Ok(None),
+    conn.borrow_connection().write_transaction(|conn| {
+        match conn.lock_matching(1, None)?.into_iter().next() {
+            Some(row) => work(conn, row).map(Some),
+            None => Ok(None),
+        }
     })
 }
 
@@ -423,8 +377,8 @@ pub enum Finish {
 /// owner, still claimed, and (with an attempts column) the same attempt. Returns `false` when the
 /// claim was rescued by another worker in the meantime, or the row was already finished.
 ///
-/// Errors with `QueryBuilderError` when the model has no done/failed state configured.
-pub fn finish<M, C>(row: &M, conn: &mut C, to: Finish) -> QueryResult<bool>
+/// [`Error::Config`] when the model has no done/failed state configured.
+pub fn finish<M, C>(row: &M, conn: &mut C, to: Finish) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -436,9 +390,9 @@ where
         Finish::Ready => M::ready_states().into_iter().next(),
     };
     let Some(target) = target else {
-        return Err(diesel::result::Error::QueryBuilderError(
-            format!("the model has no {to:?} state: add it to #[claimable(...)]").into(),
-        ));
+        return Err(Error::Config(format!(
+            "the model has no {to:?} state: add it to #[claimable(...)]"
+        )));
     };
     conn.borrow_connection().finish(FinishStmt {
         table: M::Table::default(),

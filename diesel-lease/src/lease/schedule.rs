@@ -1,6 +1,6 @@
 //! Farm scheduling on top of leases: run a job on one node of many.
 //!
-//! Every node of a farm runs the same loop (seed 000); the database decides which node runs each
+//! Every node of a farm runs the same loop; the database decides which node runs each
 //! occurrence. Three forms:
 //!
 //! - [`run_exclusive`]: run the job now if nobody else is running it (ShedLock's model);
@@ -38,7 +38,7 @@ use crate::{LeaseConnection, Result};
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::SqliteConnection;
 /// use diesel_lease::lease::LeaseOptions;
-/// use diesel_lease::scheduler::run_exclusive;
+/// use diesel_lease::lease::schedule::run_exclusive;
 /// use std::time::Duration;
 ///
 /// # let dir = tempfile::tempdir().unwrap();
@@ -81,7 +81,7 @@ where
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::SqliteConnection;
-/// use diesel_lease::scheduler::with_lock;
+/// use diesel_lease::lease::schedule::with_lock;
 /// use std::time::Duration;
 ///
 /// # let dir = tempfile::tempdir().unwrap();
@@ -128,7 +128,7 @@ pub fn every(interval: Duration) -> Every {
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::SqliteConnection;
 /// use diesel_lease::lease::LeaseOptions;
-/// use diesel_lease::scheduler::every;
+/// use diesel_lease::lease::schedule::every;
 /// use std::time::Duration;
 ///
 /// # let dir = tempfile::tempdir().unwrap();
@@ -242,7 +242,7 @@ impl Every {
     /// # #[cfg(feature = "sqlite")] {
     /// use diesel::SqliteConnection;
     /// use diesel_lease::lease::LeaseOptions;
-    /// use diesel_lease::scheduler::every;
+    /// use diesel_lease::lease::schedule::every;
     /// use std::time::{Duration, Instant};
     ///
     /// # let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! Seed 000's farm job lease on the user's own `job_status` table.
+//! A farm job's lease on the user's own `job_status` table: one node runs each occurrence.
 //!
 //! ```sql
 //! UPDATE job_status
@@ -10,7 +10,7 @@
 //!
 //! One row per job; whoever's update changes the row runs this occurrence. A node that dies while
 //! running leaves `running_at` set; after `timeout` (database clock) another node takes over.
-//! Differences from the seed, each a fix: a `NULL` `next_run` (a freshly inserted job row) counts
+//! Differences from the classic statement, each a fix: a `NULL` `next_run` (a freshly inserted job row) counts
 //! as due; the release is owner-checked (`… AND running_at = <holder>`), so a node whose run was
 //! taken over cannot release the new holder's run; times come from the database clock only.
 
@@ -19,11 +19,12 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{Nullable, Timestamp};
 use diesel::QueryResult;
 
-use crate::claim::{Keyed, LeaseBackend};
+use crate::backend::SqlDialect;
+use crate::claim::Keyed;
 use crate::clock::{DbNow, DbNowOffset};
-use crate::{BorrowConnection, LeaseConnection, OwnerId, Ttl};
+use crate::{BorrowConnection, LeaseConnection, OwnerId, Result, Ttl};
 
-/// A model with seed 000's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
+/// A model with a farm job's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
 pub trait JobLease: Keyed {
     /// The holder column (nullable text): who runs the job now; `NULL` when nobody does.
     const HOLDER: &'static str;
@@ -45,7 +46,7 @@ impl JobRunOptions {
     /// A run older than `timeout` (database clock) is considered dead and may be taken over.
     ///
     /// A zero timeout is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
-    pub fn new(timeout: std::time::Duration) -> crate::Result<Self> {
+    pub fn new(timeout: std::time::Duration) -> Result<Self> {
         Ok(JobRunOptions {
             holder: OwnerId::process_default().clone(),
             timeout: Ttl::new("job run timeout", timeout)?,
@@ -54,7 +55,7 @@ impl JobRunOptions {
     }
 
     /// After a run starts, the job is next due `interval` later (`next_run = now + interval`).
-    pub fn every(mut self, interval: std::time::Duration) -> crate::Result<Self> {
+    pub fn every(mut self, interval: std::time::Duration) -> Result<Self> {
         self.interval = Some(Ttl::new("job interval", interval)?);
         Ok(self)
     }
@@ -92,7 +93,7 @@ where
     M: JobLease,
     M::Table: QueryFragment<DB>,
     M::PkFilter: QueryFragment<DB>,
-    DB: LeaseBackend,
+    DB: SqlDialect,
     DbNow<Nullable<Timestamp>>: QueryFragment<DB>,
     DbNowOffset<Nullable<Timestamp>>: QueryFragment<DB>,
 {
@@ -156,7 +157,7 @@ where
     M: JobLease,
     M::Table: QueryFragment<DB>,
     M::PkFilter: QueryFragment<DB>,
-    DB: LeaseBackend,
+    DB: SqlDialect,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("UPDATE ");
@@ -198,33 +199,33 @@ where
 
 /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner is dead):
 /// `true` for exactly one node. What the generated `Model::try_start_run` calls.
-pub fn try_start_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> QueryResult<bool>
+pub fn try_start_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> Result<bool>
 where
     M: JobLease,
     C: BorrowConnection,
     C::Conn: JobConnection<M>,
 {
-    conn.borrow_connection().start_run(StartRunStmt {
+    Ok(conn.borrow_connection().start_run(StartRunStmt {
         table: M::Table::default(),
         pk: M::pk_filter(pk),
         holder: options.holder.as_str().to_owned(),
         now: DbNow::new(),
         dead_before: DbNowOffset::ago(options.timeout.as_micros()),
         next_run: options.interval.map(|i| DbNowOffset::new(i.as_micros())),
-    })
+    })?)
 }
 
 /// Ends this node's run of job `pk` (`running_at = NULL`), only if this node still holds it;
 /// `false` when the run was taken over (or already finished).
-pub fn finish_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> QueryResult<bool>
+pub fn finish_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> Result<bool>
 where
     M: JobLease,
     C: BorrowConnection,
     C::Conn: JobConnection<M>,
 {
-    conn.borrow_connection().finish_run(FinishRunStmt {
+    Ok(conn.borrow_connection().finish_run(FinishRunStmt {
         table: M::Table::default(),
         pk: M::pk_filter(pk),
         holder: options.holder.as_str().to_owned(),
-    })
+    })?)
 }

@@ -1,4 +1,4 @@
-//! An in-process queue in front of SQLite's write lock.
+//! Writers of one process take turns in front of SQLite's write lock.
 //!
 //! SQLite's busy handler is not fair: a writer that finds the database locked sleeps and retries,
 //! and under saturation it can keep losing to writers that never sleep until its `busy_timeout`
@@ -28,7 +28,7 @@ pub(crate) struct Turn {
 }
 
 /// Waits for this process's turn to write to SQLite (see the module docs).
-pub(crate) fn sqlite_turn() -> Turn {
+pub(crate) fn turn() -> Turn {
     if HOLDING.with(Cell::get) {
         return Turn { owned: false };
     }
@@ -72,8 +72,8 @@ mod tests {
             for _ in 0..8 {
                 s.spawn(|| {
                     for _ in 0..50 {
-                        let _t = sqlite_turn();
-                        let _nested = sqlite_turn(); // must not deadlock
+                        let _t = turn();
+                        let _nested = turn(); // must not deadlock
                         let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         max.fetch_max(n, Ordering::SeqCst);
                         std::thread::yield_now();

@@ -1,0 +1,407 @@
+//! The connections diesel-lease runs on, and everything that differs between their backends.
+//!
+//! Operations (claims, guards, leases, semaphores) are written once, against two sealed traits
+//! that each backend implements in its own file (`postgres.rs`, `sqlite.rs`, `mysql.rs`):
+//!
+//! - [`SqlDialect`], on Diesel's backend type (`Pg`, `Sqlite`, `Mysql`): how SQL text differs —
+//!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division.
+//! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, the
+//!   statements that need a feature one backend lacks (`UPDATE … RETURNING`, `ON CONFLICT`,
+//!   `LISTEN/NOTIFY`), and how the server's errors are sorted into [`crate::Error`].
+//!
+//! A new backend implements both in a new file; a new operation is written once against them.
+
+use std::time::Duration;
+
+use diesel::backend::Backend;
+use diesel::connection::{AnsiTransactionManager, LoadConnection};
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
+use diesel::{Connection, QueryResult};
+use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
+pub use lease_core::BackendKind;
+use lease_core::{Backoff, InsertOutcome};
+
+use crate::claim::statements::{reap, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter};
+use crate::lease::statements::LeaseStatements;
+use crate::once::RunInsertOnce;
+use crate::semaphore::statements::SemaphoreStatements;
+use crate::Error;
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
+pub(crate) mod sealed {
+    /// Seals [`LeaseConnection`](super::LeaseConnection) and the dialect traits.
+    pub trait Sealed {}
+}
+
+/// A raw Diesel connection of a backend diesel-lease supports: `PgConnection`, `SqliteConnection`
+/// or `MysqlConnection`, each behind its Cargo feature.
+///
+/// Sealed: the backend-specific SQL of every operation is written and tested for these three.
+pub trait LeaseConnection: Dialect {
+    /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: READ
+    /// COMMITTED on PostgreSQL and MySQL (so InnoDB takes no gap locks and `SKIP LOCKED` claims
+    /// do not deadlock on the index they update), `BEGIN IMMEDIATE` after this process's writer
+    /// turn on SQLite (so the write lock is taken up front and concurrent writers wait on the
+    /// busy timeout instead of failing). Inside an open transaction it becomes a savepoint of the
+    /// caller's transaction, at the caller's isolation level.
+    fn write_transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        self.write_tx(f)
+    }
+}
+
+/// How SQL text differs between backends (implemented for `Pg`, `Sqlite` and `Mysql`).
+///
+/// Sealed; its items are internal and carry no stability promise.
+pub trait SqlDialect: Backend + sealed::Sealed {
+    /// Which backend.
+    const KIND: BackendKind;
+    /// What a `SELECT` appends to lock the rows it returns, skipping rows other transactions
+    /// hold (empty where the backend has no row locks: SQLite).
+    #[doc(hidden)]
+    const SKIP_LOCKED: &'static str;
+    /// Integer division (MySQL's `/` yields a decimal).
+    #[doc(hidden)]
+    const INT_DIV: &'static str;
+
+    /// The database's current time in microseconds since 1970, as a `BIGINT`.
+    #[doc(hidden)]
+    fn push_now_micros(out: &mut AstPass<'_, '_, Self>);
+    /// The database's current time as a timestamp, in UTC.
+    #[doc(hidden)]
+    fn push_now(out: &mut AstPass<'_, '_, Self>);
+    /// The database's current time plus `offset` (negative: minus), as a timestamp.
+    #[doc(hidden)]
+    fn push_now_offset<'b>(
+        out: &mut AstPass<'_, 'b, Self>,
+        offset: &'b crate::clock::Offset,
+    ) -> QueryResult<()>;
+
+    /// The claim in one statement: `UPDATE` the rows `stmt` picks and return them. Backends
+    /// without `UPDATE … RETURNING` (MySQL) keep this default, which refuses, and claim in
+    /// several statements instead (their `Dialect::claim_rows`).
+    #[doc(hidden)]
+    fn push_claim<'b, M: ClaimSql<Self>>(
+        _out: &mut AstPass<'_, 'b, Self>,
+        _stmt: &'b ClaimStmt<'_, M, Self>,
+    ) -> QueryResult<()> {
+        Err(DieselError::QueryBuilderError(
+            "this backend has no UPDATE … RETURNING; its claims use several statements".into(),
+        ))
+    }
+
+    /// Binds a `BIGINT`.
+    #[doc(hidden)]
+    fn bind_i64<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b i64) -> QueryResult<()>;
+    /// Binds a nullable `BIGINT`.
+    #[doc(hidden)]
+    fn bind_opt_i64<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b Option<i64>) -> QueryResult<()>;
+    /// Binds a text value.
+    #[doc(hidden)]
+    fn bind_str<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b str) -> QueryResult<()>;
+    /// Binds a nullable text value.
+    #[doc(hidden)]
+    fn bind_opt_str<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b Option<String>) -> QueryResult<()>;
+}
+
+/// Implements the bind helpers of [`SqlDialect`] (the same on every backend).
+macro_rules! binds {
+    () => {
+        fn bind_i64<'b>(
+            out: &mut diesel::query_builder::AstPass<'_, 'b, Self>,
+            v: &'b i64,
+        ) -> diesel::QueryResult<()> {
+            out.push_bind_param::<diesel::sql_types::BigInt, _>(v)
+        }
+        fn bind_opt_i64<'b>(
+            out: &mut diesel::query_builder::AstPass<'_, 'b, Self>,
+            v: &'b Option<i64>,
+        ) -> diesel::QueryResult<()> {
+            out.push_bind_param::<diesel::sql_types::Nullable<diesel::sql_types::BigInt>, _>(v)
+        }
+        fn bind_str<'b>(
+            out: &mut diesel::query_builder::AstPass<'_, 'b, Self>,
+            v: &'b str,
+        ) -> diesel::QueryResult<()> {
+            out.push_bind_param::<diesel::sql_types::Text, _>(v)
+        }
+        fn bind_opt_str<'b>(
+            out: &mut diesel::query_builder::AstPass<'_, 'b, Self>,
+            v: &'b Option<String>,
+        ) -> diesel::QueryResult<()> {
+            out.push_bind_param::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(v)
+        }
+    };
+}
+pub(crate) use binds;
+
+/// How behaviour differs between backends (implemented for `PgConnection`, `SqliteConnection`
+/// and `MysqlConnection`). Every operation is written once against it.
+///
+/// Sealed; its items are internal and carry no stability promise.
+pub trait Dialect:
+    Connection<Backend: SqlDialect, TransactionManager = AnsiTransactionManager>
+    + LoadConnection
+    + MigrationHarness<Self::Backend>
+    + LeaseStatements
+    + SemaphoreStatements
+    + Send
+    + Sized
+    + 'static
+    + sealed::Sealed
+{
+    /// Which backend this connection talks to.
+    const KIND: BackendKind;
+
+    /// The built-in tables' migrations for this backend.
+    #[doc(hidden)]
+    const MIGRATIONS: EmbeddedMigrations;
+
+    /// The backend's write transaction; see [`LeaseConnection::write_transaction`].
+    #[doc(hidden)]
+    fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>;
+
+    /// Runs one autocommit write statement: as it is on PostgreSQL and MySQL; on SQLite inside
+    /// the writer turn and `BEGIN IMMEDIATE`, so it waits for a busy database instead of failing.
+    #[doc(hidden)]
+    fn single_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
+        f(self)
+    }
+
+    /// Sorts a database error of this backend into the crate's [`Error`].
+    #[doc(hidden)]
+    fn classify(e: DieselError) -> Error {
+        classify_common(e)
+    }
+
+    /// Applies [`ConnectionTuning`](crate::pool::ConnectionTuning) to a new connection.
+    #[doc(hidden)]
+    fn tune(&mut self, _tuning: &crate::pool::ConnectionTuning) -> QueryResult<()> {
+        Ok(())
+    }
+
+    /// The SQL of [`Dialect::claim_rows`]'s claim statement, with its bind values (Diesel's
+    /// `debug_query` format), for review and tests. On MySQL: the statement that picks the rows.
+    #[doc(hidden)]
+    fn claim_sql<M: ClaimSql<Self::Backend>>(
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+    ) -> String;
+
+    /// Claims up to `limit` rows, reaping exhausted stale claims first when the model asks for it
+    /// (same transaction). By default one `UPDATE … RETURNING` statement in the shape of
+    /// [`SqlDialect::push_claim`], as one autocommit write when there is nothing to reap.
+    #[doc(hidden)]
+    fn claim_rows<M: ClaimModel<Self>>(
+        &mut self,
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+        filter: Filter<'_, Self::Backend>,
+    ) -> QueryResult<Vec<M>> {
+        let stmt = ClaimStmt::new(parts, limit, filter);
+        if !parts.needs_reap() {
+            return self.single_write(|c| M::load(c, &stmt));
+        }
+        self.write_tx(|c| {
+            reap(c, parts)?;
+            M::load(c, &stmt)
+        })
+    }
+
+    /// Selects up to `limit` claimable rows and keeps them locked for the caller's transaction,
+    /// skipping locked ones.
+    #[doc(hidden)]
+    fn lock_rows<M: ClaimModel<Self>>(
+        &mut self,
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+        filter: Filter<'_, Self::Backend>,
+    ) -> QueryResult<Vec<M>> {
+        M::load(
+            self,
+            &crate::claim::statements::PickStmt::locking(parts, limit, filter),
+        )
+    }
+
+    /// Inserts a row a unique constraint lets exist once; a duplicate is `AlreadyExists` and
+    /// leaves the caller's transaction usable.
+    #[doc(hidden)]
+    fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
+    where
+        I: QueryFragment<Self::Backend> + QueryId,
+        R: RunInsertOnce<Self, I>,
+    {
+        R::run(self, insert)
+    }
+}
+
+/// Anything that can lend a [`LeaseConnection`]: the raw connection itself, or an r2d2
+/// `PooledConnection` of one. Every diesel-lease entry point takes `&mut impl BorrowConnection`,
+/// so `&mut conn` works whether `conn` came from `establish` or from a pool.
+pub trait BorrowConnection {
+    /// The raw connection type.
+    type Conn: LeaseConnection;
+    /// The raw connection.
+    fn borrow_connection(&mut self) -> &mut Self::Conn;
+}
+
+impl<C> BorrowConnection for PooledConnection<ConnectionManager<C>>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    type Conn = C;
+    fn borrow_connection(&mut self) -> &mut C {
+        self
+    }
+}
+
+/// Seals a raw connection type and implements [`BorrowConnection`] for it.
+macro_rules! raw_connection {
+    ($conn:ty) => {
+        impl crate::backend::sealed::Sealed for $conn {}
+        impl crate::backend::BorrowConnection for $conn {
+            type Conn = $conn;
+            fn borrow_connection(&mut self) -> &mut $conn {
+                self
+            }
+        }
+    };
+}
+pub(crate) use raw_connection;
+
+/// Whether `conn` is inside a transaction (the caller's, or one of ours).
+pub(crate) fn in_transaction<C>(conn: &mut C) -> QueryResult<bool>
+where
+    C: Connection<TransactionManager = AnsiTransactionManager>,
+{
+    use diesel::connection::TransactionManager;
+    Ok(AnsiTransactionManager::transaction_manager_status_mut(conn)
+        .transaction_depth()?
+        .is_some())
+}
+
+/// Refuses to run inside the caller's transaction: leases and semaphores must commit their grant
+/// at once, or other processes would not see it (and the caller's rollback would undo it).
+pub(crate) fn refuse_nested<C>(conn: &mut C) -> QueryResult<()>
+where
+    C: Connection<TransactionManager = AnsiTransactionManager>,
+{
+    if in_transaction(conn)? {
+        return Err(DieselError::AlreadyInTransaction);
+    }
+    Ok(())
+}
+
+/// How many times a transaction that a deadlock or serialization failure rolled back is tried.
+pub(crate) const CONFLICT_ATTEMPTS: u32 = 8;
+
+/// Runs `f` until it does not fail with a deadlock or serialization failure
+/// ([`Error::Deadlock`]), at most [`CONFLICT_ATTEMPTS`] times, with jittered exponential backoff
+/// between tries. Only for work the database rolled back whole (a transaction, or one
+/// statement), so trying again is safe.
+pub(crate) fn retry_conflicts<T>(mut f: impl FnMut() -> crate::Result<T>) -> crate::Result<T> {
+    let mut pause = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match f() {
+            Err(Error::Deadlock { .. }) if attempt < CONFLICT_ATTEMPTS => {
+                std::thread::sleep(pause.next_delay());
+            }
+            Err(Error::Deadlock { source, .. }) => {
+                return Err(Error::Deadlock {
+                    attempts: attempt,
+                    source,
+                })
+            }
+            other => return other,
+        }
+    }
+}
+
+/// What an error means to a caller, whatever the backend said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Timeout,
+    ConnectionLost,
+    Conflict,
+}
+
+/// Sorts a database error by what Diesel knows and by the server's message.
+///
+/// Diesel does not expose PostgreSQL's SQLSTATE or MySQL's error number for most errors, so the
+/// servers' (English, stable) primary messages are matched; each backend file lists its own.
+/// An error whose message is localized (PostgreSQL `lc_messages` other than English) arrives as
+/// [`Error::Database`], unchanged.
+pub(crate) fn classify_common(e: DieselError) -> Error {
+    let kind = match &e {
+        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
+        | DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, _)
+        | DieselError::BrokenTransactionManager => Some(Kind::ConnectionLost),
+        DieselError::DatabaseError(DatabaseErrorKind::SerializationFailure, _) => {
+            Some(Kind::Conflict)
+        }
+        DieselError::DatabaseError(_, info) => classify_message(info.message()),
+        _ => None,
+    };
+    match kind {
+        Some(Kind::Timeout) => Error::Timeout {
+            name: String::new(),
+            waited: None,
+            source: Some(e),
+        },
+        Some(Kind::ConnectionLost) => Error::ConnectionLost(e),
+        Some(Kind::Conflict) => Error::Deadlock {
+            attempts: 1,
+            source: e,
+        },
+        None => Error::Database(e),
+    }
+}
+
+/// The message patterns of every backend compiled in (an error comes from exactly one server, and
+/// the servers' messages do not overlap).
+fn classify_message(message: &str) -> Option<Kind> {
+    #[cfg(feature = "postgres")]
+    if let Some(kind) = postgres::classify_message(message) {
+        return Some(kind);
+    }
+    #[cfg(feature = "mysql")]
+    if let Some(kind) = mysql::classify_message(message) {
+        return Some(kind);
+    }
+    #[cfg(feature = "sqlite")]
+    if let Some(kind) = sqlite::classify_message(message) {
+        return Some(kind);
+    }
+    let _ = message;
+    None
+}
+
+/// Creates or updates diesel-lease's built-in tables (leases, semaphores) on this connection.
+///
+/// Idempotent: already-applied migrations are skipped. Uses Diesel's own
+/// `__diesel_schema_migrations` bookkeeping table, so it coexists with the application's
+/// migrations.
+pub fn run_migrations(conn: &mut impl BorrowConnection) -> crate::Result<()> {
+    fn run<C: LeaseConnection>(conn: &mut C) -> crate::Result<()> {
+        conn.run_pending_migrations(C::MIGRATIONS)
+            .map(|_| ())
+            .map_err(|source| Error::Migration { source })
+    }
+    run(conn.borrow_connection())
+}

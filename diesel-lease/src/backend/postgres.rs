@@ -1,0 +1,201 @@
+//! PostgreSQL: the reference backend. Row locks with `FOR UPDATE SKIP LOCKED`, `RETURNING`,
+//! `ON CONFLICT`, `LISTEN/NOTIFY`; one statement per claim and per lease grant.
+
+use std::time::{Duration, Instant};
+
+use diesel::pg::Pg;
+use diesel::prelude::*;
+use diesel::query_builder::AstPass;
+use diesel::result::Error as DieselError;
+use diesel::PgConnection;
+use diesel_migrations::EmbeddedMigrations;
+
+use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
+use crate::claim::statements::{
+    claim_assignments, column_list, pick_from, qualified, ClaimParts, ClaimSql, ClaimStmt,
+};
+use crate::clock::Offset;
+use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};
+use crate::semaphore::statements::{
+    insert_returning_statements, semaphore_statements, SemaphoreStatements,
+};
+
+raw_connection!(PgConnection);
+impl super::sealed::Sealed for Pg {}
+
+impl SqlDialect for Pg {
+    const KIND: BackendKind = BackendKind::Postgres;
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const INT_DIV: &'static str = " / ";
+
+    fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
+        out.push_sql("CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)");
+    }
+
+    fn push_now(out: &mut AstPass<'_, '_, Self>) {
+        out.push_sql("statement_timestamp()");
+    }
+
+    fn push_now_offset<'b>(out: &mut AstPass<'_, 'b, Self>, offset: &'b Offset) -> QueryResult<()> {
+        out.push_sql("(statement_timestamp() + ");
+        out.push_bind_param::<diesel::sql_types::BigInt, _>(&offset.micros)?;
+        out.push_sql(" * INTERVAL '1 microsecond')");
+        Ok(())
+    }
+
+    /// The claim in one statement:
+    /// `WITH picked AS (SELECT pk … ORDER BY … LIMIT $n FOR UPDATE SKIP LOCKED)
+    ///  UPDATE t SET … FROM picked WHERE t.pk = picked.pk RETURNING …`.
+    /// The CTE is evaluated once, so the statement never claims more than `$n` rows (an
+    /// `IN (subquery)` may be re-run by the planner and claim more).
+    fn push_claim<'b, M: ClaimSql<Pg>>(
+        out: &mut AstPass<'_, 'b, Pg>,
+        stmt: &'b ClaimStmt<'_, M, Pg>,
+    ) -> QueryResult<()> {
+        out.push_sql("WITH ");
+        out.push_identifier("picked")?;
+        out.push_sql(" AS (SELECT ");
+        column_list(out, M::PK)?;
+        pick_from(out, stmt.parts, stmt.filter, &stmt.limit)?;
+        out.push_sql(" FOR UPDATE SKIP LOCKED) UPDATE ");
+        M::push_table(out, &stmt.parts.table)?;
+        claim_assignments(out, stmt.parts)?;
+        out.push_sql(" FROM ");
+        out.push_identifier("picked")?;
+        out.push_sql(" WHERE ");
+        for (i, pk) in M::PK.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(" AND ");
+            }
+            qualified(out, stmt.parts, pk)?;
+            out.push_sql(" = ");
+            out.push_identifier("picked")?;
+            out.push_sql(".");
+            out.push_identifier(pk)?;
+        }
+        out.push_sql(" RETURNING ");
+        M::push_select(out, &stmt.parts.select)
+    }
+
+    super::binds!();
+}
+
+/// The channel semaphore changes are announced on; the payload is the resource name.
+const CHANNEL: &str = "diesel_lease_semaphores";
+const LISTEN: &str = "LISTEN diesel_lease_semaphores";
+const UNLISTEN: &str = "UNLISTEN diesel_lease_semaphores";
+
+/// How often a waiting connection looks for a notification that arrived. Local (reads the
+/// socket buffer), no query.
+const NOTIFICATION_CHECK: Duration = Duration::from_millis(2);
+
+impl LeaseConnection for PgConnection {}
+
+impl Dialect for PgConnection {
+    const KIND: BackendKind = BackendKind::Postgres;
+    const MIGRATIONS: EmbeddedMigrations =
+        diesel_migrations::embed_migrations!("migrations/postgres");
+
+    fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        if super::in_transaction(self)? {
+            return self.transaction(f);
+        }
+        self.build_transaction().read_committed().run(f)
+    }
+
+    fn claim_sql<M: ClaimSql<Pg>>(parts: &ClaimParts<M, Pg>, limit: i64) -> String {
+        diesel::debug_query::<Pg, _>(&ClaimStmt::new(parts, limit, None)).to_string()
+    }
+}
+
+impl LeaseStatements for PgConnection {
+    lease_statements!();
+
+    grant_by_upsert!(Pg);
+}
+
+impl SemaphoreStatements for PgConnection {
+    semaphore_statements!(.for_update());
+
+    insert_returning_statements!();
+
+    fn notify(&mut self, resource: &str) -> QueryResult<()> {
+        diesel::sql_query("SELECT pg_notify($1, $2)")
+            .bind::<diesel::sql_types::Text, _>(CHANNEL)
+            .bind::<diesel::sql_types::Text, _>(resource)
+            .execute(self)
+            .map(drop)
+    }
+
+    fn listen(&mut self, on: bool) -> QueryResult<()> {
+        diesel::sql_query(if on { LISTEN } else { UNLISTEN }).execute(self)?;
+        if !on {
+            // Drop what arrived meanwhile, so a pooled connection goes back clean.
+            for notification in self.notifications_iter() {
+                notification?;
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<bool> {
+        let deadline = Instant::now() + max;
+        loop {
+            let mut woken = false;
+            for notification in self.notifications_iter() {
+                woken |= notification?.payload == resource;
+            }
+            let now = Instant::now();
+            if woken || now >= deadline {
+                return Ok(woken);
+            }
+            std::thread::sleep(NOTIFICATION_CHECK.min(deadline - now));
+        }
+    }
+}
+
+/// PostgreSQL's primary messages for the errors a caller can act on (SQLSTATE in brackets;
+/// Diesel exposes the SQLSTATE only for a few kinds).
+pub(super) fn classify_message(message: &str) -> Option<Kind> {
+    const PATTERNS: &[(&str, Kind)] = &[
+        // 55P03 lock_not_available (lock_timeout)
+        ("canceling statement due to lock timeout", Kind::Timeout),
+        // 57014 query_canceled (statement_timeout)
+        (
+            "canceling statement due to statement timeout",
+            Kind::Timeout,
+        ),
+        // 55P03 with NOWAIT
+        ("could not obtain lock on row", Kind::Timeout),
+        // 57P01 admin_shutdown (pg_terminate_backend, smart/fast shutdown)
+        (
+            "terminating connection due to administrator command",
+            Kind::ConnectionLost,
+        ),
+        // 57P02 crash_shutdown, 57P03 cannot_connect_now
+        (
+            "terminating connection because of crash of another server process",
+            Kind::ConnectionLost,
+        ),
+        ("the database system is shutting down", Kind::ConnectionLost),
+        ("the database system is starting up", Kind::ConnectionLost),
+        // 08xxx as libpq reports a broken connection
+        (
+            "server closed the connection unexpectedly",
+            Kind::ConnectionLost,
+        ),
+        ("no connection to the server", Kind::ConnectionLost),
+        ("connection to server", Kind::ConnectionLost),
+        // 40P01 deadlock_detected, 40001 serialization_failure
+        ("deadlock detected", Kind::Conflict),
+        ("could not serialize access", Kind::Conflict),
+    ];
+    PATTERNS
+        .iter()
+        .find(|(pattern, _)| message.contains(pattern))
+        .map(|&(_, kind)| kind)
+}

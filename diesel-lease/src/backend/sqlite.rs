@@ -1,0 +1,162 @@
+//! SQLite: one writer at a time per database file, no row locks, `RETURNING` since 3.35. Every
+//! write runs in `BEGIN IMMEDIATE` after this process's writer turn (`sqlite_writer`), so
+//! read-then-write is serialized by the database lock and writers wait instead of failing.
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::query_builder::AstPass;
+use diesel::result::Error as DieselError;
+use diesel::sqlite::Sqlite;
+use diesel::SqliteConnection;
+use diesel_migrations::EmbeddedMigrations;
+
+use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
+use crate::claim::statements::{
+    claim_assignments, column_list, pick_from, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Exec,
+    Filter, WriteLockStmt,
+};
+use crate::clock::Offset;
+use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};
+use crate::semaphore::statements::{
+    insert_returning_statements, semaphore_statements, SemaphoreStatements,
+};
+
+raw_connection!(SqliteConnection);
+impl super::sealed::Sealed for Sqlite {}
+
+impl SqlDialect for Sqlite {
+    const KIND: BackendKind = BackendKind::Sqlite;
+    // No row locks: the write lock of `BEGIN IMMEDIATE` stands in for them.
+    const SKIP_LOCKED: &'static str = "";
+    const INT_DIV: &'static str = " / ";
+
+    fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
+        // julianday is a double: rounding to whole milliseconds (SQLite's clock resolution)
+        // makes the value exact.
+        out.push_sql(
+            "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)",
+        );
+    }
+
+    fn push_now(out: &mut AstPass<'_, '_, Self>) {
+        out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now')");
+    }
+
+    fn push_now_offset<'b>(out: &mut AstPass<'_, 'b, Self>, offset: &'b Offset) -> QueryResult<()> {
+        out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now', ");
+        out.push_bind_param::<diesel::sql_types::Text, _>(&offset.sqlite_modifier)?;
+        out.push_sql(")");
+        Ok(())
+    }
+
+    /// The claim in one statement, safe because SQLite has one writer at a time (the caller holds
+    /// `BEGIN IMMEDIATE`): `UPDATE t SET … WHERE (pk) IN (SELECT pk … LIMIT $n) RETURNING …`.
+    fn push_claim<'b, M: ClaimSql<Sqlite>>(
+        out: &mut AstPass<'_, 'b, Sqlite>,
+        stmt: &'b ClaimStmt<'_, M, Sqlite>,
+    ) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        M::push_table(out, &stmt.parts.table)?;
+        claim_assignments(out, stmt.parts)?;
+        out.push_sql(" WHERE (");
+        column_list(out, M::PK)?;
+        out.push_sql(") IN (SELECT ");
+        column_list(out, M::PK)?;
+        pick_from(out, stmt.parts, stmt.filter, &stmt.limit)?;
+        out.push_sql(") RETURNING ");
+        M::push_select(out, &stmt.parts.select)
+    }
+
+    super::binds!();
+}
+
+impl LeaseConnection for SqliteConnection {}
+
+impl Dialect for SqliteConnection {
+    const KIND: BackendKind = BackendKind::Sqlite;
+    const MIGRATIONS: EmbeddedMigrations =
+        diesel_migrations::embed_migrations!("migrations/sqlite");
+
+    fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        // SQLite's lock is not fair; writers of this process take turns (see `sqlite_writer`).
+        let _turn = crate::sqlite_writer::turn();
+        ensure_busy_timeout(self)?;
+        self.immediate_transaction(f)
+    }
+
+    fn claim_sql<M: ClaimSql<Sqlite>>(parts: &ClaimParts<M, Sqlite>, limit: i64) -> String {
+        diesel::debug_query::<Sqlite, _>(&ClaimStmt::new(parts, limit, None)).to_string()
+    }
+
+    fn single_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
+        self.write_transaction(f)
+    }
+
+    fn tune(&mut self, tuning: &crate::pool::ConnectionTuning) -> QueryResult<()> {
+        // The pragma takes an integer literal: formatted from our own u128, never user text.
+        let ms = tuning.busy_timeout.as_millis().min(i32::MAX as u128);
+        self.batch_execute(&format!(
+            "PRAGMA busy_timeout = {ms}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+        ))
+    }
+
+    fn lock_rows<M: ClaimModel<Self>>(
+        &mut self,
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+        filter: Filter<'_, Sqlite>,
+    ) -> QueryResult<Vec<M>> {
+        // No row locks: a write that matches nothing takes the database write lock, which then
+        // shuts out every other writer until the caller's transaction ends.
+        self.execute_returning_count(&Exec(&WriteLockStmt(parts)))?;
+        M::load(
+            self,
+            &crate::claim::statements::PickStmt::locking(parts, limit, filter),
+        )
+    }
+}
+
+/// A SQLite connection without a busy timeout fails at once with "database is locked" when
+/// another connection writes; every diesel-lease write waits instead. A timeout the application
+/// set (e.g. with [`ConnectionTuning`](crate::pool::ConnectionTuning)) is left alone.
+fn ensure_busy_timeout(c: &mut SqliteConnection) -> QueryResult<()> {
+    #[derive(diesel::QueryableByName)]
+    struct BusyTimeout {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        timeout: i64,
+    }
+    let current = diesel::sql_query("SELECT timeout FROM pragma_busy_timeout")
+        .get_result::<BusyTimeout>(c)?
+        .timeout;
+    if current == 0 {
+        let ms = crate::pool::ConnectionTuning::default()
+            .busy_timeout
+            .as_millis();
+        // An integer we own, not user text: PRAGMA takes no bind parameters.
+        c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))?;
+    }
+    Ok(())
+}
+
+impl LeaseStatements for SqliteConnection {
+    lease_statements!();
+
+    grant_by_upsert!(Sqlite);
+}
+
+impl SemaphoreStatements for SqliteConnection {
+    semaphore_statements!();
+
+    insert_returning_statements!();
+}
+
+/// SQLite's messages for the errors a caller can act on.
+pub(super) fn classify_message(message: &str) -> Option<Kind> {
+    // SQLITE_BUSY / SQLITE_LOCKED: the busy timeout passed while another connection wrote.
+    (message == "database is locked" || message.starts_with("database table is locked"))
+        .then_some(Kind::Timeout)
+}

@@ -1,0 +1,544 @@
+//! The statements behind claims and completions, as Diesel `QueryFragment`s.
+//!
+//! Identifiers come only from the model's schema (`Column::NAME` and the `table!` struct, both
+//! quoted by the backend); every value is a bind parameter. The statements every backend shares
+//! are here; the one claim statement whose shape differs (`UPDATE … RETURNING` in one statement on
+//! PostgreSQL and SQLite, three statements on MySQL) is in each `backend/*.rs`, built from the
+//! helpers below.
+//!
+//! Not a stable API: these types appear only in the bounds of
+//! [`ClaimConnection`](super::ClaimConnection).
+#![allow(missing_debug_implementations, missing_docs)]
+
+use std::marker::PhantomData;
+
+use diesel::connection::LoadConnection;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::query_dsl::methods::LoadQuery;
+use diesel::serialize::ToSql;
+use diesel::sql_types::{HasSqlType, Timestamp};
+use diesel::{QueryResult, RunQueryDsl, SelectableHelper};
+
+use super::{Claimable, SortOrder};
+use crate::backend::{Dialect, SqlDialect};
+use crate::clock::{DbNow, DbNowOffset};
+
+/// What the claim statements need of model `M` on backend `DB`: its table, its selection and
+/// its state values as SQL. Implemented for every [`Claimable`] model whose columns the backend
+/// can read and write; the statements are then written once with `M: ClaimSql<DB>` alone.
+pub trait ClaimSql<DB: SqlDialect>: Claimable {
+    /// `SELECT`'s column list for the model (`Selectable::as_select()`).
+    type Select: QueryFragment<DB> + Send;
+    fn select() -> Self::Select;
+    fn push_table<'b>(out: &mut AstPass<'_, 'b, DB>, table: &'b Self::Table) -> QueryResult<()>;
+    fn push_select<'b>(out: &mut AstPass<'_, 'b, DB>, select: &'b Self::Select) -> QueryResult<()>;
+    fn push_state<'b>(out: &mut AstPass<'_, 'b, DB>, v: &'b Self::StateValue) -> QueryResult<()>;
+    fn push_pk<'b>(out: &mut AstPass<'_, 'b, DB>, pk: &'b Self::PkFilter) -> QueryResult<()>;
+}
+
+impl<M, DB> ClaimSql<DB> for M
+where
+    M: Claimable + diesel::Selectable<DB>,
+    DB: SqlDialect + HasSqlType<M::StateSql>,
+    M::StateValue: ToSql<M::StateSql, DB>,
+    M::Table: QueryFragment<DB>,
+    M::PkFilter: QueryFragment<DB>,
+    diesel::dsl::AsSelect<M, DB>: QueryFragment<DB> + Send,
+{
+    type Select = diesel::dsl::AsSelect<M, DB>;
+    fn select() -> Self::Select {
+        M::as_select()
+    }
+    fn push_table<'b>(out: &mut AstPass<'_, 'b, DB>, table: &'b M::Table) -> QueryResult<()> {
+        table.walk_ast(out.reborrow())
+    }
+    fn push_select<'b>(out: &mut AstPass<'_, 'b, DB>, select: &'b Self::Select) -> QueryResult<()> {
+        select.walk_ast(out.reborrow())
+    }
+    fn push_state<'b>(out: &mut AstPass<'_, 'b, DB>, v: &'b M::StateValue) -> QueryResult<()> {
+        out.push_bind_param::<M::StateSql, _>(v)
+    }
+    fn push_pk<'b>(out: &mut AstPass<'_, 'b, DB>, pk: &'b M::PkFilter) -> QueryResult<()> {
+        pk.walk_ast(out.reborrow())
+    }
+}
+
+/// [`ClaimSql`] plus loading the model's rows over connection `C`: all a [`Dialect`] needs to
+/// run claims of `M`.
+pub trait ClaimModel<C: Dialect>: ClaimSql<C::Backend> {
+    /// Runs a statement that returns rows of the model (its SQL ends in the model's selection).
+    fn load(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<Self>>;
+}
+
+impl<M, C> ClaimModel<C> for M
+where
+    C: Dialect + LoadConnection,
+    M: ClaimSql<C::Backend>,
+    for<'a> Rows<'a, M, C::Backend>: LoadQuery<'a, C, M>,
+{
+    fn load(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<M>> {
+        Rows::<M, C::Backend> {
+            stmt,
+            _m: PhantomData,
+        }
+        .load(conn)
+    }
+}
+
+/// Any statement that returns the model's selection, as a Diesel query whose rows load as `M`.
+pub struct Rows<'a, M, DB: diesel::backend::Backend> {
+    stmt: &'a dyn QueryFragment<DB>,
+    _m: PhantomData<M>,
+}
+
+impl<M, DB: diesel::backend::Backend> QueryId for Rows<'_, M, DB> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+impl<M: diesel::Selectable<DB>, DB: diesel::backend::Backend> Query for Rows<'_, M, DB> {
+    type SqlType = diesel::dsl::AsSelect<M, DB>;
+}
+impl<M, DB: diesel::backend::Backend> QueryFragment<DB> for Rows<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.stmt.walk_ast(out)
+    }
+}
+impl<M, DB: diesel::backend::Backend, Conn> RunQueryDsl<Conn> for Rows<'_, M, DB> {}
+
+/// An optional caller filter, type-erased so statements need no extra type parameter.
+pub(crate) type Filter<'a, DB> = Option<&'a (dyn QueryFragment<DB> + 'a)>;
+
+/// What every claim-family statement needs to know: state values, owner, stale cutoff, and the
+/// model's selection on backend `DB`.
+pub struct ClaimParts<M: ClaimSql<DB>, DB: SqlDialect> {
+    pub(crate) table: M::Table,
+    pub(crate) select: M::Select,
+    pub(crate) now: DbNow<Timestamp>,
+    pub(crate) ready: Vec<M::StateValue>,
+    pub(crate) claimed: M::StateValue,
+    pub(crate) owner: String,
+    /// Claims older than this are claimable again (when a claimed-at column is mapped).
+    pub(crate) cutoff: Option<DbNowOffset<Timestamp>>,
+    pub(crate) max_attempts: Option<i64>,
+    pub(crate) failed: Option<M::StateValue>,
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
+    pub(crate) fn new(owner: &str, timeout_micros: Option<i64>) -> Self {
+        let cutoff = match (M::CLAIMED_AT, timeout_micros) {
+            (Some(_), Some(t)) => Some(DbNowOffset::ago(t)),
+            _ => None,
+        };
+        ClaimParts {
+            table: M::Table::default(),
+            select: M::select(),
+            now: DbNow::new(),
+            ready: M::ready_states(),
+            claimed: M::claimed_state(),
+            owner: owner.to_owned(),
+            cutoff,
+            max_attempts: M::MAX_ATTEMPTS.filter(|_| M::ATTEMPTS.is_some()),
+            failed: M::failed_state(),
+        }
+    }
+
+    /// Whether stale claims that used up their attempts must go to the failed state before a
+    /// claim (so they are never handed out again).
+    pub(crate) fn needs_reap(&self) -> bool {
+        self.cutoff.is_some() && self.max_attempts.is_some() && self.failed.is_some()
+    }
+}
+
+pub(crate) fn column_list<DB: SqlDialect>(
+    out: &mut AstPass<'_, '_, DB>,
+    cols: &[&str],
+) -> QueryResult<()> {
+    for (i, c) in cols.iter().enumerate() {
+        if i > 0 {
+            out.push_sql(", ");
+        }
+        out.push_identifier(c)?;
+    }
+    Ok(())
+}
+
+/// `<table>.<col>` — only where a join makes bare names ambiguous.
+pub(crate) fn qualified<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    parts: &'b ClaimParts<M, DB>,
+    col: &str,
+) -> QueryResult<()> {
+    M::push_table(out, &parts.table)?;
+    out.push_sql(".");
+    out.push_identifier(col)
+}
+
+/// The rows a claim may take: ready ones, and (with a claimed-at column and a timeout) stale
+/// claims that have attempts left. Bare column names: used inside single-table statements.
+fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    parts: &'b ClaimParts<M, DB>,
+) -> QueryResult<()> {
+    out.push_sql("(");
+    out.push_identifier(M::STATE)?;
+    out.push_sql(" IN (");
+    for (i, v) in parts.ready.iter().enumerate() {
+        if i > 0 {
+            out.push_sql(", ");
+        }
+        M::push_state(out, v)?;
+    }
+    out.push_sql(")");
+    if let (Some(claimed_at), Some(cutoff)) = (M::CLAIMED_AT, &parts.cutoff) {
+        out.push_sql(" OR (");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        M::push_state(out, &parts.claimed)?;
+        out.push_sql(" AND ");
+        out.push_identifier(claimed_at)?;
+        out.push_sql(" < ");
+        cutoff.walk_ast(out.reborrow())?;
+        if let (Some(attempts), Some(max)) = (M::ATTEMPTS, &parts.max_attempts) {
+            out.push_sql(" AND ");
+            out.push_identifier(attempts)?;
+            out.push_sql(" < ");
+            DB::bind_i64(out, max)?;
+        }
+        out.push_sql(")");
+    }
+    out.push_sql(")");
+    Ok(())
+}
+
+fn order_by<DB: SqlDialect>(
+    out: &mut AstPass<'_, '_, DB>,
+    order: &[(&str, SortOrder)],
+) -> QueryResult<()> {
+    out.push_sql(" ORDER BY ");
+    for (i, (c, dir)) in order.iter().enumerate() {
+        if i > 0 {
+            out.push_sql(", ");
+        }
+        out.push_identifier(c)?;
+        out.push_sql(match dir {
+            SortOrder::Asc => " ASC",
+            SortOrder::Desc => " DESC",
+        });
+    }
+    Ok(())
+}
+
+/// `SET state = $claimed, owner = $owner, claimed_at = <db now>, attempts = attempts + 1`.
+pub(crate) fn claim_assignments<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    parts: &'b ClaimParts<M, DB>,
+) -> QueryResult<()> {
+    out.push_sql(" SET ");
+    out.push_identifier(M::STATE)?;
+    out.push_sql(" = ");
+    M::push_state(out, &parts.claimed)?;
+    if let Some(owner) = M::OWNER {
+        out.push_sql(", ");
+        out.push_identifier(owner)?;
+        out.push_sql(" = ");
+        DB::bind_str(out, &parts.owner)?;
+    }
+    if let Some(claimed_at) = M::CLAIMED_AT {
+        out.push_sql(", ");
+        out.push_identifier(claimed_at)?;
+        out.push_sql(" = ");
+        parts.now.walk_ast(out.reborrow())?;
+    }
+    if let Some(attempts) = M::ATTEMPTS {
+        out.push_sql(", ");
+        out.push_identifier(attempts)?;
+        out.push_sql(" = ");
+        out.push_identifier(attempts)?;
+        out.push_sql(" + 1");
+    }
+    Ok(())
+}
+
+fn and_filter<'b, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    filter: Filter<'b, DB>,
+) -> QueryResult<()> {
+    if let Some(f) = filter {
+        out.push_sql(" AND (");
+        f.walk_ast(out.reborrow())?;
+        out.push_sql(")");
+    }
+    Ok(())
+}
+
+/// `SELECT <model> FROM t WHERE <claimable> [AND filter] ORDER BY … LIMIT $n <lock>`, where
+/// `<lock>` is the backend's `FOR UPDATE SKIP LOCKED` (nothing on SQLite, whose write lock
+/// stands in for row locks). The rows stay locked until the caller's transaction ends; MySQL
+/// claims use it to pick rows before updating them.
+pub struct PickStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+    parts: &'a ClaimParts<M, DB>,
+    limit: i64,
+    filter: Filter<'a, DB>,
+}
+
+impl<'a, M: ClaimSql<DB>, DB: SqlDialect> PickStmt<'a, M, DB> {
+    pub(crate) fn locking(
+        parts: &'a ClaimParts<M, DB>,
+        limit: i64,
+        filter: Filter<'a, DB>,
+    ) -> Self {
+        PickStmt {
+            parts,
+            limit,
+            filter,
+        }
+    }
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for PickStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("SELECT ");
+        M::push_select(&mut out, &self.parts.select)?;
+        pick_from(&mut out, self.parts, self.filter, &self.limit)?;
+        out.push_sql(DB::SKIP_LOCKED);
+        Ok(())
+    }
+}
+
+/// ` FROM t WHERE <claimable> [AND (filter)] ORDER BY … LIMIT $n`: which rows a claim takes.
+pub(crate) fn pick_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    parts: &'b ClaimParts<M, DB>,
+    filter: Filter<'b, DB>,
+    limit: &'b i64,
+) -> QueryResult<()> {
+    out.push_sql(" FROM ");
+    M::push_table(out, &parts.table)?;
+    out.push_sql(" WHERE ");
+    claimable_predicate(out, parts)?;
+    and_filter(out, filter)?;
+    order_by(out, M::ORDER)?;
+    out.push_sql(" LIMIT ");
+    DB::bind_i64(out, limit)
+}
+
+/// The claim in one statement, in the backend's shape ([`SqlDialect::push_claim`]): update the
+/// rows `pick_from` selects and return them.
+pub struct ClaimStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+    pub(crate) parts: &'a ClaimParts<M, DB>,
+    pub(crate) limit: i64,
+    pub(crate) filter: Filter<'a, DB>,
+}
+
+impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ClaimStmt<'a, M, DB> {
+    pub(crate) fn new(parts: &'a ClaimParts<M, DB>, limit: i64, filter: Filter<'a, DB>) -> Self {
+        ClaimStmt {
+            parts,
+            limit,
+            filter,
+        }
+    }
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        DB::push_claim(&mut out, self)
+    }
+}
+
+/// `(<pk of row 1>) OR (<pk of row 2>) …` from the model's typed primary-key filters.
+pub struct AnyPk<M: Claimable>(Vec<M::PkFilter>);
+
+impl<M: Claimable> AnyPk<M> {
+    pub(crate) fn of(rows: &[M]) -> Self {
+        AnyPk(rows.iter().map(|r| M::pk_filter(r.pk())).collect())
+    }
+
+    fn walk<'b, DB: SqlDialect>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>
+    where
+        M: ClaimSql<DB>,
+    {
+        if self.0.is_empty() {
+            out.push_sql("1 = 0");
+        }
+        for (i, f) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(" OR ");
+            }
+            out.push_sql("(");
+            M::push_pk(out, f)?;
+            out.push_sql(")");
+        }
+        Ok(())
+    }
+}
+
+/// MySQL's second claim statement: `UPDATE t SET <claim> WHERE <pk in picked>`.
+pub struct MarkClaimedStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+    pub(crate) parts: &'a ClaimParts<M, DB>,
+    pub(crate) rows: &'a AnyPk<M>,
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for MarkClaimedStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        M::push_table(&mut out, &self.parts.table)?;
+        claim_assignments(&mut out, self.parts)?;
+        out.push_sql(" WHERE ");
+        self.rows.walk(&mut out)
+    }
+}
+
+/// MySQL's read-back after claiming: `SELECT <model> FROM t WHERE <pk in rows>`.
+pub struct ReadBackStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+    pub(crate) parts: &'a ClaimParts<M, DB>,
+    pub(crate) rows: &'a AnyPk<M>,
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReadBackStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("SELECT ");
+        M::push_select(&mut out, &self.parts.select)?;
+        out.push_sql(" FROM ");
+        M::push_table(&mut out, &self.parts.table)?;
+        out.push_sql(" WHERE ");
+        self.rows.walk(&mut out)
+    }
+}
+
+/// Stale claims that used up their attempts go to the failed state instead of being handed out:
+/// `UPDATE t SET state = $failed WHERE state = $claimed AND claimed_at < <cutoff> AND attempts >= $max`.
+struct ReapStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        let parts = self.0;
+        let (Some(claimed_at), Some(attempts), Some(cutoff), Some(max), Some(failed)) = (
+            M::CLAIMED_AT,
+            M::ATTEMPTS,
+            &parts.cutoff,
+            &parts.max_attempts,
+            &parts.failed,
+        ) else {
+            return Err(diesel::result::Error::QueryBuilderError(
+                "reaping needs claimed_at, attempts, a failed state, a timeout and max_attempts"
+                    .into(),
+            ));
+        };
+        out.push_sql("UPDATE ");
+        M::push_table(&mut out, &parts.table)?;
+        out.push_sql(" SET ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        M::push_state(&mut out, failed)?;
+        out.push_sql(" WHERE ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        M::push_state(&mut out, &parts.claimed)?;
+        out.push_sql(" AND ");
+        out.push_identifier(claimed_at)?;
+        out.push_sql(" < ");
+        cutoff.walk_ast(out.reborrow())?;
+        out.push_sql(" AND ");
+        out.push_identifier(attempts)?;
+        out.push_sql(" >= ");
+        DB::bind_i64(&mut out, max)
+    }
+}
+
+/// Moves stale claims that used up their attempts to the failed state, when the model asks for
+/// it; run in the claim's transaction, before the claim.
+pub(crate) fn reap<M, C>(conn: &mut C, parts: &ClaimParts<M, C::Backend>) -> QueryResult<()>
+where
+    C: Dialect,
+    M: ClaimSql<C::Backend>,
+{
+    if parts.needs_reap() {
+        conn.execute_returning_count(&Exec(&ReapStmt(parts)))?;
+    }
+    Ok(())
+}
+
+/// SQLite's stand-in for a row lock: a write that matches nothing still takes the database's
+/// write lock, which then shuts out every other writer until the transaction ends.
+pub(crate) struct WriteLockStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(
+    pub(crate) &'a ClaimParts<M, DB>,
+);
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        M::push_table(&mut out, &self.0.table)?;
+        out.push_sql(" SET ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" WHERE 1 = 0");
+        Ok(())
+    }
+}
+
+/// Owner-checked transition of one claimed row:
+/// `UPDATE t SET state = $to WHERE <pk> AND state = $claimed [AND owner = $me] [AND attempts = $n]`.
+///
+/// The old state is in the predicate, so "1 row" means "this caller still owned it" on every
+/// backend, including MySQL's matched-rows count.
+pub struct FinishStmt<M: Claimable> {
+    pub(crate) table: M::Table,
+    pub(crate) pk: M::PkFilter,
+    pub(crate) claimed: M::StateValue,
+    pub(crate) to: M::StateValue,
+    pub(crate) owner: Option<Option<String>>,
+    pub(crate) attempts: Option<Option<i64>>,
+    /// Back to ready: clear the owner so the row looks unclaimed.
+    pub(crate) clear_owner: bool,
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        M::push_table(&mut out, &self.table)?;
+        out.push_sql(" SET ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        M::push_state(&mut out, &self.to)?;
+        if let (true, Some(owner)) = (self.clear_owner, M::OWNER) {
+            out.push_sql(", ");
+            out.push_identifier(owner)?;
+            out.push_sql(" = NULL");
+        }
+        out.push_sql(" WHERE ");
+        M::push_pk(&mut out, &self.pk)?;
+        out.push_sql(" AND ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        M::push_state(&mut out, &self.claimed)?;
+        if let (Some(col), Some(owner)) = (M::OWNER, &self.owner) {
+            out.push_sql(" AND ");
+            out.push_identifier(col)?;
+            out.push_sql(" = ");
+            DB::bind_opt_str(&mut out, owner)?;
+        }
+        if let (Some(col), Some(attempts)) = (M::ATTEMPTS, &self.attempts) {
+            out.push_sql(" AND ");
+            out.push_identifier(col)?;
+            out.push_sql(" = ");
+            DB::bind_opt_i64(&mut out, attempts)?;
+        }
+        Ok(())
+    }
+}
+
+/// Any write statement, executable (Diesel's `execute` needs a `QueryId`).
+pub(crate) struct Exec<'a, DB>(pub(crate) &'a dyn QueryFragment<DB>);
+
+impl<DB> QueryId for Exec<'_, DB> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<DB: diesel::backend::Backend> QueryFragment<DB> for Exec<'_, DB> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.0.walk_ast(out)
+    }
+}

@@ -1,0 +1,1075 @@
+//! One keep-alive for everything a process holds in the database: leases, permits, claimed rows.
+//!
+//! The database decides when a grant expires, on its own clock; the holder cannot ask without a
+//! round trip. So each holder keeps a conservative local estimate, a [`HolderState`]: the
+//! instant its last successful grant or extension was *sent*, plus that grant's ttl, minus a
+//! safety margin. The server started its ttl at its `now`, which came after the request left,
+//! so its expiry is later than ours. Only durations measured on this process's monotonic clock
+//! (`Instant`) are involved, never a wall-clock time compared with the server's: a clock step
+//! (NTP, a manual change) moves nothing.
+//!
+//! Once that local deadline passes without a new success, the holder counts as lost, whatever
+//! the database says or fails to say, and the protected work must stop. A lost state never
+//! turns back to held.
+//!
+//! A [`Heartbeat`] is the background thread that extends a grant: it calls a closure that talks
+//! to the database (this module knows nothing about databases), records successes, retries
+//! sooner after failures, and marks the state lost when the database says it is gone or when the
+//! deadline passes. [`LostSignal`] and [`HolderState::on_lost`] tell the protected work.
+
+use std::fmt;
+use std::io;
+use std::mem;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// How long dropping a [`Heartbeat`] waits for its thread to end. The thread may be inside a
+/// database call; after this it is left to finish that call on its own (it calls the beat no
+/// more), so a drop never blocks for longer.
+pub(crate) const DROP_WAIT: Duration = Duration::from_millis(100);
+
+/// The shortest pause between two beats, so a zero period cannot spin.
+const MIN_PAUSE: Duration = Duration::from_millis(1);
+
+/// Spans longer than this (a century) are cut to it, so an enormous ttl or period cannot
+/// overflow `Instant` arithmetic.
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The safety margin for a grant of `ttl`: a tenth of it, at least 1 ms, but never more than half
+/// the ttl (so a holder of a tiny ttl is not lost at once).
+///
+/// The margin covers what the "sent" instant does not:
+/// - the client's and the server's clocks tick at slightly different rates, so the server's
+///   ttl may run out a little sooner than the same ttl measured here;
+/// - the protected work needs time to notice it is lost and stop before the server hands the
+///   grant to somebody else.
+///
+/// It does not cover a process that is paused longer than the margin (a GC pause, `SIGSTOP`, a
+/// suspended VM): such a holder wakes after the server's expiry still believing it holds the
+/// grant, until it next looks at the clock. Fencing tokens, checked by the protected resource,
+/// remain the real protection.
+pub(crate) fn default_margin(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(1)).min(ttl / 2)
+}
+
+/// Why a holder no longer holds its grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LostReason {
+    /// The local deadline (last success + ttl - margin) passed without a successful extension:
+    /// the database may already have given the grant to somebody else. Usually the database was
+    /// unreachable.
+    Expired,
+    /// The database said the grant is no longer ours: it expired there and was removed or
+    /// granted to another holder.
+    Gone,
+    /// The holder gave the grant back itself (release, drop). Nothing went wrong, but the grant
+    /// protects nothing any more.
+    Released,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "its local deadline passed without a successful extension",
+            LostReason::Gone => "the database said it is no longer ours",
+            LostReason::Released => "it was released",
+        })
+    }
+}
+
+/// What a holder believes about its grant; cheap to clone, every clone is the same state.
+///
+/// It is *lost* once `deadline()` has passed without a new success, or once
+/// [`mark_lost`](Self::mark_lost) was called; lost is final. The first reason that applied is
+/// the one kept: a state whose deadline passed before `mark_lost(Gone)` stays
+/// [`LostReason::Expired`].
+#[derive(Clone)]
+pub(crate) struct HolderState {
+    shared: Arc<Shared>,
+}
+
+/// A read-only view of a holder's state for the protected work: is it lost, or wait until it is.
+#[derive(Clone)]
+pub struct LostSignal {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    /// Notified when the state becomes lost or its deadline moves earlier.
+    changed: Condvar,
+}
+
+type Callback = Box<dyn FnOnce(LostReason) + Send>;
+
+struct Inner {
+    last_success: Instant,
+    margin: Duration,
+    deadline: Instant,
+    lost: Option<LostReason>,
+    callbacks: Vec<Callback>,
+}
+
+impl Inner {
+    fn reason_at(&self, now: Instant) -> Option<LostReason> {
+        self.lost
+            .or((now >= self.deadline).then_some(LostReason::Expired))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here leaves its data whole (no user code runs under these locks).
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn add_capped(start: Instant, span: Duration) -> Instant {
+    // Falling back to `start` errs towards "lost sooner", never towards "held longer".
+    start.checked_add(span.min(MAX_SPAN)).unwrap_or(start)
+}
+
+fn deadline_of(sent_at: Instant, ttl: Duration, margin: Duration) -> Instant {
+    add_capped(sent_at, ttl.saturating_sub(margin))
+}
+
+impl HolderState {
+    /// A grant of `ttl` obtained by a request sent at `granted_at`; it counts as lost `margin`
+    /// before the ttl runs out (see [`default_margin`]). A margin of `ttl` or more makes it
+    /// lost at once.
+    pub(crate) fn new(granted_at: Instant, ttl: Duration, margin: Duration) -> Self {
+        HolderState {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    last_success: granted_at,
+                    margin,
+                    deadline: deadline_of(granted_at, ttl, margin),
+                    lost: None,
+                    callbacks: Vec::new(),
+                }),
+                changed: Condvar::new(),
+            }),
+        }
+    }
+
+    /// Records a successful extension by `ttl`, whose request was sent at `sent_at`.
+    ///
+    /// The latest request decides, as it does on the server (`expires_at = now + ttl`): a newer
+    /// success with a shorter ttl moves the deadline earlier. A success sent before the current
+    /// one is ignored (it proves nothing newer, and the server may have applied it first), so it
+    /// never moves the deadline backwards. A lost state stays lost, including one whose deadline
+    /// passed while this request was under way.
+    pub(crate) fn record_success(&self, sent_at: Instant, ttl: Duration) {
+        let mut inner = lock(&self.shared.inner);
+        if inner.reason_at(Instant::now()).is_some() {
+            self.shared.settle(inner, LostReason::Expired);
+            return;
+        }
+        if sent_at < inner.last_success {
+            return;
+        }
+        let before = inner.deadline;
+        inner.last_success = sent_at;
+        inner.deadline = deadline_of(sent_at, ttl, inner.margin);
+        if Instant::now() >= inner.deadline {
+            self.shared.settle(inner, LostReason::Expired);
+        } else if inner.deadline < before {
+            // Waiters sleep until the deadline they saw; an earlier one must wake them.
+            drop(inner);
+            self.shared.changed.notify_all();
+        }
+    }
+
+    /// Marks the state lost for `reason`, wakes the waiters and runs the callbacks. Does nothing
+    /// when it is already lost (the first reason stays).
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        self.shared.settle(lock(&self.shared.inner), reason);
+    }
+
+    /// Whether the grant is lost: marked so, or its deadline passed (even if nobody noticed yet).
+    pub(crate) fn is_lost(&self) -> bool {
+        self.shared.reason().is_some()
+    }
+
+    /// Why it is lost, or `None` while held. Once `Some`, it never changes.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.reason()
+    }
+
+    /// The local instant at which it counts as lost unless extended before.
+    pub(crate) fn deadline(&self) -> Instant {
+        lock(&self.shared.inner).deadline
+    }
+
+    /// The time left until [`deadline`](Self::deadline); zero once it passed.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// A signal for the protected work.
+    pub(crate) fn lost_signal(&self) -> LostSignal {
+        LostSignal {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Runs `callback` exactly once, when the state becomes lost, in the thread that marks it
+    /// lost (the heartbeat's, or whoever calls [`mark_lost`](Self::mark_lost)); at once, in this
+    /// thread, if it is lost already. A state that expires from time alone is marked by its
+    /// running [`Heartbeat`] at the deadline; without one, by the next call that changes it.
+    ///
+    /// A panicking callback does not keep the others from running; the first panic is resumed
+    /// in the marking thread after all of them ran.
+    pub(crate) fn on_lost(&self, callback: impl FnOnce(LostReason) + Send + 'static) {
+        let mut inner = lock(&self.shared.inner);
+        if inner.reason_at(Instant::now()).is_none() {
+            inner.callbacks.push(Box::new(callback));
+            return;
+        }
+        let reason = self.shared.settle(inner, LostReason::Expired);
+        callback(reason);
+    }
+
+    /// Marks the state lost if its deadline passed; whether it is lost.
+    fn settle_expiry(&self) -> bool {
+        let inner = lock(&self.shared.inner);
+        if inner.reason_at(Instant::now()).is_none() {
+            return false;
+        }
+        self.shared.settle(inner, LostReason::Expired);
+        true
+    }
+}
+
+impl Shared {
+    fn reason(&self) -> Option<LostReason> {
+        lock(&self.inner).reason_at(Instant::now())
+    }
+
+    /// Makes the state lost (an expiry that came first wins over `reason`), then wakes the
+    /// waiters and runs the callbacks outside the lock. Returns the reason that stands.
+    fn settle(&self, mut inner: MutexGuard<'_, Inner>, reason: LostReason) -> LostReason {
+        if let Some(already) = inner.lost {
+            return already;
+        }
+        let reason = inner.reason_at(Instant::now()).unwrap_or(reason);
+        inner.lost = Some(reason);
+        let callbacks = mem::take(&mut inner.callbacks);
+        drop(inner);
+        self.changed.notify_all();
+        run_callbacks(callbacks, reason);
+        reason
+    }
+
+    fn wait_timeout(&self, timeout: Duration) -> bool {
+        let end = add_capped(Instant::now(), timeout);
+        let mut inner = lock(&self.inner);
+        loop {
+            let now = Instant::now();
+            if inner.reason_at(now).is_some() {
+                return true;
+            }
+            if now >= end {
+                return false;
+            }
+            // Wake at the deadline too: nobody may be there to notify a loss from time alone.
+            let until = end.min(inner.deadline);
+            inner = self
+                .changed
+                .wait_timeout(inner, until.saturating_duration_since(now))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+fn run_callbacks(callbacks: Vec<Callback>, reason: LostReason) {
+    let mut first_panic = None;
+    for callback in callbacks {
+        if let Err(panic) = panic::catch_unwind(AssertUnwindSafe(|| callback(reason))) {
+            first_panic.get_or_insert(panic);
+        }
+    }
+    if let Some(panic) = first_panic {
+        panic::resume_unwind(panic);
+    }
+}
+
+impl fmt::Debug for HolderState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HolderState")
+            .field("remaining", &self.remaining())
+            .field("lost", &self.lost_reason())
+            .finish()
+    }
+}
+
+impl LostSignal {
+    /// Whether the grant is lost: the database said so, or the local deadline passed.
+    pub fn is_lost(&self) -> bool {
+        self.shared.reason().is_some()
+    }
+
+    /// Why it is lost, or `None` while held.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.reason()
+    }
+
+    /// Blocks until the grant is lost (`true`) or `timeout` passed (`false`). Wakes at the
+    /// deadline by itself, so it needs no heartbeat thread to notice an expiry.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        self.shared.wait_timeout(timeout)
+    }
+}
+
+impl fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LostSignal")
+            .field("lost", &self.lost_reason())
+            .finish()
+    }
+}
+
+/// What one beat learned from the database.
+#[derive(Debug)]
+pub(crate) enum Beat<E> {
+    /// The grant was extended by `ttl`.
+    Held {
+        /// The ttl the database applied.
+        ttl: Duration,
+    },
+    /// The database says the grant is not ours any more.
+    Lost,
+    /// The database could not be asked (no pool connection, network, timeout).
+    Failed(E),
+}
+
+/// How long a beat may take, pool checkout and statement together: never beyond the local
+/// deadline, after which a success would come too late anyway.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BeatBudget {
+    until: Instant,
+}
+
+impl BeatBudget {
+    /// The instant the beat must be done by (the state's deadline when the beat started).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn until(&self) -> Instant {
+        self.until
+    }
+
+    /// The time left from now; use it as the pool checkout and statement timeouts.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+}
+
+/// The background thread that keeps a [`HolderState`] held.
+///
+/// Every `period` it calls the beat closure and records the outcome: [`Beat::Held`] extends
+/// the state, [`Beat::Lost`] marks it [`LostReason::Gone`] and ends the thread,
+/// [`Beat::Failed`] is retried after a quarter period. It wakes at the state's deadline whatever
+/// the period, and then marks it [`LostReason::Expired`] and ends. It also ends as soon as the
+/// state is marked lost by anybody else. A beat that panics is not called again; the thread
+/// then only waits for the deadline to mark the state expired.
+///
+/// Stopping the heartbeat does not mark the state lost: a holder that gives its grant back
+/// marks it [`LostReason::Released`] itself.
+pub(crate) struct Heartbeat<E> {
+    control: Arc<Control>,
+    last_error: Arc<Mutex<Option<Arc<E>>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Stop requests and the exit notice, between a [`Heartbeat`] and its thread.
+struct Control {
+    flags: Mutex<Flags>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Flags {
+    stop: bool,
+    exited: bool,
+}
+
+impl Control {
+    fn request_stop(&self) {
+        lock(&self.flags).stop = true;
+        self.changed.notify_all();
+    }
+
+    fn stop_requested(&self) -> bool {
+        lock(&self.flags).stop
+    }
+
+    /// Sleeps until `until`; `false` if a stop was requested first.
+    fn sleep_until(&self, until: Instant) -> bool {
+        let mut flags = lock(&self.flags);
+        loop {
+            if flags.stop {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return true;
+            }
+            flags = self
+                .changed
+                .wait_timeout(flags, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Waits at most `wait` for the thread to end; whether it did.
+    fn wait_exited(&self, wait: Duration) -> bool {
+        let end = add_capped(Instant::now(), wait);
+        let mut flags = lock(&self.flags);
+        loop {
+            if flags.exited {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= end {
+                return false;
+            }
+            flags = self
+                .changed
+                .wait_timeout(flags, end - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+}
+
+/// Tells the [`Heartbeat`] the thread ended, also when it ends by a panic.
+struct ExitNotice(Arc<Control>);
+
+impl Drop for ExitNotice {
+    fn drop(&mut self) {
+        lock(&self.0.flags).exited = true;
+        self.0.changed.notify_all();
+    }
+}
+
+impl<E: Send + Sync + 'static> Heartbeat<E> {
+    /// Starts the thread `name`, which keeps `state` held by calling `beat` every `period`
+    /// (at least 1 ms). Fails only if the thread cannot be spawned.
+    pub(crate) fn start<F>(
+        name: &str,
+        state: HolderState,
+        period: Duration,
+        beat: F,
+    ) -> io::Result<Self>
+    where
+        F: FnMut(BeatBudget) -> Beat<E> + Send + 'static,
+    {
+        let control = Arc::new(Control {
+            flags: Mutex::new(Flags::default()),
+            changed: Condvar::new(),
+        });
+        let last_error = Arc::new(Mutex::new(None));
+        let thread = {
+            let (control, last_error, state) =
+                (Arc::clone(&control), Arc::clone(&last_error), state.clone());
+            thread::Builder::new()
+                .name(name.to_string())
+                .spawn(move || {
+                    let _exit = ExitNotice(Arc::clone(&control));
+                    let period = period.clamp(MIN_PAUSE, MAX_SPAN);
+                    run(&state, &control, &last_error, period, beat);
+                })?
+        };
+        // Whoever marks the state lost (a release, an explicit extension) ends the thread.
+        let stopper = Arc::clone(&control);
+        state.on_lost(move |_| stopper.request_stop());
+        Ok(Heartbeat {
+            control,
+            last_error,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Heartbeat<crate::Error> {
+    /// The heartbeat of a holder whose grants last `ttl`: a beat every ttl/3, so two beats in a
+    /// row may fail before the local deadline. [`Error::Heartbeat`](crate::Error::Heartbeat) if
+    /// the thread cannot be started.
+    pub(crate) fn every_third_of_ttl<F>(
+        name: &str,
+        state: HolderState,
+        ttl: Duration,
+        beat: F,
+    ) -> crate::Result<Self>
+    where
+        F: FnMut(BeatBudget) -> Beat<crate::Error> + Send + 'static,
+    {
+        Self::start(name, state, ttl / 3, beat).map_err(crate::Error::Heartbeat)
+    }
+}
+
+impl<E> Heartbeat<E> {
+    /// The error of the latest beat if it failed; `None` once a beat reached the database.
+    pub(crate) fn last_error(&self) -> Option<Arc<E>> {
+        lock(&self.last_error).clone()
+    }
+
+    /// Tells the thread to stop and waits at most `wait` for it to end; whether it ended. If it
+    /// is still inside a beat, it is left to finish that beat on its own and calls no other.
+    pub(crate) fn stop(mut self, wait: Duration) -> bool {
+        self.shutdown(wait)
+    }
+
+    fn shutdown(&mut self, wait: Duration) -> bool {
+        let Some(thread) = self.thread.take() else {
+            return true;
+        };
+        self.control.request_stop();
+        if self.control.wait_exited(wait) {
+            // It has ended; a panic in it has nothing left to clean up.
+            let _ = thread.join();
+            true
+        } else {
+            // Dropping the handle detaches the thread.
+            false
+        }
+    }
+}
+
+impl<E> Drop for Heartbeat<E> {
+    fn drop(&mut self) {
+        self.shutdown(DROP_WAIT);
+    }
+}
+
+impl<E: fmt::Debug> fmt::Debug for Heartbeat<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Heartbeat")
+            .field("stop_requested", &self.control.stop_requested())
+            .field("last_error", &self.last_error())
+            .finish()
+    }
+}
+
+/// The thread's loop (see [`Heartbeat`]).
+fn run<E, F>(
+    state: &HolderState,
+    control: &Control,
+    last_error: &Mutex<Option<Arc<E>>>,
+    period: Duration,
+    mut beat: F,
+) where
+    F: FnMut(BeatBudget) -> Beat<E>,
+{
+    let retry = (period / 4).max(MIN_PAUSE);
+    let mut next = add_capped(Instant::now(), period);
+    loop {
+        // Sleep until the next beat, waking at the deadline if it comes first.
+        loop {
+            if state.settle_expiry() || control.stop_requested() {
+                return;
+            }
+            if Instant::now() >= next {
+                break;
+            }
+            if !control.sleep_until(next.min(state.deadline())) {
+                return;
+            }
+        }
+        let sent_at = Instant::now();
+        let budget = BeatBudget {
+            until: state.deadline(),
+        };
+        let pause = match panic::catch_unwind(AssertUnwindSafe(|| beat(budget))) {
+            Ok(Beat::Held { ttl }) => {
+                *lock(last_error) = None;
+                state.record_success(sent_at, ttl);
+                period
+            }
+            Ok(Beat::Lost) => {
+                *lock(last_error) = None;
+                state.mark_lost(LostReason::Gone);
+                return;
+            }
+            Ok(Beat::Failed(error)) => {
+                *lock(last_error) = Some(Arc::new(error));
+                retry
+            }
+            Err(_) => {
+                // The panic was reported by the hook; the beat may be broken, so it is not
+                // called again, but the deadline still has to be marked for the waiters.
+                while !state.settle_expiry() && control.sleep_until(state.deadline()) {}
+                return;
+            }
+        };
+        next = add_capped(Instant::now(), pause);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Barrier};
+
+    /// Generous slack for a loaded CI machine: bounds that only fail when something is broken.
+    const SLACK: Duration = Duration::from_millis(700);
+    const MS: Duration = Duration::from_millis(1);
+
+    fn ago(d: Duration) -> Instant {
+        Instant::now()
+            .checked_sub(d)
+            .expect("the monotonic clock started more than a few seconds ago")
+    }
+
+    /// A beat counter the test keeps while the closure moves into the thread.
+    fn counter() -> (Arc<AtomicUsize>, Arc<AtomicUsize>) {
+        let count = Arc::new(AtomicUsize::new(0));
+        (Arc::clone(&count), count)
+    }
+
+    #[test]
+    fn default_margin_is_a_tenth_at_least_1ms_and_below_the_ttl() {
+        assert_eq!(
+            default_margin(Duration::from_secs(30)),
+            Duration::from_secs(3)
+        );
+        assert_eq!(default_margin(Duration::from_millis(5)), MS);
+        assert_eq!(default_margin(Duration::from_micros(1000)), MS / 2);
+        assert!(default_margin(Duration::from_micros(3)) < Duration::from_micros(3));
+    }
+
+    #[test]
+    fn without_successes_it_is_lost_at_ttl_minus_margin_from_time_alone() {
+        let granted_at = Instant::now();
+        let state = HolderState::new(granted_at, 150 * MS, 50 * MS);
+        assert_eq!(state.deadline(), granted_at + 100 * MS);
+        {
+            let inner = lock(&state.shared.inner);
+            assert_eq!(
+                inner.reason_at(granted_at + 100 * MS - Duration::from_nanos(1)),
+                None
+            );
+            assert_eq!(
+                inner.reason_at(granted_at + 100 * MS),
+                Some(LostReason::Expired)
+            );
+        }
+
+        // Nobody marks it and no thread runs: a waiter still wakes at the deadline.
+        let signal = state.lost_signal();
+        assert!(signal.wait_timeout(10 * SLACK));
+        assert!(Instant::now() >= granted_at + 100 * MS);
+        assert!(state.is_lost() && signal.is_lost());
+        assert_eq!(state.remaining(), Duration::ZERO);
+        assert_eq!(signal.lost_reason(), Some(LostReason::Expired));
+
+        let old = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
+        assert_eq!(old.lost_reason(), Some(LostReason::Expired));
+        assert!(HolderState::new(Instant::now(), 10 * MS, 10 * MS).is_lost());
+    }
+
+    #[test]
+    fn wait_timeout_returns_false_while_held() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let started = Instant::now();
+        assert!(!state.lost_signal().wait_timeout(20 * MS));
+        assert!(started.elapsed() >= 20 * MS);
+        assert!(!state.is_lost());
+        assert!(state.remaining() > Duration::from_secs(50));
+    }
+
+    #[test]
+    fn record_success_moves_the_deadline_but_a_stale_one_never_backwards() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let state = HolderState::new(t0, ttl, Duration::from_secs(1));
+        assert_eq!(state.deadline(), t0 + Duration::from_secs(9));
+
+        state.record_success(t0 + Duration::from_secs(2), ttl);
+        assert_eq!(state.deadline(), t0 + Duration::from_secs(11));
+
+        // Sent before the current success: ignored, even with a longer ttl.
+        state.record_success(t0 + Duration::from_secs(1), ttl);
+        assert_eq!(state.deadline(), t0 + Duration::from_secs(11));
+        state.record_success(t0 + Duration::from_secs(1), 3 * ttl);
+        assert_eq!(state.deadline(), t0 + Duration::from_secs(11));
+
+        // A newer request with a shorter ttl is what the server applied last.
+        state.record_success(t0 + Duration::from_secs(3), Duration::from_secs(5));
+        assert_eq!(state.deadline(), t0 + Duration::from_secs(7));
+        assert!(!state.is_lost());
+    }
+
+    #[test]
+    fn a_shorter_deadline_wakes_waiters() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let signal = state.lost_signal();
+        let (entered_tx, entered) = mpsc::channel();
+        let waiter = thread::spawn(move || {
+            entered_tx.send(()).unwrap();
+            signal.wait_timeout(10 * SLACK)
+        });
+        entered.recv().unwrap();
+        let sent_at = Instant::now();
+        state.record_success(sent_at, 50 * MS);
+        assert!(waiter.join().unwrap(), "woke at the new deadline");
+        let woke = sent_at.elapsed();
+        assert!(woke >= 49 * MS && woke < 49 * MS + SLACK, "{woke:?}");
+    }
+
+    #[test]
+    fn lost_is_final_and_keeps_its_first_reason() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        state.mark_lost(LostReason::Gone);
+        state.record_success(Instant::now(), Duration::from_secs(60));
+        state.mark_lost(LostReason::Released);
+        assert_eq!(state.lost_reason(), Some(LostReason::Gone));
+
+        // Expired from time alone: a late success does not revive it, and a later mark keeps
+        // the expiry as the reason.
+        let expired = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
+        expired.record_success(Instant::now(), Duration::from_secs(60));
+        assert_eq!(expired.lost_reason(), Some(LostReason::Expired));
+        let expired = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
+        expired.mark_lost(LostReason::Gone);
+        assert_eq!(expired.lost_reason(), Some(LostReason::Expired));
+
+        // A success whose own deadline already passed makes it lost too.
+        let slow = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        slow.record_success(ago(Duration::from_secs(1)) + MS, 500 * MS);
+        assert!(!slow.is_lost(), "a stale success is ignored");
+        let slow = HolderState::new(ago(Duration::from_secs(2)), Duration::from_secs(60), MS);
+        slow.record_success(ago(Duration::from_secs(1)), 500 * MS);
+        assert_eq!(slow.lost_reason(), Some(LostReason::Expired));
+    }
+
+    #[test]
+    fn on_lost_runs_exactly_once() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let (calls, seen) = counter();
+        let (reasons_tx, reasons) = mpsc::channel();
+        for _ in 0..2 {
+            let (calls, reasons_tx) = (Arc::clone(&calls), reasons_tx.clone());
+            state.on_lost(move |reason| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                reasons_tx.send(reason).unwrap();
+            });
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 0);
+
+        // Four threads race to mark it.
+        let barrier = Arc::new(Barrier::new(4));
+        let markers: Vec<_> = [LostReason::Gone, LostReason::Released]
+            .into_iter()
+            .cycle()
+            .take(4)
+            .map(|reason| {
+                let (state, barrier) = (state.clone(), Arc::clone(&barrier));
+                thread::spawn(move || {
+                    barrier.wait();
+                    state.mark_lost(reason);
+                })
+            })
+            .collect();
+        for marker in markers {
+            marker.join().unwrap();
+        }
+        assert_eq!(seen.load(Ordering::SeqCst), 2, "each callback once");
+        let reason = state.lost_reason().unwrap();
+        assert_eq!(reasons.try_iter().collect::<Vec<_>>(), vec![reason; 2]);
+
+        // Registered after the fact: runs at once, in this thread, with the same reason.
+        let caller = thread::current().id();
+        let (tx, rx) = mpsc::channel();
+        state.on_lost(move |r| tx.send((r, thread::current().id())).unwrap());
+        assert_eq!(rx.try_recv().unwrap(), (reason, caller));
+    }
+
+    #[test]
+    fn on_lost_registered_after_a_silent_expiry_runs_at_once_with_expired() {
+        let state = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
+        let (tx, rx) = mpsc::channel();
+        state.on_lost(move |r| tx.send(r).unwrap());
+        assert_eq!(rx.try_recv().unwrap(), LostReason::Expired);
+    }
+
+    #[test]
+    fn a_panicking_callback_does_not_skip_the_others() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let (calls, seen) = counter();
+        state.on_lost(|_| panic!("callback failed"));
+        state.on_lost(move |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+        });
+        let marked = panic::catch_unwind(AssertUnwindSafe(|| state.mark_lost(LostReason::Gone)));
+        assert!(marked.is_err(), "the panic is passed on");
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        assert_eq!(state.lost_reason(), Some(LostReason::Gone));
+    }
+
+    #[test]
+    fn failing_beats_retry_sooner_and_expire_the_state_before_its_ttl() {
+        let (ttl, margin, period) = (Duration::from_secs(1), 100 * MS, 200 * MS);
+        let granted_at = Instant::now();
+        let state = HolderState::new(granted_at, ttl, margin);
+        let deadline = granted_at + ttl - margin;
+
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let signal = state.lost_signal();
+                thread::spawn(move || (signal.wait_timeout(10 * SLACK), Instant::now()))
+            })
+            .collect();
+        let (marked_tx, marked) = mpsc::channel();
+        state.on_lost(move |reason| marked_tx.send((reason, Instant::now())).unwrap());
+
+        let (beats, seen) = counter();
+        let (budget_ok_tx, budget_ok) = mpsc::channel();
+        let beat_state = state.clone();
+        let heartbeat = Heartbeat::start("test-failing", state.clone(), period, move |budget| {
+            beats.fetch_add(1, Ordering::SeqCst);
+            let before = Instant::now();
+            let remaining = budget.remaining();
+            let deadline = beat_state.deadline();
+            let within = budget.until() == deadline
+                && remaining <= deadline.saturating_duration_since(before);
+            budget_ok_tx.send((within, remaining)).unwrap();
+            Beat::<&str>::Failed("database down")
+        })
+        .unwrap();
+
+        let (reason, marked_at) = marked.recv_timeout(10 * SLACK).unwrap();
+        assert_eq!(reason, LostReason::Expired);
+        assert!(marked_at >= deadline, "not before the local deadline");
+        assert!(marked_at < deadline + SLACK, "woken at the deadline");
+        assert!(deadline < granted_at + ttl);
+        for waiter in waiters {
+            let (lost, woke_at) = waiter.join().unwrap();
+            assert!(lost && woke_at >= deadline);
+        }
+        assert_eq!(heartbeat.last_error().as_deref(), Some(&"database down"));
+        assert!(heartbeat.stop(SLACK), "the thread ended by itself");
+
+        // Period pacing would give 4 beats before the deadline, retry pacing about 14.
+        let beats = seen.load(Ordering::SeqCst);
+        assert!(
+            beats >= 6,
+            "failures are retried sooner than the period: {beats} beats"
+        );
+        let budgets: Vec<(bool, Duration)> = budget_ok.try_iter().collect();
+        assert_eq!(budgets.len(), beats);
+        assert!(
+            budgets.iter().all(|(ok, _)| *ok),
+            "every budget within the deadline"
+        );
+        // The first beat (at 200 ms of 900) had real time to spend.
+        assert!(budgets[0].1 > 100 * MS, "{:?}", budgets[0].1);
+    }
+
+    #[test]
+    fn the_thread_wakes_at_the_deadline_whatever_the_period() {
+        let granted_at = Instant::now();
+        let state = HolderState::new(granted_at, 300 * MS, 30 * MS);
+        let (beats, seen) = counter();
+        let heartbeat = Heartbeat::start(
+            "test-long-period",
+            state.clone(),
+            Duration::from_secs(60),
+            move |_| {
+                beats.fetch_add(1, Ordering::SeqCst);
+                Beat::<()>::Held { ttl: 300 * MS }
+            },
+        )
+        .unwrap();
+        let (tx, rx) = mpsc::channel();
+        state.on_lost(move |reason| tx.send((reason, Instant::now())).unwrap());
+        let (reason, marked_at) = rx.recv_timeout(10 * SLACK).unwrap();
+        assert_eq!(reason, LostReason::Expired);
+        assert!(marked_at >= granted_at + 270 * MS && marked_at < granted_at + 270 * MS + SLACK);
+        assert!(heartbeat.stop(SLACK));
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            0,
+            "the deadline came before the first beat"
+        );
+    }
+
+    #[test]
+    fn a_lost_beat_marks_gone_and_ends_the_thread_without_another_beat() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let (beats, seen) = counter();
+        let heartbeat = Heartbeat::start("test-lost", state.clone(), MS, move |_| {
+            beats.fetch_add(1, Ordering::SeqCst);
+            Beat::<()>::Lost
+        })
+        .unwrap();
+        // Not asked to stop: it ends by itself.
+        assert!(heartbeat.control.wait_exited(10 * SLACK));
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        assert_eq!(state.lost_reason(), Some(LostReason::Gone));
+        assert!(heartbeat.last_error().is_none());
+        assert!(heartbeat.stop(Duration::ZERO));
+    }
+
+    #[test]
+    fn held_beats_keep_the_state_held_across_several_ttls() {
+        let ttl = 300 * MS;
+        let state = HolderState::new(Instant::now(), ttl, 30 * MS);
+        let (beats, seen) = counter();
+        let (budget_ok_tx, budget_ok) = mpsc::channel();
+        let beat_state = state.clone();
+        let heartbeat = Heartbeat::start("test-held", state.clone(), 30 * MS, move |budget| {
+            beats.fetch_add(1, Ordering::SeqCst);
+            budget_ok_tx
+                .send(budget.until() == beat_state.deadline())
+                .unwrap();
+            Beat::<()>::Held { ttl }
+        })
+        .unwrap();
+        let started = Instant::now();
+        assert!(
+            !state.lost_signal().wait_timeout(3 * ttl),
+            "held for three ttls"
+        );
+        assert!(started.elapsed() >= 3 * ttl);
+        assert!(heartbeat.stop(SLACK));
+        assert!(!state.is_lost(), "stopping does not mark it lost");
+        assert!(state.remaining() > Duration::ZERO);
+        // Three ttls at one beat per 30 ms: far more than one ttl's worth.
+        assert!(seen.load(Ordering::SeqCst) > 10);
+        assert!(budget_ok.try_iter().all(|ok| ok));
+    }
+
+    #[test]
+    fn marking_the_state_lost_elsewhere_ends_the_thread() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let heartbeat = Heartbeat::start(
+            "test-released",
+            state.clone(),
+            Duration::from_secs(60),
+            |_| Beat::<()>::Held {
+                ttl: Duration::from_secs(60),
+            },
+        )
+        .unwrap();
+        state.mark_lost(LostReason::Released);
+        assert!(heartbeat.control.wait_exited(10 * SLACK));
+        assert!(heartbeat.stop(Duration::ZERO));
+    }
+
+    /// A beat that blocks until the test lets it go; `gone` disconnects when the thread ends.
+    fn blocking_beat() -> (
+        Heartbeat<()>,
+        Arc<AtomicUsize>,
+        mpsc::Sender<()>,
+        mpsc::Receiver<()>,
+    ) {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let (alive, gone) = mpsc::channel::<()>();
+        let (beats, seen) = counter();
+        let heartbeat = Heartbeat::start("test-blocking", state, MS, move |_| {
+            let _alive = &alive;
+            beats.fetch_add(1, Ordering::SeqCst);
+            entered_tx.send(()).unwrap();
+            let _ = released.recv();
+            Beat::Held {
+                ttl: Duration::from_secs(60),
+            }
+        })
+        .unwrap();
+        entered.recv_timeout(10 * SLACK).unwrap();
+        (heartbeat, seen, release, gone)
+    }
+
+    #[test]
+    fn stop_does_not_wait_for_a_blocked_beat_beyond_its_bound() {
+        let (heartbeat, seen, release, gone) = blocking_beat();
+        let started = Instant::now();
+        assert!(!heartbeat.stop(50 * MS), "still inside the beat");
+        let waited = started.elapsed();
+        assert!(waited >= 50 * MS && waited < 50 * MS + SLACK, "{waited:?}");
+
+        release.send(()).unwrap();
+        assert_eq!(
+            gone.recv_timeout(10 * SLACK),
+            Err(mpsc::RecvTimeoutError::Disconnected),
+            "the detached thread ends after its beat"
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "and calls no other");
+    }
+
+    #[test]
+    fn drop_does_not_wait_for_a_blocked_beat_beyond_its_bound() {
+        let (heartbeat, seen, release, gone) = blocking_beat();
+        let started = Instant::now();
+        drop(heartbeat);
+        let waited = started.elapsed();
+        assert!(
+            waited >= DROP_WAIT && waited < DROP_WAIT + SLACK,
+            "{waited:?}"
+        );
+
+        release.send(()).unwrap();
+        assert_eq!(
+            gone.recv_timeout(10 * SLACK),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_zero_period_does_not_spin() {
+        for fail in [false, true] {
+            let started = Instant::now();
+            let state = HolderState::new(started, Duration::from_secs(60), MS);
+            let (beats, seen) = counter();
+            let heartbeat = Heartbeat::start("test-zero", state, Duration::ZERO, move |_| {
+                beats.fetch_add(1, Ordering::SeqCst);
+                if fail {
+                    Beat::Failed(())
+                } else {
+                    Beat::Held {
+                        ttl: Duration::from_secs(60),
+                    }
+                }
+            })
+            .unwrap();
+            // A measuring window, not synchronisation: at most one beat per millisecond.
+            thread::sleep(100 * MS);
+            assert!(heartbeat.stop(SLACK));
+            let window = started.elapsed().as_millis();
+            let beats = seen.load(Ordering::SeqCst);
+            assert!(
+                beats >= 1 && beats as u128 <= window + 1,
+                "{beats} beats in {window} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn a_panicking_beat_is_not_called_again_and_the_state_still_expires() {
+        let granted_at = Instant::now();
+        let state = HolderState::new(granted_at, 200 * MS, 20 * MS);
+        let (beats, seen) = counter();
+        let heartbeat: Heartbeat<()> =
+            Heartbeat::start("test-panic", state.clone(), MS, move |_| {
+                beats.fetch_add(1, Ordering::SeqCst);
+                panic!("beat failed");
+            })
+            .unwrap();
+        assert!(state.lost_signal().wait_timeout(10 * SLACK));
+        assert!(heartbeat.control.wait_exited(10 * SLACK));
+        assert_eq!(state.lost_reason(), Some(LostReason::Expired));
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        assert!(format!("{heartbeat:?}").contains("Heartbeat"));
+        assert!(format!("{state:?} {:?}", state.lost_signal()).contains("Expired"));
+        assert_eq!(
+            LostReason::Gone.to_string(),
+            "the database said it is no longer ours"
+        );
+    }
+}

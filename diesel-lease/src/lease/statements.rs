@@ -1,0 +1,392 @@
+//! The statements behind leases.
+//!
+//! Every statement is built with Diesel's DSL over the `diesel_lease_leases` schema; the few
+//! expressions Diesel has no operator for (database time plus a duration, the next slot of a
+//! schedule) are small `QueryFragment`s below that push schema identifiers and bind parameters
+//! only. Every time is the database's ([`DbNowMicros`]); the client binds durations, never instants.
+//!
+//! The statements that read the same on every backend are written once, in the macros
+//! `lease_statements!` and `grant_by_upsert!`, and expanded in each backend's file; MySQL,
+//! which has no `ON CONFLICT`, grants with `mysql_takeover!` and `mysql_insert!`.
+
+use diesel::expression::{
+    is_aggregate, AppearsOnTable, Expression, SelectableExpression, ValidGrouping,
+};
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sql_types::{BigInt, Nullable};
+use diesel::QueryResult;
+
+use super::schema::diesel_lease_leases as l;
+use crate::backend::{refuse_nested, SqlDialect};
+use crate::clock::expression;
+#[allow(unused_imports)]
+use crate::clock::DbNowMicros;
+use crate::{LeaseConnection, Result};
+
+/// What one acquisition asks for. `interval` is set for a periodic job (see `schedule`).
+#[derive(Debug, Clone, Copy)]
+pub struct Grant<'a> {
+    /// The lease name.
+    pub name: &'a str,
+    /// Who asks.
+    pub holder: &'a str,
+    /// How long the grant lasts, in µs.
+    pub ttl_micros: i64,
+    /// For a periodic job: its interval, in µs.
+    pub interval_micros: Option<i64>,
+}
+
+/// What the database granted: the new fencing token and, for a periodic job, the new `next_run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    /// The fencing token of this grant.
+    pub token: i64,
+    /// For a periodic job: when its next occurrence is due (µs, database clock).
+    pub next_run: Option<i64>,
+}
+
+/// `next_run` of a newly inserted row: `NULL` for a plain lease, `now + interval` for a periodic
+/// job (its grid starts at its first run).
+#[derive(Debug, Clone, Copy, QueryId)]
+pub(crate) struct FirstNextRun(pub(crate) Option<i64>);
+expression!(FirstNextRun, Nullable<BigInt>);
+
+impl<DB: SqlDialect> QueryFragment<DB> for FirstNextRun {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        match &self.0 {
+            None => out.push_sql("NULL"),
+            Some(interval) => {
+                out.push_sql("(");
+                DB::push_now_micros(&mut out);
+                out.push_sql(" + ");
+                DB::bind_i64(&mut out, interval)?;
+                out.push_sql(")");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `next_run` after taking over an existing row: unchanged for a plain lease; for a periodic job
+/// the first slot of its grid that lies in the future:
+/// `base + ((now - base) DIV interval + 1) * interval` with `base = COALESCE(next_run, now)`.
+/// Occurrences missed while nobody ran are skipped, and the grid does not drift.
+#[derive(Debug, Clone, Copy, QueryId)]
+pub(crate) struct NextRunAfterGrant(pub(crate) Option<i64>);
+expression!(NextRunAfterGrant, Nullable<BigInt>);
+
+impl<DB: SqlDialect> QueryFragment<DB> for NextRunAfterGrant
+where
+    l::next_run: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        let Some(interval) = &self.0 else {
+            return l::next_run.walk_ast(out);
+        };
+        let base = |mut out: AstPass<'_, 'b, DB>| -> QueryResult<()> {
+            out.push_sql("COALESCE(");
+            l::next_run.walk_ast(out.reborrow())?;
+            out.push_sql(", ");
+            DB::push_now_micros(&mut out);
+            out.push_sql(")");
+            Ok(())
+        };
+        out.push_sql("(");
+        base(out.reborrow())?;
+        out.push_sql(" + ((");
+        DB::push_now_micros(&mut out);
+        out.push_sql(" - ");
+        base(out.reborrow())?;
+        out.push_sql(")");
+        out.push_sql(DB::INT_DIV);
+        DB::bind_i64(&mut out, interval)?;
+        out.push_sql(" + 1) * ");
+        DB::bind_i64(&mut out, interval)?;
+        out.push_sql(")");
+        Ok(())
+    }
+}
+
+/// The condition under which an existing row may be granted: expired, and for a periodic job
+/// also due (`next_run` reached or never set).
+macro_rules! grantable {
+    ($g:expr) => {
+        l::expires_at.le(DbNowMicros).and(
+            l::next_run
+                .is_null()
+                .or(l::next_run.assume_not_null().le(DbNowMicros))
+                .or($g
+                    .interval_micros
+                    .is_none()
+                    .into_sql::<diesel::sql_types::Bool>()),
+        )
+    };
+}
+pub(crate) use grantable;
+
+/// The row of a name's first grant: token 1, held from now for the ttl.
+macro_rules! first_grant {
+    ($g:expr) => {
+        (
+            l::name.eq($g.name),
+            l::holder.eq($g.holder),
+            l::token.eq(1_i64),
+            l::acquired_at.eq(DbNowMicros),
+            l::expires_at.eq(NowPlus($g.ttl_micros)),
+            l::next_run.eq(FirstNextRun($g.interval_micros)),
+        )
+    };
+}
+pub(crate) use first_grant;
+
+/// PostgreSQL and SQLite: one statement. Insert the row (first use of the name) or take the
+/// existing one over only if `grantable`; `RETURNING` yields nothing when it is held.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! upsert {
+    ($g:expr) => {{
+        use crate::lease::statements::dsl::*;
+        diesel::query_dsl::methods::FilterDsl::filter(
+            diesel::insert_into(l::table)
+                .values(crate::lease::statements::first_grant!($g))
+                .on_conflict(l::name)
+                .do_update()
+                .set((
+                    l::holder.eq(excluded(l::holder)),
+                    l::token.eq(l::token + 1_i64),
+                    l::acquired_at.eq(excluded(l::acquired_at)),
+                    l::expires_at.eq(excluded(l::expires_at)),
+                    l::next_run.eq(NextRunAfterGrant($g.interval_micros)),
+                )),
+            crate::lease::statements::grantable!($g),
+        )
+        .returning((l::token, l::next_run))
+    }};
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use upsert;
+
+/// MySQL, step 1: take the existing row over only if `grantable`. InnoDB re-reads the row under
+/// its lock before applying the `WHERE`, so of two concurrent takeovers exactly one matches;
+/// the predicate holds the old state, so the matched-rows count (CLIENT_FOUND_ROWS) means "won".
+/// Columns are assigned left to right in MySQL: none of these reads a column assigned before it.
+#[cfg(feature = "mysql")]
+macro_rules! mysql_takeover {
+    ($g:expr) => {{
+        use crate::lease::statements::dsl::*;
+        diesel::update(
+            l::table
+                .filter(l::name.eq($g.name))
+                .filter(crate::lease::statements::grantable!($g)),
+        )
+        .set((
+            l::holder.eq($g.holder),
+            l::token.eq(l::token + 1_i64),
+            l::acquired_at.eq(DbNowMicros),
+            l::expires_at.eq(NowPlus($g.ttl_micros)),
+            l::next_run.eq(NextRunAfterGrant($g.interval_micros)),
+        ))
+    }};
+}
+#[cfg(feature = "mysql")]
+pub(crate) use mysql_takeover;
+
+/// MySQL, step 2 (first use of the name): a plain insert; a duplicate key means someone else
+/// holds it.
+#[cfg(feature = "mysql")]
+macro_rules! mysql_insert {
+    ($g:expr) => {{
+        use crate::lease::statements::dsl::*;
+        diesel::insert_into(l::table).values(crate::lease::statements::first_grant!($g))
+    }};
+}
+#[cfg(feature = "mysql")]
+pub(crate) use mysql_insert;
+
+/// The rows of one grant (`name`, `token`) while it is still valid.
+macro_rules! held {
+    ($name:expr, $token:expr) => {
+        l::table
+            .filter(l::name.eq($name))
+            .filter(l::token.eq($token))
+            .filter(l::expires_at.gt(DbNowMicros))
+    };
+}
+pub(crate) use held;
+
+/// The names the statement macros use, imported inside each expansion.
+pub(crate) mod dsl {
+    pub(crate) use super::super::schema::diesel_lease_leases as l;
+    pub(crate) use super::{FirstNextRun, NextRunAfterGrant};
+    pub(crate) use crate::clock::{DbNowMicros, NowPlus};
+    pub(crate) use diesel::dsl::case_when;
+    pub(crate) use diesel::prelude::*;
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    pub(crate) use diesel::upsert::excluded;
+}
+
+/// The lease statements of one backend: a grant in the backend's own shape, the rest written once
+/// (`lease_statements!`). Called through the functions below, never directly.
+pub trait LeaseStatements {
+    /// Grants the lease if it is free (never used, expired, or released), in one statement on
+    /// PostgreSQL and SQLite and in the fewest safe statements on MySQL.
+    #[doc(hidden)]
+    fn lease_grant(&mut self, g: &Grant<'_>) -> QueryResult<Option<Granted>>;
+    /// The SQL [`LeaseStatements::lease_grant`] sends, with its bind values.
+    #[doc(hidden)]
+    fn lease_grant_sql(g: &Grant<'_>) -> String
+    where
+        Self: Sized;
+    /// Moves the expiry of a valid grant to `now + ttl`; whether the grant was still valid.
+    #[doc(hidden)]
+    fn lease_extend(&mut self, name: &str, token: i64, ttl_micros: i64) -> QueryResult<bool>;
+    /// Ends a valid grant: it expires now, or at `acquired_at + at_least_for` if that is later.
+    /// The row (and its token) stays. Whether the grant was still valid.
+    #[doc(hidden)]
+    fn lease_release(
+        &mut self,
+        name: &str,
+        token: i64,
+        at_least_for_micros: i64,
+    ) -> QueryResult<bool>;
+    /// Whether the grant (`name`, `token`) is still valid by the database's clock.
+    #[doc(hidden)]
+    fn lease_is_valid(&mut self, name: &str, token: i64) -> QueryResult<bool>;
+    /// The lease's row and the database's current time.
+    #[doc(hidden)]
+    fn lease_inspect(&mut self, name: &str) -> QueryResult<Option<Row>>;
+}
+
+/// The row of a lease as the database holds it, with the database's time of the read.
+pub type Row = (String, i64, i64, i64, Option<i64>, i64);
+
+/// The lease statements that read the same on every backend.
+macro_rules! lease_statements {
+    () => {
+        fn lease_extend(
+            &mut self,
+            name: &str,
+            token: i64,
+            ttl_micros: i64,
+        ) -> diesel::QueryResult<bool> {
+            use crate::lease::statements::dsl::*;
+            Ok(diesel::update(crate::lease::statements::held!(name, token))
+                .set(l::expires_at.eq(NowPlus(ttl_micros)))
+                .execute(self)?
+                == 1)
+        }
+
+        fn lease_release(
+            &mut self,
+            name: &str,
+            token: i64,
+            at_least_for_micros: i64,
+        ) -> diesel::QueryResult<bool> {
+            use crate::lease::statements::dsl::*;
+            Ok(diesel::update(crate::lease::statements::held!(name, token))
+                .set(
+                    l::expires_at.eq(case_when(
+                        (l::acquired_at + at_least_for_micros).gt(DbNowMicros),
+                        l::acquired_at + at_least_for_micros,
+                    )
+                    .otherwise(DbNowMicros)),
+                )
+                .execute(self)?
+                == 1)
+        }
+
+        fn lease_is_valid(&mut self, name: &str, token: i64) -> diesel::QueryResult<bool> {
+            use crate::lease::statements::dsl::*;
+            Ok(crate::lease::statements::held!(name, token)
+                .count()
+                .get_result::<i64>(self)?
+                == 1)
+        }
+
+        fn lease_inspect(
+            &mut self,
+            name: &str,
+        ) -> diesel::QueryResult<Option<crate::lease::statements::Row>> {
+            use crate::lease::statements::dsl::*;
+            l::table
+                .find(name)
+                .select((
+                    l::holder,
+                    l::token,
+                    l::acquired_at,
+                    l::expires_at,
+                    l::next_run,
+                    DbNowMicros,
+                ))
+                .first(self)
+                .optional()
+        }
+    };
+}
+pub(crate) use lease_statements;
+
+/// The one-statement grant of the backends with `INSERT … ON CONFLICT DO UPDATE … RETURNING`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! grant_by_upsert {
+    ($db:ty) => {
+        fn lease_grant(
+            &mut self,
+            g: &crate::lease::statements::Grant<'_>,
+        ) -> diesel::QueryResult<Option<crate::lease::statements::Granted>> {
+            use diesel::prelude::*;
+            Ok(crate::lease::statements::upsert!(g)
+                .get_result::<(i64, Option<i64>)>(self)
+                .optional()?
+                .map(|(token, next_run)| crate::lease::statements::Granted { token, next_run }))
+        }
+
+        fn lease_grant_sql(g: &crate::lease::statements::Grant<'_>) -> String {
+            diesel::debug_query::<$db, _>(&crate::lease::statements::upsert!(g)).to_string()
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use grant_by_upsert;
+
+/// Grants the lease (see [`LeaseStatements::lease_grant`]). Refused inside the caller's
+/// transaction: a grant must commit at once to be seen by the others.
+pub(crate) fn grant<C: LeaseConnection>(conn: &mut C, g: &Grant<'_>) -> Result<Option<Granted>> {
+    refuse_nested(conn)?;
+    Ok(conn.single_write(|c| c.lease_grant(g))?)
+}
+
+/// The SQL [`grant`] sends on backend `C`, with its bind values (for review and tests).
+pub(crate) fn grant_sql<C: LeaseConnection>(g: &Grant<'_>) -> String {
+    C::lease_grant_sql(g)
+}
+
+/// Extends a valid grant (see [`LeaseStatements::lease_extend`]).
+pub(crate) fn extend<C: LeaseConnection>(
+    conn: &mut C,
+    name: &str,
+    token: i64,
+    ttl_micros: i64,
+) -> Result<bool> {
+    refuse_nested(conn)?;
+    Ok(conn.single_write(|c| c.lease_extend(name, token, ttl_micros))?)
+}
+
+/// Releases a valid grant (see [`LeaseStatements::lease_release`]).
+pub(crate) fn release<C: LeaseConnection>(
+    conn: &mut C,
+    name: &str,
+    token: i64,
+    at_least_for_micros: i64,
+) -> Result<bool> {
+    refuse_nested(conn)?;
+    Ok(conn.single_write(|c| c.lease_release(name, token, at_least_for_micros))?)
+}
+
+/// Whether the grant is still valid by the database's clock.
+pub(crate) fn is_valid<C: LeaseConnection>(conn: &mut C, name: &str, token: i64) -> Result<bool> {
+    Ok(conn.lease_is_valid(name, token)?)
+}
+
+/// The lease's row and the database's current time.
+pub(crate) fn inspect<C: LeaseConnection>(conn: &mut C, name: &str) -> Result<Option<Row>> {
+    Ok(conn.lease_inspect(name)?)
+}

@@ -1,0 +1,345 @@
+//! Semaphores, mutexes and reader/writer locks in a control table: wait your turn, in request order.
+//!
+//! A [`Semaphore`] lets at most `permits` holders use a resource at once, across every process
+//! that shares the database; the others queue and are let in first come, first served. A mutex
+//! is a semaphore with one permit ([`Semaphore::mutex`]). A [`RwLock`] lets readers share a
+//! resource and writers have it alone; readers that arrive after a waiting writer queue behind
+//! it, so writers are not starved.
+//!
+//! ```
+//! # #[cfg(feature = "sqlite")] {
+//! use std::time::Duration;
+//! use diesel::SqliteConnection;
+//! use diesel_lease::semaphore::Semaphore;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let url = dir.path().join("app.db").display().to_string();
+//! let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 4).unwrap();
+//! diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+//!
+//! // At most 3 imports against the partner API at once, farm-wide.
+//! let imports = Semaphore::new("partner-api", 3).unwrap();
+//! let permit = imports.acquire(&pool, Duration::from_secs(60)).unwrap();
+//! // ... call the partner API; the permit heartbeats in the background ...
+//! permit.release().unwrap(); // or just drop it
+//! # }
+//! ```
+//!
+//! # Lease or semaphore?
+//!
+//! - A **lease** ([`crate::lease`]) is for work that must run *once*, by anybody: if somebody
+//!   else holds it, skip (the nightly report, a singleton scheduler).
+//! - A **semaphore** is for work that must run *every time*, but not too much at once: if the
+//!   resource is busy, wait your turn (imports limited to 3 at once, one migration at a time).
+//!
+//! # How it works
+//!
+//! Each request is a row in `diesel_lease_semaphore_tickets` with an increasing ticket, a mode
+//! (shared or exclusive), a `granted` flag and an expiry on the database clock. Every change to a
+//! resource's queue runs in a transaction that first locks the resource's row in
+//! `diesel_lease_semaphores` (on SQLite: `BEGIN IMMEDIATE`), so admission decisions are taken one
+//! at a time per resource and grants are persisted flags, never inferred from positions. That is
+//! what makes the scheme safe against the commit-order race of a classic control table (identity values handed out
+//! before commit); the argument is spelled out in the `protocol` module and in the README
+//! ("How it works, and why two holders never happen").
+//!
+//! Holders heartbeat while they hold (every ttl/3, from a background thread for a pool-backed
+//! [`Permit`]); waiters refresh their row on every poll. A row whose owner stops for longer than
+//! the ttl is removed by the next transaction on that resource, and the next in line proceeds.
+//!
+//! Waiters poll with exponential backoff capped at one second (one short transaction per
+//! second per idle waiter). On PostgreSQL they also `LISTEN`, and every transaction that lets
+//! somebody in sends `pg_notify` with the resource as payload, so the next waiter wakes within
+//! milliseconds.
+//!
+//! # Limits
+//!
+//! A holder that stalls longer than the ttl (a long GC pause, a suspended VM) loses its permit
+//! while it still believes it holds it; [`Permit::is_held`] says so after the next heartbeat.
+//! Choose a ttl far above any pause you expect.
+//!
+//! Called inside an open transaction of the caller's, every function here fails with
+//! `Error::Database(diesel::result::Error::AlreadyInTransaction)`: a grant must commit on its
+//! own, and waiting inside a transaction would hold the caller's locks while it waits.
+
+mod permit;
+mod protocol;
+mod rwlock;
+pub(crate) mod schema;
+#[doc(hidden)]
+pub mod statements;
+
+use std::time::Duration;
+
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+
+use self::protocol::Request;
+use self::statements::SemaphoreStatements;
+use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Ttl};
+
+pub use lease_core::admission::Mode;
+pub use permit::{ManualPermit, Permit, DROP_WAIT};
+pub use rwlock::RwLock;
+
+/// The longest resource name the built-in table stores, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 255;
+
+/// How long a holder or waiter stays in the queue without a heartbeat, unless set with
+/// [`Semaphore::with_ttl`].
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The longest pause between two polls of a waiter, unless set with
+/// [`Semaphore::with_max_poll_interval`].
+pub const DEFAULT_MAX_POLL: Duration = Duration::from_secs(1);
+
+/// A counting semaphore over a named resource, shared by every process using the database.
+///
+/// At most [`permits`](Self::permits) holders at once; the others are admitted in the order they
+/// asked (FIFO). Many resources live in the same table, each with its own limit. Cheap to
+/// create and clone; it only describes the resource.
+///
+/// Every process using a resource must declare the same permit count: a different count is
+/// refused with [`Error::PermitsMismatch`](crate::Error::PermitsMismatch) while anybody holds or waits for the resource, and
+/// becomes the new count once the resource is idle.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use std::time::Duration;
+/// use diesel::SqliteConnection;
+/// use diesel_lease::semaphore::Semaphore;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 4).unwrap();
+/// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+///
+/// let mutex = Semaphore::mutex("schema-change").unwrap();
+/// let held = mutex.try_acquire(&pool).unwrap().expect("nobody else holds it");
+/// assert!(mutex.try_acquire(&pool).unwrap().is_none()); // busy: try_acquire never waits
+/// drop(held); // released
+/// assert!(mutex.try_acquire(&pool).unwrap().is_some());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Semaphore {
+    resource: String,
+    permits: i32,
+    ttl: Ttl,
+    owner: OwnerId,
+    max_poll: Duration,
+}
+
+impl Semaphore {
+    /// A semaphore of `permits` holders over `resource`.
+    ///
+    /// Fails with [`InvalidInput::EmptyName`] / [`InvalidInput::NameTooLong`] for a bad name,
+    /// [`InvalidInput::Zero`] for zero permits and [`InvalidInput::TooLarge`] above `i32::MAX`.
+    pub fn new(resource: impl Into<String>, permits: u32) -> Result<Self> {
+        let resource = resource.into();
+        lease_core::validate_name("resource", &resource, MAX_RESOURCE_LEN)?;
+        Ok(Semaphore {
+            resource,
+            permits: permits_value("permits", permits)?,
+            ttl: Ttl::new("ttl", DEFAULT_TTL)?,
+            owner: OwnerId::process_default().clone(),
+            max_poll: DEFAULT_MAX_POLL,
+        })
+    }
+
+    /// A mutex: a semaphore with one permit.
+    pub fn mutex(resource: impl Into<String>) -> Result<Self> {
+        Self::new(resource, 1)
+    }
+
+    /// How long a holder or waiter stays in the queue after its last heartbeat (default
+    /// [`DEFAULT_TTL`]). Pool-backed permits heartbeat every ttl/3. Fails for a zero ttl.
+    pub fn with_ttl(mut self, ttl: Duration) -> Result<Self> {
+        self.ttl = Ttl::new("ttl", ttl)?;
+        Ok(self)
+    }
+
+    /// Who the requests are recorded as (default: [`OwnerId::process_default`]).
+    pub fn with_owner(mut self, owner: OwnerId) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The longest pause between two polls of a waiter (default [`DEFAULT_MAX_POLL`], and never
+    /// more than ttl/3). Lower values hand a freed permit over sooner on SQLite and MySQL at the
+    /// cost of more queries; PostgreSQL waiters are woken by notifications anyway. Fails for zero.
+    pub fn with_max_poll_interval(mut self, max: Duration) -> Result<Self> {
+        Ttl::new("max poll interval", max)?;
+        self.max_poll = max;
+        Ok(self)
+    }
+
+    /// The resource name.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// How many holders the resource admits at once.
+    pub fn permits(&self) -> u32 {
+        self.permits.unsigned_abs()
+    }
+
+    /// The ttl of requests.
+    pub fn ttl(&self) -> Duration {
+        self.ttl.as_duration()
+    }
+
+    /// Waits up to `timeout` for a permit, using connections from `pool`.
+    ///
+    /// Permits are granted in request order. The returned [`Permit`] heartbeats from a
+    /// background thread (taking a pool connection every ttl/3, so leave the pool a spare one)
+    /// and is released when dropped or by [`Permit::release`].
+    ///
+    /// A zero `timeout` tries once. At the deadline it fails with [`Error::Timeout`](crate::Error::Timeout) and leaves
+    /// no request behind; `Duration::MAX` waits forever.
+    pub fn acquire<C>(
+        &self,
+        pool: &Pool<ConnectionManager<C>>,
+        timeout: Duration,
+    ) -> Result<Permit<C>>
+    where
+        C: LeaseConnection + R2D2Connection,
+    {
+        pooled(pool, self.request(Mode::Shared), timeout, self.max_poll)
+    }
+
+    /// Takes a permit if one is free right now and nobody is queued ahead; never waits.
+    /// `Ok(None)` when busy (nothing is left queued).
+    pub fn try_acquire<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<Permit<C>>>
+    where
+        C: LeaseConnection + R2D2Connection,
+    {
+        pooled_try(pool, self.request(Mode::Shared))
+    }
+
+    /// Like [`acquire`](Self::acquire), on a connection you own: the [`ManualPermit`] does not
+    /// heartbeat or release itself; call [`ManualPermit::heartbeat`] within every ttl and
+    /// [`ManualPermit::release`] when done.
+    pub fn acquire_on(
+        &self,
+        conn: &mut impl BorrowConnection,
+        timeout: Duration,
+    ) -> Result<ManualPermit> {
+        manual(conn, self.request(Mode::Shared), timeout, self.max_poll)
+    }
+
+    /// The resource's queue in ticket order: holders and waiters, as the database has them now
+    /// (including rows that expired but were not yet removed).
+    pub fn queue(&self, conn: &mut impl BorrowConnection) -> Result<Vec<QueuedRequest>> {
+        queue_of(conn, &self.resource)
+    }
+
+    fn request(&self, mode: Mode) -> Request {
+        Request {
+            resource: self.resource.clone(),
+            permits: self.permits,
+            owner: self.owner.as_str().to_string(),
+            mode,
+            ttl: self.ttl,
+        }
+    }
+}
+
+/// The protocol's statements on `conn` (every [`LeaseConnection`] has them).
+fn statements_of<C: LeaseConnection>(conn: &mut C) -> &mut dyn SemaphoreStatements {
+    conn
+}
+
+fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
+    if permits == 0 {
+        return Err(InvalidInput::Zero { what }.into());
+    }
+    i32::try_from(permits).map_err(|_| {
+        InvalidInput::TooLarge {
+            what,
+            got: permits.into(),
+            max: i32::MAX.unsigned_abs().into(),
+        }
+        .into()
+    })
+}
+
+fn pooled_try<C>(pool: &Pool<ConnectionManager<C>>, req: Request) -> Result<Option<Permit<C>>>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    match protocol::try_once(statements_of(&mut *pool.get()?), &req)? {
+        Some(granted) => Permit::start(pool.clone(), req, granted).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Waits up to `timeout` for `req` with connections from `pool`; the permit then heartbeats
+/// itself.
+fn pooled<C>(
+    pool: &Pool<ConnectionManager<C>>,
+    req: Request,
+    timeout: Duration,
+    max_poll: Duration,
+) -> Result<Permit<C>>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    let granted = protocol::acquire(statements_of(&mut *pool.get()?), &req, timeout, max_poll)?;
+    Permit::start(pool.clone(), req, granted)
+}
+
+fn manual(
+    conn: &mut impl BorrowConnection,
+    req: Request,
+    timeout: Duration,
+    max_poll: Duration,
+) -> Result<ManualPermit> {
+    let granted = protocol::acquire(
+        statements_of(conn.borrow_connection()),
+        &req,
+        timeout,
+        max_poll,
+    )?;
+    Ok(ManualPermit {
+        req,
+        ticket: granted.ticket,
+    })
+}
+
+fn queue_of(conn: &mut impl BorrowConnection, resource: &str) -> Result<Vec<QueuedRequest>> {
+    let rows = protocol::queue(statements_of(conn.borrow_connection()), resource)?;
+    Ok(rows
+        .into_iter()
+        .map(|row| QueuedRequest {
+            mode: row.entry().mode,
+            ticket: row.ticket,
+            owner: row.owner,
+            granted: row.granted,
+            requested_at_micros: row.requested_at,
+            granted_at_micros: row.granted_at,
+            expires_at_micros: row.expires_at,
+        })
+        .collect())
+}
+
+/// One request in a resource's queue, as returned by [`Semaphore::queue`].
+///
+/// Times are microseconds since 1970 on the database's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueuedRequest {
+    /// Its place in line: lower tickets asked first.
+    pub ticket: i64,
+    /// Who asked.
+    pub owner: String,
+    /// Shared (a permit, a reader) or exclusive (a writer).
+    pub mode: Mode,
+    /// Whether it holds the resource.
+    pub granted: bool,
+    /// When it was queued.
+    pub requested_at_micros: i64,
+    /// When it was granted.
+    pub granted_at_micros: Option<i64>,
+    /// When it is removed unless its owner heartbeats or polls before.
+    pub expires_at_micros: i64,
+}

@@ -1,0 +1,257 @@
+//! Held permits: [`Permit`] (pool-backed, heartbeats itself, released on drop) and
+//! [`ManualPermit`] (on a connection you manage).
+
+use std::fmt;
+use std::time::Duration;
+
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+
+use super::protocol::{self, Granted, Request};
+use super::{statements_of, Mode};
+use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
+use crate::pool::ConnectionSource;
+use crate::{BorrowConnection, Error, LeaseConnection, Result};
+
+/// How long dropping a [`Permit`] waits at most, for its heartbeat to stop and then for a pool
+/// connection to release it with. A permit that cannot be released in time is removed once its
+/// ttl has run out.
+pub const DROP_WAIT: Duration = Duration::from_secs(2);
+
+/// A held permit (or read/write lock) whose connections come from a pool.
+///
+/// While it lives, a background heartbeat extends it every ttl/3. It is released when dropped
+/// (waiting at most [`DROP_WAIT`]), or by [`release`](Self::release), which reports whether it
+/// was still held.
+///
+/// It is *lost* — [`is_held`](Self::is_held) turns `false` and [`lost_signal`](Self::lost_signal)
+/// fires — when a heartbeat finds its row gone (it expired and the next in line got in), or when
+/// no heartbeat succeeded before its local deadline: the instant the last successful grant or
+/// heartbeat was sent, plus the ttl, minus a tenth of it. The database never removes the row
+/// before that deadline, so a holder cut off from the database (pool exhausted, network down)
+/// stops believing it holds the permit before anybody else can enter.
+#[must_use = "the permit is released as soon as it is dropped"]
+pub struct Permit<C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    pool: Pool<ConnectionManager<C>>,
+    held: ManualPermit,
+    local: HolderState,
+    heartbeat: Option<Heartbeat<Error>>,
+    released: bool,
+}
+
+impl<C> Permit<C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    pub(super) fn start(
+        pool: Pool<ConnectionManager<C>>,
+        req: Request,
+        granted: Granted,
+    ) -> Result<Self> {
+        let ttl = req.ttl.as_duration();
+        let local = HolderState::new(granted.sent_at, ttl, default_margin(ttl));
+        let beat = heartbeat_beat(pool.clone(), req.clone(), granted.ticket);
+        let mut permit = Permit {
+            pool,
+            held: ManualPermit {
+                req,
+                ticket: granted.ticket,
+            },
+            local,
+            heartbeat: None,
+            released: false,
+        };
+        // On error, dropping the permit gives it back: without a heartbeat it would expire.
+        permit.heartbeat = Some(Heartbeat::every_third_of_ttl(
+            permit.resource(),
+            permit.local.clone(),
+            ttl,
+            beat,
+        )?);
+        Ok(permit)
+    }
+
+    /// The permit's ticket (its place in the request order).
+    pub fn ticket(&self) -> i64 {
+        self.held.ticket()
+    }
+
+    /// The resource name.
+    pub fn resource(&self) -> &str {
+        self.held.resource()
+    }
+
+    /// Shared (a semaphore permit, a reader) or exclusive (a writer).
+    pub fn mode(&self) -> Mode {
+        self.held.mode()
+    }
+
+    /// `false` once the permit is lost (see the type's docs); stop the protected work then.
+    pub fn is_held(&self) -> bool {
+        !self.local.is_lost()
+    }
+
+    /// A handle that fires when the permit is lost: poll it or block on it from the protected
+    /// work to cancel that work.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.local.lost_signal()
+    }
+
+    /// [`Error::PermitNotHeld`] once the permit is lost; `Ok(())` otherwise.
+    pub fn ensure_held(&self) -> Result<()> {
+        self.held.still_held(self.is_held())
+    }
+
+    /// Releases the permit and lets the next in line in. [`Error::PermitNotHeld`] if it had
+    /// already expired and been removed.
+    pub fn release(mut self) -> Result<()> {
+        self.finish(None)
+    }
+
+    /// Stops the heartbeat (waiting at most `wait` for it) and deletes the permit's row with a
+    /// connection lent within `wait` (or the pool's own timeout when `None`).
+    fn finish(&mut self, wait: Option<Duration>) -> Result<()> {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.stop(wait.unwrap_or(DROP_WAIT));
+        }
+        self.released = true;
+        let mut conn = match wait {
+            Some(wait) => self.pool.lend(wait)?,
+            None => self.pool.get()?,
+        };
+        let released = self.held.release(&mut conn);
+        self.local.mark_lost(LostReason::Released);
+        released
+    }
+}
+
+/// The heartbeat's beat: push the permit's expiry with a connection lent within the budget.
+fn heartbeat_beat<S: ConnectionSource>(
+    source: S,
+    req: Request,
+    ticket: i64,
+) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
+    move |budget| {
+        let beat = source.lend(budget.remaining()).and_then(|mut conn| {
+            protocol::heartbeat(statements_of(conn.borrow_connection()), &req, ticket)
+        });
+        match beat {
+            Ok(true) => Beat::Held {
+                ttl: req.ttl.as_duration(),
+            },
+            Ok(false) => Beat::Lost,
+            Err(e) => Beat::Failed(e),
+        }
+    }
+}
+
+impl<C> Drop for Permit<C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    fn drop(&mut self) {
+        if !self.released {
+            // Best effort: if the database is unreachable the row expires after the ttl.
+            let _ = self.finish(Some(DROP_WAIT));
+        }
+    }
+}
+
+impl<C> fmt::Debug for Permit<C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("resource", &self.resource())
+            .field("ticket", &self.ticket())
+            .field("mode", &self.mode())
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+/// A held permit on a connection you manage: no background thread, no release on drop.
+///
+/// Call [`heartbeat`](Self::heartbeat) more often than the ttl while you hold it, and
+/// [`release`](Self::release) when done; a forgotten permit is removed once its ttl has run out.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use std::time::Duration;
+/// use diesel::{Connection, SqliteConnection};
+/// use diesel_lease::semaphore::Semaphore;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let mut conn = SqliteConnection::establish(&dir.path().join("app.db").display().to_string()).unwrap();
+/// diesel_lease::run_migrations(&mut conn).unwrap();
+///
+/// let sem = Semaphore::new("reports", 2).unwrap();
+/// let permit = sem.acquire_on(&mut conn, Duration::from_secs(5)).unwrap();
+/// permit.heartbeat(&mut conn).unwrap();
+/// permit.release(&mut conn).unwrap();
+/// // Releasing twice is reported, and changes nothing.
+/// assert!(matches!(permit.release(&mut conn), Err(diesel_lease::Error::PermitNotHeld { .. })));
+/// # }
+/// ```
+#[derive(Debug)]
+#[must_use = "the permit stays held until released or expired"]
+pub struct ManualPermit {
+    pub(super) req: Request,
+    pub(super) ticket: i64,
+}
+
+impl ManualPermit {
+    fn not_held(&self) -> Error {
+        Error::PermitNotHeld {
+            resource: self.req.resource.clone(),
+            ticket: self.ticket,
+        }
+    }
+
+    /// The permit's ticket (its place in the request order).
+    pub fn ticket(&self) -> i64 {
+        self.ticket
+    }
+
+    /// The resource name.
+    pub fn resource(&self) -> &str {
+        &self.req.resource
+    }
+
+    /// Shared (a semaphore permit, a reader) or exclusive (a writer).
+    pub fn mode(&self) -> Mode {
+        self.req.mode
+    }
+
+    /// Pushes the permit's expiry to now + ttl. [`Error::PermitNotHeld`] if it already expired and was
+    /// removed (stop the protected work) or was released.
+    pub fn heartbeat(&self, conn: &mut impl BorrowConnection) -> Result<()> {
+        self.still_held(protocol::heartbeat(
+            statements_of(conn.borrow_connection()),
+            &self.req,
+            self.ticket,
+        )?)
+    }
+
+    /// Releases the permit and lets the next in line in. [`Error::PermitNotHeld`] when it was already
+    /// released or had expired; nothing else changes then.
+    pub fn release(&self, conn: &mut impl BorrowConnection) -> Result<()> {
+        self.still_held(protocol::release(
+            statements_of(conn.borrow_connection()),
+            &self.req,
+            self.ticket,
+        )?)
+    }
+
+    /// `Ok` when the statement found the permit's row, [`Error::PermitNotHeld`] otherwise.
+    fn still_held(&self, found: bool) -> Result<()> {
+        if found {
+            Ok(())
+        } else {
+            Err(self.not_held())
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The statements of the semaphore protocol.
+//!
+//! [`SemaphoreStatements`] is object safe, so the protocol (`protocol.rs`) is plain code over
+//! `&mut dyn SemaphoreStatements`; every [`Dialect`](crate::backend::Dialect) implements it. The
+//! statements that read the same on every backend are written once, in `semaphore_statements!`;
+//! the ones that differ (the insert that returns the ticket, notifications) are in each
+//! `backend/*.rs`.
+
+use std::time::Duration;
+
+use diesel::prelude::*;
+
+use super::schema::diesel_lease_semaphore_tickets as tickets;
+use crate::Ttl;
+use lease_core::admission::{Mode, QueueEntry};
+
+/// The transaction body run by [`SemaphoreStatements::serialized`].
+pub type Body<'a> = dyn FnMut(&mut dyn SemaphoreStatements) -> crate::Result<()> + 'a;
+
+/// One row of a resource's queue.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = tickets)]
+pub struct TicketRow {
+    pub ticket: i64,
+    pub owner: String,
+    pub mode: String,
+    pub granted: bool,
+    pub requested_at: i64,
+    pub granted_at: Option<i64>,
+    pub expires_at: i64,
+}
+
+impl TicketRow {
+    /// The row as the admission rule sees it. A mode this version does not know is treated as
+    /// exclusive: it can only make admission stricter.
+    pub fn entry(&self) -> QueueEntry {
+        QueueEntry {
+            ticket: self.ticket,
+            mode: Mode::parse(&self.mode).unwrap_or(Mode::Exclusive),
+            granted: self.granted,
+        }
+    }
+}
+
+/// A new request's row.
+#[derive(Debug, Clone, Copy)]
+pub struct NewTicket<'a> {
+    pub resource: &'a str,
+    pub owner: &'a str,
+    pub mode: Mode,
+    pub ttl: Ttl,
+}
+
+/// The statements of the protocol on one connection.
+pub trait SemaphoreStatements {
+    /// Runs `body` in the backend's write transaction (READ COMMITTED on PostgreSQL and MySQL,
+    /// `BEGIN IMMEDIATE` on SQLite), refusing to run inside the caller's transaction.
+    #[doc(hidden)]
+    fn serialized(&mut self, body: &mut Body<'_>) -> crate::Result<()>;
+    /// Locks the resource's row until the end of the transaction and returns its permit count;
+    /// `None` when the row does not exist yet.
+    #[doc(hidden)]
+    fn lock_resource(&mut self, resource: &str) -> QueryResult<Option<i32>>;
+    /// Creates the resource's row unless it exists (in its own autocommit statement).
+    #[doc(hidden)]
+    fn create_resource(&mut self, resource: &str, permits: i32) -> QueryResult<()>;
+    /// Changes the resource's permit count.
+    #[doc(hidden)]
+    fn set_permits(&mut self, resource: &str, permits: i32) -> QueryResult<()>;
+    /// Deletes the resource's requests whose owners stopped heartbeating.
+    #[doc(hidden)]
+    fn remove_expired(&mut self, resource: &str) -> QueryResult<usize>;
+    /// The resource's requests in ticket order.
+    #[doc(hidden)]
+    fn queue(&mut self, resource: &str) -> QueryResult<Vec<TicketRow>>;
+    /// Inserts a waiting request and returns its ticket.
+    #[doc(hidden)]
+    fn insert_ticket(&mut self, new: &NewTicket<'_>) -> QueryResult<i64>;
+    /// Marks waiting requests granted.
+    #[doc(hidden)]
+    fn grant(&mut self, tickets: &[i64]) -> QueryResult<usize>;
+    /// Pushes a request's expiry to now + ttl; returns the number of rows found (0: gone).
+    #[doc(hidden)]
+    fn touch(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize>;
+    /// [`SemaphoreStatements::touch`] only if the request is granted: 1 means "granted, alive,
+    /// and extended".
+    #[doc(hidden)]
+    fn touch_granted(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize>;
+    /// Deletes a request; returns the number of rows deleted.
+    #[doc(hidden)]
+    fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize>;
+    /// Tells waiters of `resource` that its queue changed (delivered at commit). Nothing where
+    /// the backend has no notifications.
+    #[doc(hidden)]
+    fn notify(&mut self, _resource: &str) -> QueryResult<()> {
+        Ok(())
+    }
+    /// Starts (`true`) or stops listening for [`SemaphoreStatements::notify`].
+    #[doc(hidden)]
+    fn listen(&mut self, _on: bool) -> QueryResult<()> {
+        Ok(())
+    }
+    /// Sleeps up to `max`, returning early (`true`) when `resource` was notified; where the
+    /// backend has no notifications it just sleeps.
+    #[doc(hidden)]
+    fn wait_for_wakeup(&mut self, _resource: &str, max: Duration) -> QueryResult<bool> {
+        std::thread::sleep(max);
+        Ok(false)
+    }
+}
+
+/// The values of a new waiting request (everything but the ticket).
+macro_rules! new_ticket_values {
+    ($new:expr) => {{
+        use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+        (
+            tickets::resource.eq($new.resource),
+            tickets::owner.eq($new.owner),
+            tickets::mode.eq($new.mode.as_str()),
+            tickets::granted.eq(false),
+            tickets::requested_at.eq(crate::clock::DbNowMicros),
+            tickets::expires_at.eq(crate::clock::NowPlus($new.ttl.as_micros())),
+        )
+    }};
+}
+pub(crate) use new_ticket_values;
+
+/// The statements that read the same on every backend. `$($lock)*` is how the backend locks the
+/// resource's row (`.for_update()`; nothing on SQLite, whose `BEGIN IMMEDIATE` locks the file).
+macro_rules! semaphore_statements {
+    ($($lock:tt)*) => {
+        fn serialized(
+            &mut self,
+            body: &mut crate::semaphore::statements::Body<'_>,
+        ) -> crate::Result<()> {
+            crate::backend::refuse_nested(self)?;
+            crate::LeaseConnection::write_transaction(self, |c| body(c))
+        }
+
+        fn lock_resource(&mut self, resource: &str) -> diesel::QueryResult<Option<i32>> {
+            use crate::semaphore::schema::diesel_lease_semaphores as resources;
+            resources::table
+                .find(resource)
+                .select(resources::permits)
+                $($lock)*
+                .first(self)
+                .optional()
+        }
+
+        fn set_permits(&mut self, resource: &str, permits: i32) -> diesel::QueryResult<()> {
+            use crate::semaphore::schema::diesel_lease_semaphores as resources;
+            diesel::update(resources::table.find(resource))
+                .set(resources::permits.eq(permits))
+                .execute(self)
+                .map(drop)
+        }
+
+        fn remove_expired(&mut self, resource: &str) -> diesel::QueryResult<usize> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            diesel::delete(
+                tickets::table
+                    .filter(tickets::resource.eq(resource))
+                    .filter(tickets::expires_at.lt(crate::clock::DbNowMicros)),
+            )
+            .execute(self)
+        }
+
+        fn queue(
+            &mut self,
+            resource: &str,
+        ) -> diesel::QueryResult<Vec<crate::semaphore::statements::TicketRow>> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            tickets::table
+                .filter(tickets::resource.eq(resource))
+                .order(tickets::ticket.asc())
+                .select(crate::semaphore::statements::TicketRow::as_select())
+                .load(self)
+        }
+
+        fn grant(&mut self, granted: &[i64]) -> diesel::QueryResult<usize> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            if granted.is_empty() {
+                return Ok(0);
+            }
+            diesel::update(
+                tickets::table
+                    .filter(tickets::ticket.eq_any(granted))
+                    .filter(tickets::granted.eq(false)),
+            )
+            .set((
+                tickets::granted.eq(true),
+                tickets::granted_at.eq(crate::clock::DbNowMicros.nullable()),
+            ))
+            .execute(self)
+        }
+
+        fn touch(&mut self, ticket: i64, owner: &str, ttl: crate::Ttl) -> diesel::QueryResult<usize> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            diesel::update(
+                tickets::table
+                    .filter(tickets::ticket.eq(ticket))
+                    .filter(tickets::owner.eq(owner)),
+            )
+            .set(tickets::expires_at.eq(crate::clock::NowPlus(ttl.as_micros())))
+            .execute(self)
+        }
+
+        fn touch_granted(
+            &mut self,
+            ticket: i64,
+            owner: &str,
+            ttl: crate::Ttl,
+        ) -> diesel::QueryResult<usize> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            diesel::update(
+                tickets::table
+                    .filter(tickets::ticket.eq(ticket))
+                    .filter(tickets::owner.eq(owner))
+                    .filter(tickets::granted.eq(true)),
+            )
+            .set(tickets::expires_at.eq(crate::clock::NowPlus(ttl.as_micros())))
+            .execute(self)
+        }
+
+        fn delete_ticket(&mut self, ticket: i64, owner: &str) -> diesel::QueryResult<usize> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            diesel::delete(
+                tickets::table
+                    .filter(tickets::ticket.eq(ticket))
+                    .filter(tickets::owner.eq(owner)),
+            )
+            .execute(self)
+        }
+    };
+}
+pub(crate) use semaphore_statements;
+
+/// The resource row and the ticket insert of the backends with `ON CONFLICT` and `RETURNING`.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! insert_returning_statements {
+    () => {
+        fn create_resource(&mut self, resource: &str, permits: i32) -> diesel::QueryResult<()> {
+            use crate::semaphore::schema::diesel_lease_semaphores as resources;
+            diesel::insert_into(resources::table)
+                .values((
+                    resources::resource.eq(resource),
+                    resources::permits.eq(permits),
+                ))
+                .on_conflict_do_nothing()
+                .execute(self)
+                .map(drop)
+        }
+
+        fn insert_ticket(
+            &mut self,
+            new: &crate::semaphore::statements::NewTicket<'_>,
+        ) -> diesel::QueryResult<i64> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            diesel::insert_into(tickets::table)
+                .values(crate::semaphore::statements::new_ticket_values!(new))
+                .returning(tickets::ticket)
+                .get_result(self)
+        }
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use insert_returning_statements;

@@ -1,0 +1,7 @@
+//! Faults injected against the real servers, and what the caller sees.
+//!
+//! `errors`: each way a database ends or refuses a statement — a lock timeout, a statement
+//! timeout, a terminated session, a deadlock, a busy SQLite file — arrives as the typed
+//! [`diesel_lease::Error`] a caller can act on, with the database's error as its source.
+
+mod errors;

@@ -1,0 +1,240 @@
+//! Each server-side fault arrives as its typed [`Error`] variant, caused for real: a lock held by
+//! another session, the server's own timeouts, a session terminated by an administrator, a
+//! deadlock between two transactions, a SQLite file locked by another writer.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::{db_now, Error};
+
+use crate::common::TestDb;
+use crate::models::schema::action;
+use crate::models::{Action, GUARD_DDL};
+
+backend_suite! {
+    tests: [];
+
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn guard_table(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = GUARD_DDL;
+        db.ddl(pg, sqlite, mysql);
+        diesel::insert_into(action::table)
+            .values(&vec![action::id.eq(1), action::id.eq(2)])
+            .execute(&mut db.conn())
+            .unwrap();
+    }
+
+    /// Holds row `id` of `action` locked (an open transaction that updated it) on its own
+    /// connection, in a thread, until `probe` has run on another connection; returns what it returned.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    fn while_row_is_locked<T: Send>(
+        db: &TestDb<B>,
+        id: i64,
+        probe: impl FnOnce() -> T + Send,
+    ) -> T {
+        let (locked_tx, locked) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let mut holder = db.conn();
+                let _ = holder.transaction::<(), diesel::result::Error, _>(|c| {
+                    diesel::update(action::table.find(id))
+                        .set(action::notified.eq(None::<chrono::NaiveDateTime>))
+                        .execute(c)?;
+                    locked_tx.send(()).unwrap();
+                    // Keep the lock until the probe is done (bounded, so a failing probe ends too).
+                    let _ = done.recv_timeout(Duration::from_secs(30));
+                    Err(diesel::result::Error::RollbackTransaction)
+                });
+            });
+            locked.recv_timeout(Duration::from_secs(10)).expect("holder locked the row");
+            let out = probe();
+            done_tx.send(()).unwrap();
+            out
+        })
+    }
+
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    fn expect_db_timeout<T: std::fmt::Debug>(r: diesel_lease::Result<T>) {
+        match r {
+            Err(e @ Error::Timeout { source: Some(_), .. }) => assert!(e.is_retryable()),
+            other => panic!("expected Error::Timeout from the database, got {other:?}"),
+        }
+    }
+
+    /// PostgreSQL `lock_timeout` (55P03) ends a guard's wait for a locked row: `Error::Timeout`.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn postgres_lock_timeout_is_a_timeout(db: &TestDb<B>) {
+        guard_table(db);
+        let mut probe = db.conn();
+        probe.batch_execute("SET lock_timeout = '200ms'").unwrap();
+        expect_db_timeout(while_row_is_locked(db, 1, || {
+            Action::claim_if_null_by_pk(&mut probe, 1, db_now)
+        }));
+        // The connection is still usable, and the guard was not set.
+        assert!(Action::claim_if_null_by_pk(&mut probe, 1, db_now).unwrap());
+    }
+
+    /// PostgreSQL `statement_timeout` (57014): `Error::Timeout`.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn postgres_statement_timeout_is_a_timeout(db: &TestDb<B>) {
+        guard_table(db);
+        let mut probe = db.conn();
+        probe.batch_execute("SET statement_timeout = '200ms'").unwrap();
+        expect_db_timeout(while_row_is_locked(db, 1, || {
+            Action::claim_if_null_by_pk(&mut probe, 1, db_now)
+        }));
+    }
+
+    /// `pg_terminate_backend` (57P01, then a closed connection): `Error::ConnectionLost`, on a lease
+    /// grant, which the caller retries with a new connection.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn postgres_terminated_session_is_connection_lost(db: &TestDb<B>) {
+        #[derive(QueryableByName)]
+        struct Pid {
+            #[diesel(sql_type = diesel::sql_types::Integer)]
+            pid: i32,
+        }
+        db.migrate();
+        let mut victim = db.conn();
+        let pid = diesel::sql_query("SELECT pg_backend_pid() AS pid")
+            .get_result::<Pid>(&mut victim)
+            .unwrap()
+            .pid;
+        diesel::sql_query("SELECT pg_terminate_backend($1)")
+            .bind::<diesel::sql_types::Integer, _>(pid)
+            .execute(&mut db.conn())
+            .unwrap();
+        let options = LeaseOptions::new(Duration::from_secs(5));
+        match lease::try_acquire(&mut victim, "nightly", &options) {
+            Err(e @ Error::ConnectionLost(_)) => assert!(e.is_retryable()),
+            other => panic!("expected Error::ConnectionLost, got {other:?}"),
+        }
+        // A new connection gets the lease: nothing was granted to the dead session.
+        assert!(lease::try_acquire(&mut db.conn(), "nightly", &options)
+            .unwrap()
+            .is_some());
+    }
+
+    /// Two transactions that lock two rows in opposite orders: the server kills one of them with a
+    /// deadlock (PostgreSQL 40P01, MySQL 1213), which arrives as `Error::Deadlock`; the other wins.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn crossed_guards_deadlock(db: &TestDb<B>) {
+        guard_table(db);
+        let (first_tx, first) = mpsc::channel::<()>();
+        let (second_tx, second) = mpsc::channel::<()>();
+        let run = |own: i64, other: i64, mine: mpsc::Sender<()>, theirs: mpsc::Receiver<()>| {
+            let mut conn = db.conn();
+            conn.transaction::<_, Error, _>(|c| {
+                Action::claim_if_null_by_pk(c, own, db_now)?;
+                mine.send(()).unwrap();
+                theirs.recv_timeout(Duration::from_secs(10)).unwrap();
+                Action::claim_if_null_by_pk(c, other, db_now)
+            })
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| run(1, 2, first_tx, second));
+            let b = s.spawn(|| run(2, 1, second_tx, first));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let deadlocked = [&a, &b]
+            .iter()
+            .filter(|r| matches!(r, Err(Error::Deadlock { .. })))
+            .count();
+        assert_eq!(deadlocked, 1, "exactly one deadlock victim: {a:?} / {b:?}");
+        assert!(a.is_ok() || b.is_ok(), "the other transaction went through");
+    }
+
+    /// MySQL `innodb_lock_wait_timeout` (1205): `Error::Timeout`.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn mysql_lock_wait_timeout_is_a_timeout(db: &TestDb<B>) {
+        guard_table(db);
+        let mut probe = db.conn();
+        probe
+            .batch_execute("SET SESSION innodb_lock_wait_timeout = 1")
+            .unwrap();
+        expect_db_timeout(while_row_is_locked(db, 1, || {
+            Action::claim_if_null_by_pk(&mut probe, 1, db_now)
+        }));
+    }
+
+    /// `KILL <connection>` on MySQL: the victim's next call is `Error::ConnectionLost`.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn mysql_killed_connection_is_connection_lost(db: &TestDb<B>) {
+        #[derive(QueryableByName)]
+        struct Id {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            id: i64,
+        }
+        db.migrate();
+        let mut victim = db.conn();
+        let id = diesel::sql_query("SELECT CAST(CONNECTION_ID() AS SIGNED) AS id")
+            .get_result::<Id>(&mut victim)
+            .unwrap()
+            .id;
+        diesel::sql_query("KILL ?")
+            .bind::<diesel::sql_types::BigInt, _>(id)
+            .execute(&mut db.conn())
+            .unwrap();
+        match lease::try_acquire(&mut victim, "nightly", &LeaseOptions::new(Duration::from_secs(5))) {
+            Err(e @ Error::ConnectionLost(_)) => assert!(e.is_retryable()),
+            other => panic!("expected Error::ConnectionLost, got {other:?}"),
+        }
+    }
+
+    /// A SQLite file another connection holds the write lock of, past the busy timeout
+    /// (`SQLITE_BUSY`): `Error::Timeout`.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn sqlite_busy_file_is_a_timeout(db: &TestDb<B>) {
+        db.migrate();
+        let mut writer = db.conn();
+        writer.batch_execute("BEGIN IMMEDIATE").unwrap();
+        let mut probe = db.conn();
+        probe.batch_execute("PRAGMA busy_timeout = 100").unwrap();
+        expect_db_timeout(lease::try_acquire(
+            &mut probe,
+            "nightly",
+            &LeaseOptions::new(Duration::from_secs(5)),
+        ));
+        writer.batch_execute("ROLLBACK").unwrap();
+        assert!(lease::try_acquire(&mut probe, "nightly", &LeaseOptions::new(Duration::from_secs(5)))
+            .unwrap()
+            .is_some());
+    }
+}
+
+/// Registers the named cases for one backend (each fault exists only on its server).
+macro_rules! on {
+    ($backend:ident, $ty:ident: $($name:ident),* $(,)?) => {
+        $( #[test] fn $name() {
+            crate::common::run::<crate::common::$ty>(stringify!($name), super::$backend::cases::$name)
+        } )*
+    };
+}
+
+#[cfg(feature = "postgres")]
+mod on_postgres {
+    on!(postgres, Postgres:
+        postgres_lock_timeout_is_a_timeout,
+        postgres_statement_timeout_is_a_timeout,
+        postgres_terminated_session_is_connection_lost,
+        crossed_guards_deadlock,
+    );
+}
+
+#[cfg(feature = "mysql")]
+mod on_mysql {
+    on!(mysql, Mysql:
+        mysql_lock_wait_timeout_is_a_timeout,
+        mysql_killed_connection_is_connection_lost,
+        crossed_guards_deadlock,
+    );
+}
+
+#[cfg(feature = "sqlite")]
+mod on_sqlite {
+    on!(sqlite, Sqlite: sqlite_busy_file_is_a_timeout);
+}
