@@ -3,5 +3,6 @@
 pub(crate) mod basics;
 mod contention;
 mod guards;
+mod heartbeat;
 mod jobs;
 mod locking;

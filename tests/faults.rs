@@ -3,5 +3,8 @@
 //! `errors`: each way a database ends or refuses a statement — a lock timeout, a statement
 //! timeout, a terminated session, a deadlock, a busy SQLite file — arrives as the typed
 //! [`diesel_lease::Error`] a caller can act on, with the database's error as its source.
+//! `holders`: a lease guard or permit cut off from the database knows it lost before the
+//! database gives its grant away.
 
 mod errors;
+mod holders;

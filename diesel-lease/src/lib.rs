@@ -102,7 +102,9 @@ pub use claim::Claimable;
 pub use error::{Error, Result};
 pub use heartbeat::{LostReason, LostSignal};
 pub use lease::{Lease, LeaseGuard, LeaseOptions};
-pub use lease_core::{Backoff, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl};
+pub use lease_core::{
+    Backoff, ClaimStamp, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl,
+};
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;
 pub use once::db_now;

@@ -5,12 +5,14 @@
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
 
 pub use crate::claim::{
-    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, lock_next,
-    lock_next_where, with_next_locked, ClaimConnection, ClaimOptions, Claimable, Finish, Keyed,
-    SortOrder,
+    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, heartbeat, lock_next,
+    lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions, Claimable,
+    Finish, Keyed, SortOrder,
 };
 pub use crate::clock::TimestampType;
-pub use crate::lease::job::{finish_run, try_start_run, JobConnection, JobLease, JobRunOptions};
+pub use crate::lease::job::{
+    finish_run, try_start_run, JobConnection, JobLease, JobRun, JobRunOptions,
+};
 pub use crate::once::{
     claim_if_null, insert_once, GuardConnection, Guarded, InsertOnceConnection, InsertReturning,
     Returning,

@@ -10,6 +10,7 @@ pub mod admission;
 mod backoff;
 mod error;
 mod owner;
+mod stamp;
 mod token;
 mod ttl;
 
@@ -17,6 +18,7 @@ pub use admission::Mode;
 pub use backoff::Backoff;
 pub use error::InvalidInput;
 pub use owner::{validate_name, OwnerId, MAX_OWNER_LEN};
+pub use stamp::ClaimStamp;
 pub use token::FencingToken;
 pub use ttl::Ttl;
 

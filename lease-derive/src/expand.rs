@@ -397,6 +397,29 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                     ::core::convert::Into::into,
                 )
             }
+
+            /// Moves this claimed row's `claimed_at` to the database's now if this worker still
+            /// owns the claim, so it is not rescued while its work runs; `false` when it was
+            /// rescued (stop the work).
+            pub fn heartbeat<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::__private::heartbeat(self, conn)
+            }
+
+            /// Claims the next row through an r2d2 pool and guards it: the guard heartbeats
+            /// while the work runs and hands the row back if dropped unfinished.
+            pub fn claim_next_guarded<C>(
+                pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
+            ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::ClaimGuard<Self>>>
+            where
+                C: ::diesel_lease::LeaseConnection
+                    + ::diesel::r2d2::R2D2Connection
+                    + ::diesel_lease::__private::ClaimConnection<Self>,
+                Self: ::core::marker::Send + ::core::marker::Sync,
+            {
+                ::diesel_lease::__private::ClaimGuard::claim_next(pool)
+            }
         }
     }
 }
@@ -558,12 +581,12 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
         #[automatically_derived]
         impl #impl_g #name #ty_g #where_g {
             /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner
-            /// has been silent past the timeout, database clock): `true` for exactly one node.
+            /// has been silent past the timeout, database clock): `Some(run)` for exactly one node.
             pub fn try_start_run<C>(
                 conn: &mut C,
                 pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
                 options: &::diesel_lease::__private::JobRunOptions,
-            ) -> ::diesel_lease::Result<bool>
+            ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::JobRun>>
             where #conn_bound
             {
                 ::core::result::Result::map_err(
@@ -572,16 +595,16 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
                 )
             }
 
-            /// Ends this node's run of job `pk` if it still holds it; `false` when it was taken over.
+            /// Ends `run` of job `pk` if it is still this run; `false` when it was taken over.
             pub fn finish_run<C>(
                 conn: &mut C,
                 pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
-                options: &::diesel_lease::__private::JobRunOptions,
+                run: &::diesel_lease::__private::JobRun,
             ) -> ::diesel_lease::Result<bool>
             where #conn_bound
             {
                 ::core::result::Result::map_err(
-                    ::diesel_lease::__private::finish_run::<Self, C>(conn, pk, options),
+                    ::diesel_lease::__private::finish_run::<Self, C>(conn, pk, run),
                     ::core::convert::Into::into,
                 )
             }

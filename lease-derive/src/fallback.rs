@@ -93,6 +93,19 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                     ::core::unreachable!()
                 }
 
+                pub fn heartbeat<C>(&self, _conn: &mut C) -> ::diesel_lease::Result<bool> {
+                    ::core::unreachable!()
+                }
+
+                pub fn claim_next_guarded<C>(
+                    _pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
+                ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::ClaimGuard<Self>>>
+                where
+                    C: ::diesel::r2d2::R2D2Connection + 'static,
+                {
+                    ::core::unreachable!()
+                }
+
                 pub fn claim_if_null<C, V>(&self, _conn: &mut C, _value: V) -> ::diesel_lease::Result<bool> {
                     ::core::unreachable!()
                 }
@@ -109,14 +122,14 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                     _conn: &mut C,
                     _pk: #pk,
                     _options: &::diesel_lease::__private::JobRunOptions,
-                ) -> ::diesel_lease::Result<bool> {
+                ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::JobRun>> {
                     ::core::unreachable!()
                 }
 
                 pub fn finish_run<C, #pk_param>(
                     _conn: &mut C,
                     _pk: #pk,
-                    _options: &::diesel_lease::__private::JobRunOptions,
+                    _run: &::diesel_lease::__private::JobRun,
                 ) -> ::diesel_lease::Result<bool> {
                     ::core::unreachable!()
                 }

@@ -114,6 +114,11 @@ fn check_claim(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
                 t.span,
                 "a claim timeout needs `claimed_at`: the claim's age is measured on that column, by the database clock\nhelp: add `claimed_at = <timestamp column>`",
             ));
+        } else if !given(attrs::OWNER) && !given(attrs::ATTEMPTS) {
+            errors.push(syn::Error::new(
+                t.span,
+                "a claim timeout lets another worker rescue a stale claim, and nothing would stop the stale worker from completing it: map a column that fences each claim\nhelp: add `owner = <text column>` (each claim stores its own stamp there) or `attempts = <integer column>`",
+            ));
         }
     }
     if let Some(m) = &a.max_attempts {

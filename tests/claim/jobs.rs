@@ -21,6 +21,7 @@ backend_suite! {
     tests: [
         one_node_of_many_runs_each_occurrence,
         a_dead_nodes_run_is_taken_over_after_the_timeout,
+        a_takeover_by_the_same_holder_is_fenced,
         next_run_keeps_the_job_idle_until_due,
     ];
 
@@ -45,24 +46,28 @@ backend_suite! {
                     let mut conn = db.conn();
                     let me = node(&format!("node-{n}"), Duration::from_secs(60));
                     barrier.wait();
-                    if JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap() {
-                        winners.lock().unwrap().push(n);
+                    if let Some(run) = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap() {
+                        winners.lock().unwrap().push((n, run));
                     }
                 });
             }
         });
-        let winners = winners.into_inner().unwrap();
+        let mut winners = winners.into_inner().unwrap();
         assert_eq!(winners.len(), 1, "{winners:?}");
+        let (winner, run) = winners.pop().unwrap();
         let mut conn = db.conn();
         let row: JobStatus = job_status::table.find("stock-prices").select(JobStatus::as_select()).first(&mut conn).unwrap();
-        let holder = format!("node-{}", winners[0]);
-        assert_eq!(row.running_at.as_deref(), Some(holder.as_str()));
+        let holder = format!("node-{winner}");
+        assert_eq!(row.running_at.as_deref(), Some(run.stamp().as_str()));
+        assert_eq!(run.stamp().owner(), holder);
         assert!(row.last_run_started.is_some());
-        // Someone else cannot release it; the holder can; then it can run again.
+        // The holder ends its run once; then another node can run it, and the old run's handle
+        // cannot end the new run.
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
         let other = node("node-x", Duration::from_secs(60));
-        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &other).unwrap());
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &node(&holder, Duration::from_secs(60))).unwrap());
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &other).unwrap());
+        let next = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &other).unwrap().expect("free again");
+        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &next).unwrap());
     }
 
     pub(crate) fn a_dead_nodes_run_is_taken_over_after_the_timeout(db: &TestDb<B>) {
@@ -71,12 +76,27 @@ backend_suite! {
         let timeout = Duration::from_secs(1);
         let dead = node("dead-node", timeout);
         let alive = node("alive-node", timeout);
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &dead).unwrap());
-        assert!(!JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap(), "taken over before the timeout");
+        let dead_run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &dead).unwrap().expect("due");
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap().is_none(), "taken over before the timeout");
         std::thread::sleep(timeout + Duration::from_millis(300));
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap(), "not taken over after the timeout");
-        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &dead).unwrap(), "the dead node released the new run");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &alive).unwrap());
+        let alive_run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap().expect("not taken over after the timeout");
+        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &dead_run).unwrap(), "the dead node released the new run");
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &alive_run).unwrap());
+    }
+
+    /// A run taken over by the *same* holder (another thread of the same node, after the
+    /// timeout) is still fenced: the stale run's handle cannot end the new run.
+    pub(crate) fn a_takeover_by_the_same_holder_is_fenced(db: &TestDb<B>) {
+        job_table(db);
+        let mut conn = db.conn();
+        let timeout = Duration::from_secs(1);
+        let me = node("node-a", timeout);
+        let stale = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
+        std::thread::sleep(timeout + Duration::from_millis(300));
+        let fresh = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("taken over");
+        assert_ne!(stale, fresh);
+        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &stale).unwrap(), "a stale run ended the new one");
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &fresh).unwrap());
     }
 
     pub(crate) fn next_run_keeps_the_job_idle_until_due(db: &TestDb<B>) {
@@ -85,11 +105,11 @@ backend_suite! {
         let interval = Duration::from_millis(1500);
         let a = node("node-a", Duration::from_secs(60)).every(interval).unwrap();
         let b = node("node-b", Duration::from_secs(60)).every(interval).unwrap();
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &a).unwrap());
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &a).unwrap());
-        assert!(!JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap(), "ran again before next_run");
+        let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &a).unwrap().expect("due");
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap().is_none(), "ran again before next_run");
         std::thread::sleep(interval + Duration::from_millis(300));
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap(), "did not run once due");
+        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap().is_some(), "did not run once due");
         assert!(JobRunOptions::new(Duration::ZERO).is_err());
     }
 }

@@ -11,12 +11,19 @@ use diesel::sql_types::{Bool, SingleValue, SqlType};
 use diesel::Connection;
 
 use crate::backend::{retry_conflicts, Dialect};
+use lease_core::ClaimStamp;
+
 use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
 
+mod guard;
 #[doc(hidden)]
 pub mod statements;
 
-use statements::{ClaimModel, ClaimParts, Exec, Filter, FinishStmt};
+pub use guard::{ClaimGuard, DROP_WAIT};
+
+use statements::{Change, ClaimModel, ClaimParts, Exec, Filter, FinishStmt};
+
+use crate::clock::DbNow;
 
 /// Sort direction of a claim order column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,7 +130,7 @@ impl ClaimOptions {
         &self.owner
     }
 
-    fn timeout_micros<M: Claimable>(&self) -> Option<i64> {
+    pub(crate) fn timeout_micros<M: Claimable>(&self) -> Option<i64> {
         self.timeout
             .map(crate::Ttl::as_micros)
             .or(M::CLAIM_TIMEOUT_MICROS)
@@ -150,9 +157,9 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
         filter: Filter<'_, Self::Backend>,
     ) -> diesel::QueryResult<Vec<M>>;
 
-    /// Runs an owner-checked transition; `true` when exactly one row changed.
+    /// Runs an owner-checked change; `true` when exactly one row changed.
     #[doc(hidden)]
-    fn finish(&mut self, stmt: FinishStmt<M>) -> Result<bool>;
+    fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool>;
 }
 
 impl<M, C> ClaimConnection<M> for C
@@ -172,8 +179,15 @@ where
                 "ClaimOptions::timeout needs a claimed_at column: add `claimed_at = <timestamp column>` to #[claimable(...)]".into(),
             ));
         }
-        let parts =
-            ClaimParts::<M, C::Backend>::new(options.owner.as_str(), options.timeout_micros::<M>());
+        if options.timeout.is_some() && M::OWNER.is_none() && M::ATTEMPTS.is_none() {
+            // A rescued claim's stale worker must not be able to complete it.
+            return Err(Error::Config(
+                "ClaimOptions::timeout lets another worker rescue a claim, which needs a fence: add `owner = <text column>` or `attempts = <integer column>` to #[claimable(...)]".into(),
+            ));
+        }
+        // Every claim writes its own stamp: a rescue (even by this process) makes it differ.
+        let stamp = ClaimStamp::new(&options.owner);
+        let parts = ClaimParts::<M, C::Backend>::new(stamp.as_str(), options.timeout_micros::<M>());
         // A deadlock or serialization failure rolled the claim back whole: nothing was
         // claimed, so trying again is safe.
         retry_conflicts(|| Ok(Dialect::claim_rows(self, &parts, limit, filter)?))
@@ -188,8 +202,8 @@ where
         Dialect::lock_rows(self, &parts, limit, filter)
     }
 
-    fn finish(&mut self, stmt: FinishStmt<M>) -> Result<bool> {
-        Ok(self.execute_returning_count(&Exec(&stmt))? == 1)
+    fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool> {
+        Ok(self.execute_returning_count(&Exec(stmt))? == 1)
     }
 }
 
@@ -373,9 +387,11 @@ pub enum Finish {
     Ready,
 }
 
-/// Moves a row this worker claimed to `to`, only if the worker still owns that claim: same
-/// owner, still claimed, and (with an attempts column) the same attempt. Returns `false` when the
-/// claim was rescued by another worker in the meantime, or the row was already finished.
+/// Moves a row this worker claimed to `to`, only if the worker still owns that claim: still
+/// claimed, the same claim stamp in the owner column (every claim writes a fresh one, so a
+/// rescue — even by another thread of this process — makes it differ), and (with an attempts
+/// column) the same attempt. Returns `false` when the claim was rescued in the meantime, or the
+/// row was already finished.
 ///
 /// [`Error::Config`] when the model has no done/failed state configured.
 pub fn finish<M, C>(row: &M, conn: &mut C, to: Finish) -> Result<bool>
@@ -394,15 +410,46 @@ where
             "the model has no {to:?} state: add it to #[claimable(...)]"
         )));
     };
-    conn.borrow_connection().finish(FinishStmt {
+    conn.borrow_connection().finish(&owner_checked(
+        row,
+        Change::State {
+            to: target,
+            clear_owner: to == Finish::Ready,
+        },
+    ))
+}
+
+/// Moves the claimed-at time of a row this worker claimed to the database's now, so the claim is
+/// not rescued while its work goes on: call it more often than the claim timeout (a
+/// [`ClaimGuard`] does it for you). `false` when the claim was rescued or finished meanwhile —
+/// stop the work then: another worker may be running it.
+///
+/// [`Error::Config`] when the model has no `claimed_at` column (nothing to move).
+pub fn heartbeat<M, C>(row: &M, conn: &mut C) -> Result<bool>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    if M::CLAIMED_AT.is_none() {
+        return Err(Error::Config(
+            "a claim heartbeat moves claimed_at: add `claimed_at = <timestamp column>` to #[claimable(...)]".into(),
+        ));
+    }
+    conn.borrow_connection()
+        .finish(&owner_checked(row, Change::Touch(DbNow::new())))
+}
+
+/// The owner-checked statement for `row`: its key, its claim stamp and attempt.
+pub(crate) fn owner_checked<M: Claimable>(row: &M, change: Change<M::StateValue>) -> FinishStmt<M> {
+    FinishStmt {
         table: M::Table::default(),
         pk: M::pk_filter(row.pk()),
         claimed: M::claimed_state(),
-        to: target,
+        change,
         owner: M::OWNER.map(|_| row.owner().map(str::to_owned)),
         attempts: M::ATTEMPTS.map(|_| row.attempts()),
-        clear_owner: to == Finish::Ready,
-    })
+    }
 }
 
 #[cfg(test)]

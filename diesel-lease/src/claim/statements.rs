@@ -124,6 +124,8 @@ pub struct ClaimParts<M: ClaimSql<DB>, DB: SqlDialect> {
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
+    /// `owner` is what the claim writes into the owner column: a fresh
+    /// [`ClaimStamp`](lease_core::ClaimStamp) per claim.
     pub(crate) fn new(owner: &str, timeout_micros: Option<i64>) -> Self {
         let cutoff = match (M::CLAIMED_AT, timeout_micros) {
             (Some(_), Some(t)) => Some(DbNowOffset::ago(t)),
@@ -478,20 +480,26 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M,
     }
 }
 
-/// Owner-checked transition of one claimed row:
-/// `UPDATE t SET state = $to WHERE <pk> AND state = $claimed [AND owner = $me] [AND attempts = $n]`.
+/// Owner-checked change of one claimed row:
+/// `UPDATE t SET <change> WHERE <pk> AND state = $claimed [AND owner = $stamp] [AND attempts = $n]`.
 ///
-/// The old state is in the predicate, so "1 row" means "this caller still owned it" on every
-/// backend, including MySQL's matched-rows count.
+/// The old state and the claim's stamp are in the predicate, so "1 row" means "this caller still
+/// owns this claim" on every backend, including MySQL's matched-rows count.
 pub struct FinishStmt<M: Claimable> {
     pub(crate) table: M::Table,
     pub(crate) pk: M::PkFilter,
     pub(crate) claimed: M::StateValue,
-    pub(crate) to: M::StateValue,
+    pub(crate) change: Change<M::StateValue>,
     pub(crate) owner: Option<Option<String>>,
     pub(crate) attempts: Option<Option<i64>>,
-    /// Back to ready: clear the owner so the row looks unclaimed.
-    pub(crate) clear_owner: bool,
+}
+
+/// What an owner-checked statement changes.
+pub enum Change<V> {
+    /// `state = $to`; back to ready also clears the owner so the row looks unclaimed.
+    State { to: V, clear_owner: bool },
+    /// `claimed_at = <db now>`: a heartbeat, so the claim is not rescued while its work runs.
+    Touch(DbNow<Timestamp>),
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
@@ -499,13 +507,27 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
         out.push_sql("UPDATE ");
         M::push_table(&mut out, &self.table)?;
         out.push_sql(" SET ");
-        out.push_identifier(M::STATE)?;
-        out.push_sql(" = ");
-        M::push_state(&mut out, &self.to)?;
-        if let (true, Some(owner)) = (self.clear_owner, M::OWNER) {
-            out.push_sql(", ");
-            out.push_identifier(owner)?;
-            out.push_sql(" = NULL");
+        match &self.change {
+            Change::State { to, clear_owner } => {
+                out.push_identifier(M::STATE)?;
+                out.push_sql(" = ");
+                M::push_state(&mut out, to)?;
+                if let (true, Some(owner)) = (*clear_owner, M::OWNER) {
+                    out.push_sql(", ");
+                    out.push_identifier(owner)?;
+                    out.push_sql(" = NULL");
+                }
+            }
+            Change::Touch(now) => {
+                let Some(claimed_at) = M::CLAIMED_AT else {
+                    return Err(diesel::result::Error::QueryBuilderError(
+                        "a heartbeat needs a claimed_at column".into(),
+                    ));
+                };
+                out.push_identifier(claimed_at)?;
+                out.push_sql(" = ");
+                now.walk_ast(out.reborrow())?;
+            }
         }
         out.push_sql(" WHERE ");
         M::push_pk(&mut out, &self.pk)?;

@@ -120,15 +120,38 @@ fn completion_checks_owner_attempt_and_state() {
         table: jobs::table,
         pk: Job::pk_filter(42),
         claimed: "running".into(),
-        to: "done".into(),
+        change: super::statements::Change::State {
+            to: "done".into(),
+            clear_owner: false,
+        },
         owner: Some(Some("me".into())),
         attempts: Some(Some(2)),
-        clear_owner: false,
     };
     let sql = diesel::debug_query::<Pg, _>(&stmt).to_string();
     assert_eq!(
         sql,
         "UPDATE \"jobs\" SET \"status\" = $1 WHERE (\"jobs\".\"id\" = $2) AND \"status\" = $3 \
          AND \"owner\" = $4 AND \"attempts\" = $5 -- binds: [\"done\", 42, \"running\", Some(\"me\"), Some(2)]"
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn heartbeat_moves_claimed_at_under_the_same_checks() {
+    use diesel::pg::Pg;
+    let stmt = FinishStmt::<Job> {
+        table: jobs::table,
+        pk: Job::pk_filter(42),
+        claimed: "running".into(),
+        change: super::statements::Change::Touch(crate::clock::DbNow::new()),
+        owner: Some(Some("me#0123456789ab".into())),
+        attempts: Some(Some(2)),
+    };
+    let sql = diesel::debug_query::<Pg, _>(&stmt).to_string();
+    assert_eq!(
+        sql,
+        "UPDATE \"jobs\" SET \"claimed_at\" = statement_timestamp() WHERE (\"jobs\".\"id\" = $1) \
+         AND \"status\" = $2 AND \"owner\" = $3 AND \"attempts\" = $4 \
+         -- binds: [42, \"running\", Some(\"me#0123456789ab\"), Some(2)]"
     );
 }

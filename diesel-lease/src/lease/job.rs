@@ -11,8 +11,10 @@
 //! One row per job; whoever's update changes the row runs this occurrence. A node that dies while
 //! running leaves `running_at` set; after `timeout` (database clock) another node takes over.
 //! Differences from the classic statement, each a fix: a `NULL` `next_run` (a freshly inserted job row) counts
-//! as due; the release is owner-checked (`… AND running_at = <holder>`), so a node whose run was
-//! taken over cannot release the new holder's run; times come from the database clock only.
+//! as due; the release is checked against the run's own stamp (`… AND running_at = <stamp>`,
+//! the holder plus a random part per run), so a run that was taken over — by another node, or by
+//! another thread with the same holder — cannot release the new run; times come from the
+//! database clock only.
 
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -22,6 +24,8 @@ use diesel::QueryResult;
 use crate::backend::SqlDialect;
 use crate::claim::Keyed;
 use crate::clock::{DbNow, DbNowOffset};
+use lease_core::ClaimStamp;
+
 use crate::{BorrowConnection, LeaseConnection, OwnerId, Result, Ttl};
 
 /// A model with a farm job's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
@@ -197,27 +201,52 @@ where
     }
 }
 
+/// One node's run of a job: what [`try_start_run`] granted and [`finish_run`] ends.
+///
+/// It carries the run's [`ClaimStamp`] — the holder plus a random part drawn for this run — which
+/// is what the holder column stores. Ending a run compares the whole stamp, so a run that was
+/// taken over (even by another thread of the same process, with the same holder) cannot end the
+/// new run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "finish the run with finish_run, or it is taken over after the timeout"]
+pub struct JobRun {
+    stamp: ClaimStamp,
+}
+
+impl JobRun {
+    /// What the holder column stores for this run.
+    pub fn stamp(&self) -> &ClaimStamp {
+        &self.stamp
+    }
+}
+
 /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner is dead):
-/// `true` for exactly one node. What the generated `Model::try_start_run` calls.
-pub fn try_start_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> Result<bool>
+/// `Some(run)` for exactly one node. What the generated `Model::try_start_run` calls.
+pub fn try_start_run<M, C>(
+    conn: &mut C,
+    pk: M::Pk,
+    options: &JobRunOptions,
+) -> Result<Option<JobRun>>
 where
     M: JobLease,
     C: BorrowConnection,
     C::Conn: JobConnection<M>,
 {
-    Ok(conn.borrow_connection().start_run(StartRunStmt {
+    let stamp = ClaimStamp::new(&options.holder);
+    let started = conn.borrow_connection().start_run(StartRunStmt {
         table: M::Table::default(),
         pk: M::pk_filter(pk),
-        holder: options.holder.as_str().to_owned(),
+        holder: stamp.as_str().to_owned(),
         now: DbNow::new(),
         dead_before: DbNowOffset::ago(options.timeout.as_micros()),
         next_run: options.interval.map(|i| DbNowOffset::new(i.as_micros())),
-    })?)
+    })?;
+    Ok(started.then_some(JobRun { stamp }))
 }
 
-/// Ends this node's run of job `pk` (`running_at = NULL`), only if this node still holds it;
-/// `false` when the run was taken over (or already finished).
-pub fn finish_run<M, C>(conn: &mut C, pk: M::Pk, options: &JobRunOptions) -> Result<bool>
+/// Ends `run` of job `pk` (`running_at = NULL`), only if it is still this run; `false` when the
+/// run was taken over (or already finished).
+pub fn finish_run<M, C>(conn: &mut C, pk: M::Pk, run: &JobRun) -> Result<bool>
 where
     M: JobLease,
     C: BorrowConnection,
@@ -226,6 +255,6 @@ where
     Ok(conn.borrow_connection().finish_run(FinishRunStmt {
         table: M::Table::default(),
         pk: M::pk_filter(pk),
-        holder: options.holder.as_str().to_owned(),
+        holder: run.stamp.as_str().to_owned(),
     })?)
 }

@@ -14,7 +14,7 @@ diesel::table! {
 
 #[derive(Queryable, Selectable, Claimable)]
 #[diesel(table_name = jobs)]
-#[claimable(state = status, ready = "new", claimed = "running", claimed_at = claimed_at, timeout_secs = 60, timeout_ms = 500)]
+#[claimable(state = status, ready = "new", claimed = "running", claimed_at = claimed_at, timeout_secs = 60, timeout_ms = 500, owner = worker)]
 pub struct Job {
     pub id: i64,
     pub status: String,

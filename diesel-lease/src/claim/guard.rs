@@ -1,0 +1,260 @@
+//! [`ClaimGuard`]: a claimed row that heartbeats while its work runs and is handed back if the
+//! work never finishes it.
+
+use std::fmt;
+use std::ops::Deref;
+use std::time::{Duration, Instant};
+
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+
+use super::{finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish};
+use crate::clock::DbNow;
+use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
+use crate::pool::ConnectionSource;
+use crate::{BorrowConnection, Error, LeaseConnection, Result};
+
+/// How long dropping a [`ClaimGuard`] waits at most, for its heartbeat to stop and then for a
+/// pool connection to hand the row back with. A row that cannot be handed back in time is
+/// rescued once its claim timeout has passed.
+pub const DROP_WAIT: Duration = Duration::from_secs(2);
+
+/// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
+///
+/// While the guard lives, a background heartbeat moves the row's `claimed_at` to the database's
+/// now every timeout/3, so the claim is not rescued while its work runs. Finish it with
+/// [`complete`](Self::complete), [`fail`](Self::fail) or [`release`](Self::release); a guard
+/// dropped unfinished — the work returned early or panicked — hands the row back (first ready
+/// state) so another worker can take it at once.
+///
+/// The guard is *lost* — [`is_lost`](Self::is_lost) turns true, [`lost_signal`](Self::lost_signal)
+/// fires — when a heartbeat finds the claim rescued or finished by someone else, or when no
+/// heartbeat succeeded before the local deadline (the instant the claim or the last successful
+/// heartbeat was sent, plus the timeout, minus a tenth of it): a worker cut off from the database
+/// knows before any rescuer can take the row. Stop the work then; `complete()` would return
+/// `false` anyway.
+///
+/// Needs `claimed_at` and a timeout (from the derive or [`ClaimOptions::timeout`]); without a
+/// timeout nothing can rescue the row, and the guard does not heartbeat.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_lease::Claimable;
+///
+/// diesel::table! {
+///     reports (id) { id -> BigInt, status -> Text, worker -> Nullable<Text>,
+///                    claimed_at -> Nullable<Timestamp>, }
+/// }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = reports)]
+/// #[claimable(state = status, ready = "new", claimed = "running", done = "done",
+///             owner = worker, claimed_at = claimed_at, timeout_secs = 30)]
+/// struct Report {
+///     id: i64,
+///     status: String,
+///     worker: Option<String>,
+///     claimed_at: Option<chrono::NaiveDateTime>,
+/// }
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 4).unwrap();
+/// # diesel::connection::SimpleConnection::batch_execute(&mut pool.get().unwrap(),
+/// #     "CREATE TABLE reports (id INTEGER PRIMARY KEY, status TEXT NOT NULL, worker TEXT,
+/// #                           claimed_at TIMESTAMP);
+/// #      INSERT INTO reports (status) VALUES ('new');").unwrap();
+/// while let Some(report) = Report::claim_next_guarded(&pool).unwrap() {
+///     // … a long rendering; the guard heartbeats every 10 s meanwhile …
+///     if report.is_lost() {
+///         continue; // rescued by another worker: drop it, do not complete
+///     }
+///     assert!(report.complete().unwrap());
+/// }
+/// # }
+/// ```
+#[must_use = "an unfinished guard hands its row back when dropped"]
+pub struct ClaimGuard<M> {
+    row: M,
+    local: HolderState,
+    heartbeat: Option<Heartbeat<Error>>,
+    /// Runs an owner-checked transition of `row` with a pool connection lent within the wait
+    /// (the pool's own timeout when `None`). Built where the connection type is known, so the
+    /// guard's type names only the model.
+    finisher: Box<Finisher<M>>,
+    finished: bool,
+}
+
+type Finisher<M> = dyn Fn(&M, Finish, Option<Duration>) -> Result<bool> + Send + Sync;
+
+impl<M> ClaimGuard<M>
+where
+    M: Claimable + Send + Sync,
+{
+    /// Claims the next row through `pool` (see [`claim_next`](super::claim_next)) and guards it.
+    pub fn claim_next<C>(pool: &Pool<ConnectionManager<C>>) -> Result<Option<Self>>
+    where
+        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    {
+        Self::claim_next_with(pool, &ClaimOptions::default())
+    }
+
+    /// [`claim_next`](Self::claim_next) with an explicit owner or claim timeout.
+    pub fn claim_next_with<C>(
+        pool: &Pool<ConnectionManager<C>>,
+        options: &ClaimOptions,
+    ) -> Result<Option<Self>>
+    where
+        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    {
+        let sent_at = Instant::now();
+        let row = super::claim_batch_with::<M, _>(&mut pool.get()?, 1, options)?
+            .into_iter()
+            .next();
+        row.map(|row| Self::start(pool, row, options, sent_at))
+            .transpose()
+    }
+
+    fn start<C>(
+        pool: &Pool<ConnectionManager<C>>,
+        row: M,
+        options: &ClaimOptions,
+        sent_at: Instant,
+    ) -> Result<Self>
+    where
+        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    {
+        let timeout = options
+            .timeout_micros::<M>()
+            .filter(|_| M::CLAIMED_AT.is_some())
+            .map(|us| Duration::from_micros(us.unsigned_abs()));
+        // Without a timeout nothing can rescue the row: it stays held until finished.
+        let ttl = timeout.unwrap_or(Duration::MAX);
+        let lender = pool.clone();
+        let mut guard = ClaimGuard {
+            local: HolderState::new(sent_at, ttl, default_margin(ttl)),
+            heartbeat: None,
+            finisher: Box::new(move |row: &M, to: Finish, wait: Option<Duration>| {
+                let mut conn = match wait {
+                    Some(wait) => lender.lend(wait)?,
+                    None => lender.get()?,
+                };
+                finish(row, &mut conn, to)
+            }),
+            row,
+            finished: false,
+        };
+        if let Some(timeout) = timeout {
+            let touch = owner_checked(&guard.row, Change::Touch(DbNow::new()));
+            let beat = touch_beat(pool.clone(), touch, timeout);
+            // On error, dropping the guard hands the row back: nothing stays claimed.
+            guard.heartbeat = Some(Heartbeat::every_third_of_ttl(
+                M::STATE,
+                guard.local.clone(),
+                timeout,
+                beat,
+            )?);
+        }
+        Ok(guard)
+    }
+
+    /// The claimed row.
+    pub fn row(&self) -> &M {
+        &self.row
+    }
+
+    /// Whether this worker must consider the claim lost (see the type's docs).
+    pub fn is_lost(&self) -> bool {
+        matches!(
+            self.local.lost_reason(),
+            Some(LostReason::Expired | LostReason::Gone)
+        )
+    }
+
+    /// A handle that fires when the claim is lost (or finished): poll it or block on it from the
+    /// work to cancel that work.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.local.lost_signal()
+    }
+
+    /// Marks the row done if this worker still owns the claim (see
+    /// [`finish`](super::finish)); `false` when it was rescued.
+    pub fn complete(mut self) -> Result<bool> {
+        self.finish(Finish::Done, None)
+    }
+
+    /// Marks the row failed if this worker still owns the claim.
+    pub fn fail(mut self) -> Result<bool> {
+        self.finish(Finish::Failed, None)
+    }
+
+    /// Hands the row back (first ready state, owner cleared) if this worker still owns the
+    /// claim.
+    pub fn release(mut self) -> Result<bool> {
+        self.finish(Finish::Ready, None)
+    }
+}
+
+impl<M> ClaimGuard<M> {
+    /// Stops the heartbeat, then runs the owner-checked transition.
+    fn finish(&mut self, to: Finish, wait: Option<Duration>) -> Result<bool> {
+        self.finished = true;
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.stop(wait.unwrap_or(DROP_WAIT));
+        }
+        let done = (self.finisher)(&self.row, to, wait);
+        self.local.mark_lost(LostReason::Released);
+        done
+    }
+}
+
+impl<M> Deref for ClaimGuard<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.row
+    }
+}
+
+/// The heartbeat's beat: the owner-checked `claimed_at = now` with a connection lent within the
+/// budget; each success extends the claim by `timeout`.
+fn touch_beat<S, M>(
+    source: S,
+    touch: super::FinishStmt<M>,
+    timeout: Duration,
+) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static
+where
+    S: ConnectionSource,
+    S::Connection: ClaimConnection<M>,
+    M: Claimable,
+{
+    move |budget| {
+        let beat = source
+            .lend(budget.remaining())
+            .and_then(|mut conn| conn.borrow_connection().finish(&touch));
+        match beat {
+            Ok(true) => Beat::Held { ttl: timeout },
+            Ok(false) => Beat::Lost,
+            Err(e) => Beat::Failed(e),
+        }
+    }
+}
+
+impl<M> Drop for ClaimGuard<M> {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Unfinished (an early return, an error, a panic): hand the row back at once for
+            // another worker; if the database cannot be reached, the claim times out instead.
+            let _ = self.finish(Finish::Ready, Some(DROP_WAIT));
+        }
+    }
+}
+
+impl<M: fmt::Debug> fmt::Debug for ClaimGuard<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClaimGuard")
+            .field("row", &self.row)
+            .field("heartbeat", &self.heartbeat.is_some())
+            .field("lost", &self.local.lost_reason())
+            .finish()
+    }
+}

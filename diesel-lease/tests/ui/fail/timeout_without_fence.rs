@@ -1,0 +1,21 @@
+use diesel::prelude::*;
+use diesel_lease::Claimable;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+        claimed_at -> Nullable<Timestamp>,
+    }
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready = "new", claimed = "running", claimed_at = claimed_at, timeout_secs = 60)]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+    pub claimed_at: Option<chrono::NaiveDateTime>,
+}
+
+fn main() {}

@@ -1,0 +1,75 @@
+//! [`ClaimStamp`]: the identity of one claim (or one job run), stored in the owner column.
+
+use crate::OwnerId;
+
+/// The separator between the owner and the claim's random part.
+const SEPARATOR: char = '#';
+
+/// What a claim writes into the owner column: the claimer's [`OwnerId`], `#`, and 12 random hex
+/// digits drawn for this claim alone.
+///
+/// Owner-checked transitions compare the whole stamp, so a claim is fenced even against a rescue
+/// by the same owner (another thread of the same process, or a process that reuses a fixed
+/// `OwnerId`): the rescue writes a new stamp, and the stale worker's `complete()` matches nothing.
+///
+/// ```
+/// use lease_core::{ClaimStamp, OwnerId};
+///
+/// let me = OwnerId::new("billing-1").unwrap();
+/// let (a, b) = (ClaimStamp::new(&me), ClaimStamp::new(&me));
+/// assert_ne!(a, b, "every claim gets its own stamp");
+/// assert_eq!(a.owner(), "billing-1");
+/// assert_eq!(ClaimStamp::owner_of(a.as_str()), "billing-1");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimStamp(String);
+
+impl ClaimStamp {
+    /// A fresh stamp for one claim by `owner` (13 bytes longer than the owner).
+    pub fn new(owner: &OwnerId) -> Self {
+        let random: u64 = rand::random::<u64>() & 0xffff_ffff_ffff;
+        ClaimStamp(format!("{}{SEPARATOR}{random:012x}", owner.as_str()))
+    }
+
+    /// The stamp as stored in the owner column.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The owner part of this stamp.
+    pub fn owner(&self) -> &str {
+        Self::owner_of(&self.0)
+    }
+
+    /// The owner part of a stored stamp (everything before the last `#`); a value without a
+    /// `#` (written by something else) is returned whole.
+    pub fn owner_of(stored: &str) -> &str {
+        stored
+            .rsplit_once(SEPARATOR)
+            .map_or(stored, |(owner, _)| owner)
+    }
+}
+
+impl std::fmt::Display for ClaimStamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_with_its_own_separator_is_kept_whole() {
+        let owner = OwnerId::new("team#7").unwrap();
+        let stamp = ClaimStamp::new(&owner);
+        assert_eq!(stamp.owner(), "team#7");
+        assert_eq!(stamp.as_str().len(), "team#7".len() + 13);
+    }
+
+    #[test]
+    fn a_value_without_a_stamp_is_its_own_owner() {
+        assert_eq!(ClaimStamp::owner_of("legacy-worker"), "legacy-worker");
+    }
+}

@@ -1,0 +1,193 @@
+//! Claims that survive long work, and claims fenced against their own rescue: heartbeats,
+//! `ClaimGuard`, and the per-claim stamp in the owner column.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use diesel_lease::claim::{ClaimGuard, ClaimOptions};
+use diesel_lease::Claimable;
+
+use crate::common::TestDb;
+use crate::models::schema::importjobs;
+use crate::models::*;
+
+/// The import jobs of the suite, without an attempts column: fenced by the claim stamp alone.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = importjobs)]
+#[claimable(
+    state = statuscode,
+    ready = "JOBEXTRACTED",
+    claimed = "EXECUTIONINPROGRESS",
+    done = "DONE",
+    owner = worker,
+    claimed_at = claimed_at
+)]
+pub(crate) struct StampOnly {
+    pub(crate) id: i64,
+    pub(crate) statuscode: String,
+    pub(crate) worker: Option<String>,
+    pub(crate) claimed_at: Option<chrono::NaiveDateTime>,
+}
+
+backend_suite! {
+    tests: [
+        a_long_job_heartbeating_through_5x_the_timeout_is_never_rescued,
+        a_same_process_rescue_fences_the_stale_complete,
+        a_same_process_rescue_fences_a_model_without_attempts,
+        a_dropped_or_panicking_guard_hands_the_row_back,
+        a_starved_guard_knows_it_lost_before_the_database_would_rescue,
+        heartbeat_of_a_rescued_claim_is_false,
+    ];
+
+    fn seed(db: &TestDb<B>, rows: i64) {
+        let (pg, sqlite, mysql) = IMPORTJOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let values: Vec<_> = (1..=rows)
+            .map(|id| (importjobs::id.eq(id), importjobs::statuscode.eq("JOBEXTRACTED"), importjobs::payload.eq("")))
+            .collect();
+        diesel::insert_into(importjobs::table).values(&values).execute(&mut db.conn()).unwrap();
+    }
+
+    fn timeout(d: Duration) -> ClaimOptions {
+        ClaimOptions::default().timeout(d).unwrap()
+    }
+
+    fn status(db: &TestDb<B>, id: i64) -> String {
+        importjobs::table.find(id).select(importjobs::statuscode).first(&mut db.conn()).unwrap()
+    }
+
+    /// A job that runs 5x its claim timeout under a `ClaimGuard` is never rescued, although a
+    /// rescuer asks every 100 ms all along; then it completes.
+    pub(crate) fn a_long_job_heartbeating_through_5x_the_timeout_is_never_rescued(db: &TestDb<B>) {
+        seed(db, 1);
+        let pool = db.pool(4);
+        let claim_timeout = Duration::from_secs(1);
+        let guard = ClaimGuard::<ImportJob>::claim_next_with(&pool, &timeout(claim_timeout))
+            .unwrap()
+            .expect("a row");
+        let done = AtomicBool::new(false);
+        let rescued = std::thread::scope(|s| {
+            let rescuer = s.spawn(|| {
+                let mut conn = db.conn();
+                let mut rescued = Vec::new();
+                while !done.load(Ordering::SeqCst) {
+                    rescued.extend(ImportJob::claim_batch_with(&mut conn, 1, &timeout(claim_timeout)).unwrap());
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                rescued
+            });
+            let started = Instant::now();
+            while started.elapsed() < claim_timeout * 5 {
+                assert!(!guard.is_lost(), "lost after {:?}", started.elapsed());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            done.store(true, Ordering::SeqCst);
+            rescuer.join().unwrap()
+        });
+        assert!(rescued.is_empty(), "rescued while its work ran: {rescued:?}");
+        assert!(guard.complete().unwrap(), "the worker no longer owned its claim");
+        assert_eq!(status(db, 1), "DONE");
+    }
+
+    /// The same process (same default owner, another thread) rescues a stale claim: the stale
+    /// worker's `complete()` is `false`, the rescuer's `true`.
+    pub(crate) fn a_same_process_rescue_fences_the_stale_complete(db: &TestDb<B>) {
+        seed(db, 1);
+        let mut conn = db.conn();
+        let stale = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        std::thread::sleep(Duration::from_millis(1300));
+        let rescued = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut conn = db.conn();
+                ImportJob::claim_batch_with(&mut conn, 1, &timeout(Duration::from_secs(1))).unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        let rescued = rescued.into_iter().next().expect("rescued");
+        assert_eq!(rescued.id, stale.id);
+        assert!(!stale.complete(&mut conn).unwrap(), "a stale worker completed a rescued claim");
+        assert!(!stale.heartbeat(&mut conn).unwrap());
+        assert!(rescued.complete(&mut conn).unwrap());
+    }
+
+    /// Without an attempts column the claim stamp alone fences the stale worker.
+    pub(crate) fn a_same_process_rescue_fences_a_model_without_attempts(db: &TestDb<B>) {
+        seed(db, 1);
+        let mut conn = db.conn();
+        let options = timeout(Duration::from_secs(1));
+        let stale = StampOnly::claim_batch_with(&mut conn, 1, &options).unwrap().pop().expect("a row");
+        std::thread::sleep(Duration::from_millis(1300));
+        let rescued = StampOnly::claim_batch_with(&mut conn, 1, &options).unwrap().pop().expect("rescued");
+        assert_eq!(rescued.id, stale.id);
+        assert_eq!(
+            stale.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of),
+            rescued.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of),
+            "the same owner claimed twice"
+        );
+        assert!(!stale.complete(&mut conn).unwrap(), "a stale worker completed a rescued claim");
+        assert!(rescued.complete(&mut conn).unwrap());
+    }
+
+    /// A guard dropped unfinished (an early return) or unwound by a panic hands its row back
+    /// at once: another worker claims it without waiting for the timeout.
+    pub(crate) fn a_dropped_or_panicking_guard_hands_the_row_back(db: &TestDb<B>) {
+        seed(db, 1);
+        let pool = db.pool(4);
+        let guard = ClaimGuard::<ImportJob>::claim_next(&pool).unwrap().expect("a row");
+        assert_eq!(status(db, 1), "EXECUTIONINPROGRESS");
+        drop(guard);
+        assert_eq!(status(db, 1), "JOBEXTRACTED");
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _guard = ImportJob::claim_next_guarded(&pool).unwrap().expect("the row again");
+            panic!("the job failed");
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(status(db, 1), "JOBEXTRACTED");
+        let again = ImportJob::claim_next(&mut db.conn()).unwrap().expect("claimable at once");
+        assert_eq!(again.attempts, 3, "three claims in all");
+    }
+
+    /// A guard whose heartbeats cannot get a connection (its pool is exhausted) knows it lost
+    /// before the database would let anyone rescue the row: at the moment it reports lost, a
+    /// rescue still finds nothing; once the timeout has passed on the database, it succeeds.
+    pub(crate) fn a_starved_guard_knows_it_lost_before_the_database_would_rescue(db: &TestDb<B>) {
+        seed(db, 1);
+        let pool = db.pool(1);
+        let claim_timeout = Duration::from_secs(2);
+        let claimed_at = Instant::now();
+        let guard = ClaimGuard::<ImportJob>::claim_next_with(&pool, &timeout(claim_timeout))
+            .unwrap()
+            .expect("a row");
+        let hog = pool.get().unwrap(); // every heartbeat now fails to get a connection
+        assert!(guard.lost_signal().wait_timeout(claim_timeout * 2), "never reported lost");
+        let lost_after = claimed_at.elapsed();
+        let mut other = db.conn();
+        let early = ImportJob::claim_batch_with(&mut other, 1, &timeout(claim_timeout)).unwrap();
+        assert!(
+            early.is_empty(),
+            "the database let a rescuer in before the guard knew it lost ({lost_after:?})"
+        );
+        assert!(lost_after < claim_timeout, "lost only after {lost_after:?}");
+        assert!(guard.is_lost());
+        std::thread::sleep(claim_timeout);
+        let rescued = ImportJob::claim_batch_with(&mut other, 1, &timeout(claim_timeout)).unwrap();
+        assert_eq!(rescued.len(), 1, "the stale claim was never rescuable");
+        drop(hog);
+        assert!(!guard.complete().unwrap(), "the starved worker completed a rescued claim");
+    }
+
+    /// A heartbeat reports `false` once the claim was finished by someone else.
+    pub(crate) fn heartbeat_of_a_rescued_claim_is_false(db: &TestDb<B>) {
+        seed(db, 1);
+        let mut conn = db.conn();
+        let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        assert!(job.heartbeat(&mut conn).unwrap());
+        assert!(job.complete(&mut conn).unwrap());
+        assert!(!job.heartbeat(&mut conn).unwrap());
+        // A model without claimed_at has nothing to move: a configuration error, before any SQL.
+        let no_clock = crate::models::Test { id: 1, data: String::new(), processed: true };
+        assert!(matches!(no_clock.heartbeat(&mut conn), Err(diesel_lease::Error::Config(_))));
+    }
+}

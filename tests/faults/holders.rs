@@ -1,0 +1,149 @@
+//! What a holder believes when it cannot reach the database: a lease guard or permit whose
+//! heartbeats get no connection (its pool is exhausted, or — on PostgreSQL — its sessions were
+//! terminated and the database refuses new ones) reports itself lost *before* the database
+//! would give its grant to anybody else.
+
+use std::time::{Duration, Instant};
+
+use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::semaphore::Semaphore;
+
+use crate::common::TestDb;
+
+const TTL: Duration = Duration::from_secs(2);
+
+backend_suite! {
+    tests: [
+        a_starved_lease_guard_knows_it_lost_before_its_lease_expires,
+        a_starved_permit_knows_it_lost_before_its_row_expires,
+    ];
+
+    /// Keep-alive on, pool of one connection, which the test then holds: every extension fails
+    /// to get a connection. The guard turns lost before the database's expiry, which is checked
+    /// on a connection of its own at that moment.
+    pub(crate) fn a_starved_lease_guard_knows_it_lost_before_its_lease_expires(db: &TestDb<B>) {
+        db.migrate();
+        let pool = db.pool(1);
+        let sent = Instant::now();
+        let guard = LeaseGuard::try_acquire(&pool, "report", &LeaseOptions::new(TTL).keep_alive(true))
+            .unwrap()
+            .expect("free");
+        let hog = pool.get().unwrap();
+        assert!(guard.lost_signal().wait_timeout(TTL * 2), "never reported lost");
+        let lost_after = sent.elapsed();
+        let record = lease::inspect(&mut db.conn(), "report").unwrap().expect("granted once");
+        assert!(record.is_held(), "the database had already let the lease go ({lost_after:?})");
+        assert_eq!(record.token, guard.token());
+        assert!(lost_after < TTL, "lost only after {lost_after:?}");
+        assert!(guard.is_lost());
+        // Once the database's ttl has run out, another node gets the lease.
+        std::thread::sleep(TTL);
+        let next = lease::try_acquire(&mut db.conn(), "report", &LeaseOptions::new(TTL)).unwrap();
+        assert!(next.expect("expired on the database").token() > guard.token());
+        drop(hog);
+    }
+
+    /// The same for a semaphore permit: lost before its row can be removed.
+    pub(crate) fn a_starved_permit_knows_it_lost_before_its_row_expires(db: &TestDb<B>) {
+        db.migrate();
+        let pool = db.pool(1);
+        let mutex = Semaphore::mutex("partner-api").unwrap().with_ttl(TTL).unwrap();
+        let sent = Instant::now();
+        let permit = mutex.try_acquire(&pool).unwrap().expect("free");
+        let ticket = permit.ticket();
+        let hog = pool.get().unwrap();
+        assert!(permit.lost_signal().wait_timeout(TTL * 2), "never reported lost");
+        let lost_after = sent.elapsed();
+        let mut other = db.conn();
+        let queue = mutex.queue(&mut other).unwrap();
+        assert!(
+            queue.iter().any(|r| r.ticket == ticket && r.granted),
+            "the row was gone before the holder knew ({lost_after:?}): {queue:?}"
+        );
+        assert!(lost_after < TTL, "lost only after {lost_after:?}");
+        assert!(!permit.is_held());
+        assert!(permit.ensure_held().is_err());
+        // After the database's ttl the next holder gets in.
+        std::thread::sleep(TTL + Duration::from_millis(200));
+        let next = mutex.acquire_on(&mut other, Duration::from_secs(5)).unwrap();
+        assert_ne!(next.ticket(), ticket);
+        next.release(&mut other).unwrap();
+        drop(hog);
+    }
+}
+
+/// PostgreSQL: the guard's sessions are terminated and the database refuses new ones; the guard
+/// turns lost by its local deadline, while the database (read on a session opened before) still
+/// holds the lease.
+#[cfg(feature = "postgres")]
+mod postgres_cut_off {
+    use diesel::connection::SimpleConnection;
+    use diesel::prelude::*;
+
+    use super::*;
+    use crate::common::Postgres;
+
+    fn a_cut_off_lease_guard_knows_it_lost_before_its_lease_expires(db: &TestDb<Postgres>) {
+        db.migrate();
+        let mut observer = db.conn();
+        let database: String = diesel::select(diesel::dsl::sql::<diesel::sql_types::Text>(
+            "current_database()",
+        ))
+        .get_result(&mut observer)
+        .unwrap();
+        let admin_url = std::env::var("DIESEL_LEASE_TEST_PG").unwrap();
+        let mut admin = diesel::PgConnection::establish(&admin_url).unwrap();
+        let pool = db.pool(2);
+        let sent = Instant::now();
+        let guard =
+            LeaseGuard::try_acquire(&pool, "report", &LeaseOptions::new(TTL).keep_alive(true))
+                .unwrap()
+                .expect("free");
+        let observer_pid: i32 = diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
+            "pg_backend_pid()",
+        ))
+        .get_result(&mut observer)
+        .unwrap();
+        // Cut the pool off: no new sessions on this database, and its sessions terminated.
+        // Identifiers come from the server (current_database()), not from user input.
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE \"{database}\" ALLOW_CONNECTIONS false"
+            ))
+            .unwrap();
+        diesel::sql_query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> $2",
+        )
+        .bind::<diesel::sql_types::Text, _>(&database)
+        .bind::<diesel::sql_types::Integer, _>(observer_pid)
+        .execute(&mut admin)
+        .unwrap();
+        assert!(
+            guard.lost_signal().wait_timeout(TTL * 2),
+            "never reported lost"
+        );
+        let lost_after = sent.elapsed();
+        let record = lease::inspect(&mut observer, "report")
+            .unwrap()
+            .expect("granted");
+        assert!(
+            record.is_held(),
+            "the database had already let the lease go ({lost_after:?})"
+        );
+        assert!(lost_after < TTL, "lost only after {lost_after:?}");
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE \"{database}\" ALLOW_CONNECTIONS true"
+            ))
+            .unwrap();
+        drop(guard);
+    }
+
+    #[test]
+    fn cut_off_lease_guard_knows_it_lost_before_its_lease_expires() {
+        crate::common::run::<Postgres>(
+            "cut_off_lease_guard_knows_it_lost_before_its_lease_expires",
+            a_cut_off_lease_guard_knows_it_lost_before_its_lease_expires,
+        )
+    }
+}
