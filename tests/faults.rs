@@ -7,4 +7,6 @@
 //! database gives its grant away.
 
 mod errors;
+mod farm;
 mod holders;
+mod scheduler;

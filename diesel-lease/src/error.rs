@@ -78,6 +78,13 @@ pub enum Error {
         /// The fencing token of the current grant, when somebody took it over.
         holder_token: Option<FencingToken>,
     },
+    /// The lease's fencing token reached `i64::MAX`: no later grant could carry a larger one, so
+    /// the lease is never granted again. Use a new name (after 9.2 × 10¹⁸ grants).
+    #[error("lease `{name}` has used up its fencing tokens (i64::MAX); use a new lease name")]
+    TokensExhausted {
+        /// The lease name.
+        name: String,
+    },
     /// The lease was already released by this handle.
     #[error("lease `{name}` was already released by this holder")]
     LeaseNotHeld {

@@ -21,10 +21,15 @@ pub struct Backoff {
     max: Duration,
 }
 
+/// The shortest delay a [`Backoff`] ever returns.
+pub(crate) const MIN_DELAY: Duration = Duration::from_millis(1);
+
 impl Backoff {
     /// Starts at `min` and doubles up to `max`.
     pub fn new(min: Duration, max: Duration) -> Self {
-        let min = min.min(max);
+        // Never a zero pause: a zero backoff would be a busy loop against the database.
+        let max = max.max(MIN_DELAY);
+        let min = min.max(MIN_DELAY).min(max);
         Backoff {
             current: min,
             min,
@@ -67,6 +72,14 @@ mod tests {
                 prop_assert!(d <= max);
                 prop_assert!(d >= min.min(max) / 2);
             }
+        }
+    }
+
+    #[test]
+    fn a_zero_backoff_still_pauses() {
+        let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
+        for _ in 0..100 {
+            assert!(b.next_delay() >= MIN_DELAY / 2);
         }
     }
 

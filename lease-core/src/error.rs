@@ -36,8 +36,9 @@ pub enum InvalidInput {
         /// Which duration.
         what: &'static str,
     },
-    /// A duration too large to store as microseconds in a 64-bit column.
-    #[error("{what} of {got:?} is too long to store; keep it under 290,000 years")]
+    /// A duration longer than [`MAX_TTL`](crate::MAX_TTL) (1,000 years): the database's
+    /// `now + duration` would come near the end of its 64-bit microsecond clock.
+    #[error("{what} of {got:?} is too long; keep it under 1,000 years")]
     DurationTooLong {
         /// Which duration.
         what: &'static str,

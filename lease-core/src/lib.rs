@@ -20,7 +20,7 @@ pub use error::InvalidInput;
 pub use owner::{validate_name, OwnerId, MAX_OWNER_LEN};
 pub use stamp::ClaimStamp;
 pub use token::FencingToken;
-pub use ttl::Ttl;
+pub use ttl::{Ttl, MAX_TTL};
 
 /// What an insert that may hit a unique constraint ended in.
 ///

@@ -2,7 +2,11 @@ use std::time::Duration;
 
 use crate::InvalidInput;
 
-/// A validated, positive duration that fits in signed 64-bit microseconds.
+/// The longest duration diesel-lease sends to the database: 1,000 years. Far below the point
+/// where the database's `now + ttl` (µs since 1970 in a `BIGINT`) would overflow.
+pub const MAX_TTL: Duration = Duration::from_secs(1_000 * 365 * 24 * 60 * 60);
+
+/// A validated, positive duration of at most [`MAX_TTL`], in signed 64-bit microseconds.
 ///
 /// Every duration diesel-lease sends to the database goes through `Ttl`, so the database never sees a
 /// zero or overflowing interval.
@@ -26,6 +30,9 @@ impl Ttl {
         if d.is_zero() {
             return Err(InvalidInput::ZeroDuration { what, got: d });
         }
+        if d > MAX_TTL {
+            return Err(InvalidInput::DurationTooLong { what, got: d });
+        }
         let micros = i64::try_from(d.as_micros())
             .map_err(|_| InvalidInput::DurationTooLong { what, got: d })?;
         if micros == 0 {
@@ -39,6 +46,12 @@ impl Ttl {
     pub fn from_signed_micros(what: &'static str, micros: i64) -> Result<Self, InvalidInput> {
         match micros {
             m if m < 0 => Err(InvalidInput::NegativeDuration { what }),
+            m if m.unsigned_abs() > MAX_TTL.as_micros() as u64 => {
+                Err(InvalidInput::DurationTooLong {
+                    what,
+                    got: Duration::from_micros(m.unsigned_abs()),
+                })
+            }
             0 => Err(InvalidInput::ZeroDuration {
                 what,
                 got: Duration::ZERO,
@@ -90,10 +103,26 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips_whole_micros(us in 1u64..(i64::MAX as u64)) {
+        fn round_trips_whole_micros(us in 1u64..=(MAX_TTL.as_micros() as u64)) {
             let ttl = Ttl::new("ttl", Duration::from_micros(us)).unwrap();
             prop_assert_eq!(ttl.as_micros() as u64, us);
             prop_assert_eq!(ttl.as_duration(), Duration::from_micros(us));
         }
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    #[test]
+    fn a_ttl_that_would_overflow_the_database_clock_is_refused() {
+        assert!(Ttl::new("ttl", MAX_TTL).is_ok());
+        assert!(matches!(
+            Ttl::new("ttl", MAX_TTL + Duration::from_secs(1)),
+            Err(InvalidInput::DurationTooLong { .. })
+        ));
+        assert!(Ttl::new("ttl", Duration::MAX).is_err());
+        assert!(Ttl::from_signed_micros("ttl", i64::MAX).is_err());
     }
 }

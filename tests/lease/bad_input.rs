@@ -116,4 +116,62 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
     assert!(msg.contains("non-empty name"), "{msg}");
 }
 
-backend_tests!(bad_names_and_durations_are_typed_errors);
+/// A ttl whose `now + ttl` would overflow the database's 64-bit microsecond clock is refused
+/// before the database sees it (it used to fail with "bigint out of range" on PostgreSQL and
+/// MariaDB and be clamped on SQLite); a zero poll backoff is not a busy loop.
+fn overflowing_durations_are_refused<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let mut c = db.conn();
+    let forever = std::time::Duration::from_secs(2_000 * 365 * 24 * 3600);
+    assert!(matches!(
+        invalid(lease::try_acquire(
+            &mut c,
+            "job",
+            &lease::LeaseOptions::new(forever)
+        )),
+        InvalidInput::DurationTooLong { .. }
+    ));
+    let _held = lease::try_acquire(&mut c, "job", &opts(10_000))
+        .unwrap()
+        .expect("free");
+    let polls = std::time::Instant::now();
+    let zero_poll = opts(10_000).poll(ms(0), ms(0));
+    assert!(matches!(
+        lease::acquire(&mut c, "job", &zero_poll, ms(100)),
+        Err(Error::Timeout { .. })
+    ));
+    // At least half a millisecond between polls: at most ~200 polls in 100 ms, not thousands.
+    assert!(polls.elapsed() >= ms(100));
+}
+
+/// A lease whose token reached `i64::MAX` is never granted again, with a typed error, and its
+/// row is left as it was (on SQLite the token does not silently repeat or turn REAL).
+fn the_last_fencing_token_is_refused<B: TestBackend>(db: &TestDb<B>) {
+    use super::support::{batch, rows};
+    db.migrate();
+    let mut c = db.conn();
+    let mut first = lease::try_acquire(&mut c, "job", &opts(10_000))
+        .unwrap()
+        .expect("free");
+    first.release(&mut c).unwrap();
+    batch(
+        &mut c,
+        "UPDATE diesel_lease_leases SET token = 9223372036854775807, expires_at = 0",
+    );
+    assert!(matches!(
+        lease::try_acquire(&mut c, "job", &opts(10_000)),
+        Err(Error::TokensExhausted { ref name }) if name == "job"
+    ));
+    let token = rows(
+        &mut c,
+        "SELECT token AS a, token AS b, token AS c FROM diesel_lease_leases",
+        &[],
+    );
+    assert_eq!(token[0].a, i64::MAX);
+}
+
+backend_tests!(
+    bad_names_and_durations_are_typed_errors,
+    overflowing_durations_are_refused,
+    the_last_fencing_token_is_refused
+);

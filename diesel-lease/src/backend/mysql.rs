@@ -3,7 +3,6 @@
 //! COMMITTED transaction; a matched-rows count stands in for `RETURNING` wherever the predicate
 //! holds the old state (so "one row matched" means "this caller won").
 
-use diesel::connection::SimpleConnection;
 use diesel::mysql::Mysql;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -25,6 +24,17 @@ use crate::once::RunInsertOnce;
 use crate::semaphore::statements::{semaphore_statements, NewTicket, SemaphoreStatements};
 
 raw_connection!(MysqlConnection);
+
+/// Makes the session's next transaction READ COMMITTED.
+///
+/// Sent as a prepared statement, not with `batch_execute`: Diesel's `batch_execute` on MySQL
+/// switches multi-statement mode on and off around the query (`COM_SET_OPTION` twice), three
+/// round trips where one does.
+fn read_committed_next(c: &mut MysqlConnection) -> QueryResult<()> {
+    diesel::sql_query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        .execute(c)
+        .map(drop)
+}
 impl super::sealed::Sealed for Mysql {}
 
 impl SqlDialect for Mysql {
@@ -67,9 +77,17 @@ impl Dialect for MysqlConnection {
         // caller's transaction the level cannot change (error 1568): the caller's level stays and
         // we run as a savepoint.
         if !super::in_transaction(self)? {
-            self.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
+            read_committed_next(self)?;
         }
         self.transaction(f)
+    }
+
+    fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
+        if !super::in_transaction(self)? {
+            // Applies to the next transaction only: the autocommit statement `f` runs.
+            read_committed_next(self)?;
+        }
+        f(self)
     }
 
     fn claim_sql<M: ClaimSql<Mysql>>(parts: &ClaimParts<M, Mysql>, limit: i64) -> String {

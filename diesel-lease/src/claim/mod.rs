@@ -203,7 +203,15 @@ where
     }
 
     fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool> {
-        Ok(self.execute_returning_count(&Exec(stmt))? == 1)
+        let write = |c: &mut C| -> Result<bool> {
+            Ok(c.keyed_write(|c| c.execute_returning_count(&Exec(stmt)))? == 1)
+        };
+        if crate::backend::in_transaction(self)? {
+            // A deadlock rolled back the caller's whole transaction: not ours to retry.
+            return write(self);
+        }
+        // One owner-checked statement, rolled back whole by a deadlock: safe to run again.
+        retry_conflicts(|| write(self))
     }
 }
 

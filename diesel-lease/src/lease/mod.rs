@@ -313,6 +313,11 @@ pub(crate) fn grant<C: LeaseConnection>(
             interval_micros: interval.map(Ttl::as_micros),
         },
     )?;
+    if granted.is_none() && record(conn, name)?.is_some_and(|r| r.token.get() == i64::MAX) {
+        return Err(Error::TokensExhausted {
+            name: name.to_string(),
+        });
+    }
     Ok(granted.map(|g| {
         let lease = Lease {
             name: name.to_string(),

@@ -24,7 +24,7 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use lease_core::{Backoff, FencingToken, Ttl};
 
 use crate::lease::{LeaseGuard, LeaseOptions};
-use crate::{LeaseConnection, Result};
+use crate::{Error, LeaseConnection, Result};
 
 /// Runs `job` if the lease `name` can be taken now; `Ok(None)` without running it if another
 /// node holds it. The lease is released when the job returns (and on unwinding, by the guard).
@@ -114,6 +114,7 @@ pub fn every(interval: Duration) -> Every {
         interval,
         lease: None,
         poll: None,
+        on_error: None,
     }
 }
 
@@ -142,11 +143,29 @@ pub fn every(interval: Duration) -> Every {
 /// assert!(hourly.run_if_due(&pool, "stock-alerts", |_| ()).unwrap().is_none());
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Every {
     interval: Duration,
     lease: Option<LeaseOptions>,
     poll: Option<Duration>,
+    on_error: Option<ErrorHook>,
+}
+
+/// What [`Every::on_error`] calls.
+type ErrorHook = std::sync::Arc<dyn Fn(&Error) + Send + Sync>;
+
+/// The longest pause [`Every::run_until`] makes after consecutive errors.
+pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(30);
+
+impl std::fmt::Debug for Every {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Every")
+            .field("interval", &self.interval)
+            .field("lease", &self.lease)
+            .field("poll", &self.poll)
+            .field("on_error", &self.on_error.is_some())
+            .finish()
+    }
 }
 
 /// One occurrence of a periodic job, handed to the job.
@@ -203,6 +222,18 @@ impl Every {
         self
     }
 
+    /// Called by [`run_until`](Self::run_until) with every error it retries (log it, count it).
+    pub fn on_error(mut self, report: impl Fn(&Error) + Send + Sync + 'static) -> Self {
+        self.on_error = Some(std::sync::Arc::new(report));
+        self
+    }
+
+    fn lease_options(&self) -> LeaseOptions {
+        self.lease
+            .clone()
+            .unwrap_or_else(|| LeaseOptions::new(self.interval))
+    }
+
     /// Runs `job` once if its next occurrence is due and nobody is running it; `Ok(None)`
     /// otherwise. Call it from every node's loop, or use [`run_until`](Self::run_until).
     pub fn run_if_due<C, T>(
@@ -215,10 +246,7 @@ impl Every {
         C: LeaseConnection + R2D2Connection,
     {
         let interval = Ttl::new("interval", self.interval)?;
-        let options = self
-            .lease
-            .clone()
-            .unwrap_or_else(|| LeaseOptions::new(self.interval));
+        let options = self.lease_options();
         let checked = options.check(name)?;
         let granted = crate::lease::grant(&mut *pool.get()?, name, &checked, Some(interval))?;
         let Some((lease, next_run)) = granted else {
@@ -236,7 +264,14 @@ impl Every {
     }
 
     /// The node loop: until `stop()` returns true, polls and runs `job` whenever it is due here.
-    /// Returns how many occurrences this node ran; stops at the first error.
+    /// Returns how many occurrences this node ran.
+    ///
+    /// Only a lost lease ends the loop ([`Error::LeaseLost`](crate::Error::LeaseLost): the job
+    /// ran, partly, unprotected — the caller must know), and so does bad input, checked once
+    /// before the first poll. Every other error — the database restarting, a pool timeout, a
+    /// lock timeout on the release after a run — is handed to [`on_error`](Self::on_error) and
+    /// the loop goes on after a backoff that doubles from the poll period up to
+    /// [`MAX_ERROR_BACKOFF`], so one transient fault never stops a node for good.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
@@ -276,13 +311,28 @@ impl Every {
                 (self.interval / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
             })
             .max(Duration::from_millis(1));
+        // Bad input would fail every poll the same way: refuse it once.
+        Ttl::new("interval", self.interval)?;
+        self.lease_options().check(name)?;
         let mut jitter = Backoff::new(poll, poll);
+        let mut after_error = Backoff::new(poll, MAX_ERROR_BACKOFF.max(poll));
         let mut runs = 0;
         while !stop() {
-            if self.run_if_due(pool, name, &mut job)?.is_some() {
-                runs += 1;
-            }
-            std::thread::sleep(jitter.next_delay());
+            let pause = match self.run_if_due(pool, name, &mut job) {
+                Ok(ran) => {
+                    runs += u64::from(ran.is_some());
+                    after_error = Backoff::new(poll, MAX_ERROR_BACKOFF.max(poll));
+                    jitter.next_delay()
+                }
+                Err(e @ Error::LeaseLost { .. }) => return Err(e),
+                Err(e) => {
+                    if let Some(report) = &self.on_error {
+                        report(&e);
+                    }
+                    after_error.next_delay()
+                }
+            };
+            std::thread::sleep(pause);
         }
         Ok(runs)
     }

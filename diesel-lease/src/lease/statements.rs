@@ -111,15 +111,20 @@ where
 /// also due (`next_run` reached or never set).
 macro_rules! grantable {
     ($g:expr) => {
-        l::expires_at.le(DbNowMicros).and(
-            l::next_run
-                .is_null()
-                .or(l::next_run.assume_not_null().le(DbNowMicros))
-                .or($g
-                    .interval_micros
-                    .is_none()
-                    .into_sql::<diesel::sql_types::Bool>()),
-        )
+        // A token at i64::MAX has no successor: such a row is never granted again (the caller
+        // gets `Error::TokensExhausted`), instead of overflowing (or, on SQLite, turning REAL).
+        l::token
+            .lt(i64::MAX)
+            .and(l::expires_at.le(DbNowMicros))
+            .and(
+                l::next_run
+                    .is_null()
+                    .or(l::next_run.assume_not_null().le(DbNowMicros))
+                    .or($g
+                        .interval_micros
+                        .is_none()
+                        .into_sql::<diesel::sql_types::Bool>()),
+            )
     };
 }
 pub(crate) use grantable;

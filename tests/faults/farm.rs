@@ -1,0 +1,107 @@
+//! A farm of workers draining the README's headline model (claim timeout, `max_attempts`, a
+//! failed state, the recommended `(statuscode, id)` index): no error reaches a worker and every
+//! row is done exactly once.
+//!
+//! Registered on PostgreSQL and SQLite only. On MariaDB the same test ran clean in some runs
+//! (2,000 rows in about 4 s at both isolation levels, no error reaching a worker) but in others
+//! one worker hung for good inside `mysql_stmt_execute` (client in `poll(-1)` before sending,
+//! the server showing the session asleep): a known, not yet understood hang, recorded for the
+//! next person; a test that can hang forever would stall the whole suite. Run it by hand with
+//! `DIESEL_LEASE_FARM_MYSQL=1 bash scripts/test.sh -- faults::farm --nocapture`.
+//!
+//! `DIESEL_LEASE_FARM_ROWS` (default 2,000) scales it.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+
+use crate::common::TestDb;
+use crate::models::schema::importjobs;
+use crate::models::*;
+
+const WORKERS: usize = 6;
+
+backend_suite! {
+    fixtures: crate::claim::basics;
+    tests: [];
+
+    #[allow(dead_code)] // registered per backend below
+    pub(crate) fn six_workers_drain_the_headline_model_without_errors(db: &TestDb<B>) {
+        let rows: i64 = std::env::var("DIESEL_LEASE_FARM_ROWS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(2_000);
+        fixtures::seed_jobs(db, rows);
+        let claimed = Mutex::new(Vec::new());
+        let errors = Mutex::new(Vec::new());
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..WORKERS {
+                s.spawn(|| {
+                    let mut conn = db.conn();
+                    let mut mine = Vec::new();
+                    loop {
+                        match ImportJob::claim_next(&mut conn) {
+                            Ok(Some(job)) => match job.complete(&mut conn) {
+                                Ok(true) => mine.push(job.id),
+                                Ok(false) => errors.lock().unwrap().push(format!("job {} was not ours at complete", job.id)),
+                                Err(e) => errors.lock().unwrap().push(format!("complete: {e}")),
+                            },
+                            Ok(None) => break,
+                            Err(e) => errors.lock().unwrap().push(format!("claim: {e}")),
+                        }
+                        assert!(started.elapsed() < Duration::from_secs(600), "the farm hung");
+                    }
+                    claimed.lock().unwrap().extend(mine);
+                });
+            }
+        });
+        let errors = errors.into_inner().unwrap();
+        assert!(errors.is_empty(), "{} errors reached the workers: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+        let mut claimed = claimed.into_inner().unwrap();
+        claimed.sort_unstable();
+        let expected: Vec<i64> = (1..=rows).collect();
+        assert_eq!(claimed.len(), expected.len(), "rows done twice or not at all");
+        assert_eq!(claimed, expected);
+        let done: i64 = importjobs::table
+            .filter(importjobs::statuscode.eq("DONE"))
+            .count()
+            .get_result(&mut db.conn())
+            .unwrap();
+        assert_eq!(done, rows);
+        eprintln!("{rows} rows by {WORKERS} workers on {} in {:?}", <B as crate::common::TestBackend>::NAME, started.elapsed());
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[test]
+fn six_workers_drain_the_headline_model_on_postgres() {
+    crate::common::run::<crate::common::Postgres>(
+        "six_workers_drain_the_headline_model",
+        postgres::cases::six_workers_drain_the_headline_model_without_errors,
+    )
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn six_workers_drain_the_headline_model_on_sqlite() {
+    crate::common::run::<crate::common::Sqlite>(
+        "six_workers_drain_the_headline_model",
+        sqlite::cases::six_workers_drain_the_headline_model_without_errors,
+    )
+}
+
+/// Opt-in on MariaDB (see the module docs): `DIESEL_LEASE_FARM_MYSQL=1`.
+#[cfg(feature = "mysql")]
+#[test]
+fn six_workers_drain_the_headline_model_on_mysql_when_asked() {
+    if std::env::var_os("DIESEL_LEASE_FARM_MYSQL").is_none() {
+        eprintln!("SKIPPED the MariaDB farm: set DIESEL_LEASE_FARM_MYSQL=1 (a known hang, see tests/faults/farm.rs)");
+        return;
+    }
+    crate::common::run::<crate::common::Mysql>(
+        "six_workers_drain_the_headline_model",
+        mysql::cases::six_workers_drain_the_headline_model_without_errors,
+    )
+}
