@@ -163,6 +163,27 @@ pub struct FollowUp {
     pub body: String,
 }
 
+/// A follow-up whose id the application chooses, although the table would generate one.
+#[derive(Debug, Clone, Insertable, Claimable)]
+#[diesel(table_name = notification)]
+#[claimable(insert_once(returning = Notification))]
+pub struct NumberedNotification {
+    pub id: i64,
+    pub user_id: i64,
+    pub previous_notification: i64,
+    pub body: String,
+}
+
+/// One mailing per (campaign, user), inserted once: the insert supplies the whole key and the
+/// table generates nothing.
+#[derive(Debug, Clone, Insertable, Claimable)]
+#[diesel(table_name = mailing)]
+#[claimable(insert_once(returning = Mailing))]
+pub struct NewMailing {
+    pub campaign_id: i32,
+    pub user_id: i64,
+}
+
 /// Per-backend DDL for the tables above: (PostgreSQL, SQLite, MySQL).
 pub const IMPORTJOBS_DDL: (&str, &str, &str) = (
     "CREATE TABLE importjobs (id BIGINT PRIMARY KEY, statuscode TEXT NOT NULL, worker TEXT, \

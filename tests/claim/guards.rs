@@ -2,7 +2,7 @@
 
 use std::sync::{Barrier, Mutex};
 
-use diesel::connection::SimpleConnection;
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel_lease::{db_now, InsertOutcome, LeaseConnection};
@@ -16,6 +16,8 @@ backend_suite! {
         claim_if_null_has_exactly_one_winner_among_16,
         claim_if_null_on_a_composite_key_with_a_value,
         insert_once_inserts_once_among_16_and_keeps_transactions_usable,
+        insert_once_returns_the_row_outside_a_transaction,
+        insert_once_with_a_key_the_insert_supplies,
         insert_once_still_reports_other_errors,
         insert_once_without_returning_reports_the_outcome,
     ];
@@ -107,17 +109,66 @@ backend_suite! {
         assert_eq!(outcomes.iter().filter(|o| **o == InsertOutcome::AlreadyExists).count(), 15);
         let mut conn = db.conn();
         let stored: Notification = notification::table.select(Notification::as_select()).first(&mut conn).unwrap();
-        match inserted[0] {
-            InsertOutcome::Inserted(Some(row)) => assert_eq!(row, &stored),
-            InsertOutcome::Inserted(None) => {
-                assert_eq!(<B as crate::common::TestBackend>::KIND, diesel_lease::BackendKind::Mysql, "only MySQL cannot return the row")
-            }
-            InsertOutcome::AlreadyExists => unreachable!(),
-        }
+        assert_eq!(inserted[0], &InsertOutcome::Inserted(Some(stored)), "the row comes back on every backend");
         let committed: i64 = action::table.count().get_result(&mut conn).unwrap();
         assert_eq!(committed, 16, "a transaction was poisoned by the duplicate");
         let rows: i64 = notification::table.count().get_result(&mut conn).unwrap();
         assert_eq!(rows, 1);
+    }
+
+    /// Without a surrounding transaction (MySQL reads the row back in a short one of its own), the
+    /// row comes back, committed; and a later insert whose key the caller gives never comes back
+    /// as the earlier row, although `LAST_INSERT_ID()` still holds that row's id on MySQL.
+    pub(crate) fn insert_once_returns_the_row_outside_a_transaction(db: &TestDb<B>) {
+        guard_tables(db);
+        let mut conn = db.conn();
+        let first = NewNotification { user_id: 5, previous_notification: 1, body: "day 2".into() };
+        let outcome = first.clone().insert_once(&mut conn).unwrap();
+        let stored: Notification = notification::table
+            .filter(notification::previous_notification.eq(1))
+            .select(Notification::as_select())
+            .first(&mut db.conn())
+            .unwrap();
+        assert_eq!(outcome, InsertOutcome::Inserted(Some(stored)));
+        assert_eq!(first.insert_once(&mut conn).unwrap(), InsertOutcome::AlreadyExists);
+
+        let numbered = NumberedNotification { id: 100, user_id: 5, previous_notification: 2, body: "day 3".into() };
+        let outcome = numbered.clone().insert_once(&mut conn).unwrap();
+        let stored: Notification = notification::table.find(100).select(Notification::as_select()).first(&mut conn).unwrap();
+        if <B as crate::common::TestBackend>::KIND == diesel_lease::BackendKind::Mysql {
+            // The insert generated no AUTO_INCREMENT value: MySQL has nothing to find the row by.
+            assert_eq!(outcome, InsertOutcome::Inserted(None));
+        } else {
+            assert_eq!(outcome, InsertOutcome::Inserted(Some(stored)));
+        }
+        assert_eq!(numbered.insert_once(&mut conn).unwrap(), InsertOutcome::AlreadyExists);
+        let depth = <AnsiTransactionManager as TransactionManager<<B as crate::common::TestBackend>::Conn>>::transaction_manager_status_mut(&mut conn)
+            .transaction_depth()
+            .unwrap();
+        assert_eq!(depth, None, "a transaction was left open");
+    }
+
+    /// A table that generates no key (the insert supplies all of it): the row comes back where
+    /// the backend has `RETURNING`; MySQL says `Inserted(None)`. Inside a transaction too.
+    pub(crate) fn insert_once_with_a_key_the_insert_supplies(db: &TestDb<B>) {
+        guard_tables(db);
+        let mut conn = db.conn();
+        let mysql = <B as crate::common::TestBackend>::KIND == diesel_lease::BackendKind::Mysql;
+        let expected = |campaign_id, user_id| match mysql {
+            true => InsertOutcome::Inserted(None),
+            false => InsertOutcome::Inserted(Some(Mailing { campaign_id, user_id, sent_by: None })),
+        };
+        let mailing = NewMailing { campaign_id: 1, user_id: 10 };
+        assert_eq!(mailing.clone().insert_once(&mut conn).unwrap(), expected(1, 10));
+        assert_eq!(mailing.insert_once(&mut conn).unwrap(), InsertOutcome::AlreadyExists);
+        conn.transaction::<_, diesel_lease::Error, _>(|conn| {
+            assert_eq!(NewMailing { campaign_id: 1, user_id: 11 }.insert_once(conn)?, expected(1, 11));
+            assert_eq!(NewMailing { campaign_id: 1, user_id: 10 }.insert_once(conn)?, InsertOutcome::AlreadyExists);
+            Ok(())
+        })
+        .unwrap();
+        let rows: i64 = mailing::table.count().get_result(&mut conn).unwrap();
+        assert_eq!(rows, 2);
     }
 
     pub(crate) fn insert_once_still_reports_other_errors(db: &TestDb<B>) {

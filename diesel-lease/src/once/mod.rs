@@ -5,7 +5,9 @@
 //!   the predicate, so "one row" means "I won" on every backend, including MySQL, whose affected
 //!   count is the matched count.
 //! - [`insert_once`]: insert a row that a unique constraint lets exist once; a duplicate is the
-//!   ordinary outcome [`InsertOutcome::AlreadyExists`], not an error.
+//!   ordinary outcome [`InsertOutcome::AlreadyExists`], not an error. The inserted row comes back
+//!   from `RETURNING` (PostgreSQL, SQLite) or, on MySQL, from a read by the generated
+//!   `AUTO_INCREMENT` value in the same transaction ([`InsertedRowStmt`]).
 
 use std::marker::PhantomData;
 
@@ -13,9 +15,10 @@ use diesel::backend::Backend;
 use diesel::expression::{AsExpression, Expression};
 use diesel::query_builder::{AstPass, InsertStatement, QueryFragment, QueryId};
 use diesel::query_dsl::methods::LoadQuery;
+use diesel::query_source::QuerySource;
 use diesel::{Connection, Insertable, QueryResult, RunQueryDsl, SelectableHelper, Table};
 
-use crate::backend::Dialect;
+use crate::backend::{Dialect, SqlDialect};
 use crate::claim::Keyed;
 use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
 
@@ -200,19 +203,88 @@ where
     }
 }
 
+/// `SELECT <the model's columns> FROM <table> WHERE <column> = <key>`: how a backend without
+/// `RETURNING` (MySQL) reads back the row it has just inserted, by the value the database generated
+/// for `column`. `column` comes from the database's own catalog, `key` is a bind parameter.
+#[doc(hidden)]
+#[allow(missing_debug_implementations)]
+pub struct InsertedRowStmt<'a, F, S> {
+    from: F,
+    select: S,
+    column: &'a str,
+    key: i64,
+}
+
+impl<F, S> QueryId for InsertedRowStmt<'_, F, S> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<F, S, DB> QueryFragment<DB> for InsertedRowStmt<'_, F, S>
+where
+    F: QueryFragment<DB>,
+    S: QueryFragment<DB>,
+    DB: SqlDialect,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("SELECT ");
+        self.select.walk_ast(out.reborrow())?;
+        out.push_sql(" FROM ");
+        self.from.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE ");
+        out.push_identifier(self.column)?;
+        out.push_sql(" = ");
+        DB::bind_i64(&mut out, &self.key)
+    }
+}
+
+impl<F, S: Expression> diesel::query_builder::Query for InsertedRowStmt<'_, F, S> {
+    type SqlType = S::SqlType;
+}
+impl<F, S, Conn> RunQueryDsl<Conn> for InsertedRowStmt<'_, F, S> {}
+
+/// The table an insert statement writes to.
+#[doc(hidden)]
+pub trait InsertTarget {
+    /// The table.
+    type Table;
+}
+
+impl<T: QuerySource, U, Op, Ret> InsertTarget for InsertStatement<T, U, Op, Ret> {
+    type Table = T;
+}
+
 /// Runs `<insert> ON CONFLICT DO NOTHING`, reading the row back or not: one impl per
 /// [`InsertReturning`] mode, because only the returning mode loads rows (and `()` is no row type).
+///
+/// A backend without `ON CONFLICT` and `RETURNING` (MySQL) runs the insert itself and uses the
+/// rest: whether the mode wants the row, the insert's table, and how to load the row from it.
 #[doc(hidden)]
 pub trait RunInsertOnce<C: Connection, I>: InsertReturning<C::Backend> {
+    /// The table `I` inserts into.
+    type Table: Table<FromClause: QueryFragment<C::Backend>> + Default;
+    /// Whether `InsertOutcome::Inserted` carries the inserted row in this mode.
+    const RETURNS_ROW: bool;
+
     #[doc(hidden)]
     fn run(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<Self::Output>>;
+
+    /// The rows of [`Self::Table`](RunInsertOnce::Table) whose `column` holds `key`, as this
+    /// mode's row ([`InsertedRowStmt`]). Empty, without a query, in the mode that returns no row.
+    #[doc(hidden)]
+    fn load_where(conn: &mut C, column: &str, key: i64) -> QueryResult<Vec<Self::Output>>;
 }
 
 impl<C, I> RunInsertOnce<C, I> for ()
 where
     C: Connection,
     InsertOnceStmt<I, NoReturning>: QueryFragment<C::Backend>,
+    I: InsertTarget,
+    I::Table: Table<FromClause: QueryFragment<C::Backend>> + Default,
 {
+    type Table = I::Table;
+    const RETURNS_ROW: bool = false;
+
     fn run(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<()>> {
         let stmt = InsertOnceStmt::<_, NoReturning> {
             insert,
@@ -223,15 +295,29 @@ where
             _ => InsertOutcome::Inserted(None),
         })
     }
+
+    fn load_where(_conn: &mut C, _column: &str, _key: i64) -> QueryResult<Vec<()>> {
+        Ok(Vec::new())
+    }
 }
 
 impl<C, I, R> RunInsertOnce<C, I> for Returning<R>
 where
-    C: Connection,
+    C: Connection<Backend: SqlDialect>,
     Returning<R>: InsertReturning<C::Backend, Output = R>,
     for<'a> InsertOnceStmt<&'a I, <Returning<R> as InsertReturning<C::Backend>>::Select>:
         LoadQuery<'a, C, R>,
+    I: InsertTarget,
+    I::Table: Table<FromClause: QueryFragment<C::Backend>> + Default,
+    for<'a> InsertedRowStmt<
+        'a,
+        <I::Table as QuerySource>::FromClause,
+        <Returning<R> as InsertReturning<C::Backend>>::Select,
+    >: LoadQuery<'a, C, R>,
 {
+    type Table = I::Table;
+    const RETURNS_ROW: bool = true;
+
     fn run(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<R>> {
         let stmt = InsertOnceStmt {
             insert: &insert,
@@ -243,6 +329,19 @@ where
             None => InsertOutcome::AlreadyExists,
         })
     }
+
+    fn load_where(conn: &mut C, column: &str, key: i64) -> QueryResult<Vec<R>> {
+        let Some(select) = Self::select() else {
+            return Ok(Vec::new());
+        };
+        InsertedRowStmt {
+            from: I::Table::default().from_clause(),
+            select,
+            column,
+            key,
+        }
+        .load(conn)
+    }
 }
 
 /// Inserts `values` into `table` unless a unique constraint already holds an equal row.
@@ -250,7 +349,14 @@ where
 /// - PostgreSQL, SQLite: `INSERT … ON CONFLICT DO NOTHING RETURNING …`. No error is raised, so a
 ///   duplicate never aborts the caller's surrounding PostgreSQL transaction.
 /// - MySQL: a plain `INSERT`; the duplicate-key error is mapped to `AlreadyExists` (MySQL keeps the
-///   transaction usable after it). No row is returned (`Inserted(None)`).
+///   transaction usable after it). MySQL has no `RETURNING`, so with [`Returning`] the row is read
+///   back in the transaction that inserted it (the caller's, or a short one of diesel-lease's when
+///   there is none), by the value the insert generated for the table's `AUTO_INCREMENT` column
+///   (`LAST_INSERT_ID()`, which is reset first so that a value left by an earlier insert is never
+///   taken for this one; the column's name comes from `information_schema.columns`).
+///   `Inserted(None)` exactly when the insert generated no such value: the table has no
+///   `AUTO_INCREMENT` column (its key came from the insert or a default), or the insert gave the
+///   column a value itself. The caller then knows the key and can load the row by it.
 ///
 /// Any other database error (a foreign key, a `NOT NULL`) is returned as an error.
 pub fn insert_once<R, T, V, C>(
@@ -304,5 +410,45 @@ impl<DB: Backend> InsertReturning<DB> for () {
     type Select = NoReturning;
     fn select() -> Option<Self::Select> {
         None
+    }
+}
+
+#[cfg(all(test, feature = "mysql"))]
+mod tests {
+    use diesel::prelude::*;
+
+    use super::InsertedRowStmt;
+
+    diesel::table! {
+        notification (id) {
+            id -> BigInt,
+            body -> Text,
+        }
+    }
+
+    #[derive(Queryable, Selectable)]
+    #[diesel(table_name = notification)]
+    #[allow(dead_code)]
+    struct Notification {
+        id: i64,
+        body: String,
+    }
+
+    /// The read-back of an insert on MySQL: identifiers from the schema and the catalog, quoted;
+    /// the key a bind parameter.
+    #[test]
+    fn mysql_reads_the_inserted_row_back_by_its_generated_key() {
+        use diesel::mysql::Mysql;
+        let stmt = InsertedRowStmt {
+            from: notification::table.from_clause(),
+            select: Notification::as_select(),
+            column: "i`d",
+            key: 7,
+        };
+        assert_eq!(
+            diesel::debug_query::<Mysql, _>(&stmt).to_string(),
+            "SELECT `notification`.`id`, `notification`.`body` FROM `notification` \
+             WHERE `i``d` = ? -- binds: [7]"
+        );
     }
 }
