@@ -14,8 +14,9 @@ fn acquire_sql_uses_the_database_clock_and_binds_only_durations<B: TestBackend>(
     let sql = lease::acquire_sql::<B::Conn>("report", &options).unwrap();
     let clock = pick::<B>("clock_timestamp()", "julianday('now')", "UTC_TIMESTAMP(6)");
     assert!(sql.contains(clock), "{sql}");
-    // Every integer bound is the first token (1) or the ttl in µs; no instant from this
-    // process's clock appears anywhere in the statement or its binds.
+    // Every integer bound is the first token (1), the ttl in µs or the token ceiling
+    // (i64::MAX, past which no grant is made); no instant from this process's clock appears
+    // anywhere in the statement or its binds.
     let client_now_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -28,7 +29,7 @@ fn acquire_sql_uses_the_database_clock_and_binds_only_durations<B: TestBackend>(
             .map(|n| n.parse::<i64>().unwrap());
         for n in numbers {
             assert!(
-                [1, 5_000_000].contains(&n),
+                [1, 5_000_000, i64::MAX].contains(&n),
                 "unexpected bound number {n} in {sql}"
             );
         }

@@ -3,6 +3,7 @@
 //! COMMITTED transaction; a matched-rows count stands in for `RETURNING` wherever the predicate
 //! holds the old state (so "one row matched" means "this caller won").
 
+use diesel::connection::SimpleConnection;
 use diesel::mysql::Mysql;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -13,8 +14,7 @@ use lease_core::InsertOutcome;
 
 use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
 use crate::claim::statements::{
-    reap, AnyPk, ClaimModel, ClaimParts, ClaimSql, Exec, Filter, MarkClaimedStmt, PickStmt,
-    ReadBackStmt,
+    reap, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Exec, Filter, PickStmt,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{
@@ -26,15 +26,10 @@ use crate::semaphore::statements::{semaphore_statements, NewTicket, SemaphoreSta
 raw_connection!(MysqlConnection);
 
 /// Makes the session's next transaction READ COMMITTED.
-///
-/// Sent as a prepared statement, not with `batch_execute`: Diesel's `batch_execute` on MySQL
-/// switches multi-statement mode on and off around the query (`COM_SET_OPTION` twice), three
-/// round trips where one does.
 fn read_committed_next(c: &mut MysqlConnection) -> QueryResult<()> {
-    diesel::sql_query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        .execute(c)
-        .map(drop)
+    c.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
 }
+
 impl super::sealed::Sealed for Mysql {}
 
 impl SqlDialect for Mysql {
@@ -108,8 +103,13 @@ impl Dialect for MysqlConnection {
                 return Ok(picked);
             }
             let rows = AnyPk::<M>::of(&picked);
-            c.execute_returning_count(&Exec(&MarkClaimedStmt { parts, rows: &rows }))?;
-            M::load(c, &ReadBackStmt { parts, rows: &rows })
+            let by_key = |step| ByKeyStmt {
+                parts,
+                rows: &rows,
+                step,
+            };
+            c.execute_returning_count(&Exec(&by_key(ByKey::MarkClaimed)))?;
+            M::load(c, &by_key(ByKey::ReadBack))
         })
     }
 

@@ -375,34 +375,39 @@ impl<M: Claimable> AnyPk<M> {
     }
 }
 
-/// MySQL's second claim statement: `UPDATE t SET <claim> WHERE <pk in picked>`.
-pub struct MarkClaimedStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+/// MySQL's claim statements after the pick, addressed by key: `UPDATE t SET <claim> WHERE <pk
+/// in rows>` to mark the picked rows claimed, then `SELECT <model> FROM t WHERE <pk in rows>` to
+/// read them back.
+pub struct ByKeyStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) rows: &'a AnyPk<M>,
+    pub(crate) step: ByKey,
 }
 
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for MarkClaimedStmt<'_, M, DB> {
+/// Which of [`ByKeyStmt`]'s two statements.
+#[derive(Clone, Copy)]
+pub enum ByKey {
+    /// `UPDATE … SET <claim>`.
+    MarkClaimed,
+    /// `SELECT <model>`.
+    ReadBack,
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("UPDATE ");
-        M::push_table(&mut out, &self.parts.table)?;
-        claim_assignments(&mut out, self.parts)?;
-        out.push_sql(" WHERE ");
-        self.rows.walk(&mut out)
-    }
-}
-
-/// MySQL's read-back after claiming: `SELECT <model> FROM t WHERE <pk in rows>`.
-pub struct ReadBackStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
-    pub(crate) parts: &'a ClaimParts<M, DB>,
-    pub(crate) rows: &'a AnyPk<M>,
-}
-
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReadBackStmt<'_, M, DB> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("SELECT ");
-        M::push_select(&mut out, &self.parts.select)?;
-        out.push_sql(" FROM ");
-        M::push_table(&mut out, &self.parts.table)?;
+        match self.step {
+            ByKey::MarkClaimed => {
+                out.push_sql("UPDATE ");
+                M::push_table(&mut out, &self.parts.table)?;
+                claim_assignments(&mut out, self.parts)?;
+            }
+            ByKey::ReadBack => {
+                out.push_sql("SELECT ");
+                M::push_select(&mut out, &self.parts.select)?;
+                out.push_sql(" FROM ");
+                M::push_table(&mut out, &self.parts.table)?;
+            }
+        }
         out.push_sql(" WHERE ");
         self.rows.walk(&mut out)
     }
@@ -412,11 +417,11 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReadBackStmt<'_, M, 
 /// for the next claims).
 const REAP_BATCH: i64 = 100;
 
-/// Stale claims that used up their attempts, locked without waiting:
+/// Stale claims that used up their attempts, read without locking anything:
 /// `SELECT <model> FROM t WHERE state = $claimed AND claimed_at < <cutoff> AND attempts >= $max
-/// LIMIT 100 <SKIP LOCKED>`. A row another transaction holds (a worker completing it) is
-/// skipped, never waited for: waiting there is what deadlocked the reap against `complete()` on
-/// InnoDB, which locks every index record a scanning `UPDATE` examines.
+/// LIMIT 100`. The reap then updates those rows by key. A scanning `UPDATE` (or a scanning
+/// locking read) locks every index record it examines on InnoDB, which deadlocked the reap against
+/// `complete()` and, for a moment, hid ready rows from other workers' `SKIP LOCKED` picks.
 struct ExhaustedStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ExhaustedStmt<'_, M, DB> {
@@ -428,9 +433,8 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ExhaustedStmt<'_, M,
         out.push_sql(" WHERE ");
         exhausted_predicate(&mut out, self.0)?;
         out.push_sql(" LIMIT ");
-        DB::bind_i64(&mut out, &REAP_BATCH)?;
-        out.push_sql(DB::SKIP_LOCKED);
-        Ok(())
+        DB::bind_i64(&mut out, &REAP_BATCH)
+
     }
 }
 
@@ -490,8 +494,8 @@ fn exhausted_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
 }
 
 /// Moves stale claims that used up their attempts to the failed state, when the model asks for
-/// it: runs in the claim's transaction, before the claim, and only touches rows it could lock
-/// without waiting (see [`ExhaustedStmt`]).
+/// it: runs in the claim's transaction, before the claim; finds them without locking and updates
+/// them by key, re-checking that they are still exhausted (see [`ExhaustedStmt`]).
 pub(crate) fn reap<M, C>(conn: &mut C, parts: &ClaimParts<M, C::Backend>) -> QueryResult<()>
 where
     C: Dialect,
