@@ -3,9 +3,12 @@
 //! This file: the API's promises one at a time. `semaphore/contention.rs`: many threads and
 //! processes at once (safety history, the commit-order race, FIFO, readers/writers).
 //! `semaphore/stale.rs`: killed holders and waiters, timeouts, polling and notifications.
+//! `semaphore/small_pool.rs`: waiters and heartbeating holders sharing a pool of two; the
+//! PostgreSQL pool's shared listener.
 
 mod contention;
 mod history;
+mod small_pool;
 mod stale;
 
 use std::process::{Child, Command, Stdio};

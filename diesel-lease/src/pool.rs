@@ -1,11 +1,16 @@
 //! Connection set-up that coordination needs: r2d2 pools whose connections are tuned for it.
 
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use diesel::r2d2::event::CheckoutEvent;
 use diesel::r2d2::{
-    ConnectionManager, CustomizeConnection, Pool, PooledConnection, R2D2Connection,
+    ConnectionManager, CustomizeConnection, HandleEvent, Pool, PooledConnection, R2D2Connection,
 };
 
+use crate::semaphore::listener::Listener;
 use crate::{BorrowConnection, LeaseConnection};
 
 /// An r2d2 connection customizer that prepares each new connection for concurrent use.
@@ -59,7 +64,8 @@ where
     }
 }
 
-/// Builds an r2d2 pool of `max_size` connections to `url` with [`ConnectionTuning`] applied.
+/// Builds an r2d2 pool of `max_size` connections to `url` with [`ConnectionTuning`] applied and
+/// [`WaiterWakeups`] installed.
 pub fn build_pool<C>(url: &str, max_size: u32) -> crate::Result<Pool<ConnectionManager<C>>>
 where
     C: LeaseConnection + R2D2Connection,
@@ -67,7 +73,101 @@ where
     Ok(Pool::builder()
         .max_size(max_size)
         .connection_customizer(Box::new(ConnectionTuning::default()))
+        .event_handler(Box::new(WaiterWakeups::new::<C>(url)))
         .build(ConnectionManager::<C>::new(url))?)
+}
+
+/// An r2d2 event handler that gives the pool's semaphore waiters one shared listener connection
+/// (PostgreSQL; on SQLite and MySQL it does nothing).
+///
+/// A waiter ([`Semaphore::acquire`](crate::semaphore::Semaphore::acquire),
+/// [`RwLock::read`](crate::semaphore::RwLock::read)/[`write`](crate::semaphore::RwLock::write))
+/// borrows a pool connection for each poll and gives it back in between. On PostgreSQL it is woken
+/// between polls by `NOTIFY`, received by one listener per pool: a background thread with its own
+/// connection to `url`, opened outside the pool (it shows in `pg_stat_activity` as
+/// `diesel-lease listener`), while anybody waits and for 30 s after. If that connection breaks,
+/// waiters poll (at most once per max poll interval, one second by default) while it reconnects.
+///
+/// [`build_pool`] installs it. For a pool you build yourself, install it with the same URL;
+/// without it PostgreSQL waiters only poll, so a freed permit is handed over at the next waiter's
+/// poll instead of within milliseconds.
+///
+/// r2d2 keeps a pool's URL to itself, so the listener is told the URL here; and r2d2 lets
+/// nothing be attached to a pool but its event handler, so the handler is how waiters find the
+/// listener: each checkout of the pool leaves the handler's listener with the thread that checked
+/// out, and a waiter picks it up right after its own checkout.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::r2d2::{ConnectionManager, Pool};
+/// use diesel::SqliteConnection;
+/// use diesel_lease::pool::{ConnectionTuning, WaiterWakeups};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let url = dir.path().join("app.db").display().to_string();
+/// let pool = Pool::builder()
+///     .connection_customizer(Box::new(ConnectionTuning::default()))
+///     .event_handler(Box::new(WaiterWakeups::new::<SqliteConnection>(&url)))
+///     .build(ConnectionManager::<SqliteConnection>::new(url))
+///     .unwrap();
+/// # let _ = pool;
+/// # }
+/// ```
+pub struct WaiterWakeups {
+    listener: Option<Arc<Listener>>,
+}
+
+impl WaiterWakeups {
+    /// The handler for a pool of `C` connections to `url`. Nothing starts until a waiter waits.
+    pub fn new<C>(url: impl Into<String>) -> Self
+    where
+        C: LeaseConnection + R2D2Connection,
+    {
+        WaiterWakeups {
+            listener: C::NOTIFICATIONS.then(|| Arc::new(Listener::new::<C>(url.into()))),
+        }
+    }
+}
+
+impl fmt::Debug for WaiterWakeups {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaiterWakeups")
+            .field("listener", &self.listener.is_some())
+            .finish()
+    }
+}
+
+thread_local! {
+    /// The listener of the pool this thread last checked a connection out of.
+    static CHECKED_OUT: RefCell<Option<Weak<Listener>>> = const { RefCell::new(None) };
+}
+
+impl HandleEvent for WaiterWakeups {
+    fn handle_checkout(&self, _event: CheckoutEvent) {
+        // r2d2 calls this on the thread that checks out, just before it returns the connection.
+        let listener = self.listener.as_ref().map(Arc::downgrade);
+        CHECKED_OUT.with(|slot| *slot.borrow_mut() = listener);
+    }
+}
+
+/// A connection checked out of an r2d2 pool of `C`.
+type Pooled<C> = PooledConnection<ConnectionManager<C>>;
+
+/// Lends a connection of `pool` (see [`ConnectionSource::lend`]) together with the pool's
+/// listener, if the pool has one ([`WaiterWakeups`]).
+pub(crate) fn lend_with_listener<C>(
+    pool: &Pool<ConnectionManager<C>>,
+    wait: Duration,
+) -> crate::Result<(Pooled<C>, Option<Arc<Listener>>)>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    CHECKED_OUT.with(|slot| slot.borrow_mut().take());
+    let conn = pool.lend(wait)?;
+    let listener = CHECKED_OUT
+        .with(|slot| slot.borrow_mut().take())
+        .and_then(|listener| listener.upgrade());
+    Ok((conn, listener))
 }
 
 /// Where background work (heartbeats, releases on drop) gets a connection from: an r2d2 pool
@@ -92,7 +192,11 @@ where
     type Connection = C;
     type Lent = PooledConnection<ConnectionManager<C>>;
     fn lend(&self, wait: Duration) -> crate::Result<Self::Lent> {
-        // r2d2 refuses a zero timeout; a zero budget still gets one short attempt.
-        Ok(self.get_timeout(wait.max(Duration::from_millis(1)))?)
+        // r2d2 refuses a zero timeout; a zero budget still gets one short attempt. Never longer
+        // than the pool's own timeout (which also keeps r2d2's deadline from overflowing).
+        let wait = wait
+            .min(self.connection_timeout())
+            .max(Duration::from_millis(1));
+        Ok(self.get_timeout(wait)?)
     }
 }

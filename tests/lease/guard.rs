@@ -189,7 +189,57 @@ fn every_runs_once_per_interval_in_process<B: TestBackend>(db: &TestDb<B>) {
     }
 }
 
+/// A pool of 2, a keep-alive holder with a 1 s ttl, and 3 `LeaseGuard::acquire` waiters
+/// polling through the pool every few milliseconds: for 3.5 s the holder keeps its lease (locally
+/// and in the database); once it releases, each waiter gets the lease in turn, with the next
+/// fencing tokens.
+fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend>(db: &TestDb<B>) {
+    const WAITERS: usize = 3;
+    db.migrate();
+    let pool = db.pool(2);
+    let mut watcher = db.conn();
+    let holder = LeaseGuard::try_acquire(&pool, "small-pool", &opts(1_000).keep_alive(true))
+        .unwrap()
+        .expect("free");
+    let held_token = holder.token().get();
+    let waiter_options = opts(10_000).poll(ms(5), ms(50));
+    let tokens = Mutex::new(Vec::new());
+    let inside = AtomicI64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..WAITERS {
+            s.spawn(|| {
+                let guard =
+                    LeaseGuard::acquire(&pool, "small-pool", &waiter_options, ms(30_000)).unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                tokens.lock().unwrap().push(guard.token().get());
+                std::thread::sleep(ms(20));
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().unwrap();
+            });
+        }
+        let until = Instant::now() + ms(3_500);
+        let mut looks = 0;
+        while Instant::now() < until {
+            assert!(!holder.is_lost(), "the holder was lost after {looks} looks");
+            let record = lease::inspect(&mut watcher, "small-pool").unwrap().unwrap();
+            assert_eq!(record.token.get(), held_token, "{record:?}");
+            assert!(record.is_held(), "expired in the database: {record:?}");
+            looks += 1;
+            std::thread::sleep(ms(50));
+        }
+        assert!(
+            tokens.lock().unwrap().is_empty(),
+            "a waiter got in while it was held"
+        );
+        holder.release().unwrap();
+    });
+    let tokens = tokens.into_inner().unwrap();
+    let expected: Vec<i64> = (1..=WAITERS as i64).map(|n| held_token + n).collect();
+    assert_eq!(tokens, expected, "one grant each, in token order");
+}
+
 backend_tests!(
+    keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool,
     guard_releases_on_drop,
     keep_alive_holds_past_its_ttl,
     keep_alive_marks_the_guard_lost_when_taken_over,

@@ -168,6 +168,11 @@ pub trait Dialect:
     #[doc(hidden)]
     const MIGRATIONS: EmbeddedMigrations;
 
+    /// Whether the backend delivers [`SemaphoreStatements::notify`] to listening connections
+    /// (then a pool's waiters share one listener connection; elsewhere they only poll).
+    #[doc(hidden)]
+    const NOTIFICATIONS: bool = false;
+
     /// The backend's write transaction; see [`LeaseConnection::write_transaction`].
     #[doc(hidden)]
     fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>

@@ -85,7 +85,7 @@ const CHANNEL: &str = "diesel_lease_semaphores";
 const LISTEN: &str = "LISTEN diesel_lease_semaphores";
 const UNLISTEN: &str = "UNLISTEN diesel_lease_semaphores";
 
-/// How often a waiting connection looks for a notification that arrived. Local (reads the
+/// How often a listening connection looks for a notification that arrived. Local (reads the
 /// socket buffer), no query.
 const NOTIFICATION_CHECK: Duration = Duration::from_millis(2);
 
@@ -95,6 +95,7 @@ impl Dialect for PgConnection {
     const KIND: BackendKind = BackendKind::Postgres;
     const MIGRATIONS: EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/postgres");
+    const NOTIFICATIONS: bool = true;
 
     fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
@@ -142,19 +143,30 @@ impl SemaphoreStatements for PgConnection {
         Ok(())
     }
 
-    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<bool> {
+    fn wait_for_notifications(&mut self, max: Duration) -> QueryResult<Vec<String>> {
         let deadline = Instant::now() + max;
         loop {
-            let mut woken = false;
+            // Reads what the socket already holds; no query, no round trip.
+            let mut notified = Vec::new();
             for notification in self.notifications_iter() {
-                woken |= notification?.payload == resource;
+                let notification = notification?;
+                if notification.channel == CHANNEL {
+                    notified.push(notification.payload);
+                }
             }
             let now = Instant::now();
-            if woken || now >= deadline {
-                return Ok(woken);
+            if !notified.is_empty() || now >= deadline {
+                return Ok(notified);
             }
             std::thread::sleep(NOTIFICATION_CHECK.min(deadline - now));
         }
+    }
+
+    fn name_session(&mut self, name: &str) -> QueryResult<()> {
+        diesel::sql_query("SELECT set_config('application_name', $1, false)")
+            .bind::<diesel::sql_types::Text, _>(name)
+            .execute(self)
+            .map(drop)
     }
 }
 

@@ -10,7 +10,7 @@ use lease_core::FencingToken;
 use super::{Lease, LeaseOptions};
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
 use crate::pool::ConnectionSource;
-use crate::{Error, LeaseConnection, Result};
+use crate::{BorrowConnection, Error, LeaseConnection, Result};
 
 /// How long dropping a guard waits at most, for its heartbeat to stop and then for a pool
 /// connection to release the lease with. A lease that cannot be released in time expires at its
@@ -89,13 +89,25 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
     }
 
     /// Takes the lease `name`, waiting up to `timeout` (see [`acquire`](super::acquire)).
+    ///
+    /// Each attempt borrows a pool connection (waiting at most until the deadline) and gives it
+    /// back before the pause that follows, so waiters never keep the connections that holders'
+    /// keep-alives need. An attempt that gets no connection in time just counts as refused;
+    /// at the deadline this fails with [`Error::Timeout`](crate::Error::Timeout).
     pub fn acquire(
         pool: &Pool<ConnectionManager<C>>,
         name: &str,
         options: &LeaseOptions,
         timeout: Duration,
     ) -> Result<Self> {
-        let lease = super::acquire(&mut pool.get()?, name, options, timeout)?;
+        let checked = options.check(name)?;
+        let lease = super::retry_until_granted(name, options, timeout, |left| {
+            let Ok(mut conn) = pool.lend(left) else {
+                return Ok(None);
+            };
+            let granted = super::grant(conn.borrow_connection(), name, &checked, None)?;
+            Ok(granted.map(|(lease, _)| lease))
+        })?;
         Self::new(pool.clone(), lease, options.keep_alive)
     }
 

@@ -282,10 +282,25 @@ pub fn acquire(
 ) -> Result<Lease> {
     let checked = options.check(name)?;
     let conn = conn.borrow_connection();
+    retry_until_granted(name, options, timeout, |_| {
+        Ok(grant(conn, name, &checked, None)?.map(|(lease, _)| lease))
+    })
+}
+
+/// The waiting of [`acquire`] and [`LeaseGuard::acquire`]: calls `attempt` with the time left
+/// until it grants (`Some`), pausing as [`LeaseOptions::poll`] says between attempts, and fails
+/// with [`Error::Timeout`] once `timeout` has passed. An attempt that could not be made (no
+/// connection in time) returns `None` like a refused one.
+pub(crate) fn retry_until_granted(
+    name: &str,
+    options: &LeaseOptions,
+    timeout: Duration,
+    mut attempt: impl FnMut(Duration) -> Result<Option<Lease>>,
+) -> Result<Lease> {
     let start = Instant::now();
     let mut backoff = Backoff::new(options.poll_min, options.poll_max);
     loop {
-        if let Some((lease, _)) = grant(conn, name, &checked, None)? {
+        if let Some(lease) = attempt(timeout.saturating_sub(start.elapsed()))? {
             return Ok(lease);
         }
         let waited = start.elapsed();

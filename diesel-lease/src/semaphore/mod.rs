@@ -48,9 +48,21 @@
 //! the ttl is removed by the next transaction on that resource, and the next in line proceeds.
 //!
 //! Waiters poll with exponential backoff capped at one second (one short transaction per
-//! second per idle waiter). On PostgreSQL they also `LISTEN`, and every transaction that lets
-//! somebody in sends `pg_notify` with the resource as payload, so the next waiter wakes within
-//! milliseconds.
+//! second per idle waiter). A pool-backed waiter ([`Semaphore::acquire`], [`RwLock::read`],
+//! [`RwLock::write`]) borrows a pool connection for each poll and gives it back before it
+//! sleeps, so waiters never hold the connections that the holders' heartbeats need: a pool of
+//! two serves a heartbeating holder and any number of waiters. A poll that gets no connection in
+//! time is skipped, not an error; at the deadline the wait fails with
+//! [`Error::Timeout`](crate::Error::Timeout).
+//!
+//! On PostgreSQL every transaction that lets somebody in also sends `pg_notify` with the
+//! resource as payload, so the next waiter wakes within milliseconds instead of at its next
+//! poll. Pool-backed waiters receive it through their pool's one listener connection (see
+//! [`WaiterWakeups`](crate::pool::WaiterWakeups), which [`build_pool`](crate::pool::build_pool)
+//! installs): a background thread with a dedicated connection, outside the pool, that wakes the
+//! waiters of the notified resource. If that connection breaks, waiters go on polling while it
+//! reconnects. A waiter on a connection of its own ([`Semaphore::acquire_on`]) keeps that
+//! connection for the whole wait and `LISTEN`s on it.
 //!
 //! # Limits
 //!
@@ -62,6 +74,8 @@
 //! `Error::Database(diesel::result::Error::AlreadyInTransaction)`: a grant must commit on its
 //! own, and waiting inside a transaction would hold the caller's locks while it waits.
 
+mod access;
+pub(crate) mod listener;
 mod permit;
 mod protocol;
 mod rwlock;
@@ -73,6 +87,7 @@ use std::time::Duration;
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
+use self::access::{FromPool, OwnConnection};
 use self::protocol::Request;
 use self::statements::SemaphoreStatements;
 use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Ttl};
@@ -166,7 +181,8 @@ impl Semaphore {
 
     /// The longest pause between two polls of a waiter (default [`DEFAULT_MAX_POLL`], and never
     /// more than ttl/3). Lower values hand a freed permit over sooner on SQLite and MySQL at the
-    /// cost of more queries; PostgreSQL waiters are woken by notifications anyway. Fails for zero.
+    /// cost of more queries; PostgreSQL waiters are woken by notifications anyway (pool-backed
+    /// ones when their pool has [`WaiterWakeups`](crate::pool::WaiterWakeups)). Fails for zero.
     pub fn with_max_poll_interval(mut self, max: Duration) -> Result<Self> {
         Ttl::new("max poll interval", max)?;
         self.max_poll = max;
@@ -190,12 +206,17 @@ impl Semaphore {
 
     /// Waits up to `timeout` for a permit, using connections from `pool`.
     ///
-    /// Permits are granted in request order. The returned [`Permit`] heartbeats from a
-    /// background thread (taking a pool connection every ttl/3, so leave the pool a spare one)
-    /// and is released when dropped or by [`Permit::release`].
+    /// Permits are granted in request order. While waiting it borrows a pool connection for
+    /// each poll (waiting at most until the deadline for one) and gives it back in between; a
+    /// poll that gets none in time is skipped. The returned [`Permit`] heartbeats from a
+    /// background thread, borrowing a pool connection for each beat every ttl/3, and is released
+    /// when dropped or by [`Permit::release`]. On PostgreSQL the waiter is woken by the pool's
+    /// listener (see the [module docs](self)).
     ///
-    /// A zero `timeout` tries once. At the deadline it fails with [`Error::Timeout`](crate::Error::Timeout) and leaves
-    /// no request behind; `Duration::MAX` waits forever.
+    /// A zero `timeout` tries once, with a connection that is free at once. At the deadline it
+    /// fails with [`Error::Timeout`](crate::Error::Timeout) and leaves no request behind (if no
+    /// connection can be had to delete it within [`DROP_WAIT`], it expires after the ttl);
+    /// `Duration::MAX` waits forever.
     pub fn acquire<C>(
         &self,
         pool: &Pool<ConnectionManager<C>>,
@@ -216,8 +237,9 @@ impl Semaphore {
         pooled_try(pool, self.request(Mode::Shared))
     }
 
-    /// Like [`acquire`](Self::acquire), on a connection you own: the [`ManualPermit`] does not
-    /// heartbeat or release itself; call [`ManualPermit::heartbeat`] within every ttl and
+    /// Like [`acquire`](Self::acquire), on a connection you own, which it uses for the whole
+    /// wait (on PostgreSQL it `LISTEN`s on it). The [`ManualPermit`] does not heartbeat or
+    /// release itself; call [`ManualPermit::heartbeat`] within every ttl and
     /// [`ManualPermit::release`] when done.
     pub fn acquire_on(
         &self,
@@ -284,7 +306,7 @@ fn pooled<C>(
 where
     C: LeaseConnection + R2D2Connection,
 {
-    let granted = protocol::acquire(statements_of(&mut *pool.get()?), &req, timeout, max_poll)?;
+    let granted = protocol::acquire(&mut FromPool::new(pool), &req, timeout, max_poll)?;
     Permit::start(pool.clone(), req, granted)
 }
 
@@ -295,7 +317,7 @@ fn manual(
     max_poll: Duration,
 ) -> Result<ManualPermit> {
     let granted = protocol::acquire(
-        statements_of(conn.borrow_connection()),
+        &mut OwnConnection::new(statements_of(conn.borrow_connection())),
         &req,
         timeout,
         max_poll,

@@ -24,6 +24,18 @@
 //! cannot admit anybody. A stale row is only ever removed by a locked transaction, which
 //! re-checks `expires_at` against the database clock; the row lock between the heartbeat's
 //! `UPDATE` and that `DELETE` makes one of them win cleanly.
+//!
+//! # Waiting without holding a connection
+//!
+//! A wait is a series of short steps — queue, poll, give up — each a transaction of its own, so
+//! nothing in the protocol needs one connection across steps. [`acquire`] takes them through an
+//! [`Access`]: the caller's own connection for every step, or a pool connection borrowed for
+//! each step and given back before the pause that follows. A step that gets no connection in
+//! time is a missed poll: the waiter's row keeps its place as long as a later poll comes
+//! within the ttl (polls are at most a third of the ttl apart, and a checkout waits at most as
+//! long), and a row that expired meanwhile is queued again at the back, as after any stall.
+//! At the deadline the waiter gives up in one locked transaction that keeps a grant that has
+//! just arrived; without a connection for it, the row expires after its ttl.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +43,7 @@ use diesel::result::Error as DieselError;
 use lease_core::admission::{self, Mode, QueueEntry};
 use lease_core::Backoff;
 
+use super::access::Access;
 use super::statements::{NewTicket, SemaphoreStatements, TicketRow};
 use crate::{Error, Result, Ttl};
 
@@ -38,6 +51,9 @@ use crate::{Error, Result, Ttl};
 const RETRIES: u32 = 8;
 /// The first poll after queueing comes this soon; later polls back off up to the poll cap.
 const FIRST_POLL: Duration = Duration::from_millis(5);
+/// How long giving up at the deadline, or cleaning up after an error, waits for a pool
+/// connection: as long as dropping a permit does.
+const CLEANUP_WAIT: Duration = super::DROP_WAIT;
 
 /// One caller's request for a resource: everything the transactions need.
 #[derive(Debug, Clone)]
@@ -261,35 +277,38 @@ pub(super) fn try_once(
     Ok(granted.then_some(Granted { ticket, sent_at }))
 }
 
-/// Queues and waits until granted or `timeout` passes. On every way out without a grant the
-/// request's row is deleted (on a database error, as far as the database still answers; else
-/// it expires after the ttl).
-pub(super) fn acquire(
-    sql: &mut dyn SemaphoreStatements,
+/// Queues and waits until granted or `timeout` passes, reaching the database through `access`
+/// (a connection held throughout, or one borrowed per step). On every way out without a grant
+/// the request's row is deleted (on a database error, or when no connection can be had for it,
+/// as far as the database still answers; else it expires after the ttl).
+pub(super) fn acquire<A: Access>(
+    access: &mut A,
     req: &Request,
     timeout: Duration,
     max_poll: Duration,
 ) -> Result<Granted> {
     let started = Instant::now();
     if timeout.is_zero() {
-        return try_once(sql, req)?.ok_or_else(|| Error::waited(&req.resource, started.elapsed()));
+        return access
+            .step(Duration::ZERO, |sql| try_once(sql, req))?
+            .flatten()
+            .ok_or_else(|| Error::waited(&req.resource, started.elapsed()));
     }
-    sql.listen(true)?;
+    access.listen(&req.resource)?;
     let mut pending = None;
-    let outcome = wait(sql, req, started, timeout, max_poll, &mut pending);
+    let outcome = wait(access, req, started, timeout, max_poll, &mut pending);
     if outcome.is_err() {
         if let Some(ticket) = pending {
             // Best effort: the error we return is the one that matters.
-            let _ = release(sql, req, ticket);
+            let _ = access.step(CLEANUP_WAIT, |sql| release(sql, req, ticket));
         }
     }
-    // Hygiene for pooled connections only; a failure here does not change who holds what.
-    let _ = sql.listen(false);
+    access.unlisten();
     outcome
 }
 
-fn wait(
-    sql: &mut dyn SemaphoreStatements,
+fn wait<A: Access>(
+    access: &mut A,
     req: &Request,
     started: Instant,
     timeout: Duration,
@@ -297,16 +316,24 @@ fn wait(
     pending: &mut Option<i64>,
 ) -> Result<Granted> {
     let deadline = started.checked_add(timeout);
-    let mut sent_at = Instant::now();
-    let (mut ticket, granted) = enqueue(sql, req, true)?;
-    *pending = Some(ticket);
-    if granted {
-        return Ok(Granted { ticket, sent_at });
-    }
     // A waiter's poll is also its heartbeat: poll well within the ttl.
     let cap = max_poll
         .min(req.ttl.as_duration() / 3)
         .max(Duration::from_millis(1));
+    // A checkout waits until the deadline, but never longer than a poll interval: a waiter that
+    // cannot get a connection misses a poll, then tries again after its next pause, so its row
+    // goes at most two intervals (< ttl) without a refresh once the pool frees up.
+    let checkout = |now: Instant| {
+        deadline.map_or(cap, |deadline| {
+            deadline.saturating_duration_since(now).min(cap)
+        })
+    };
+    if let Some(granted) = access
+        .step(checkout(started), |sql| look(sql, req, pending, false))?
+        .flatten()
+    {
+        return Ok(granted);
+    }
     // Jittered while ramping up; clamped to the cap once grown past it, so an idle waiter
     // settles at exactly one poll per cap.
     let mut backoff = Backoff::new(FIRST_POLL, cap.saturating_mul(2));
@@ -315,47 +342,81 @@ fn wait(
         let mut delay = backoff.next_delay().min(cap);
         if let Some(deadline) = deadline {
             if now >= deadline {
-                sent_at = Instant::now();
-                if give_up(sql, req, ticket)? {
-                    return Ok(Granted { ticket, sent_at });
-                }
-                *pending = None;
-                return Err(Error::waited(&req.resource, started.elapsed()));
+                return give_up_at_deadline(access, req, started, pending);
             }
             delay = delay.min(deadline - now);
         }
-        let woken = sql.wait_for_wakeup(&req.resource, delay)?;
-        sent_at = Instant::now();
-        if woken {
-            // Woken by a notification: whoever changed the queue already admitted whoever may
-            // enter, in its locked transaction, before notifying. Check our own row without the
-            // resource lock, so that the woken waiters do not all queue for that lock (with the
-            // one that was granted possibly last). A grant is a committed flag that only a
-            // release or an expiry removal takes away, and these updates serialize with that
-            // removal on the row: "1 row" means granted (or waiting) and still alive, and the
-            // waiter's expiry is pushed as a full poll would. A row that is gone falls through
-            // to the full poll, which reports it lost.
-            if sql.touch_granted(ticket, &req.owner, req.ttl)? > 0 {
-                return Ok(Granted { ticket, sent_at });
-            }
-            sent_at = Instant::now();
-            if sql.touch(ticket, &req.owner, req.ttl)? > 0 {
-                continue;
-            }
-        }
-        match poll(sql, req, ticket)? {
-            PollState::Granted => return Ok(Granted { ticket, sent_at }),
-            PollState::Waiting => {}
-            PollState::Lost => {
-                // We stalled past the ttl and our request was removed: queue again at the back.
-                sent_at = Instant::now();
-                let (again, granted) = enqueue(sql, req, true)?;
-                ticket = again;
-                *pending = Some(ticket);
-                if granted {
-                    return Ok(Granted { ticket, sent_at });
-                }
-            }
+        let woken = access.sleep(&req.resource, delay)?;
+        if let Some(granted) = access
+            .step(checkout(Instant::now()), |sql| {
+                look(sql, req, pending, woken)
+            })?
+            .flatten()
+        {
+            return Ok(granted);
         }
     }
+}
+
+/// One look at the queue on a lent connection: queues the request if it is not queued yet (or
+/// any more), else polls. `Some` when granted.
+fn look(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+    pending: &mut Option<i64>,
+    woken: bool,
+) -> Result<Option<Granted>> {
+    let mut sent_at = Instant::now();
+    let Some(ticket) = *pending else {
+        let (ticket, granted) = enqueue(sql, req, true)?;
+        *pending = Some(ticket);
+        return Ok(granted.then_some(Granted { ticket, sent_at }));
+    };
+    if woken {
+        // Woken by a notification: whoever changed the queue already admitted whoever may
+        // enter, in its locked transaction, before notifying. Check our own row without the
+        // resource lock, so that the woken waiters do not all queue for that lock (with the
+        // one that was granted possibly last). A grant is a committed flag that only a
+        // release or an expiry removal takes away, and these updates serialize with that
+        // removal on the row: "1 row" means granted (or waiting) and still alive, and the
+        // waiter's expiry is pushed as a full poll would. A row that is gone falls through
+        // to the full poll, which reports it lost.
+        if sql.touch_granted(ticket, &req.owner, req.ttl)? > 0 {
+            return Ok(Some(Granted { ticket, sent_at }));
+        }
+        sent_at = Instant::now();
+        if sql.touch(ticket, &req.owner, req.ttl)? > 0 {
+            return Ok(None);
+        }
+    }
+    match poll(sql, req, ticket)? {
+        PollState::Granted => Ok(Some(Granted { ticket, sent_at })),
+        PollState::Waiting => Ok(None),
+        PollState::Lost => {
+            // We stalled past the ttl and our request was removed: queue again at the back.
+            *pending = None;
+            look(sql, req, pending, false)
+        }
+    }
+}
+
+/// The deadline passed: give up, unless a grant arrived meanwhile (then it is kept). Without a
+/// connection in time the request is left to expire after its ttl.
+fn give_up_at_deadline<A: Access>(
+    access: &mut A,
+    req: &Request,
+    started: Instant,
+    pending: &mut Option<i64>,
+) -> Result<Granted> {
+    if let Some(ticket) = *pending {
+        let kept = access.step(CLEANUP_WAIT, |sql| {
+            let sent_at = Instant::now();
+            Ok(give_up(sql, req, ticket)?.then_some(Granted { ticket, sent_at }))
+        })?;
+        if let Some(Some(granted)) = kept {
+            return Ok(granted);
+        }
+    }
+    *pending = None;
+    Err(Error::waited(&req.resource, started.elapsed()))
 }

@@ -6,7 +6,7 @@
 //! the ones that differ (the insert that returns the ticket, notifications) are in each
 //! `backend/*.rs`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 
@@ -100,12 +100,34 @@ pub trait SemaphoreStatements {
     fn listen(&mut self, _on: bool) -> QueryResult<()> {
         Ok(())
     }
-    /// Sleeps up to `max`, returning early (`true`) when `resource` was notified; where the
-    /// backend has no notifications it just sleeps.
+    /// Waits up to `max` for notifications and returns the resources notified (empty when none
+    /// came). Where the backend has no notifications it just sleeps. An error means the
+    /// connection broke.
     #[doc(hidden)]
-    fn wait_for_wakeup(&mut self, _resource: &str, max: Duration) -> QueryResult<bool> {
+    fn wait_for_notifications(&mut self, max: Duration) -> QueryResult<Vec<String>> {
         std::thread::sleep(max);
-        Ok(false)
+        Ok(Vec::new())
+    }
+    /// Sleeps up to `max`, returning early (`true`) when `resource` was notified.
+    #[doc(hidden)]
+    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<bool> {
+        let deadline = Instant::now() + max;
+        loop {
+            let notified =
+                self.wait_for_notifications(deadline.saturating_duration_since(Instant::now()))?;
+            if notified.iter().any(|r| r == resource) {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+        }
+    }
+    /// Names the session where the server shows it to operators (PostgreSQL's
+    /// `application_name`); nothing elsewhere.
+    #[doc(hidden)]
+    fn name_session(&mut self, _name: &str) -> QueryResult<()> {
+        Ok(())
     }
 }
 

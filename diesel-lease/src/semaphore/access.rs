@@ -1,0 +1,148 @@
+//! How a wait reaches the database: on the caller's own connection, held throughout
+//! ([`OwnConnection`]), or on a pool connection borrowed for each step and given back in between
+//! ([`FromPool`]). The protocol's wait is written once against [`Access`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+
+use super::listener::{Listener, Mark, Registration};
+use super::statements::SemaphoreStatements;
+use super::statements_of;
+use crate::{LeaseConnection, Result};
+
+/// Where the steps of one wait run, and how it sleeps between them.
+pub(super) trait Access {
+    /// Runs `step` on a connection, waiting at most `wait` for one. `Ok(None)` when none came in
+    /// time: a missed step, not an error.
+    fn step<T>(
+        &mut self,
+        wait: Duration,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
+    ) -> Result<Option<T>>;
+
+    /// Starts listening for notifications of `resource`; called before its request is queued.
+    fn listen(&mut self, resource: &str) -> Result<()>;
+
+    /// Stops listening (best effort).
+    fn unlisten(&mut self);
+
+    /// Sleeps up to `max`; `true` when `resource` was notified since the last step began.
+    fn sleep(&mut self, resource: &str, max: Duration) -> Result<bool>;
+}
+
+/// A wait on the caller's connection: it stays checked out (and `LISTEN`s, on PostgreSQL) for
+/// the whole wait, as the caller chose by passing it.
+pub(super) struct OwnConnection<'a> {
+    sql: &'a mut dyn SemaphoreStatements,
+}
+
+impl<'a> OwnConnection<'a> {
+    pub(super) fn new(sql: &'a mut dyn SemaphoreStatements) -> Self {
+        OwnConnection { sql }
+    }
+}
+
+impl Access for OwnConnection<'_> {
+    fn step<T>(
+        &mut self,
+        _wait: Duration,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
+    ) -> Result<Option<T>> {
+        step(&mut *self.sql).map(Some)
+    }
+
+    fn listen(&mut self, _resource: &str) -> Result<()> {
+        Ok(self.sql.listen(true)?)
+    }
+
+    fn unlisten(&mut self) {
+        // Hygiene for pooled connections only; a failure here does not change who holds what.
+        let _ = self.sql.listen(false);
+    }
+
+    fn sleep(&mut self, resource: &str, max: Duration) -> Result<bool> {
+        Ok(self.sql.wait_for_wakeup(resource, max)?)
+    }
+}
+
+/// A wait that borrows a pool connection for each step, so that waiters never keep the
+/// connections the holders' heartbeats need. Between steps it sleeps on the pool's shared
+/// listener ([`Listener`]) when the pool has one, and plainly otherwise.
+pub(super) struct FromPool<'a, C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    pool: &'a Pool<ConnectionManager<C>>,
+    /// The resource to listen for, from [`Access::listen`] on.
+    resource: Option<String>,
+    /// Our place at the pool's listener, from the first checkout after `listen` on.
+    registration: Option<Registration>,
+    /// What the listener had seen when the current step began.
+    mark: Option<Mark>,
+}
+
+impl<'a, C> FromPool<'a, C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    pub(super) fn new(pool: &'a Pool<ConnectionManager<C>>) -> Self {
+        FromPool {
+            pool,
+            resource: None,
+            registration: None,
+            mark: None,
+        }
+    }
+
+    /// Registers with the pool's listener once it is known (the checkout reveals it), before
+    /// the step that follows looks at the queue.
+    fn register(&mut self, listener: Option<Arc<Listener>>) {
+        if self.registration.is_none() {
+            if let (Some(resource), Some(listener)) = (&self.resource, listener) {
+                self.registration = Some(listener.register(resource));
+            }
+        }
+        if self.mark.is_none() {
+            self.mark = self.registration.as_ref().map(Registration::mark);
+        }
+    }
+}
+
+impl<C> Access for FromPool<'_, C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    fn step<T>(
+        &mut self,
+        wait: Duration,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let Ok((mut conn, listener)) = crate::pool::lend_with_listener(self.pool, wait) else {
+            return Ok(None);
+        };
+        self.register(listener);
+        step(statements_of(&mut *conn)).map(Some)
+    }
+
+    fn listen(&mut self, resource: &str) -> Result<()> {
+        self.resource = Some(resource.to_owned());
+        Ok(())
+    }
+
+    fn unlisten(&mut self) {
+        self.registration = None;
+        self.resource = None;
+    }
+
+    fn sleep(&mut self, _resource: &str, max: Duration) -> Result<bool> {
+        match (&self.registration, self.mark.take()) {
+            (Some(registration), Some(mark)) => Ok(registration.sleep(mark, max)),
+            _ => {
+                std::thread::sleep(max);
+                Ok(false)
+            }
+        }
+    }
+}
