@@ -6,3 +6,4 @@ mod guards;
 mod heartbeat;
 mod jobs;
 mod locking;
+mod zones;

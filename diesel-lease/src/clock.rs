@@ -4,15 +4,32 @@
 //! otherwise disagree about whether a lease has expired (the classic pitfall of client-clock mutexes such as django-db-mutex).
 //! Every "now" in a diesel-lease statement is one of these expressions, evaluated by the server.
 //!
+//! Every time is compared in one zone, UTC, whatever each session's time zone: workers whose
+//! sessions run in different zones (or in one zone across a daylight-saving change) agree about
+//! how old a claim or a job run is. The SQL of [`DbNow`] and [`DbNowOffset`] depends on the
+//! column's type ([`TimestampType::WITH_TIME_ZONE`]), which `#[derive(Claimable)]` passes on:
+//!
 //! | expression | PostgreSQL | SQLite | MySQL / MariaDB |
 //! |---|---|---|---|
 //! | [`DbNowMicros`] | `clock_timestamp()` as µs since 1970 | `julianday('now')` as µs (ms resolution) | `UTC_TIMESTAMP(6)` as µs |
-//! | [`DbNow`] | `statement_timestamp()` | `strftime('%Y-%m-%d %H:%M:%f','now')` | `UTC_TIMESTAMP(6)` |
-//! | [`DbNowOffset`] | `statement_timestamp() + $µs * interval '1 µs'` | `strftime(…, 'now', '±s.ffffff seconds')` | `UTC_TIMESTAMP(6) + INTERVAL $µs MICROSECOND` |
+//! | [`DbNow`], `timestamp` column (`Timestamp`, `Datetime`) | `(statement_timestamp() AT TIME ZONE 'UTC')` | `strftime('%Y-%m-%d %H:%M:%f','now')` (UTC) | `UTC_TIMESTAMP(6)` |
+//! | [`DbNow`], `timestamptz` column (`Timestamptz`) | `statement_timestamp()` | — | — |
+//! | [`DbNowOffset`] | `(<DbNow> + $µs * INTERVAL '1 microsecond')` | `strftime(…, 'now', '±s.ffffff seconds')` | `(UTC_TIMESTAMP(6) + INTERVAL $µs MICROSECOND)` |
 //!
-//! On PostgreSQL a `timestamp` (without time zone) column receives `statement_timestamp()` in the
-//! session's `TimeZone`; keep one `TimeZone` across the farm (the server default) or use
-//! `timestamptz`. On MySQL timestamps are written in UTC whatever the session time zone.
+//! [`DbNowMicros`] (the built-in lease and semaphore tables) counts from the epoch, which no time
+//! zone changes.
+//!
+//! Map each column with its real type: a PostgreSQL `timestamptz` column mapped as `Timestamp`
+//! would receive a UTC wall-clock time that PostgreSQL reads in the session's zone.
+//!
+//! A MySQL `TIMESTAMP` column, unlike `DATETIME`, converts what it stores from the session's
+//! `time_zone`, and back on read. Diesel maps either kind as `Timestamp`, so the type cannot tell
+//! them apart and diesel-lease writes `UTC_TIMESTAMP(6)` into both: a `TIMESTAMP` column holds
+//! the right instant only when
+//! written by a session at `time_zone = '+00:00'`, and sessions in different zones disagree about
+//! it by their offsets (a claim written east of the reader looks hours old and is rescued at once;
+//! one written west of it looks hours in the future). Use `DATETIME(6)`, or run every session at
+//! `+00:00` (the server's `default_time_zone`, or `SET time_zone` on each connection).
 
 use std::marker::PhantomData;
 
@@ -29,19 +46,32 @@ use crate::backend::SqlDialect;
 /// Marker for the SQL timestamp types [`DbNow`] and [`DbNowOffset`] can produce.
 ///
 /// Implemented for `Timestamp` (every backend), `Timestamptz` (PostgreSQL) and `Datetime`
-/// (MySQL).
+/// (MySQL), and their `Nullable` forms.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a timestamp type",
     label = "diesel-lease needs a timestamp column here",
     note = "map a column of SQL type `Timestamp`, `Timestamptz` (PostgreSQL) or `Datetime` (MySQL), possibly `Nullable`"
 )]
-pub trait TimestampType: SqlType + SingleValue + TypedExpressionType {}
+// `Send + Sync + 'static` (every SQL type is a unit struct): statements typed by it travel to a
+// claim guard's heartbeat thread.
+pub trait TimestampType:
+    SqlType + SingleValue + TypedExpressionType + Send + Sync + 'static
+{
+    /// Whether a value is an instant (PostgreSQL `timestamptz`), which the database compares
+    /// across time zones itself. Otherwise it is a wall-clock reading without a zone, and
+    /// diesel-lease writes and compares it in UTC.
+    const WITH_TIME_ZONE: bool = false;
+}
 impl TimestampType for diesel::sql_types::Timestamp {}
 impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamp> {}
 #[cfg(feature = "postgres")]
-impl TimestampType for diesel::sql_types::Timestamptz {}
+impl TimestampType for diesel::sql_types::Timestamptz {
+    const WITH_TIME_ZONE: bool = true;
+}
 #[cfg(feature = "postgres")]
-impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamptz> {}
+impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamptz> {
+    const WITH_TIME_ZONE: bool = true;
+}
 #[cfg(feature = "mysql")]
 impl TimestampType for diesel::sql_types::Datetime {}
 #[cfg(feature = "mysql")]
@@ -141,16 +171,16 @@ impl<DB: SqlDialect> QueryFragment<DB> for DbNowMicros {
     }
 }
 
-impl<DB: SqlDialect, ST> QueryFragment<DB> for DbNow<ST> {
+impl<DB: SqlDialect, ST: TimestampType> QueryFragment<DB> for DbNow<ST> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        DB::push_now(&mut out);
+        DB::push_now(&mut out, ST::WITH_TIME_ZONE);
         Ok(())
     }
 }
 
-impl<DB: SqlDialect, ST> QueryFragment<DB> for DbNowOffset<ST> {
+impl<DB: SqlDialect, ST: TimestampType> QueryFragment<DB> for DbNowOffset<ST> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        DB::push_now_offset(&mut out, &self.offset)
+        DB::push_now_offset(&mut out, &self.offset, ST::WITH_TIME_ZONE)
     }
 }
 
@@ -168,5 +198,80 @@ impl<DB: SqlDialect> QueryFragment<DB> for NowPlus {
         DB::bind_i64(&mut out, &self.0)?;
         out.push_sql(")");
         Ok(())
+    }
+}
+
+/// The clock's SQL per backend and per column type: UTC wall-clock time for `timestamp`
+/// columns, the instant for `timestamptz`, whatever the session's time zone.
+#[cfg(test)]
+mod tests {
+    use std::fmt::Display;
+
+    use diesel::backend::Backend;
+    use diesel::query_builder::DebugQuery;
+    use diesel::sql_types::{Nullable, Timestamp};
+
+    use super::{DbNow, DbNowOffset, TimestampType};
+
+    /// `(now, now - 5 s)` as SQL text with binds, for column type `ST` on backend `DB`.
+    fn now_and_cutoff<DB, ST>() -> (String, String)
+    where
+        DB: Backend,
+        ST: TimestampType,
+        for<'a> DebugQuery<'a, DbNow<ST>, DB>: Display,
+        for<'a> DebugQuery<'a, DbNowOffset<ST>, DB>: Display,
+    {
+        (
+            diesel::debug_query::<DB, _>(&DbNow::<ST>::new()).to_string(),
+            diesel::debug_query::<DB, _>(&DbNowOffset::<ST>::ago(5_000_000)).to_string(),
+        )
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_timestamp_is_utc_and_timestamptz_the_instant() {
+        use diesel::pg::Pg;
+        use diesel::sql_types::Timestamptz;
+        let utc = (
+            "(statement_timestamp() AT TIME ZONE 'UTC') -- binds: []".to_owned(),
+            "((statement_timestamp() AT TIME ZONE 'UTC') + $1 * INTERVAL '1 microsecond') -- binds: [-5000000]"
+                .to_owned(),
+        );
+        assert_eq!(now_and_cutoff::<Pg, Timestamp>(), utc);
+        assert_eq!(now_and_cutoff::<Pg, Nullable<Timestamp>>(), utc);
+        let instant = (
+            "statement_timestamp() -- binds: []".to_owned(),
+            "(statement_timestamp() + $1 * INTERVAL '1 microsecond') -- binds: [-5000000]"
+                .to_owned(),
+        );
+        assert_eq!(now_and_cutoff::<Pg, Timestamptz>(), instant);
+        assert_eq!(now_and_cutoff::<Pg, Nullable<Timestamptz>>(), instant);
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_is_utc() {
+        use diesel::sqlite::Sqlite;
+        let utc = (
+            "strftime('%Y-%m-%d %H:%M:%f', 'now') -- binds: []".to_owned(),
+            "strftime('%Y-%m-%d %H:%M:%f', 'now', ?) -- binds: [\"-5.000000 seconds\"]".to_owned(),
+        );
+        assert_eq!(now_and_cutoff::<Sqlite, Timestamp>(), utc);
+        assert_eq!(now_and_cutoff::<Sqlite, Nullable<Timestamp>>(), utc);
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn mysql_is_utc_for_datetime_and_timestamp() {
+        use diesel::mysql::Mysql;
+        use diesel::sql_types::Datetime;
+        let utc = (
+            "UTC_TIMESTAMP(6) -- binds: []".to_owned(),
+            "(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) -- binds: [-5000000]".to_owned(),
+        );
+        assert_eq!(now_and_cutoff::<Mysql, Timestamp>(), utc);
+        assert_eq!(now_and_cutoff::<Mysql, Nullable<Timestamp>>(), utc);
+        assert_eq!(now_and_cutoff::<Mysql, Datetime>(), utc);
+        assert_eq!(now_and_cutoff::<Mysql, Nullable<Datetime>>(), utc);
     }
 }

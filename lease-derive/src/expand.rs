@@ -143,6 +143,15 @@ fn type_check(model: &Model, col: &syn::Ident, name: &str, check: TokenStream) -
     }
 }
 
+/// A timestamp column's SQL type, for an associated type bounded by `TimestampType`: the runtime
+/// types its clock expressions by it, so they write and compare in the column's own terms (an
+/// instant, or a UTC wall-clock time). Spanned at the attribute value, so that bound is also the
+/// type check: a column of another type is reported once, on that token, with the trait's message.
+fn timestamp_sql_type(model: &Model, col: &syn::Ident) -> TokenStream {
+    let c = column(model, col);
+    quote_spanned!(col.span()=> <#c as ::diesel::Expression>::SqlType)
+}
+
 fn option<T: quote::ToTokens>(v: Option<T>) -> TokenStream {
     match v {
         Some(v) => quote!(::core::option::Option::Some(#v)),
@@ -162,6 +171,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     let state_name = name_of(&c.state);
     let owner_name = option(c.owner.as_ref().map(|(col, _)| name_of(col)));
     let claimed_at_name = option(c.claimed_at.as_ref().map(name_of));
+    let claimed_at_sql = match &c.claimed_at {
+        Some(col) => timestamp_sql_type(model, col),
+        None => quote!(::diesel::sql_types::Timestamp),
+    };
     let attempts_name = option(c.attempts.as_ref().map(|(col, _)| name_of(col)));
     let order: Vec<TokenStream> = if c.order_by.is_empty() {
         model
@@ -209,14 +222,6 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let mut checks = vec![];
-    if let Some(col) = &c.claimed_at {
-        checks.push(type_check(
-            model,
-            col,
-            "claimed_at_must_be_a_timestamp_column",
-            quote!(::diesel_lease::__private::TimestampType),
-        ));
-    }
     if let Some((col, _)) = &c.owner {
         checks.push(type_check(
             model,
@@ -246,6 +251,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         impl #impl_g ::diesel_lease::__private::Claimable for #name #ty_g #where_g {
             type StateSql = <#state_col as ::diesel::Expression>::SqlType;
             type StateValue = #state_ty;
+            type ClaimedAtSql = #claimed_at_sql;
             const STATE: &'static str = #state_name;
             const OWNER: ::core::option::Option<&'static str> = #owner_name;
             const CLAIMED_AT: ::core::option::Option<&'static str> = #claimed_at_name;
@@ -530,7 +536,12 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
     };
     let (holder_name, started_name) = (name_of(holder), name_of(started_at));
     let next_run_name = option(job.next_run.as_ref().map(name_of));
-    let mut checks = vec![
+    let started_at_sql = timestamp_sql_type(model, started_at);
+    let next_run_sql = match &job.next_run {
+        Some(col) => timestamp_sql_type(model, col),
+        None => quote!(::diesel::sql_types::Nullable<::diesel::sql_types::Timestamp>),
+    };
+    let checks = [
         type_check(
             model,
             holder,
@@ -546,24 +557,10 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
         type_check(
             model,
             started_at,
-            "job_started_at_must_be_a_timestamp_column",
-            quote!(::diesel_lease::__private::TimestampType),
-        ),
-        type_check(
-            model,
-            started_at,
             "job_started_at_must_be_a_nullable_column",
             quote!(::diesel_lease::__private::NullableColumn),
         ),
     ];
-    if let Some(next) = &job.next_run {
-        checks.push(type_check(
-            model,
-            next,
-            "job_next_run_must_be_a_timestamp_column",
-            quote!(::diesel_lease::__private::TimestampType),
-        ));
-    }
     let conn_bound = quote!(
         C: ::diesel_lease::BorrowConnection,
         <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::JobConnection<Self>,
@@ -573,6 +570,8 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
 
         #[automatically_derived]
         impl #impl_g ::diesel_lease::__private::JobLease for #name #ty_g #where_g {
+            type StartedAtSql = #started_at_sql;
+            type NextRunSql = #next_run_sql;
             const HOLDER: &'static str = #holder_name;
             const STARTED_AT: &'static str = #started_name;
             const NEXT_RUN: ::core::option::Option<&'static str> = #next_run_name;

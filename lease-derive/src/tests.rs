@@ -167,6 +167,22 @@ fn seed_004_bool_state() {
 }
 
 #[test]
+fn seed_000_job_lease() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = job_status, primary_key(job_id))]
+        #[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
+        pub struct JobStatus {
+            pub job_id: String,
+            pub running_at: Option<String>,
+            pub last_run_started: Option<NaiveDateTime>,
+            pub next_run: Option<NaiveDateTime>,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
+#[test]
 fn seed_002_guard_with_composite_key() {
     let code = expand(quote! {
         #[derive(Queryable, Selectable, Claimable)]

@@ -78,14 +78,16 @@ pub trait SqlDialect: Backend + sealed::Sealed {
     /// The database's current time in microseconds since 1970, as a `BIGINT`.
     #[doc(hidden)]
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>);
-    /// The database's current time as a timestamp, in UTC.
+    /// The database's current time as a timestamp: an instant when `with_time_zone` (PostgreSQL
+    /// `timestamptz`), else the wall-clock time in UTC, whatever the session's time zone.
     #[doc(hidden)]
-    fn push_now(out: &mut AstPass<'_, '_, Self>);
-    /// The database's current time plus `offset` (negative: minus), as a timestamp.
+    fn push_now(out: &mut AstPass<'_, '_, Self>, with_time_zone: bool);
+    /// The database's current time plus `offset` (negative: minus), as [`push_now`](Self::push_now).
     #[doc(hidden)]
     fn push_now_offset<'b>(
         out: &mut AstPass<'_, 'b, Self>,
         offset: &'b crate::clock::Offset,
+        with_time_zone: bool,
     ) -> QueryResult<()>;
 
     /// The claim in one statement: `UPDATE` the rows `stmt` picks and return them. Backends

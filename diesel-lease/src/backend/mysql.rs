@@ -41,11 +41,17 @@ impl SqlDialect for Mysql {
         out.push_sql("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', UTC_TIMESTAMP(6))");
     }
 
-    fn push_now(out: &mut AstPass<'_, '_, Self>) {
+    // UTC whatever the session's `time_zone`; MySQL has no `timestamptz`. A `TIMESTAMP` column
+    // still converts what it stores from the session's zone (see the `clock` module).
+    fn push_now(out: &mut AstPass<'_, '_, Self>, _with_time_zone: bool) {
         out.push_sql("UTC_TIMESTAMP(6)");
     }
 
-    fn push_now_offset<'b>(out: &mut AstPass<'_, 'b, Self>, offset: &'b Offset) -> QueryResult<()> {
+    fn push_now_offset<'b>(
+        out: &mut AstPass<'_, 'b, Self>,
+        offset: &'b Offset,
+        _with_time_zone: bool,
+    ) -> QueryResult<()> {
         out.push_sql("(UTC_TIMESTAMP(6) + INTERVAL ");
         out.push_bind_param::<diesel::sql_types::BigInt, _>(&offset.micros)?;
         out.push_sql(" MICROSECOND)");

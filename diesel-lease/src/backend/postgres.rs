@@ -32,12 +32,23 @@ impl SqlDialect for Pg {
         out.push_sql("CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)");
     }
 
-    fn push_now(out: &mut AstPass<'_, '_, Self>) {
-        out.push_sql("statement_timestamp()");
+    fn push_now(out: &mut AstPass<'_, '_, Self>, with_time_zone: bool) {
+        // A `timestamp` (without time zone) would otherwise get the session's `TimeZone`.
+        out.push_sql(if with_time_zone {
+            "statement_timestamp()"
+        } else {
+            "(statement_timestamp() AT TIME ZONE 'UTC')"
+        });
     }
 
-    fn push_now_offset<'b>(out: &mut AstPass<'_, 'b, Self>, offset: &'b Offset) -> QueryResult<()> {
-        out.push_sql("(statement_timestamp() + ");
+    fn push_now_offset<'b>(
+        out: &mut AstPass<'_, 'b, Self>,
+        offset: &'b Offset,
+        with_time_zone: bool,
+    ) -> QueryResult<()> {
+        out.push_sql("(");
+        Self::push_now(out, with_time_zone);
+        out.push_sql(" + ");
         out.push_bind_param::<diesel::sql_types::BigInt, _>(&offset.micros)?;
         out.push_sql(" * INTERVAL '1 microsecond')");
         Ok(())

@@ -38,11 +38,16 @@ impl SqlDialect for Sqlite {
         );
     }
 
-    fn push_now(out: &mut AstPass<'_, '_, Self>) {
+    // SQLite's 'now' is UTC; it has no session time zone and no `timestamptz`.
+    fn push_now(out: &mut AstPass<'_, '_, Self>, _with_time_zone: bool) {
         out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now')");
     }
 
-    fn push_now_offset<'b>(out: &mut AstPass<'_, 'b, Self>, offset: &'b Offset) -> QueryResult<()> {
+    fn push_now_offset<'b>(
+        out: &mut AstPass<'_, 'b, Self>,
+        offset: &'b Offset,
+        _with_time_zone: bool,
+    ) -> QueryResult<()> {
         out.push_sql("strftime('%Y-%m-%d %H:%M:%f', 'now', ");
         out.push_bind_param::<diesel::sql_types::Text, _>(&offset.sqlite_modifier)?;
         out.push_sql(")");

@@ -23,7 +23,7 @@ pub use guard::{ClaimGuard, DROP_WAIT};
 
 use statements::{Change, ClaimModel, ClaimParts, Exec, Filter, FinishStmt};
 
-use crate::clock::DbNow;
+use crate::clock::{DbNow, TimestampType};
 
 /// Sort direction of a claim order column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub trait Claimable: Keyed {
     type StateSql: SqlType + SingleValue + 'static;
     /// The Rust type of the state column's values.
     type StateValue: Send + Sync + 'static;
+    /// The SQL type of the claimed-at column (`Timestamp` when unmapped): whether claims write
+    /// and compare an instant (`Timestamptz`) or a UTC wall-clock time.
+    type ClaimedAtSql: TimestampType;
 
     /// The state column.
     const STATE: &'static str;
@@ -449,7 +452,10 @@ where
 }
 
 /// The owner-checked statement for `row`: its key, its claim stamp and attempt.
-pub(crate) fn owner_checked<M: Claimable>(row: &M, change: Change<M::StateValue>) -> FinishStmt<M> {
+pub(crate) fn owner_checked<M: Claimable>(
+    row: &M,
+    change: Change<M::StateValue, M::ClaimedAtSql>,
+) -> FinishStmt<M> {
     FinishStmt {
         table: M::Table::default(),
         pk: M::pk_filter(row.pk()),

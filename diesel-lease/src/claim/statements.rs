@@ -16,7 +16,7 @@ use diesel::connection::LoadConnection;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::query_dsl::methods::LoadQuery;
 use diesel::serialize::ToSql;
-use diesel::sql_types::{HasSqlType, Timestamp};
+use diesel::sql_types::HasSqlType;
 use diesel::{QueryResult, RunQueryDsl, SelectableHelper};
 
 use super::{Claimable, SortOrder};
@@ -113,12 +113,12 @@ pub(crate) type Filter<'a, DB> = Option<&'a (dyn QueryFragment<DB> + 'a)>;
 pub struct ClaimParts<M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) table: M::Table,
     pub(crate) select: M::Select,
-    pub(crate) now: DbNow<Timestamp>,
+    pub(crate) now: DbNow<M::ClaimedAtSql>,
     pub(crate) ready: Vec<M::StateValue>,
     pub(crate) claimed: M::StateValue,
     pub(crate) owner: String,
     /// Claims older than this are claimable again (when a claimed-at column is mapped).
-    pub(crate) cutoff: Option<DbNowOffset<Timestamp>>,
+    pub(crate) cutoff: Option<DbNowOffset<M::ClaimedAtSql>>,
     pub(crate) max_attempts: Option<i64>,
     pub(crate) failed: Option<M::StateValue>,
 }
@@ -540,17 +540,17 @@ pub struct FinishStmt<M: Claimable> {
     pub(crate) table: M::Table,
     pub(crate) pk: M::PkFilter,
     pub(crate) claimed: M::StateValue,
-    pub(crate) change: Change<M::StateValue>,
+    pub(crate) change: Change<M::StateValue, M::ClaimedAtSql>,
     pub(crate) owner: Option<Option<String>>,
     pub(crate) attempts: Option<Option<i64>>,
 }
 
 /// What an owner-checked statement changes.
-pub enum Change<V> {
+pub enum Change<V, ST> {
     /// `state = $to`; back to ready also clears the owner so the row looks unclaimed.
     State { to: V, clear_owner: bool },
     /// `claimed_at = <db now>`: a heartbeat, so the claim is not rescued while its work runs.
-    Touch(DbNow<Timestamp>),
+    Touch(DbNow<ST>),
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {

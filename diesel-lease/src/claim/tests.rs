@@ -58,9 +58,9 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
     assert_eq!(
         text,
         "WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ($1, $2) OR (\"status\" = $3 \
-         AND \"claimed_at\" < (statement_timestamp() + $4 * INTERVAL '1 microsecond') AND \"attempts\" < $5)) \
+         AND \"claimed_at\" < ((statement_timestamp() AT TIME ZONE 'UTC') + $4 * INTERVAL '1 microsecond') AND \"attempts\" < $5)) \
          ORDER BY \"id\" ASC LIMIT $6 FOR UPDATE SKIP LOCKED) \
-         UPDATE \"jobs\" SET \"status\" = $7, \"owner\" = $8, \"claimed_at\" = statement_timestamp(), \
+         UPDATE \"jobs\" SET \"status\" = $7, \"owner\" = $8, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
          \"attempts\" = \"attempts\" + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
          RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\""
     );
@@ -150,7 +150,7 @@ fn heartbeat_moves_claimed_at_under_the_same_checks() {
     let sql = diesel::debug_query::<Pg, _>(&stmt).to_string();
     assert_eq!(
         sql,
-        "UPDATE \"jobs\" SET \"claimed_at\" = statement_timestamp() WHERE (\"jobs\".\"id\" = $1) \
+        "UPDATE \"jobs\" SET \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC') WHERE (\"jobs\".\"id\" = $1) \
          AND \"status\" = $2 AND \"owner\" = $3 AND \"attempts\" = $4 \
          -- binds: [42, \"running\", Some(\"me#0123456789ab\"), Some(2)]"
     );

@@ -18,18 +18,22 @@
 
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{Nullable, Timestamp};
 use diesel::QueryResult;
 
 use crate::backend::SqlDialect;
 use crate::claim::Keyed;
-use crate::clock::{DbNow, DbNowOffset};
+use crate::clock::{DbNow, DbNowOffset, TimestampType};
 use lease_core::ClaimStamp;
 
 use crate::{BorrowConnection, LeaseConnection, OwnerId, Result, Ttl};
 
 /// A model with a farm job's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
 pub trait JobLease: Keyed {
+    /// The SQL type of the started-at column: whether runs write and compare an instant
+    /// (`Timestamptz`) or a UTC wall-clock time.
+    type StartedAtSql: TimestampType;
+    /// The SQL type of the next-run column (`Nullable<Timestamp>` when unmapped).
+    type NextRunSql: TimestampType;
     /// The holder column (nullable text): who runs the job now; `NULL` when nobody does.
     const HOLDER: &'static str;
     /// When the current run started (nullable timestamp).
@@ -82,9 +86,11 @@ pub struct StartRunStmt<M: JobLease> {
     table: M::Table,
     pk: M::PkFilter,
     holder: String,
-    now: DbNow<Nullable<Timestamp>>,
-    dead_before: DbNowOffset<Nullable<Timestamp>>,
-    next_run: Option<DbNowOffset<Nullable<Timestamp>>>,
+    now: DbNow<M::StartedAtSql>,
+    dead_before: DbNowOffset<M::StartedAtSql>,
+    /// Now, as the next-run column's type: the due check.
+    due_by: DbNow<M::NextRunSql>,
+    next_run: Option<DbNowOffset<M::NextRunSql>>,
 }
 
 impl<M: JobLease> QueryId for StartRunStmt<M> {
@@ -98,8 +104,6 @@ where
     M::Table: QueryFragment<DB>,
     M::PkFilter: QueryFragment<DB>,
     DB: SqlDialect,
-    DbNow<Nullable<Timestamp>>: QueryFragment<DB>,
-    DbNowOffset<Nullable<Timestamp>>: QueryFragment<DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("UPDATE ");
@@ -129,7 +133,7 @@ where
             out.push_sql(" IS NULL OR ");
             out.push_identifier(col)?;
             out.push_sql(" <= ");
-            self.now.walk_ast(out.reborrow())?;
+            self.due_by.walk_ast(out.reborrow())?;
             out.push_sql(")");
         }
         out.push_sql(") OR (");
@@ -239,6 +243,7 @@ where
         holder: stamp.as_str().to_owned(),
         now: DbNow::new(),
         dead_before: DbNowOffset::ago(options.timeout.as_micros()),
+        due_by: DbNow::new(),
         next_run: options.interval.map(|i| DbNowOffset::new(i.as_micros())),
     })?;
     Ok(started.then_some(JobRun { stamp }))

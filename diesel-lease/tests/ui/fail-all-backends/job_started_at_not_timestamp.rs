@@ -1,0 +1,21 @@
+use diesel::prelude::*;
+use diesel_lease::Claimable;
+
+diesel::table! {
+    job_status (job_id) {
+        job_id -> Text,
+        running_at -> Nullable<Text>,
+        last_run_started -> Nullable<BigInt>,
+    }
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = job_status, primary_key(job_id))]
+#[claimable(job(holder = running_at, started_at = last_run_started))]
+pub struct JobStatus {
+    pub job_id: String,
+    pub running_at: Option<String>,
+    pub last_run_started: Option<i64>,
+}
+
+fn main() {}
