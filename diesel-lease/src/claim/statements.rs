@@ -413,101 +413,55 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB>
     }
 }
 
-/// How many exhausted stale claims one claim moves to the failed state at most (the rest wait
-/// for the next claims).
-const REAP_BATCH: i64 = 100;
-
-/// Stale claims that used up their attempts, read without locking anything:
-/// `SELECT <model> FROM t WHERE state = $claimed AND claimed_at < <cutoff> AND attempts >= $max
-/// LIMIT 100`. The reap then updates those rows by key. A scanning `UPDATE` (or a scanning
-/// locking read) locks every index record it examines on InnoDB, which deadlocked the reap against
-/// `complete()` and, for a moment, hid ready rows from other workers' `SKIP LOCKED` picks.
-struct ExhaustedStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
-
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ExhaustedStmt<'_, M, DB> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("SELECT ");
-        M::push_select(&mut out, &self.0.select)?;
-        out.push_sql(" FROM ");
-        M::push_table(&mut out, &self.0.table)?;
-        out.push_sql(" WHERE ");
-        exhausted_predicate(&mut out, self.0)?;
-        out.push_sql(" LIMIT ");
-        DB::bind_i64(&mut out, &REAP_BATCH)
-
-    }
-}
-
-/// `UPDATE t SET state = $failed WHERE <pk in rows> AND <still exhausted>`: the rows the reap
-/// locked, by key.
-struct ReapStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
-    parts: &'a ClaimParts<M, DB>,
-    rows: &'a AnyPk<M>,
-}
+/// Stale claims that used up their attempts go to the failed state instead of being handed out:
+/// `UPDATE t SET state = $failed WHERE state = $claimed AND claimed_at < <cutoff> AND attempts >= $max`.
+struct ReapStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        let Some(failed) = &self.parts.failed else {
+        let parts = self.0;
+        let (Some(claimed_at), Some(attempts), Some(cutoff), Some(max), Some(failed)) = (
+            M::CLAIMED_AT,
+            M::ATTEMPTS,
+            &parts.cutoff,
+            &parts.max_attempts,
+            &parts.failed,
+        ) else {
             return Err(diesel::result::Error::QueryBuilderError(
-                "reaping needs a failed state".into(),
+                "reaping needs claimed_at, attempts, a failed state, a timeout and max_attempts"
+                    .into(),
             ));
         };
         out.push_sql("UPDATE ");
-        M::push_table(&mut out, &self.parts.table)?;
+        M::push_table(&mut out, &parts.table)?;
         out.push_sql(" SET ");
         out.push_identifier(M::STATE)?;
         out.push_sql(" = ");
         M::push_state(&mut out, failed)?;
-        out.push_sql(" WHERE (");
-        self.rows.walk(&mut out)?;
-        out.push_sql(") AND ");
-        exhausted_predicate(&mut out, self.parts)
+        out.push_sql(" WHERE ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        M::push_state(&mut out, &parts.claimed)?;
+        out.push_sql(" AND ");
+        out.push_identifier(claimed_at)?;
+        out.push_sql(" < ");
+        cutoff.walk_ast(out.reborrow())?;
+        out.push_sql(" AND ");
+        out.push_identifier(attempts)?;
+        out.push_sql(" >= ");
+        DB::bind_i64(&mut out, max)
     }
 }
 
-/// `state = $claimed AND claimed_at < <cutoff> AND attempts >= $max`.
-fn exhausted_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
-    out: &mut AstPass<'_, 'b, DB>,
-    parts: &'b ClaimParts<M, DB>,
-) -> QueryResult<()> {
-    let (Some(claimed_at), Some(attempts), Some(cutoff), Some(max)) = (
-        M::CLAIMED_AT,
-        M::ATTEMPTS,
-        &parts.cutoff,
-        &parts.max_attempts,
-    ) else {
-        return Err(diesel::result::Error::QueryBuilderError(
-            "reaping needs claimed_at, attempts, a timeout and max_attempts".into(),
-        ));
-    };
-    out.push_identifier(M::STATE)?;
-    out.push_sql(" = ");
-    M::push_state(out, &parts.claimed)?;
-    out.push_sql(" AND ");
-    out.push_identifier(claimed_at)?;
-    out.push_sql(" < ");
-    cutoff.walk_ast(out.reborrow())?;
-    out.push_sql(" AND ");
-    out.push_identifier(attempts)?;
-    out.push_sql(" >= ");
-    DB::bind_i64(out, max)
-}
-
 /// Moves stale claims that used up their attempts to the failed state, when the model asks for
-/// it: runs in the claim's transaction, before the claim; finds them without locking and updates
-/// them by key, re-checking that they are still exhausted (see [`ExhaustedStmt`]).
+/// it; run in the claim's transaction, before the claim.
 pub(crate) fn reap<M, C>(conn: &mut C, parts: &ClaimParts<M, C::Backend>) -> QueryResult<()>
 where
     C: Dialect,
     M: ClaimModel<C>,
 {
-    if !parts.needs_reap() {
-        return Ok(());
-    }
-    let exhausted = M::load(conn, &ExhaustedStmt(parts))?;
-    if !exhausted.is_empty() {
-        let rows = AnyPk::of(&exhausted);
-        conn.execute_returning_count(&Exec(&ReapStmt { parts, rows: &rows }))?;
+    if parts.needs_reap() {
+        conn.execute_returning_count(&Exec(&ReapStmt(parts)))?;
     }
     Ok(())
 }
