@@ -32,7 +32,7 @@ use crate::{Error, LeaseConnection, Result};
 /// The job gets the guard: its [`token`](LeaseGuard::token) fences writes, and a long job can
 /// check [`is_lost`](LeaseGuard::is_lost) when [`LeaseOptions::keep_alive`] is on.
 /// If the lease was lost while the job ran, the job's result is dropped and
-/// [`Error::LeaseLost`](crate::Error::LeaseLost) is returned: the job ran (partly) unprotected.
+/// [`Error::LeaseLost`] is returned: the job ran (partly) unprotected.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -74,8 +74,8 @@ where
 /// An expiring mutex: waits up to `ttl` for the lease `name`, runs `f`, releases.
 ///
 /// If `f` runs longer than `ttl`, the lock expires under it and
-/// [`Error::LeaseLost`](crate::Error::LeaseLost) is returned (if another node took it, the
-/// result is dropped). Waiting longer than `ttl` gives [`Error::Timeout`](crate::Error::Timeout):
+/// [`Error::LeaseLost`] is returned (if another node took it, the
+/// result is dropped). Waiting longer than `ttl` gives [`Error::Timeout`]:
 /// a holder that does not extend its lock is gone by then.
 ///
 /// ```
@@ -266,7 +266,7 @@ impl Every {
     /// The node loop: until `stop()` returns true, polls and runs `job` whenever it is due here.
     /// Returns how many occurrences this node ran.
     ///
-    /// Only a lost lease ends the loop ([`Error::LeaseLost`](crate::Error::LeaseLost): the job
+    /// Only a lost lease ends the loop ([`Error::LeaseLost`]: the job
     /// ran, partly, unprotected — the caller must know), and so does bad input, checked once
     /// before the first poll. Every other error — the database restarting, a pool timeout, a
     /// lock timeout on the release after a run — is handed to [`on_error`](Self::on_error) and
