@@ -95,6 +95,7 @@ pub mod lease;
 pub mod once;
 pub mod pool;
 pub mod semaphore;
+#[cfg(feature = "sqlite")]
 mod sqlite_writer;
 
 pub use backend::{run_migrations, BackendKind, BorrowConnection, LeaseConnection};

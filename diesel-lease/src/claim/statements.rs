@@ -151,6 +151,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn column_list<DB: SqlDialect>(
     out: &mut AstPass<'_, '_, DB>,
     cols: &[&str],
@@ -165,6 +166,7 @@ pub(crate) fn column_list<DB: SqlDialect>(
 }
 
 /// `<table>.<col>` — only where a join makes bare names ambiguous.
+#[cfg(feature = "postgres")]
 pub(crate) fn qualified<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
@@ -326,6 +328,8 @@ pub(crate) fn pick_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
 
 /// The claim in one statement, in the backend's shape ([`SqlDialect::push_claim`]): update the
 /// rows `pick_from` selects and return them.
+// Read by the backends that claim in one statement (PostgreSQL, SQLite).
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub struct ClaimStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) limit: i64,
@@ -352,6 +356,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimStmt<'_, M, DB>
 pub struct AnyPk<M: Claimable>(Vec<M::PkFilter>);
 
 impl<M: Claimable> AnyPk<M> {
+    #[cfg(feature = "mysql")]
     pub(crate) fn of(rows: &[M]) -> Self {
         AnyPk(rows.iter().map(|r| M::pk_filter(r.pk())).collect())
     }
@@ -468,10 +473,12 @@ where
 
 /// SQLite's stand-in for a row lock: a write that matches nothing still takes the database's
 /// write lock, which then shuts out every other writer until the transaction ends.
+#[cfg(feature = "sqlite")]
 pub(crate) struct WriteLockStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(
     pub(crate) &'a ClaimParts<M, DB>,
 );
 
+#[cfg(feature = "sqlite")]
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("UPDATE ");

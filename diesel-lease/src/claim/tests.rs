@@ -3,9 +3,13 @@
 
 use diesel::prelude::*;
 
-use super::statements::{ClaimParts, ClaimSql, FinishStmt};
+use super::statements::{ClaimParts, ClaimSql};
 use super::Claimable;
 use crate::backend::{Dialect, SqlDialect};
+// The owner-checked statements are pinned on PostgreSQL only.
+#[cfg(feature = "postgres")]
+use super::statements::FinishStmt;
+#[cfg(feature = "postgres")]
 use crate::claim::Keyed;
 
 diesel::table! {
