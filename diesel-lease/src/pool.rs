@@ -170,6 +170,29 @@ where
     Ok((conn, listener))
 }
 
+/// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
+/// heartbeat to stop, then for a pool connection to end the grant with. A grant that cannot be
+/// ended in time expires at its ttl (a claim: at its timeout) anyway.
+pub const DROP_WAIT: Duration = Duration::from_secs(2);
+
+/// What a holder does when it ends: stops its heartbeat, then lends a connection to end the
+/// grant with, both within `wait` in all (`None`: the pool's own timeout for the connection).
+pub(crate) fn stop_then_lend<S: ConnectionSource>(
+    heartbeat: Option<crate::heartbeat::Heartbeat<crate::Error>>,
+    source: &S,
+    wait: Option<Duration>,
+) -> crate::Result<S::Lent> {
+    let started = std::time::Instant::now();
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.stop(wait.unwrap_or(DROP_WAIT));
+    }
+    // `lend` never waits longer than the pool's own timeout, so `MAX` means exactly that.
+    source.lend(
+        wait.unwrap_or(Duration::MAX)
+            .saturating_sub(started.elapsed()),
+    )
+}
+
 /// Where background work (heartbeats, releases on drop) gets a connection from: an r2d2 pool
 /// today, another pool by implementing this.
 ///

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::lease::{self, LeaseGuard, LeaseOptions, DROP_WAIT};
 use diesel_lease::semaphore::Semaphore;
 
 use crate::common::TestDb;
@@ -36,10 +36,15 @@ backend_suite! {
         assert_eq!(record.token, guard.token());
         assert!(lost_after < TTL, "lost only after {lost_after:?}");
         assert!(guard.is_lost());
+        let token = guard.token();
+        // Dropping it while the pool is still exhausted returns within DROP_WAIT.
+        let dropping = Instant::now();
+        drop(guard);
+        assert!(dropping.elapsed() < DROP_WAIT + Duration::from_millis(500), "drop took {:?}", dropping.elapsed());
         // Once the database's ttl has run out, another node gets the lease.
         std::thread::sleep(TTL);
         let next = lease::try_acquire(&mut db.conn(), "report", &LeaseOptions::new(TTL)).unwrap();
-        assert!(next.expect("expired on the database").token() > guard.token());
+        assert!(next.expect("expired on the database").token() > token);
         drop(hog);
     }
 
@@ -63,6 +68,10 @@ backend_suite! {
         assert!(lost_after < TTL, "lost only after {lost_after:?}");
         assert!(!permit.is_held());
         assert!(permit.ensure_held().is_err());
+        // Dropping it while the pool is still exhausted returns within DROP_WAIT.
+        let dropping = Instant::now();
+        drop(permit);
+        assert!(dropping.elapsed() < DROP_WAIT + Duration::from_millis(500), "drop took {:?}", dropping.elapsed());
         // After the database's ttl the next holder gets in.
         std::thread::sleep(TTL + Duration::from_millis(200));
         let next = mutex.acquire_on(&mut other, Duration::from_secs(5)).unwrap();

@@ -197,12 +197,6 @@ pub trait Dialect:
         f(self)
     }
 
-    /// Sorts a database error of this backend into the crate's [`Error`].
-    #[doc(hidden)]
-    fn classify(e: DieselError) -> Error {
-        classify_common(e)
-    }
-
     /// Applies [`ConnectionTuning`](crate::pool::ConnectionTuning) to a new connection.
     #[doc(hidden)]
     fn tune(&mut self, _tuning: &crate::pool::ConnectionTuning) -> QueryResult<()> {
@@ -386,6 +380,15 @@ pub(crate) fn classify_common(e: DieselError) -> Error {
         },
         None => Error::Database(e),
     }
+}
+
+/// The kind of the first pattern `message` contains.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn first_match(patterns: &[(&str, Kind)], message: &str) -> Option<Kind> {
+    patterns
+        .iter()
+        .find(|(pattern, _)| message.contains(pattern))
+        .map(|&(_, kind)| kind)
 }
 
 /// The message patterns of every backend compiled in (an error comes from exactly one server, and

@@ -372,10 +372,7 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
         // 1213 ER_LOCK_DEADLOCK
         ("Deadlock found when trying to get lock", Kind::Conflict),
     ];
-    PATTERNS
-        .iter()
-        .find(|(pattern, _)| message.contains(pattern))
-        .map(|&(_, kind)| kind)
+    super::first_match(PATTERNS, message)
 }
 
 #[cfg(test)]

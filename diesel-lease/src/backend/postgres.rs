@@ -217,8 +217,5 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
         ("deadlock detected", Kind::Conflict),
         ("could not serialize access", Kind::Conflict),
     ];
-    PATTERNS
-        .iter()
-        .find(|(pattern, _)| message.contains(pattern))
-        .map(|&(_, kind)| kind)
+    super::first_match(PATTERNS, message)
 }

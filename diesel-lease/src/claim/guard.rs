@@ -10,13 +10,8 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use super::{finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish};
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::ConnectionSource;
+use crate::pool::{stop_then_lend, ConnectionSource, DROP_WAIT};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
-
-/// How long dropping a [`ClaimGuard`] waits at most, for its heartbeat to stop and then for a
-/// pool connection to hand the row back with. A row that cannot be handed back in time is
-/// rescued once its claim timeout has passed.
-pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
 ///
@@ -78,14 +73,15 @@ pub struct ClaimGuard<M> {
     row: M,
     local: HolderState,
     heartbeat: Option<Heartbeat<Error>>,
-    /// Runs an owner-checked transition of `row` with a pool connection lent within the wait
-    /// (the pool's own timeout when `None`). Built where the connection type is known, so the
-    /// guard's type names only the model.
+    /// Stops the heartbeat and runs an owner-checked transition of `row`, both within the wait
+    /// (see `pool::stop_then_lend`). Built where the connection type is known, so the guard's
+    /// type names only the model.
     finisher: Box<Finisher<M>>,
     finished: bool,
 }
 
-type Finisher<M> = dyn Fn(&M, Finish, Option<Duration>) -> Result<bool> + Send + Sync;
+type Finisher<M> =
+    dyn Fn(&M, Finish, Option<Heartbeat<Error>>, Option<Duration>) -> Result<bool> + Send + Sync;
 
 impl<M> ClaimGuard<M>
 where
@@ -134,11 +130,8 @@ where
         let mut guard = ClaimGuard {
             local: HolderState::new(sent_at, ttl, default_margin(ttl)),
             heartbeat: None,
-            finisher: Box::new(move |row: &M, to: Finish, wait: Option<Duration>| {
-                let mut conn = match wait {
-                    Some(wait) => lender.lend(wait)?,
-                    None => lender.get()?,
-                };
+            finisher: Box::new(move |row: &M, to, heartbeat, wait| {
+                let mut conn = stop_then_lend(heartbeat, &lender, wait)?;
                 finish(row, &mut conn, to)
             }),
             row,
@@ -199,10 +192,7 @@ impl<M> ClaimGuard<M> {
     /// Stops the heartbeat, then runs the owner-checked transition.
     fn finish(&mut self, to: Finish, wait: Option<Duration>) -> Result<bool> {
         self.finished = true;
-        if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.stop(wait.unwrap_or(DROP_WAIT));
-        }
-        let done = (self.finisher)(&self.row, to, wait);
+        let done = (self.finisher)(&self.row, to, self.heartbeat.take(), wait);
         self.local.mark_lost(LostReason::Released);
         done
     }

@@ -19,7 +19,8 @@ mod guard;
 #[doc(hidden)]
 pub mod statements;
 
-pub use guard::{ClaimGuard, DROP_WAIT};
+pub use crate::pool::DROP_WAIT;
+pub use guard::ClaimGuard;
 
 use statements::{Change, ClaimModel, ClaimParts, Exec, Filter, FinishStmt};
 

@@ -9,13 +9,8 @@ use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
-use crate::pool::ConnectionSource;
+use crate::pool::{stop_then_lend, ConnectionSource, DROP_WAIT};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
-
-/// How long dropping a guard waits at most, for its heartbeat to stop and then for a pool
-/// connection to release the lease with. A lease that cannot be released in time expires at its
-/// ttl anyway.
-pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// A lease taken through an r2d2 pool. It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
@@ -192,13 +187,7 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
     /// Stops the heartbeat (waiting at most `wait` for it) and releases the lease with a
     /// connection lent within `wait` (or the pool's own timeout when `None`).
     fn finish(&mut self, wait: Option<Duration>) -> Result<()> {
-        if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.stop(wait.unwrap_or(DROP_WAIT));
-        }
-        let mut conn = match wait {
-            Some(wait) => self.pool.lend(wait)?,
-            None => self.pool.get()?,
-        };
+        let mut conn = stop_then_lend(self.heartbeat.take(), &self.pool, wait)?;
         lock(&self.lease).release(&mut conn)
     }
 }

@@ -112,7 +112,7 @@ where
 macro_rules! grantable {
     ($g:expr) => {
         // A token at i64::MAX has no successor: such a row is never granted again (the caller
-        // gets `Error::TokensExhausted`), instead of overflowing (or, on SQLite, turning REAL).
+        // gets `Error::TokensExhausted` from `try_acquire`), instead of overflowing (or, on SQLite, turning REAL).
         l::token
             .lt(i64::MAX)
             .and(l::expires_at.le(DbNowMicros))

@@ -92,8 +92,9 @@ use self::protocol::Request;
 use self::statements::SemaphoreStatements;
 use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Ttl};
 
+pub use crate::pool::DROP_WAIT;
 pub use lease_core::admission::Mode;
-pub use permit::{ManualPermit, Permit, DROP_WAIT};
+pub use permit::{ManualPermit, Permit};
 pub use rwlock::RwLock;
 
 /// The longest resource name the built-in table stores, in bytes.

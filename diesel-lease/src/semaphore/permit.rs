@@ -9,13 +9,8 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use super::protocol::{self, Granted, Request};
 use super::{statements_of, Mode};
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::ConnectionSource;
+use crate::pool::{stop_then_lend, ConnectionSource, DROP_WAIT};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
-
-/// How long dropping a [`Permit`] waits at most, for its heartbeat to stop and then for a pool
-/// connection to release it with. A permit that cannot be released in time is removed once its
-/// ttl has run out.
-pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// A held permit (or read/write lock) whose connections come from a pool.
 ///
@@ -113,14 +108,8 @@ where
     /// Stops the heartbeat (waiting at most `wait` for it) and deletes the permit's row with a
     /// connection lent within `wait` (or the pool's own timeout when `None`).
     fn finish(&mut self, wait: Option<Duration>) -> Result<()> {
-        if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.stop(wait.unwrap_or(DROP_WAIT));
-        }
         self.released = true;
-        let mut conn = match wait {
-            Some(wait) => self.pool.lend(wait)?,
-            None => self.pool.get()?,
-        };
+        let mut conn = stop_then_lend(self.heartbeat.take(), &self.pool, wait)?;
         let released = self.held.release(&mut conn);
         self.local.mark_lost(LostReason::Released);
         released
