@@ -206,6 +206,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     let done = option(c.done.as_ref().map(value));
     let failed_configured = c.failed.is_some();
     let failed = option(c.failed.as_ref().map(value));
+    let ready_sql: Vec<_> = c.ready.iter().map(crate::literal::tokens).collect();
+    let claimed_sql = crate::literal::tokens(&c.claimed);
+    let done_sql = option(c.done.as_ref().map(crate::literal::tokens));
+    let failed_sql = option(c.failed.as_ref().map(crate::literal::tokens));
     // Spanned at the attribute value: a field of the wrong type is reported on that token.
     let owner_value = match &c.owner {
         Some((col, field)) => {
@@ -260,6 +264,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #timeout;
             const MAX_ATTEMPTS: ::core::option::Option<i64> = #max_attempts;
             const FAILED_CONFIGURED: bool = #failed_configured;
+            const READY_SQL: &'static [::diesel_lease::__private::StateLiteral] = &[#(#ready_sql),*];
+            const CLAIMED_SQL: ::diesel_lease::__private::StateLiteral = #claimed_sql;
+            const DONE_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #done_sql;
+            const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
             fn ready_states() -> ::std::vec::Vec<#state_ty> {
                 ::std::vec![#(#ready),*]
             }
@@ -328,7 +336,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
                     + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>,
+                    + ::diesel::query_builder::QueryFragment<#backend>
+                    + ::diesel::query_builder::QueryId,
             {
                 ::core::result::Result::map_err(
                     ::diesel_lease::__private::claim_batch_where::<Self, C, F>(conn, n, options, filter),
@@ -353,7 +362,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
                     + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>,
+                    + ::diesel::query_builder::QueryFragment<#backend>
+                    + ::diesel::query_builder::QueryId,
             {
                 ::core::result::Result::map_err(
                     ::diesel_lease::__private::lock_next_where::<Self, C, F>(conn, filter),

@@ -23,7 +23,9 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 pub use lease_core::BackendKind;
 use lease_core::{Backoff, InsertOutcome};
 
-use crate::claim::statements::{reap, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter};
+use crate::claim::statements::{
+    load_shaped, reap, shape, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter,
+};
 use crate::lease::statements::LeaseStatements;
 use crate::once::RunInsertOnce;
 use crate::semaphore::statements::SemaphoreStatements;
@@ -215,34 +217,40 @@ pub trait Dialect:
     /// (same transaction). By default one `UPDATE … RETURNING` statement in the shape of
     /// [`SqlDialect::push_claim`], as one autocommit write when there is nothing to reap.
     #[doc(hidden)]
-    fn claim_rows<M: ClaimModel<Self>>(
+    /// `F` is the filter's query id ([`NoFilter`] when `filter` is `None`).
+    fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
         filter: Filter<'_, Self::Backend>,
     ) -> QueryResult<Vec<M>> {
         let stmt = ClaimStmt::new(parts, limit, filter);
+        let load = |c: &mut Self| {
+            load_shaped::<M, Self, shape::Claim, F>(c, &stmt, parts.rescues(), limit == 1)
+        };
         if !parts.needs_reap() {
-            return self.single_write(|c| M::load(c, &stmt));
+            return self.single_write(load);
         }
         self.write_tx(|c| {
             reap(c, parts)?;
-            M::load(c, &stmt)
+            load(c)
         })
     }
 
     /// Selects up to `limit` claimable rows and keeps them locked for the caller's transaction,
     /// skipping locked ones.
     #[doc(hidden)]
-    fn lock_rows<M: ClaimModel<Self>>(
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
         filter: Filter<'_, Self::Backend>,
     ) -> QueryResult<Vec<M>> {
-        M::load(
+        load_shaped::<M, Self, shape::Pick, F>(
             self,
             &crate::claim::statements::PickStmt::locking(parts, limit, filter),
+            parts.rescues(),
+            limit == 1,
         )
     }
 

@@ -14,7 +14,8 @@ use lease_core::InsertOutcome;
 
 use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
 use crate::claim::statements::{
-    reap, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Exec, Filter, PickStmt,
+    load_shaped, reap, shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Dynamic,
+    Exec, Filter, NoFilter, PickStmt, StmtId,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{
@@ -95,7 +96,7 @@ impl Dialect for MysqlConnection {
         diesel::debug_query::<Mysql, _>(&PickStmt::locking(parts, limit, None)).to_string()
     }
 
-    fn claim_rows<M: ClaimModel<Self>>(
+    fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
@@ -104,7 +105,13 @@ impl Dialect for MysqlConnection {
         // No UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
         self.write_transaction(|c| {
             reap(c, parts)?;
-            let picked = M::load(c, &PickStmt::locking(parts, limit, filter))?;
+            let pick = PickStmt::locking(parts, limit, filter);
+            let picked = load_shaped::<M, Self, shape::Pick, F>(
+                c,
+                &pick,
+                parts.rescues(),
+                limit == 1,
+            )?;
             if picked.is_empty() {
                 return Ok(picked);
             }
@@ -114,8 +121,15 @@ impl Dialect for MysqlConnection {
                 rows: &rows,
                 step,
             };
-            c.execute_returning_count(&Exec(&by_key(ByKey::MarkClaimed)))?;
-            M::load(c, &by_key(ByKey::ReadBack))
+            let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
+            if picked.len() == 1 {
+                // One row (every `claim_next`): the text is fixed, prepare it once.
+                type One<M, const S: u8> = StmtId<M, shape::ByKeyOne<S>, NoFilter, false, false>;
+                c.execute_returning_count(&Exec::<_, One<M, 0>>::new(&mark))?;
+                return M::load::<One<M, 1>>(c, &read);
+            }
+            c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
+            M::load::<Dynamic>(c, &read)
         })
     }
 
