@@ -50,10 +50,14 @@ fn lit_sql(lit: &Lit) -> syn::Result<String> {
         Lit::Str(s) => {
             let v = s.value();
             if let Some(c) = v.chars().find(|c| *c == '\0' || *c == '\\') {
-                let what = if c == '\0' { "a NUL character" } else { "a backslash" };
+                let why = if c == '\0' {
+                    "a NUL character, which PostgreSQL cannot store in text"
+                } else {
+                    "a backslash, which MySQL (and PostgreSQL without `standard_conforming_strings`) reads as an escape in a quoted literal"
+                };
                 return Err(syn::Error::new(
                     s.span(),
-                    format!("this state contains {what}, which cannot be quoted the same way on every backend (MySQL and PostgreSQL may read it as an escape)\nhelp: use a state name without `\\` or NUL, e.g. `\"ready\"`"),
+                    format!("this state contains {why}, so it cannot be written into the claim's SQL safely\nhelp: use a state name without `\\` or NUL, e.g. `\"ready\"`"),
                 ));
             }
             Ok(format!("'{}'", v.replace('\'', "''")))
