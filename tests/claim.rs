@@ -5,5 +5,6 @@ mod contention;
 mod guards;
 mod heartbeat;
 mod jobs;
+mod literals;
 mod locking;
 mod zones;
