@@ -414,6 +414,35 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 )
             }
 
+            /// Marks the claimed `rows` done in one statement (per 200 rows), each only if this
+            /// worker still owns its claim: for each row in order, `true` when it was moved,
+            /// `false` when it was rescued by another worker (or already finished) and left alone.
+            pub fn complete_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Done)
+            }
+
+            /// [`Self::complete_batch`], to the failed state.
+            pub fn fail_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Failed)
+            }
+
+            /// [`Self::complete_batch`], back to the first ready state with the owner cleared.
+            pub fn release_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Ready)
+            }
+
             /// Moves this claimed row's `claimed_at` to the database's now if this worker still
             /// owns the claim, so it is not rescued while its work runs; `false` when it was
             /// rescued (stop the work).

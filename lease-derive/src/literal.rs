@@ -38,7 +38,12 @@ pub(crate) fn sql(e: &Expr) -> syn::Result<Option<String>> {
 
 fn is_wrapper(func: &Expr) -> bool {
     let Expr::Path(p) = func else { return false };
-    let names: Vec<String> = p.path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let names: Vec<String> = p
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
     matches!(
         names.iter().map(String::as_str).collect::<Vec<_>>()[..],
         ["Some"] | ["Option", "Some"] | ["String", "from"]

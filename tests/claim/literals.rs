@@ -241,8 +241,14 @@ mod plan {
             diesel::sql_query(format!("EXPLAIN EXECUTE {}({args})", stmt.name))
                 .load(conn)
                 .unwrap();
-        diesel::sql_query("RESET plan_cache_mode").execute(conn).unwrap();
-        lines.into_iter().map(|l| l.line).collect::<Vec<_>>().join("\n")
+        diesel::sql_query("RESET plan_cache_mode")
+            .execute(conn)
+            .unwrap();
+        lines
+            .into_iter()
+            .map(|l| l.line)
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// After N claims and completions on one connection, each statement is prepared once and
@@ -262,7 +268,9 @@ mod plan {
         .unwrap();
         const N: i64 = 30;
         for _ in 0..N {
-            let job = PlanJob::claim_next(&mut conn).unwrap().expect("a ready row");
+            let job = PlanJob::claim_next(&mut conn)
+                .unwrap()
+                .expect("a ready row");
             assert!(job.complete(&mut conn).unwrap());
         }
         // A filter with a static query id keeps the claim prepared too.
@@ -274,8 +282,15 @@ mod plan {
         }
 
         let claims = prepared(&mut conn, "WITH %SKIP LOCKED%");
-        assert_eq!(claims.len(), 2, "claim_next and claim_batch_where: {claims:#?}");
-        assert!(claims.iter().all(|c| c.plans == N), "each ran {N} times: {claims:#?}");
+        assert_eq!(
+            claims.len(),
+            2,
+            "claim_next and claim_batch_where: {claims:#?}"
+        );
+        assert!(
+            claims.iter().all(|c| c.plans == N),
+            "each ran {N} times: {claims:#?}"
+        );
         let claim = claims
             .iter()
             .find(|c| c.statement.contains("LIMIT 1 FOR UPDATE"))
@@ -291,7 +306,10 @@ mod plan {
 
         for mode in ["force_generic_plan", "force_custom_plan"] {
             let plan = explain(&mut conn, claim, mode);
-            assert!(plan.contains("plan_jobs_ready"), "{mode} must use the partial index:\n{plan}");
+            assert!(
+                plan.contains("plan_jobs_ready"),
+                "{mode} must use the partial index:\n{plan}"
+            );
         }
     }
 

@@ -237,6 +237,17 @@ pub trait Dialect:
         })
     }
 
+    /// Finishes the rows of a batch that are still this worker's claims and returns them (as
+    /// they are now). By default one `UPDATE … RETURNING`.
+    #[doc(hidden)]
+    fn finish_rows<M: ClaimModel<Self>>(
+        &mut self,
+        rows: &[crate::claim::batch::BatchRow<M>],
+        to: crate::claim::Finish,
+    ) -> QueryResult<Vec<M>> {
+        crate::claim::batch::update_returning(self, rows, to)
+    }
+
     /// Selects up to `limit` claimable rows and keeps them locked for the caller's transaction,
     /// skipping locked ones.
     #[doc(hidden)]

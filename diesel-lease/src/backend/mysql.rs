@@ -106,12 +106,8 @@ impl Dialect for MysqlConnection {
         self.write_transaction(|c| {
             reap(c, parts)?;
             let pick = PickStmt::locking(parts, limit, filter);
-            let picked = load_shaped::<M, Self, shape::Pick, F>(
-                c,
-                &pick,
-                parts.rescues(),
-                limit == 1,
-            )?;
+            let picked =
+                load_shaped::<M, Self, shape::Pick, F>(c, &pick, parts.rescues(), limit == 1)?;
             if picked.is_empty() {
                 return Ok(picked);
             }
@@ -131,6 +127,15 @@ impl Dialect for MysqlConnection {
             c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
             M::load::<Dynamic>(c, &read)
         })
+    }
+
+    fn finish_rows<M: ClaimModel<Self>>(
+        &mut self,
+        rows: &[crate::claim::batch::BatchRow<M>],
+        to: crate::claim::Finish,
+    ) -> QueryResult<Vec<M>> {
+        // No UPDATE … RETURNING: lock the rows still ours, then change exactly those.
+        self.write_transaction(|c| crate::claim::batch::lock_then_update(c, rows, to))
     }
 
     fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>

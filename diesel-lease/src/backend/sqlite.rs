@@ -12,8 +12,8 @@ use diesel_migrations::EmbeddedMigrations;
 
 use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
 use crate::claim::statements::{
-    claim_assignments, column_list, load_shaped, pick_from, shape, ClaimModel, ClaimParts, ClaimSql,
-    ClaimStmt, Exec, Filter, NoFilter, StmtId, WriteLockStmt,
+    claim_assignments, column_list, load_shaped, pick_from, shape, ClaimModel, ClaimParts,
+    ClaimSql, ClaimStmt, Exec, Filter, NoFilter, StmtId, WriteLockStmt,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};

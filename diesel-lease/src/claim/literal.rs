@@ -149,12 +149,13 @@ mod tests {
 
     #[test]
     fn only_safely_quoted_literals_are_accepted() {
-        for ok in ["'ready'", "'it''s'", "''", "42", "-7", "TRUE", "FALSE", "'ünï'"] {
+        for ok in [
+            "'ready'", "'it''s'", "''", "42", "-7", "TRUE", "FALSE", "'ünï'",
+        ] {
             assert!(is_safe_literal(ok.as_bytes()), "{ok}");
         }
         for bad in [
-            "'it's'", "'a\\'", "'\0'", "ready", "'open", "-", "", "1 OR 1=1",
-            "true", "'''",
+            "'it's'", "'a\\'", "'\0'", "ready", "'open", "-", "", "1 OR 1=1", "true", "'''",
         ] {
             assert!(!is_safe_literal(bad.as_bytes()), "{bad}");
         }

@@ -74,8 +74,10 @@ pub trait ClaimModel<C: Dialect>: ClaimSql<C::Backend> {
     /// Runs a statement that returns rows of the model (its SQL ends in the model's selection).
     /// `K` is the statement's query id: a [`StmtId`] when its text is fixed by that type
     /// (prepared once per connection), [`Dynamic`] otherwise.
-    fn load<K: QueryId>(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>)
-        -> QueryResult<Vec<Self>>;
+    fn load<K: QueryId>(
+        conn: &mut C,
+        stmt: &dyn QueryFragment<C::Backend>,
+    ) -> QueryResult<Vec<Self>>;
 }
 
 impl<M, C> ClaimModel<C> for M
@@ -89,10 +91,7 @@ where
     SelectSql<M, C::Backend>:
         diesel::sql_types::SqlType + diesel::expression::TypedExpressionType + 'static,
 {
-    fn load<K: QueryId>(
-        conn: &mut C,
-        stmt: &dyn QueryFragment<C::Backend>,
-    ) -> QueryResult<Vec<M>> {
+    fn load<K: QueryId>(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<M>> {
         Rows::<M, C::Backend, K> {
             stmt,
             _m: PhantomData,
@@ -102,8 +101,7 @@ where
 }
 
 /// The SQL type of model `M`'s selection on `DB`.
-type SelectSql<M, DB> =
-    diesel::dsl::SqlTypeOf<<M as diesel::Selectable<DB>>::SelectExpression>;
+type SelectSql<M, DB> = diesel::dsl::SqlTypeOf<<M as diesel::Selectable<DB>>::SelectExpression>;
 
 /// Any statement that returns the model's selection, as a Diesel query whose rows load as `M`,
 /// with query id `K`.
@@ -561,9 +559,9 @@ where
     M: ClaimModel<C>,
 {
     if parts.needs_reap() {
-        conn.execute_returning_count(&Exec::<_, StmtId<M, shape::Reap, NoFilter, true, false>>::new(
-            &ReapStmt(parts),
-        ))?;
+        conn.execute_returning_count(
+            &Exec::<_, StmtId<M, shape::Reap, NoFilter, true, false>>::new(&ReapStmt(parts)),
+        )?;
     }
     Ok(())
 }
@@ -632,20 +630,30 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
         M::push_pk(&mut out, &self.pk)?;
         out.push_sql(" AND ");
         M::CLAIMED_SQL.push_eq(&mut out, M::STATE)?;
-        if let (Some(col), Some(owner)) = (M::OWNER, &self.owner) {
-            out.push_sql(" AND ");
-            out.push_identifier(col)?;
-            out.push_sql(" = ");
-            DB::bind_opt_str(&mut out, owner)?;
-        }
-        if let (Some(col), Some(attempts)) = (M::ATTEMPTS, &self.attempts) {
-            out.push_sql(" AND ");
-            out.push_identifier(col)?;
-            out.push_sql(" = ");
-            DB::bind_opt_i64(&mut out, attempts)?;
-        }
-        Ok(())
+        push_stamp_check::<M, DB>(&mut out, &self.owner, &self.attempts)
     }
+}
+
+/// ` AND owner = $stamp AND attempts = $n`, for the columns the model maps: the claim a row was
+/// handed out under.
+pub(crate) fn push_stamp_check<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    owner: &'b Option<Option<String>>,
+    attempts: &'b Option<Option<i64>>,
+) -> QueryResult<()> {
+    if let (Some(col), Some(owner)) = (M::OWNER, owner) {
+        out.push_sql(" AND ");
+        out.push_identifier(col)?;
+        out.push_sql(" = ");
+        DB::bind_opt_str(out, owner)?;
+    }
+    if let (Some(col), Some(attempts)) = (M::ATTEMPTS, attempts) {
+        out.push_sql(" AND ");
+        out.push_identifier(col)?;
+        out.push_sql(" = ");
+        DB::bind_opt_i64(out, attempts)?;
+    }
+    Ok(())
 }
 
 /// The state a finish moves a row to, as SQL: [`Error::Config`](crate::Error::Config) is
@@ -660,7 +668,7 @@ pub(crate) fn finish_target<M: Claimable>(to: Finish) -> Option<StateLiteral> {
 
 /// `state = <target>`, and `owner = NULL` when the row goes back to ready (it then looks
 /// unclaimed).
-fn push_finish_assignments<M: ClaimSql<DB>, DB: SqlDialect>(
+pub(crate) fn push_finish_assignments<M: ClaimSql<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, '_, DB>,
     to: Finish,
 ) -> QueryResult<()> {
@@ -691,7 +699,10 @@ impl<M: Claimable> FinishStmt<M> {
             conn: &mut C,
             stmt: &FinishStmt<M>,
         ) -> QueryResult<usize> {
-            conn.execute_returning_count(&Exec::<_, StmtId<M, shape::Finish<T>, NoFilter, false, false>>::new(stmt))
+            conn.execute_returning_count(&Exec::<
+                _,
+                StmtId<M, shape::Finish<T>, NoFilter, false, false>,
+            >::new(stmt))
         }
         match self.change {
             Change::State(Finish::Done) => run::<M, C, 0>(conn, self),

@@ -73,12 +73,7 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
         !text.contains("DROP TABLE"),
         "user data reached the SQL text"
     );
-    assert_eq!(
-        binds,
-        format!(
-            "[-5000000, 3, 10, \"{HOSTILE_OWNER}\"]"
-        )
-    );
+    assert_eq!(binds, format!("[-5000000, 3, 10, \"{HOSTILE_OWNER}\"]"));
 }
 
 #[cfg(feature = "sqlite")]
@@ -87,7 +82,9 @@ fn sqlite_claim_is_one_update_returning() {
     let sql = diesel::SqliteConnection::claim_sql(&parts(), 1);
     let (text, _) = sql.split_once(" -- binds: ").unwrap();
     assert!(
-        text.starts_with("UPDATE `jobs` SET `status` = 'running', `owner` = ?, `claimed_at` = strftime("),
+        text.starts_with(
+            "UPDATE `jobs` SET `status` = 'running', `owner` = ?, `claimed_at` = strftime("
+        ),
         "{text}"
     );
     assert!(
