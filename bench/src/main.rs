@@ -861,7 +861,13 @@ fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
     std::fs::create_dir_all(&out)?;
     let json = serde_json::to_string_pretty(report)?;
     std::fs::write(out.join("results.json"), &json)?;
-    std::fs::write(out.join(format!("results-{}.json", report.mode)), &json)?;
+    // `--only` runs are named after their sections, so they never replace a full run's file.
+    let name = if args.only.is_empty() {
+        report.mode.to_owned()
+    } else {
+        args.only.join("-")
+    };
+    std::fs::write(out.join(format!("results-{name}.json")), &json)?;
     let svg = out.join("claims_vs_workers.svg");
     let plotted = report.measurements.iter().any(|m| m.unit == "claims/s");
     if plotted {
@@ -882,7 +888,7 @@ fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
         if e2e_plotted {
             std::fs::copy(&e2e_svg, docs.join("jobs_vs_workers.svg"))?;
         }
-        std::fs::write(docs.join(format!("results-{}.json", report.mode)), &json)?;
+        std::fs::write(docs.join(format!("results-{name}.json")), &json)?;
         eprintln!("copied the plot and results to {}", docs.display());
     }
     Ok(())
