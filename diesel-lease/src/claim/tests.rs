@@ -153,3 +153,28 @@ fn heartbeat_moves_claimed_at_under_the_same_checks() {
          -- binds: [42, Some(\"me#0123456789ab\"), Some(2)]"
     );
 }
+
+/// A claim's query id is static only when every part is: a Diesel filter keeps it static, a
+/// boxed filter (whose text the type does not fix) makes Diesel build the SQL per call.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_filter_without_a_static_query_id_makes_the_claim_dynamic() {
+    use super::statements::{shape, NoFilter, StmtId};
+    use diesel::query_builder::QueryId;
+    type Claim<F> = StmtId<Job, shape::Claim, F, false, true>;
+    type Boxed = Box<
+        dyn diesel::BoxableExpression<
+            jobs::table,
+            diesel::pg::Pg,
+            SqlType = diesel::sql_types::Bool,
+        >,
+    >;
+    assert!(<Claim<NoFilter> as QueryId>::HAS_STATIC_QUERY_ID);
+    assert!(<Claim<diesel::dsl::Gt<jobs::id, i64>> as QueryId>::HAS_STATIC_QUERY_ID);
+    assert!(!<Claim<Boxed> as QueryId>::HAS_STATIC_QUERY_ID);
+    assert_ne!(
+        <Claim<NoFilter> as QueryId>::query_id(),
+        <StmtId<Job, shape::Claim, NoFilter, true, true> as QueryId>::query_id(),
+        "the rescue predicate changes the text, so it changes the id"
+    );
+}
