@@ -169,9 +169,11 @@ fn a_filter_without_a_static_query_id_makes_the_claim_dynamic() {
             SqlType = diesel::sql_types::Bool,
         >,
     >;
-    assert!(<Claim<NoFilter> as QueryId>::HAS_STATIC_QUERY_ID);
-    assert!(<Claim<diesel::dsl::Gt<jobs::id, i64>> as QueryId>::HAS_STATIC_QUERY_ID);
-    assert!(!<Claim<Boxed> as QueryId>::HAS_STATIC_QUERY_ID);
+    const {
+        assert!(<Claim<NoFilter> as QueryId>::HAS_STATIC_QUERY_ID);
+        assert!(<Claim<diesel::dsl::Gt<jobs::id, i64>> as QueryId>::HAS_STATIC_QUERY_ID);
+        assert!(!<Claim<Boxed> as QueryId>::HAS_STATIC_QUERY_ID);
+    }
     assert_ne!(
         <Claim<NoFilter> as QueryId>::query_id(),
         <StmtId<Job, shape::Claim, NoFilter, true, true> as QueryId>::query_id(),
