@@ -5,9 +5,9 @@
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
 
 pub use crate::claim::{
-    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, heartbeat, lock_next,
-    lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions, Claimable,
-    Finish, Keyed, SortOrder,
+    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, finish_batch, heartbeat,
+    lock_next, lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions,
+    Claimable, Finish, Keyed, SortOrder, StateLiteral,
 };
 pub use crate::clock::TimestampType;
 pub use crate::lease::job::{

@@ -206,6 +206,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     let done = option(c.done.as_ref().map(value));
     let failed_configured = c.failed.is_some();
     let failed = option(c.failed.as_ref().map(value));
+    let ready_sql: Vec<_> = c.ready.iter().map(crate::literal::tokens).collect();
+    let claimed_sql = crate::literal::tokens(&c.claimed);
+    let done_sql = option(c.done.as_ref().map(crate::literal::tokens));
+    let failed_sql = option(c.failed.as_ref().map(crate::literal::tokens));
     // Spanned at the attribute value: a field of the wrong type is reported on that token.
     let owner_value = match &c.owner {
         Some((col, field)) => {
@@ -260,6 +264,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #timeout;
             const MAX_ATTEMPTS: ::core::option::Option<i64> = #max_attempts;
             const FAILED_CONFIGURED: bool = #failed_configured;
+            const READY_SQL: &'static [::diesel_lease::__private::StateLiteral] = &[#(#ready_sql),*];
+            const CLAIMED_SQL: ::diesel_lease::__private::StateLiteral = #claimed_sql;
+            const DONE_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #done_sql;
+            const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
             fn ready_states() -> ::std::vec::Vec<#state_ty> {
                 ::std::vec![#(#ready),*]
             }
@@ -328,7 +336,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
                     + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>,
+                    + ::diesel::query_builder::QueryFragment<#backend>
+                    + ::diesel::query_builder::QueryId,
             {
                 ::core::result::Result::map_err(
                     ::diesel_lease::__private::claim_batch_where::<Self, C, F>(conn, n, options, filter),
@@ -353,7 +362,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
                     + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>,
+                    + ::diesel::query_builder::QueryFragment<#backend>
+                    + ::diesel::query_builder::QueryId,
             {
                 ::core::result::Result::map_err(
                     ::diesel_lease::__private::lock_next_where::<Self, C, F>(conn, filter),
@@ -402,6 +412,35 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                     ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Ready),
                     ::core::convert::Into::into,
                 )
+            }
+
+            /// Marks the claimed `rows` done in one statement (per 200 rows), each only if this
+            /// worker still owns its claim: for each row in order, `true` when it was moved,
+            /// `false` when it was rescued by another worker (or already finished) and left alone.
+            pub fn complete_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Done)
+            }
+
+            /// [`Self::complete_batch`], to the failed state.
+            pub fn fail_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Failed)
+            }
+
+            /// [`Self::complete_batch`], back to the first ready state with the owner cleared.
+            pub fn release_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Ready)
             }
 
             /// Moves this claimed row's `claimed_at` to the database's now if this worker still

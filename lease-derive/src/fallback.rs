@@ -97,6 +97,18 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                     ::core::unreachable!()
                 }
 
+                pub fn complete_batch<C>(_conn: &mut C, _rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>> {
+                    ::core::unreachable!()
+                }
+
+                pub fn fail_batch<C>(_conn: &mut C, _rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>> {
+                    ::core::unreachable!()
+                }
+
+                pub fn release_batch<C>(_conn: &mut C, _rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>> {
+                    ::core::unreachable!()
+                }
+
                 pub fn claim_next_guarded<C>(
                     _pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
                 ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::ClaimGuard<Self>>>

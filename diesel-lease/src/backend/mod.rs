@@ -23,7 +23,9 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 pub use lease_core::BackendKind;
 use lease_core::{Backoff, InsertOutcome};
 
-use crate::claim::statements::{reap, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter};
+use crate::claim::statements::{
+    load_shaped, reap, shape, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter,
+};
 use crate::lease::statements::LeaseStatements;
 use crate::once::RunInsertOnce;
 use crate::semaphore::statements::SemaphoreStatements;
@@ -227,34 +229,51 @@ pub trait Dialect:
     /// (same transaction). By default one `UPDATE … RETURNING` statement in the shape of
     /// [`SqlDialect::push_claim`], as one autocommit write when there is nothing to reap.
     #[doc(hidden)]
-    fn claim_rows<M: ClaimModel<Self>>(
+    /// `F` is the filter's query id ([`NoFilter`] when `filter` is `None`).
+    fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
         filter: Filter<'_, Self::Backend>,
     ) -> QueryResult<Vec<M>> {
         let stmt = ClaimStmt::new(parts, limit, filter);
+        let load = |c: &mut Self| {
+            load_shaped::<M, Self, shape::Claim, F>(c, &stmt, parts.rescues(), limit == 1)
+        };
         if !parts.needs_reap() {
-            return self.single_write(|c| M::load(c, &stmt));
+            return self.single_write(load);
         }
         self.write_tx(|c| {
             reap(c, parts)?;
-            M::load(c, &stmt)
+            load(c)
         })
+    }
+
+    /// Finishes the rows of a batch that are still this worker's claims and returns them (as
+    /// they are now). By default one `UPDATE … RETURNING`.
+    #[doc(hidden)]
+    fn finish_rows<M: ClaimModel<Self>>(
+        &mut self,
+        rows: &[crate::claim::batch::BatchRow<M>],
+        to: crate::claim::Finish,
+    ) -> QueryResult<Vec<M>> {
+        crate::claim::batch::update_returning(self, rows, to)
     }
 
     /// Selects up to `limit` claimable rows and keeps them locked for the caller's transaction,
     /// skipping locked ones.
     #[doc(hidden)]
-    fn lock_rows<M: ClaimModel<Self>>(
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
         filter: Filter<'_, Self::Backend>,
     ) -> QueryResult<Vec<M>> {
-        M::load(
+        load_shaped::<M, Self, shape::Pick, F>(
             self,
             &crate::claim::statements::PickStmt::locking(parts, limit, filter),
+            parts.rescues(),
+            limit == 1,
         )
     }
 
@@ -325,6 +344,38 @@ where
         return Err(DieselError::AlreadyInTransaction);
     }
     Ok(())
+}
+
+/// A row-returning statement that runs as a fresh prepared statement every time, outside
+/// Diesel's statement cache.
+///
+/// With libmariadb, a cached `SELECT` whose execution failed after the server had sent the
+/// result's column definitions (a scan that then hit a lock wait timeout or was picked as a
+/// deadlock victim) is left expecting the rest of that result: the next execution of the cached
+/// statement first waits for it, and nothing ever comes. The client sits in `poll(-1)`, the
+/// server shows the session asleep with its transaction open, and every worker behind that
+/// transaction's locks stalls. (A lookup by primary key fails before any column definition is
+/// sent and is not affected.) On MySQL, claim picks (which scan) and the batch completion's
+/// locking read of the rows still ours (which waits) therefore never come from the cache; the
+/// cost is one prepare and one close per execution.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))] // what the MySQL statements need
+pub(crate) struct Uncached<Q>(pub(crate) Q);
+
+impl<Q> QueryId for Uncached<Q> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Uncached<Q> {
+    type SqlType = Q::SqlType;
+}
+
+impl<Q: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for Uncached<Q> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
+        self.0.walk_ast(out)
+    }
 }
 
 /// `max_wait` in whole milliseconds, at least 1 (a lock timeout of 0 means "none" to servers).

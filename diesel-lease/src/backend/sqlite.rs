@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::query_builder::AstPass;
+use diesel::query_builder::{AstPass, QueryId};
 use diesel::result::Error as DieselError;
 use diesel::sqlite::Sqlite;
 use diesel::SqliteConnection;
@@ -14,8 +14,8 @@ use diesel_migrations::EmbeddedMigrations;
 
 use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
 use crate::claim::statements::{
-    claim_assignments, column_list, pick_from, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Exec,
-    Filter, WriteLockStmt,
+    claim_assignments, column_list, load_shaped, pick_from, shape, ClaimModel, ClaimParts,
+    ClaimSql, ClaimStmt, Exec, Filter, NoFilter, StmtId, WriteLockStmt,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};
@@ -134,7 +134,7 @@ impl Dialect for SqliteConnection {
         ))
     }
 
-    fn lock_rows<M: ClaimModel<Self>>(
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
@@ -142,10 +142,15 @@ impl Dialect for SqliteConnection {
     ) -> QueryResult<Vec<M>> {
         // No row locks: a write that matches nothing takes the database write lock, which then
         // shuts out every other writer until the caller's transaction ends.
-        self.execute_returning_count(&Exec(&WriteLockStmt(parts)))?;
-        M::load(
+        self.execute_returning_count(&Exec::<
+            _,
+            StmtId<M, shape::WriteLock, NoFilter, false, false>,
+        >::new(&WriteLockStmt(parts)))?;
+        load_shaped::<M, Self, shape::Pick, F>(
             self,
             &crate::claim::statements::PickStmt::locking(parts, limit, filter),
+            parts.rescues(),
+            limit == 1,
         )
     }
 }
