@@ -6,4 +6,5 @@ mod guards;
 mod heartbeat;
 mod jobs;
 mod locking;
+mod precision;
 mod zones;
