@@ -90,6 +90,17 @@ pub trait SqlDialect: Backend + sealed::Sealed {
         with_time_zone: bool,
     ) -> QueryResult<()>;
 
+    /// The latest instant the stored value of timestamp column `column` can stand for, to
+    /// compare with a deadline (`<upper> <= now - timeout`) so nothing acts early whatever the
+    /// column's precision: a `DATETIME` or `timestamp(0)` column truncates (MariaDB) or rounds
+    /// (MySQL 8, PostgreSQL) what diesel-lease writes to whole seconds, so its value can be up
+    /// to one unit of its precision earlier than the real time. The default is the column itself:
+    /// SQLite stores the text written, unchanged. The unit: `clock::push_apparent_unit`.
+    #[doc(hidden)]
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_identifier(column)
+    }
+
     /// The claim in one statement: `UPDATE` the rows `stmt` picks and return them. Backends
     /// without `UPDATE … RETURNING` (MySQL) keep this default, which refuses, and claim in
     /// several statements instead (their `Dialect::claim_rows`).

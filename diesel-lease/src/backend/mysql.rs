@@ -58,6 +58,21 @@ impl SqlDialect for Mysql {
         Ok(())
     }
 
+    /// `(`col` + INTERVAL (<unit>) MICROSECOND)`, the unit read from `MICROSECOND(col)`.
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("(");
+        out.push_identifier(column)?;
+        out.push_sql(" + INTERVAL (");
+        crate::clock::push_apparent_unit(out, &|out| {
+            out.push_sql("MICROSECOND(");
+            out.push_identifier(column)?;
+            out.push_sql(")");
+            Ok(())
+        })?;
+        out.push_sql(") MICROSECOND)");
+        Ok(())
+    }
+
     super::binds!();
 }
 

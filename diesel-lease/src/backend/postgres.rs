@@ -54,6 +54,22 @@ impl SqlDialect for Pg {
         Ok(())
     }
 
+    /// `("col" + <unit> * INTERVAL '1 microsecond')`, the unit read from the value's
+    /// microseconds within its second.
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("(");
+        out.push_identifier(column)?;
+        out.push_sql(" + ");
+        crate::clock::push_apparent_unit(out, &|out| {
+            out.push_sql("(CAST(EXTRACT(MICROSECONDS FROM ");
+            out.push_identifier(column)?;
+            out.push_sql(") AS BIGINT) % 1000000)");
+            Ok(())
+        })?;
+        out.push_sql(" * INTERVAL '1 microsecond')");
+        Ok(())
+    }
+
     /// The claim in one statement:
     /// `WITH picked AS (SELECT pk … ORDER BY … LIMIT $n FOR UPDATE SKIP LOCKED)
     ///  UPDATE t SET … FROM picked WHERE t.pk = picked.pk RETURNING …`.

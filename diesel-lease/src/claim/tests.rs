@@ -59,14 +59,20 @@ where
 fn postgres_claim_is_one_cte_statement_with_binds() {
     let sql = diesel::PgConnection::claim_sql(&parts(), 10);
     let (text, binds) = sql.split_once(" -- binds: ").unwrap();
+    // The stale check compares the latest instant a (maybe whole-second) claimed_at stands for.
+    let f = "(CAST(EXTRACT(MICROSECONDS FROM \"claimed_at\") AS BIGINT) % 1000000)";
     assert_eq!(
         text,
-        "WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ($1, $2) OR (\"status\" = $3 \
-         AND \"claimed_at\" < ((statement_timestamp() AT TIME ZONE 'UTC') + $4 * INTERVAL '1 microsecond') AND \"attempts\" < $5)) \
-         ORDER BY \"id\" ASC LIMIT $6 FOR UPDATE SKIP LOCKED) \
-         UPDATE \"jobs\" SET \"status\" = $7, \"owner\" = $8, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
+        format!("WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ($1, $2) OR (\"status\" = $3 \
+         AND \"claimed_at\" < ((statement_timestamp() AT TIME ZONE 'UTC') + $4 * INTERVAL '1 microsecond') \
+         AND (\"claimed_at\" + CASE WHEN {f} % 10 <> 0 THEN 1 WHEN {f} % 100 <> 0 THEN 10 \
+         WHEN {f} % 1000 <> 0 THEN 100 WHEN {f} % 10000 <> 0 THEN 1000 WHEN {f} % 100000 <> 0 THEN 10000 \
+         WHEN {f} <> 0 THEN 100000 ELSE 1000000 END * INTERVAL '1 microsecond') \
+         < ((statement_timestamp() AT TIME ZONE 'UTC') + $5 * INTERVAL '1 microsecond') AND \"attempts\" < $6)) \
+         ORDER BY \"id\" ASC LIMIT $7 FOR UPDATE SKIP LOCKED) \
+         UPDATE \"jobs\" SET \"status\" = $8, \"owner\" = $9, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
          \"attempts\" = \"attempts\" + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
-         RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\""
+         RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\"")
     );
     assert!(
         !text.contains("DROP TABLE"),
@@ -75,7 +81,7 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
     assert_eq!(
         binds,
         format!(
-            "[\"new\", \"retry\", \"running\", -5000000, 3, 10, \"running\", \"{HOSTILE_OWNER}\"]"
+            "[\"new\", \"retry\", \"running\", -5000000, -5000000, 3, 10, \"running\", \"{HOSTILE_OWNER}\"]"
         )
     );
 }
