@@ -7,4 +7,5 @@ mod heartbeat;
 mod jobs;
 mod locking;
 mod precision;
+mod waiting;
 mod zones;

@@ -29,10 +29,16 @@ pub(crate) struct Turn {
 
 /// Waits for this process's turn to write to SQLite (see the module docs).
 pub(crate) fn turn() -> Turn {
+    turn_within(MAX_QUEUE_WAIT)
+}
+
+/// [`turn`], waiting at most `max` for the writer ahead (then going anyway, as `turn` does
+/// after `MAX_QUEUE_WAIT`): for waits the caller bounds itself.
+pub(crate) fn turn_within(max: Duration) -> Turn {
     if HOLDING.with(Cell::get) {
         return Turn { owned: false };
     }
-    let deadline = Instant::now() + MAX_QUEUE_WAIT;
+    let deadline = Instant::now() + max;
     let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
     while *busy {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -74,6 +74,10 @@ pub trait SqlDialect: Backend + sealed::Sealed {
     /// Integer division (MySQL's `/` yields a decimal).
     #[doc(hidden)]
     const INT_DIV: &'static str;
+    /// What a `SELECT` appends to lock the rows it returns, waiting for transactions that hold
+    /// them (` FOR UPDATE`; empty on SQLite, whose write lock is taken by a statement of its own).
+    #[doc(hidden)]
+    const FOR_UPDATE: &'static str;
 
     /// The database's current time in microseconds since 1970, as a `BIGINT`.
     #[doc(hidden)]
@@ -255,6 +259,39 @@ pub trait Dialect:
             self,
             &crate::claim::statements::PickStmt::locking(parts, limit, filter),
         )
+    }
+
+    /// Runs `f` (a statement that may wait for a lock) with the backend's lock wait bounded by
+    /// `wait` (at least 1 ms), and puts the previous bound back after it: PostgreSQL
+    /// `lock_timeout` (`set_config(…, true)`, local to the transaction, so an error that aborts
+    /// it also drops the setting), MySQL `innodb_lock_wait_timeout` for the session (whole
+    /// seconds, rounded up), SQLite `busy_timeout`. Running out is the backend's timeout error,
+    /// which classifies as [`Error::Timeout`].
+    #[doc(hidden)]
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T>;
+
+    /// Takes the lock that stands in for row locks where the backend has none, before a locking
+    /// read: SQLite runs `write_nothing` (a write that matches no row but takes the database write
+    /// lock); backends with row locks do nothing (their `FOR UPDATE` locks the row).
+    #[doc(hidden)]
+    fn take_write_lock(&mut self, _write_nothing: &dyn QueryFragment<Self::Backend>) -> QueryResult<()> {
+        Ok(())
+    }
+
+    /// [`write_tx`](Dialect::write_tx) for work that starts with a bounded waiting lock: where
+    /// the transaction itself waits for the lock (SQLite's `BEGIN IMMEDIATE` and this process's
+    /// writer turn), that wait is bounded by `wait` too.
+    #[doc(hidden)]
+    fn write_tx_within<T, E, F>(&mut self, _wait: Duration, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        self.write_tx(f)
     }
 
     /// Inserts a row a unique constraint lets exist once; a duplicate is `AlreadyExists` and

@@ -36,6 +36,7 @@ impl SqlDialect for Mysql {
     const KIND: BackendKind = BackendKind::Mysql;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INT_DIV: &'static str = " DIV ";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         out.push_sql("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', UTC_TIMESTAMP(6))");
@@ -134,6 +135,35 @@ impl Dialect for MysqlConnection {
         })
     }
 
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: std::time::Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        #[derive(QueryableByName)]
+        struct Seconds {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            secs: i64,
+        }
+        let previous = diesel::sql_query(
+            "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS secs",
+        )
+        .get_result::<Seconds>(self)?
+        .secs;
+        // Whole seconds only; round up so the wait is never shorter than asked.
+        let secs = i64::try_from(wait.as_micros().div_ceil(1_000_000))
+            .unwrap_or(i64::MAX)
+            .clamp(1, 1_073_741_824);
+        set_lock_wait_timeout(self, secs)?;
+        // A lock wait timeout rolls back the statement only (innodb_rollback_on_timeout is off
+        // by default): put the session's value back whatever happened.
+        let result = f(self);
+        let restored = set_lock_wait_timeout(self, previous);
+        let value = result?;
+        restored?;
+        Ok(value)
+    }
+
     fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
     where
         I: QueryFragment<Mysql> + QueryId,
@@ -191,6 +221,14 @@ impl Dialect for MysqlConnection {
             self.write_transaction(insert_and_read_back)
         }
     }
+}
+
+/// The session's `innodb_lock_wait_timeout`, in seconds.
+fn set_lock_wait_timeout(c: &mut MysqlConnection, secs: i64) -> QueryResult<()> {
+    diesel::sql_query("SET SESSION innodb_lock_wait_timeout = ?")
+        .bind::<diesel::sql_types::BigInt, _>(secs)
+        .execute(c)
+        .map(drop)
 }
 
 /// Runs a plain insert: `true` when it inserted, `false` when a unique constraint already holds an

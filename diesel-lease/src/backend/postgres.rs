@@ -27,6 +27,7 @@ impl SqlDialect for Pg {
     const KIND: BackendKind = BackendKind::Postgres;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INT_DIV: &'static str = " / ";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         out.push_sql("CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)");
@@ -138,6 +139,37 @@ impl Dialect for PgConnection {
     fn claim_sql<M: ClaimSql<Pg>>(parts: &ClaimParts<M, Pg>, limit: i64) -> String {
         diesel::debug_query::<Pg, _>(&ClaimStmt::new(parts, limit, None)).to_string()
     }
+
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        #[derive(QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            value: String,
+        }
+        let previous = diesel::sql_query("SELECT current_setting('lock_timeout') AS value")
+            .get_result::<Setting>(self)?
+            .value;
+        // 0 would mean "no limit"; PostgreSQL takes at most i32::MAX ms.
+        let ms = wait.as_millis().clamp(1, i32::MAX as u128);
+        set_lock_timeout(self, &format!("{ms}ms"))?;
+        // A failure (the timeout included) aborts the transaction, and the local setting ends
+        // with it (or with the savepoint it was made in).
+        let value = f(self)?;
+        set_lock_timeout(self, &previous)?;
+        Ok(value)
+    }
+}
+
+/// `lock_timeout` for the rest of the current transaction (`SET LOCAL`).
+fn set_lock_timeout(c: &mut PgConnection, value: &str) -> QueryResult<()> {
+    diesel::sql_query("SELECT set_config('lock_timeout', $1, true)")
+        .bind::<diesel::sql_types::Text, _>(value)
+        .execute(c)
+        .map(drop)
 }
 
 impl LeaseStatements for PgConnection {

@@ -2,9 +2,11 @@
 //! write runs in `BEGIN IMMEDIATE` after this process's writer turn (`sqlite_writer`), so
 //! read-then-write is serialized by the database lock and writers wait instead of failing.
 
+use std::time::{Duration, Instant};
+
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::query_builder::AstPass;
+use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::result::Error as DieselError;
 use diesel::sqlite::Sqlite;
 use diesel::SqliteConnection;
@@ -29,6 +31,7 @@ impl SqlDialect for Sqlite {
     // No row locks: the write lock of `BEGIN IMMEDIATE` stands in for them.
     const SKIP_LOCKED: &'static str = "";
     const INT_DIV: &'static str = " / ";
+    const FOR_UPDATE: &'static str = "";
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         // julianday is a double: rounding to whole milliseconds (SQLite's clock resolution)
@@ -109,6 +112,43 @@ impl Dialect for SqliteConnection {
         ))
     }
 
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        let previous = busy_timeout(self)?;
+        set_busy_timeout(self, wait)?;
+        let result = f(self);
+        let restored = set_busy_timeout_ms(self, previous);
+        let value = result?;
+        restored?;
+        Ok(value)
+    }
+
+    fn take_write_lock(&mut self, write_nothing: &dyn QueryFragment<Sqlite>) -> QueryResult<()> {
+        self.execute_returning_count(&Exec(write_nothing)).map(drop)
+    }
+
+    fn write_tx_within<T, E, F>(&mut self, wait: Duration, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        // Both waits for the write lock, this process's writer turn and `BEGIN IMMEDIATE`, share
+        // the bound; the work then runs with the connection's own busy timeout.
+        let start = Instant::now();
+        let _turn = crate::sqlite_writer::turn_within(wait);
+        let previous = busy_timeout(self)?;
+        set_busy_timeout(self, wait.saturating_sub(start.elapsed()))?;
+        let result = self.immediate_transaction(|c| {
+            set_busy_timeout_ms(c, previous)?;
+            f(c)
+        });
+        set_busy_timeout_ms(self, previous)?;
+        result
+    }
+
     fn lock_rows<M: ClaimModel<Self>>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
@@ -129,22 +169,35 @@ impl Dialect for SqliteConnection {
 /// another connection writes; every diesel-lease write waits instead. A timeout the application
 /// set (e.g. with [`ConnectionTuning`](crate::pool::ConnectionTuning)) is left alone.
 fn ensure_busy_timeout(c: &mut SqliteConnection) -> QueryResult<()> {
+    if busy_timeout(c)? == 0 {
+        set_busy_timeout(c, crate::pool::ConnectionTuning::default().busy_timeout)?;
+    }
+    Ok(())
+}
+
+/// The connection's busy timeout in milliseconds (0: none). A `PRAGMA` statement, not a `SELECT`
+/// from `pragma_busy_timeout`: the `SELECT` would open a read transaction, and a transaction that
+/// read first gets `SQLITE_BUSY` at once, without waiting, when it then wants to write.
+fn busy_timeout(c: &mut SqliteConnection) -> QueryResult<i64> {
     #[derive(diesel::QueryableByName)]
     struct BusyTimeout {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         timeout: i64,
     }
-    let current = diesel::sql_query("SELECT timeout FROM pragma_busy_timeout")
+    Ok(diesel::sql_query("PRAGMA busy_timeout")
         .get_result::<BusyTimeout>(c)?
-        .timeout;
-    if current == 0 {
-        let ms = crate::pool::ConnectionTuning::default()
-            .busy_timeout
-            .as_millis();
-        // An integer we own, not user text: PRAGMA takes no bind parameters.
-        c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))?;
-    }
-    Ok(())
+        .timeout)
+}
+
+/// Sets the busy timeout to `wait`, at least 1 ms (0 would mean "fail at once").
+fn set_busy_timeout(c: &mut SqliteConnection, wait: Duration) -> QueryResult<()> {
+    let ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
+    set_busy_timeout_ms(c, ms.clamp(1, i64::from(i32::MAX)))
+}
+
+fn set_busy_timeout_ms(c: &mut SqliteConnection, ms: i64) -> QueryResult<()> {
+    // An integer we own, not user text: PRAGMA takes no bind parameters.
+    c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))
 }
 
 impl LeaseStatements for SqliteConnection {

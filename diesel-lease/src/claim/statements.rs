@@ -590,3 +590,13 @@ fn claimed_before<'b, ST: crate::clock::TimestampType, DB: SqlDialect>(
     out.push_sql(" < ");
     cutoff.walk_ast(out.reborrow())
 }
+
+/// The rows a claim may take (`claimable_predicate`), as a boolean fragment of its own: what
+/// the waiting lock by key (`claim::by_key`) checks. Owns its parts, so a statement can carry it.
+pub struct ClaimablePredicate<M: ClaimSql<DB>, DB: SqlDialect>(pub(crate) ClaimParts<M, DB>);
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimablePredicate<M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        claimable_predicate(&mut out, &self.0)
+    }
+}
