@@ -211,6 +211,8 @@ impl<DB: SqlDialect> QueryFragment<DB> for NowPlus {
 /// more: later, never earlier). The real instant behind a truncated or rounded value is below
 /// the value plus this unit, so `value + unit <= deadline` never acts early, without reading the
 /// column's declared precision from the catalog.
+// Used by the backends whose columns have a precision (PostgreSQL, MySQL).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn push_apparent_unit<DB: diesel::backend::Backend>(
     out: &mut AstPass<'_, '_, DB>,
     fraction: &dyn Fn(&mut AstPass<'_, '_, DB>) -> QueryResult<()>,

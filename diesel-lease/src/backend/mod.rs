@@ -278,7 +278,10 @@ pub trait Dialect:
     /// read: SQLite runs `write_nothing` (a write that matches no row but takes the database write
     /// lock); backends with row locks do nothing (their `FOR UPDATE` locks the row).
     #[doc(hidden)]
-    fn take_write_lock(&mut self, _write_nothing: &dyn QueryFragment<Self::Backend>) -> QueryResult<()> {
+    fn take_write_lock(
+        &mut self,
+        _write_nothing: &dyn QueryFragment<Self::Backend>,
+    ) -> QueryResult<()> {
         Ok(())
     }
 

@@ -145,11 +145,10 @@ impl Dialect for MysqlConnection {
             #[diesel(sql_type = diesel::sql_types::BigInt)]
             secs: i64,
         }
-        let previous = diesel::sql_query(
-            "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS secs",
-        )
-        .get_result::<Seconds>(self)?
-        .secs;
+        let previous =
+            diesel::sql_query("SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS secs")
+                .get_result::<Seconds>(self)?
+                .secs;
         // Whole seconds only; round up so the wait is never shorter than asked.
         let secs = i64::try_from(wait.as_micros().div_ceil(1_000_000))
             .unwrap_or(i64::MAX)

@@ -133,7 +133,11 @@ where
 
 /// Runs the waiting lock `stmt` on `conn`, inside the caller's transaction, with lock waits
 /// bounded by `wait`.
-fn lock_key<M, C, P>(conn: &mut C, stmt: KeyLockStmt<M, C::Backend, P>, wait: Duration) -> QueryResult<Option<M>>
+fn lock_key<M, C, P>(
+    conn: &mut C,
+    stmt: KeyLockStmt<M, C::Backend, P>,
+    wait: Duration,
+) -> QueryResult<Option<M>>
 where
     M: Keyed + diesel::Selectable<C::Backend>,
     C: Dialect,
@@ -217,7 +221,9 @@ fn lock_wait(wait: Duration) -> Result<Duration> {
 /// Call it inside a transaction (or use [`with_locked`]): outside one it is refused with
 /// Diesel's `NotInTransaction` (as [`Error::Database`]), because the lock would end at once. A
 /// wait that runs out is [`Error::Timeout`]; on PostgreSQL the caller's transaction is then
-/// aborted and must be rolled back.
+/// aborted and must be rolled back. On SQLite call it first in the transaction: the lock is the
+/// database write lock, and a transaction that read before is refused it at once
+/// (`SQLITE_BUSY`, also [`Error::Timeout`]) instead of waiting.
 ///
 /// Holding the lock while calling an external service holds every writer of the row (and on
 /// SQLite of the database) for as long as the call takes: seed 002's own advice is to prefer a
@@ -235,7 +241,11 @@ where
 
 /// [`lock_by_pk_if_claimable`] waiting at most `wait` (zero is refused with
 /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
-pub fn lock_by_pk_if_claimable_within<M, C>(conn: &mut C, pk: M::Pk, wait: Duration) -> Result<Option<M>>
+pub fn lock_by_pk_if_claimable_within<M, C>(
+    conn: &mut C,
+    pk: M::Pk,
+    wait: Duration,
+) -> Result<Option<M>>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -261,12 +271,11 @@ where
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
     let wait = DEFAULT_LOCK_WAIT;
-    conn.borrow_connection().write_tx_within(wait, |c| {
-        match c.lock_claimable_key(pk, wait)? {
+    conn.borrow_connection()
+        .write_tx_within(wait, |c| match c.lock_claimable_key(pk, wait)? {
             Some(row) => work(c, row).map(Some),
             None => Ok(None),
-        }
-    })
+        })
 }
 
 /// Locks the row with primary key `pk` for the caller's transaction if its guard column is
@@ -274,6 +283,44 @@ where
 /// — waiting (up to [`DEFAULT_LOCK_WAIT`]) for a transaction that holds it; `None` when the
 /// guard is set, including by the holder this call waited for. What the generated
 /// `Model::lock_by_pk_if_null(conn, pk)` calls; otherwise as [`lock_by_pk_if_claimable`].
+///
+/// Seed 002's transaction on PostgreSQL: the first lock gets the row and sets `col1`; once that
+/// committed, the row no longer qualifies:
+///
+/// ```
+/// # #[cfg(feature = "postgres")] {
+/// # mod setup { include!("../doctest_pg.rs"); }
+/// # use setup::pg_connection;
+/// use diesel::prelude::*;
+/// use diesel_lease::Claimable;
+///
+/// diesel::table! { table1 (id) { id -> BigInt, col1 -> Nullable<Text>, } }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = table1)]
+/// #[claimable(guard = col1)]
+/// struct Table1 {
+///     id: i64,
+///     col1: Option<String>,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let Some(mut conn) = pg_connection() else { return Ok(()) };
+/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+/// #     "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT NULL); INSERT INTO table1 VALUES (1, NULL);")?;
+/// let first = conn.transaction::<_, diesel_lease::Error, _>(|conn| {
+///     let Some(row) = Table1::lock_by_pk_if_null(conn, 1)? else { return Ok(false) };
+///     // … the external call, under the row lock …
+///     diesel::update(table1::table.find(row.id)).set(table1::col1.eq("sent")).execute(conn)?;
+///     Ok(true)
+/// })?;
+/// assert!(first);
+/// let again = conn.transaction(|conn| Table1::lock_by_pk_if_null(conn, 1))?;
+/// assert!(again.is_none(), "col1 is set: the row no longer qualifies");
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
 pub fn lock_by_pk_if_null<M, C>(conn: &mut C, pk: M::Pk) -> Result<Option<M>>
 where
     M: Guarded,
@@ -308,10 +355,9 @@ where
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
     let wait = DEFAULT_LOCK_WAIT;
-    conn.borrow_connection().write_tx_within(wait, |c| {
-        match c.lock_unguarded_key(pk, wait)? {
+    conn.borrow_connection()
+        .write_tx_within(wait, |c| match c.lock_unguarded_key(pk, wait)? {
             Some(row) => work(c, row).map(Some),
             None => Ok(None),
-        }
-    })
+        })
 }
