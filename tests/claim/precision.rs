@@ -14,9 +14,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use diesel::prelude::*;
 use diesel_lease::claim::ClaimOptions;
-use diesel_lease::lease::job::JobRunOptions;
 use diesel_lease::OwnerId;
 
+use super::jobs::node;
 use crate::common::TestDb;
 use crate::models::schema::{importjobs, job_status};
 use crate::models::*;
@@ -69,12 +69,6 @@ fn first_success(start: Instant, limit: Duration, mut attempt: impl FnMut() -> b
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn node(name: &str, timeout: Duration) -> JobRunOptions {
-    JobRunOptions::new(timeout)
-        .unwrap()
-        .holder(OwnerId::new(name).unwrap())
 }
 
 backend_suite! {

@@ -270,12 +270,11 @@ where
     E: From<diesel::result::Error>,
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
-    let wait = DEFAULT_LOCK_WAIT;
-    conn.borrow_connection()
-        .write_tx_within(wait, |c| match c.lock_claimable_key(pk, wait)? {
-            Some(row) => work(c, row).map(Some),
-            None => Ok(None),
-        })
+    locked_transaction(
+        conn.borrow_connection(),
+        |c, wait| c.lock_claimable_key(pk, wait),
+        work,
+    )
 }
 
 /// Locks the row with primary key `pk` for the caller's transaction if its guard column is
@@ -354,10 +353,28 @@ where
     E: From<diesel::result::Error>,
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
+    locked_transaction(
+        conn.borrow_connection(),
+        |c, wait| c.lock_unguarded_key(pk, wait),
+        work,
+    )
+}
+
+/// `work` on the row `lock` returns, in one write transaction whose own lock wait (SQLite) shares
+/// the bound [`DEFAULT_LOCK_WAIT`]; `Ok(None)` without `work` when `lock` finds no row.
+fn locked_transaction<M, C, T, E, W>(
+    conn: &mut C,
+    lock: impl FnOnce(&mut C, Duration) -> QueryResult<Option<M>>,
+    work: W,
+) -> Result<Option<T>, E>
+where
+    C: LeaseConnection,
+    E: From<diesel::result::Error>,
+    W: FnOnce(&mut C, M) -> Result<T, E>,
+{
     let wait = DEFAULT_LOCK_WAIT;
-    conn.borrow_connection()
-        .write_tx_within(wait, |c| match c.lock_unguarded_key(pk, wait)? {
-            Some(row) => work(c, row).map(Some),
-            None => Ok(None),
-        })
+    conn.write_tx_within(wait, |c| match lock(c, wait)? {
+        Some(row) => work(c, row).map(Some),
+        None => Ok(None),
+    })
 }
