@@ -32,13 +32,13 @@ pub(crate) fn turn() -> Turn {
     turn_within(MAX_QUEUE_WAIT)
 }
 
-/// [`turn`], waiting at most `max` for the writer ahead (then going anyway, as `turn` does
-/// after `MAX_QUEUE_WAIT`): for waits the caller bounds itself.
-pub(crate) fn turn_within(max: Duration) -> Turn {
+/// [`turn`], waiting at most `max_wait` (and never more than `MAX_QUEUE_WAIT`) before going
+/// ahead without one.
+pub(crate) fn turn_within(max_wait: Duration) -> Turn {
     if HOLDING.with(Cell::get) {
         return Turn { owned: false };
     }
-    let deadline = Instant::now() + max;
+    let deadline = Instant::now() + max_wait.min(MAX_QUEUE_WAIT);
     let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
     while *busy {
         let left = deadline.saturating_duration_since(Instant::now());

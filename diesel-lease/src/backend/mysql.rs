@@ -3,6 +3,8 @@
 //! COMMITTED transaction; a matched-rows count stands in for `RETURNING` wherever the predicate
 //! holds the old state (so "one row matched" means "this caller won").
 
+use std::time::Duration;
+
 use diesel::connection::SimpleConnection;
 use diesel::mysql::Mysql;
 use diesel::prelude::*;
@@ -99,6 +101,20 @@ impl Dialect for MysqlConnection {
         self.transaction(f)
     }
 
+    fn write_tx_within<T>(
+        &mut self,
+        max_wait: Option<Duration>,
+        f: impl FnOnce(&mut Self) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        super::refuse_nested(self)?;
+        let Some(max_wait) = max_wait else {
+            return self.write_tx(f);
+        };
+        // A session variable: set for this transaction, then put back, so the caller's later
+        // statements on this connection keep their own bound.
+        self.write_tx(|c| with_lock_wait(c, max_wait, f))
+    }
+
     fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
         if !super::in_transaction(self)? {
             // Applies to the next transaction only: the autocommit statement `f` runs.
@@ -137,30 +153,12 @@ impl Dialect for MysqlConnection {
 
     fn bounded_lock_wait<T>(
         &mut self,
-        wait: std::time::Duration,
+        wait: Duration,
         f: impl FnOnce(&mut Self) -> QueryResult<T>,
     ) -> QueryResult<T> {
-        #[derive(QueryableByName)]
-        struct Seconds {
-            #[diesel(sql_type = diesel::sql_types::BigInt)]
-            secs: i64,
-        }
-        let previous =
-            diesel::sql_query("SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS secs")
-                .get_result::<Seconds>(self)?
-                .secs;
-        // Whole seconds only; round up so the wait is never shorter than asked.
-        let secs = i64::try_from(wait.as_micros().div_ceil(1_000_000))
-            .unwrap_or(i64::MAX)
-            .clamp(1, 1_073_741_824);
-        set_lock_wait_timeout(self, secs)?;
         // A lock wait timeout rolls back the statement only (innodb_rollback_on_timeout is off
-        // by default): put the session's value back whatever happened.
-        let result = f(self);
-        let restored = set_lock_wait_timeout(self, previous);
-        let value = result?;
-        restored?;
-        Ok(value)
+        // by default), so the session's value is put back after a timeout too.
+        with_lock_wait(self, wait, f)
     }
 
     fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
@@ -222,12 +220,29 @@ impl Dialect for MysqlConnection {
     }
 }
 
-/// The session's `innodb_lock_wait_timeout`, in seconds.
-fn set_lock_wait_timeout(c: &mut MysqlConnection, secs: i64) -> QueryResult<()> {
-    diesel::sql_query("SET SESSION innodb_lock_wait_timeout = ?")
-        .bind::<diesel::sql_types::BigInt, _>(secs)
-        .execute(c)
-        .map(drop)
+/// Runs `f` with the session's `innodb_lock_wait_timeout` at `max_wait` (whole seconds, rounded
+/// up, at least 1), then puts the session's own value back, whatever `f` returned.
+fn with_lock_wait<T, E>(
+    c: &mut MysqlConnection,
+    max_wait: Duration,
+    f: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DieselError>,
+{
+    let secs = (super::lock_wait_millis(max_wait) + 999) / 1000;
+    diesel::sql_query(
+        "SET @diesel_lease_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
+         SESSION innodb_lock_wait_timeout = ?",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(secs)
+    .execute(c)?;
+    let out = f(c);
+    let restored =
+        c.batch_execute("SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait");
+    let out = out?;
+    restored?;
+    Ok(out)
 }
 
 /// Runs a plain insert: `true` when it inserted, `false` when a unique constraint already holds an

@@ -136,6 +136,20 @@ impl Dialect for PgConnection {
         self.build_transaction().read_committed().run(f)
     }
 
+    fn write_tx_within<T>(
+        &mut self,
+        max_wait: Option<Duration>,
+        f: impl FnOnce(&mut Self) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        super::refuse_nested(self)?;
+        self.write_tx(|c| {
+            if let Some(max_wait) = max_wait {
+                set_lock_timeout(c, &lock_timeout(max_wait))?;
+            }
+            f(c)
+        })
+    }
+
     fn claim_sql<M: ClaimSql<Pg>>(parts: &ClaimParts<M, Pg>, limit: i64) -> String {
         diesel::debug_query::<Pg, _>(&ClaimStmt::new(parts, limit, None)).to_string()
     }
@@ -153,9 +167,7 @@ impl Dialect for PgConnection {
         let previous = diesel::sql_query("SELECT current_setting('lock_timeout') AS value")
             .get_result::<Setting>(self)?
             .value;
-        // 0 would mean "no limit"; PostgreSQL takes at most i32::MAX ms.
-        let ms = wait.as_millis().clamp(1, i32::MAX as u128);
-        set_lock_timeout(self, &format!("{ms}ms"))?;
+        set_lock_timeout(self, &lock_timeout(wait))?;
         // A failure (the timeout included) aborts the transaction, and the local setting ends
         // with it (or with the savepoint it was made in).
         let value = f(self)?;
@@ -164,7 +176,13 @@ impl Dialect for PgConnection {
     }
 }
 
-/// `lock_timeout` for the rest of the current transaction (`SET LOCAL`).
+/// `max_wait` as a `lock_timeout` value: whole milliseconds, at least 1 (0 means "no limit").
+fn lock_timeout(max_wait: Duration) -> String {
+    format!("{}ms", super::lock_wait_millis(max_wait))
+}
+
+/// `lock_timeout` for the rest of the current transaction: `SET LOCAL`, which takes no bind
+/// parameter, in its bindable form `set_config(…, true)`.
 fn set_lock_timeout(c: &mut PgConnection, value: &str) -> QueryResult<()> {
     diesel::sql_query("SELECT set_config('lock_timeout', $1, true)")
         .bind::<diesel::sql_types::Text, _>(value)

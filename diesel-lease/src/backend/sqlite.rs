@@ -96,6 +96,18 @@ impl Dialect for SqliteConnection {
         self.immediate_transaction(f)
     }
 
+    fn write_tx_within<T>(
+        &mut self,
+        max_wait: Option<Duration>,
+        f: impl FnOnce(&mut Self) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        super::refuse_nested(self)?;
+        match max_wait {
+            Some(max_wait) => immediate_within(self, max_wait, f),
+            None => self.write_tx(f),
+        }
+    }
+
     fn claim_sql<M: ClaimSql<Sqlite>>(parts: &ClaimParts<M, Sqlite>, limit: i64) -> String {
         diesel::debug_query::<Sqlite, _>(&ClaimStmt::new(parts, limit, None)).to_string()
     }
@@ -118,9 +130,9 @@ impl Dialect for SqliteConnection {
         f: impl FnOnce(&mut Self) -> QueryResult<T>,
     ) -> QueryResult<T> {
         let previous = busy_timeout(self)?;
-        set_busy_timeout(self, wait)?;
+        set_busy_timeout(self, super::lock_wait_millis(wait))?;
         let result = f(self);
-        let restored = set_busy_timeout_ms(self, previous);
+        let restored = set_busy_timeout(self, previous);
         let value = result?;
         restored?;
         Ok(value)
@@ -130,23 +142,12 @@ impl Dialect for SqliteConnection {
         self.execute_returning_count(&Exec(write_nothing)).map(drop)
     }
 
-    fn write_tx_within<T, E, F>(&mut self, wait: Duration, f: F) -> Result<T, E>
+    fn lock_tx_within<T, E, F>(&mut self, wait: Duration, f: F) -> Result<T, E>
     where
         F: FnOnce(&mut Self) -> Result<T, E>,
         E: From<DieselError>,
     {
-        // Both waits for the write lock, this process's writer turn and `BEGIN IMMEDIATE`, share
-        // the bound; the work then runs with the connection's own busy timeout.
-        let start = Instant::now();
-        let _turn = crate::sqlite_writer::turn_within(wait);
-        let previous = busy_timeout(self)?;
-        set_busy_timeout(self, wait.saturating_sub(start.elapsed()))?;
-        let result = self.immediate_transaction(|c| {
-            set_busy_timeout_ms(c, previous)?;
-            f(c)
-        });
-        set_busy_timeout_ms(self, previous)?;
-        result
+        immediate_within(self, wait, f)
     }
 
     fn lock_rows<M: ClaimModel<Self>>(
@@ -165,12 +166,33 @@ impl Dialect for SqliteConnection {
     }
 }
 
+/// `BEGIN IMMEDIATE` after this process's writer turn, both waits bounded by `max_wait` together
+/// (what is left of it after the turn is the busy timeout of `BEGIN IMMEDIATE`); the connection's
+/// own busy timeout comes back afterwards.
+fn immediate_within<T, E, F>(c: &mut SqliteConnection, max_wait: Duration, f: F) -> Result<T, E>
+where
+    F: FnOnce(&mut SqliteConnection) -> Result<T, E>,
+    E: From<DieselError>,
+{
+    let deadline = Instant::now() + max_wait;
+    let _turn = crate::sqlite_writer::turn_within(max_wait);
+    let own = busy_timeout(c)?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    set_busy_timeout(c, super::lock_wait_millis(left))?;
+    let out = c.immediate_transaction(f);
+    let restored = set_busy_timeout(c, own);
+    let out = out?;
+    restored?;
+    Ok(out)
+}
+
 /// A SQLite connection without a busy timeout fails at once with "database is locked" when
 /// another connection writes; every diesel-lease write waits instead. A timeout the application
 /// set (e.g. with [`ConnectionTuning`](crate::pool::ConnectionTuning)) is left alone.
 fn ensure_busy_timeout(c: &mut SqliteConnection) -> QueryResult<()> {
     if busy_timeout(c)? == 0 {
-        set_busy_timeout(c, crate::pool::ConnectionTuning::default().busy_timeout)?;
+        let default = crate::pool::ConnectionTuning::default().busy_timeout;
+        set_busy_timeout(c, super::lock_wait_millis(default))?;
     }
     Ok(())
 }
@@ -189,13 +211,9 @@ fn busy_timeout(c: &mut SqliteConnection) -> QueryResult<i64> {
         .timeout)
 }
 
-/// Sets the busy timeout to `wait`, at least 1 ms (0 would mean "fail at once").
-fn set_busy_timeout(c: &mut SqliteConnection, wait: Duration) -> QueryResult<()> {
-    let ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
-    set_busy_timeout_ms(c, ms.clamp(1, i64::from(i32::MAX)))
-}
-
-fn set_busy_timeout_ms(c: &mut SqliteConnection, ms: i64) -> QueryResult<()> {
+/// Sets the connection's busy timeout to `ms` milliseconds (0: none).
+fn set_busy_timeout(c: &mut SqliteConnection, ms: i64) -> QueryResult<()> {
+    let ms = ms.min(i64::from(i32::MAX));
     // An integer we own, not user text: PRAGMA takes no bind parameters.
     c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))
 }

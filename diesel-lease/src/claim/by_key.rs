@@ -373,7 +373,7 @@ where
     W: FnOnce(&mut C, M) -> Result<T, E>,
 {
     let wait = DEFAULT_LOCK_WAIT;
-    conn.write_tx_within(wait, |c| match lock(c, wait)? {
+    conn.lock_tx_within(wait, |c| match lock(c, wait)? {
         Some(row) => work(c, row).map(Some),
         None => Ok(None),
     })
