@@ -63,9 +63,27 @@ backend_suite! {
         assert_eq!(row.col1.as_deref(), Some("sent"));
     }
 
+    /// The connection's own lock wait bound, as text.
+    fn lock_wait_setting(conn: &mut <B as crate::common::TestBackend>::Conn) -> String {
+        #[derive(QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            value: String,
+        }
+        diesel::sql_query(crate::common::pick::<B>(
+            "SELECT current_setting('lock_timeout') AS value",
+            "SELECT CAST(timeout AS TEXT) AS value FROM pragma_busy_timeout",
+            "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS CHAR) AS value",
+        ))
+        .get_result::<Setting>(conn)
+        .unwrap()
+        .value
+    }
+
     pub(crate) fn seed_002_the_wait_is_bounded_and_a_timeout_is_typed(db: &TestDb<B>) {
         seed_002_table(db, 1);
         let mut conn = db.conn();
+        let own_bound = lock_wait_setting(&mut conn);
         // Outside a transaction the lock would end at once: refused, not silently useless.
         let outside = Table1::lock_by_pk_if_null(&mut conn, 1);
         assert!(
@@ -99,9 +117,11 @@ backend_suite! {
             assert!(waited < wait + Duration::from_secs(3), "waited {waited:?} for a {wait:?} bound");
             assert_eq!(holder.join().unwrap(), Some(1));
         });
-        // The session's own lock wait bound is back: with nobody holding the row, it locks.
+        assert_eq!(lock_wait_setting(&mut conn), own_bound, "the timeout left the bound changed");
+        // With nobody holding the row it locks, and the session's own bound is back afterwards.
         let row = conn.transaction(|c| lock_by_pk_if_null_within::<Table1, _>(c, 1, Duration::from_secs(1))).unwrap();
         assert_eq!(row.map(|r| r.id), Some(1));
+        assert_eq!(lock_wait_setting(&mut conn), own_bound, "the lock left the bound changed");
     }
 
     /// Many workers run seed 002's transaction on the same rows at once: each row's external call
