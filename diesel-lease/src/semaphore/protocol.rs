@@ -140,11 +140,16 @@ fn admit_and_grant(
     Ok(admitted)
 }
 
-/// Whether `ticket` is next in line: no request ahead of it waits once `admitted` are granted.
-fn at_head(queue: &[QueueEntry], admitted: &[i64], ticket: i64) -> bool {
-    !queue
+/// Whether `ticket` is at the head of the queue: among those the admission rule would let in
+/// next if every current holder left (the first waiter of a mutex; the readers at the front of
+/// a reader/writer lock's queue), once `admitted` are granted.
+fn at_head(queue: &[QueueEntry], admitted: &[i64], ticket: i64, permits: i32) -> bool {
+    let waiting: Vec<QueueEntry> = queue
         .iter()
-        .any(|e| e.ticket < ticket && !e.granted && !admitted.contains(&e.ticket))
+        .filter(|e| !e.granted && !admitted.contains(&e.ticket))
+        .cloned()
+        .collect();
+    admission::admit(&waiting, u32::try_from(permits).unwrap_or(0)).contains(&ticket)
 }
 
 fn entries(queue: &[TicketRow]) -> Vec<QueueEntry> {
@@ -195,7 +200,7 @@ fn enqueue(
             PollState::Granted
         } else {
             PollState::Waiting {
-                head: at_head(&entries, &admitted, ticket),
+                head: at_head(&entries, &admitted, ticket, permits),
             }
         };
         if state != PollState::Granted && !keep_waiting {
@@ -231,7 +236,7 @@ fn poll(
                         PollState::Granted
                     } else {
                         PollState::Waiting {
-                            head: at_head(&queue, &admitted, ticket),
+                            head: at_head(&queue, &admitted, ticket, permits),
                         }
                     }
                 }
