@@ -8,4 +8,6 @@ mod heartbeat;
 mod jobs;
 mod literals;
 mod locking;
+mod precision;
+mod waiting;
 mod zones;

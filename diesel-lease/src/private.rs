@@ -9,6 +9,10 @@ pub use crate::claim::{
     lock_next, lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions,
     Claimable, Finish, Keyed, SortOrder, StateLiteral,
 };
+pub use crate::claim::{
+    lock_by_pk_if_claimable, lock_by_pk_if_null, with_locked, with_locked_if_null,
+    ClaimableLockConnection, GuardLockConnection,
+};
 pub use crate::clock::TimestampType;
 pub use crate::lease::job::{
     finish_run, try_start_run, JobConnection, JobLease, JobRun, JobRunOptions,

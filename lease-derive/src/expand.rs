@@ -23,6 +23,7 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
         .as_ref()
         .map(|r| expand_insert_once(model, r.as_ref()));
     let job = model.job.as_ref().map(|j| expand_job(model, j));
+    let key_lock = expand_key_lock(model);
     quote! {
         #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
         const _: () = {
@@ -31,7 +32,81 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
             #guard
             #insert_once
             #job
+            #key_lock
         };
+    }
+}
+
+/// Seed 002's waiting lock by key: `lock_by_pk_if_claimable`/`with_locked` for a model with a
+/// state column, `lock_by_pk_if_null`/`with_locked_if_null` for one with a guard column.
+fn expand_key_lock(model: &Model) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let pk_ty = quote!(<Self as ::diesel_lease::__private::Keyed>::Pk);
+    let conn = quote!(<C as ::diesel_lease::BorrowConnection>::Conn);
+    let mut methods = Vec::new();
+    if model.claim.is_some() {
+        methods.push(quote! {
+            /// Locks the row with primary key `pk` for the caller's transaction if it is in a
+            /// ready state, waiting (bounded by a lock timeout) for a transaction that holds it:
+            /// `SELECT … WHERE <pk> AND <ready> FOR UPDATE`. `None` when the row does not
+            /// qualify, also after the holder changed it. Call inside a transaction.
+            pub fn lock_by_pk_if_claimable<C>(conn: &mut C, pk: #pk_ty) -> ::diesel_lease::Result<::core::option::Option<Self>>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::ClaimableLockConnection<Self>,
+            {
+                ::diesel_lease::__private::lock_by_pk_if_claimable::<Self, C>(conn, pk)
+            }
+
+            /// [`Self::lock_by_pk_if_claimable`] and `work` in one transaction: commit on `Ok`,
+            /// roll back on `Err`; `Ok(None)` without calling `work` when the row does not qualify.
+            pub fn with_locked<C, T, E, W>(conn: &mut C, pk: #pk_ty, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::ClaimableLockConnection<Self>,
+                E: ::core::convert::From<::diesel::result::Error>,
+                W: ::core::ops::FnOnce(&mut #conn, Self) -> ::core::result::Result<T, E>,
+            {
+                ::diesel_lease::__private::with_locked::<Self, C, T, E, W>(conn, pk, work)
+            }
+        });
+    }
+    if model.guard.is_some() {
+        methods.push(quote! {
+            /// Locks the row with primary key `pk` for the caller's transaction if its guard
+            /// column is still `NULL`, waiting (bounded by a lock timeout) for a transaction that
+            /// holds it: `SELECT … WHERE <pk> AND <guard> IS NULL FOR UPDATE`. `None` when the
+            /// guard is set, also by the holder waited for. Call inside a transaction.
+            pub fn lock_by_pk_if_null<C>(conn: &mut C, pk: #pk_ty) -> ::diesel_lease::Result<::core::option::Option<Self>>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::GuardLockConnection<Self>,
+            {
+                ::diesel_lease::__private::lock_by_pk_if_null::<Self, C>(conn, pk)
+            }
+
+            /// [`Self::lock_by_pk_if_null`] and `work` in one transaction: commit on `Ok`, roll
+            /// back on `Err`; `Ok(None)` without calling `work` when the guard is set.
+            pub fn with_locked_if_null<C, T, E, W>(conn: &mut C, pk: #pk_ty, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::GuardLockConnection<Self>,
+                E: ::core::convert::From<::diesel::result::Error>,
+                W: ::core::ops::FnOnce(&mut #conn, Self) -> ::core::result::Result<T, E>,
+            {
+                ::diesel_lease::__private::with_locked_if_null::<Self, C, T, E, W>(conn, pk, work)
+            }
+        });
+    }
+    if methods.is_empty() || model.pk.is_empty() {
+        return quote!();
+    }
+    quote! {
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            #(#methods)*
+        }
     }
 }
 

@@ -76,6 +76,10 @@ pub trait SqlDialect: Backend + sealed::Sealed {
     /// Integer division (MySQL's `/` yields a decimal).
     #[doc(hidden)]
     const INT_DIV: &'static str;
+    /// What a `SELECT` appends to lock the rows it returns, waiting for transactions that hold
+    /// them (` FOR UPDATE`; empty on SQLite, whose write lock is taken by a statement of its own).
+    #[doc(hidden)]
+    const FOR_UPDATE: &'static str;
 
     /// The database's current time in microseconds since 1970, as a `BIGINT`.
     #[doc(hidden)]
@@ -91,6 +95,17 @@ pub trait SqlDialect: Backend + sealed::Sealed {
         offset: &'b crate::clock::Offset,
         with_time_zone: bool,
     ) -> QueryResult<()>;
+
+    /// The latest instant the stored value of timestamp column `column` can stand for, to
+    /// compare with a deadline (`<upper> <= now - timeout`) so nothing acts early whatever the
+    /// column's precision: a `DATETIME` or `timestamp(0)` column truncates (MariaDB) or rounds
+    /// (MySQL 8, PostgreSQL) what diesel-lease writes to whole seconds, so its value can be up
+    /// to one unit of its precision earlier than the real time. The default is the column itself:
+    /// SQLite stores the text written, unchanged. The unit: `clock::push_apparent_unit`.
+    #[doc(hidden)]
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_identifier(column)
+    }
 
     /// The claim in one statement: `UPDATE` the rows `stmt` picks and return them. Backends
     /// without `UPDATE … RETURNING` (MySQL) keep this default, which refuses, and claim in
@@ -275,6 +290,44 @@ pub trait Dialect:
             parts.rescues(),
             limit == 1,
         )
+    }
+
+    /// Runs `f` (a statement that may wait for a lock) with the backend's lock wait bounded by
+    /// `wait` (at least 1 ms), and puts the previous bound back after it: PostgreSQL
+    /// `lock_timeout` (`set_config(…, true)`, local to the transaction, so an error that aborts
+    /// it also drops the setting), MySQL `innodb_lock_wait_timeout` for the session (whole
+    /// seconds, rounded up), SQLite `busy_timeout`. Running out is the backend's timeout error,
+    /// which classifies as [`Error::Timeout`].
+    #[doc(hidden)]
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T>;
+
+    /// Takes the lock that stands in for row locks where the backend has none, before a locking
+    /// read: SQLite runs `write_nothing` (a write that matches no row but takes the database write
+    /// lock); backends with row locks do nothing (their `FOR UPDATE` locks the row).
+    #[doc(hidden)]
+    fn take_write_lock(
+        &mut self,
+        _write_nothing: &dyn QueryFragment<Self::Backend>,
+    ) -> QueryResult<()> {
+        Ok(())
+    }
+
+    /// [`write_tx`](Dialect::write_tx) for work that starts with a bounded waiting lock (seed
+    /// 002's `with_locked`), in the caller's error type and also inside the caller's transaction:
+    /// where the transaction itself waits for the lock (SQLite's writer turn and `BEGIN
+    /// IMMEDIATE`), that wait is bounded by `wait` too; elsewhere the lock statement bounds its
+    /// own wait ([`bounded_lock_wait`](Dialect::bounded_lock_wait)).
+    #[doc(hidden)]
+    fn lock_tx_within<T, E, F>(&mut self, _wait: Duration, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        self.write_tx(f)
     }
 
     /// Inserts a row a unique constraint lets exist once; a duplicate is `AlreadyExists` and

@@ -39,6 +39,7 @@ impl SqlDialect for Mysql {
     const KIND: BackendKind = BackendKind::Mysql;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INT_DIV: &'static str = " DIV ";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         out.push_sql("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', UTC_TIMESTAMP(6))");
@@ -58,6 +59,21 @@ impl SqlDialect for Mysql {
         out.push_sql("(UTC_TIMESTAMP(6) + INTERVAL ");
         out.push_bind_param::<diesel::sql_types::BigInt, _>(&offset.micros)?;
         out.push_sql(" MICROSECOND)");
+        Ok(())
+    }
+
+    /// `(`col` + INTERVAL (<unit>) MICROSECOND)`, the unit read from `MICROSECOND(col)`.
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("(");
+        out.push_identifier(column)?;
+        out.push_sql(" + INTERVAL (");
+        crate::clock::push_apparent_unit(out, &|out| {
+            out.push_sql("MICROSECOND(");
+            out.push_identifier(column)?;
+            out.push_sql(")");
+            Ok(())
+        })?;
+        out.push_sql(") MICROSECOND)");
         Ok(())
     }
 
@@ -95,23 +111,9 @@ impl Dialect for MysqlConnection {
         let Some(max_wait) = max_wait else {
             return self.write_tx(f);
         };
-        // A session variable in whole seconds: set for this transaction, then put back, so
-        // the caller's later statements on this connection keep their own bound.
-        let secs = (super::lock_wait_millis(max_wait) + 999) / 1000;
-        self.write_tx(|c| {
-            diesel::sql_query(
-                "SET @diesel_lease_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
-                 SESSION innodb_lock_wait_timeout = ?",
-            )
-            .bind::<diesel::sql_types::BigInt, _>(secs)
-            .execute(c)?;
-            let out = f(c);
-            let restored =
-                c.batch_execute("SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait");
-            let out = out?;
-            restored?;
-            Ok(out)
-        })
+        // A session variable: set for this transaction, then put back, so the caller's later
+        // statements on this connection keep their own bound.
+        self.write_tx(|c| with_lock_wait(c, max_wait, f))
     }
 
     fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
@@ -177,6 +179,16 @@ impl Dialect for MysqlConnection {
         self.write_transaction(|c| crate::claim::batch::lock_then_update(c, rows, to))
     }
 
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        // A lock wait timeout rolls back the statement only (innodb_rollback_on_timeout is off
+        // by default), so the session's value is put back after a timeout too.
+        with_lock_wait(self, wait, f)
+    }
+
     fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
     where
         I: QueryFragment<Mysql> + QueryId,
@@ -234,6 +246,31 @@ impl Dialect for MysqlConnection {
             self.write_transaction(insert_and_read_back)
         }
     }
+}
+
+/// Runs `f` with the session's `innodb_lock_wait_timeout` at `max_wait` (whole seconds, rounded
+/// up, at least 1), then puts the session's own value back, whatever `f` returned.
+fn with_lock_wait<T, E>(
+    c: &mut MysqlConnection,
+    max_wait: Duration,
+    f: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DieselError>,
+{
+    let secs = (super::lock_wait_millis(max_wait) + 999) / 1000;
+    diesel::sql_query(
+        "SET @diesel_lease_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
+         SESSION innodb_lock_wait_timeout = ?",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(secs)
+    .execute(c)?;
+    let out = f(c);
+    let restored =
+        c.batch_execute("SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait");
+    let out = out?;
+    restored?;
+    Ok(out)
 }
 
 /// Runs a plain insert: `true` when it inserted, `false` when a unique constraint already holds an

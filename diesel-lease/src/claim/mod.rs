@@ -17,10 +17,17 @@ use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
 
 #[doc(hidden)]
 pub mod batch;
+mod by_key;
 mod guard;
 mod literal;
 #[doc(hidden)]
 pub mod statements;
+
+pub use by_key::{
+    lock_by_pk_if_claimable, lock_by_pk_if_claimable_within, lock_by_pk_if_null,
+    lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
+    GuardLockConnection, DEFAULT_LOCK_WAIT,
+};
 
 pub use crate::pool::DROP_WAIT;
 pub use guard::ClaimGuard;

@@ -289,9 +289,7 @@ fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
         out.push_sql(" OR (");
         parts.claimed.push_eq(out, M::STATE)?;
         out.push_sql(" AND ");
-        out.push_identifier(claimed_at)?;
-        out.push_sql(" < ");
-        cutoff.walk_ast(out.reborrow())?;
+        claimed_before(out, claimed_at, cutoff)?;
         if let (Some(attempts), Some(max)) = (M::ATTEMPTS, &parts.max_attempts) {
             out.push_sql(" AND ");
             out.push_identifier(attempts)?;
@@ -541,9 +539,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> 
         out.push_sql(" WHERE ");
         parts.claimed.push_eq(&mut out, M::STATE)?;
         out.push_sql(" AND ");
-        out.push_identifier(claimed_at)?;
-        out.push_sql(" < ");
-        cutoff.walk_ast(out.reborrow())?;
+        claimed_before(&mut out, claimed_at, cutoff)?;
         out.push_sql(" AND ");
         out.push_identifier(attempts)?;
         out.push_sql(" >= ");
@@ -730,5 +726,33 @@ impl<DB, K: QueryId> QueryId for Exec<'_, DB, K> {
 impl<DB: diesel::backend::Backend, K> QueryFragment<DB> for Exec<'_, DB, K> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.0.walk_ast(out)
+    }
+}
+
+/// `claimed_at < <cutoff> AND <latest instant claimed_at can stand for> < <cutoff>`: a claim is
+/// stale only once even the latest real time behind its stored `claimed_at` (which a
+/// whole-second column truncated or rounded) is older than the timeout. The plain comparison
+/// first keeps an index on `claimed_at` usable.
+fn claimed_before<'b, ST: crate::clock::TimestampType, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    claimed_at: &str,
+    cutoff: &'b DbNowOffset<ST>,
+) -> QueryResult<()> {
+    out.push_identifier(claimed_at)?;
+    out.push_sql(" < ");
+    cutoff.walk_ast(out.reborrow())?;
+    out.push_sql(" AND ");
+    DB::push_stored_upper_bound(out, claimed_at)?;
+    out.push_sql(" < ");
+    cutoff.walk_ast(out.reborrow())
+}
+
+/// The rows a claim may take (`claimable_predicate`), as a boolean fragment of its own: what
+/// the waiting lock by key (`claim::by_key`) checks. Owns its parts, so a statement can carry it.
+pub struct ClaimablePredicate<M: ClaimSql<DB>, DB: SqlDialect>(pub(crate) ClaimParts<M, DB>);
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimablePredicate<M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        claimable_predicate(&mut out, &self.0)
     }
 }

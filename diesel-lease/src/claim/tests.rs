@@ -60,20 +60,29 @@ where
 fn postgres_claim_is_one_cte_statement_with_binds() {
     let sql = diesel::PgConnection::claim_sql(&parts(), 10);
     let (text, binds) = sql.split_once(" -- binds: ").unwrap();
+    // The stale check compares the latest instant a (maybe whole-second) claimed_at stands for.
+    let f = "(CAST(EXTRACT(MICROSECONDS FROM \"claimed_at\") AS BIGINT) % 1000000)";
     assert_eq!(
         text,
-        "WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ('new', 'retry') OR (\"status\" = 'running' \
-         AND \"claimed_at\" < ((statement_timestamp() AT TIME ZONE 'UTC') + $1 * INTERVAL '1 microsecond') AND \"attempts\" < $2)) \
-         ORDER BY \"id\" ASC LIMIT $3 FOR UPDATE SKIP LOCKED) \
-         UPDATE \"jobs\" SET \"status\" = 'running', \"owner\" = $4, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
+        format!("WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ('new', 'retry') OR (\"status\" = 'running' \
+         AND \"claimed_at\" < ((statement_timestamp() AT TIME ZONE 'UTC') + $1 * INTERVAL '1 microsecond') \
+         AND (\"claimed_at\" + CASE WHEN {f} % 10 <> 0 THEN 1 WHEN {f} % 100 <> 0 THEN 10 \
+         WHEN {f} % 1000 <> 0 THEN 100 WHEN {f} % 10000 <> 0 THEN 1000 WHEN {f} % 100000 <> 0 THEN 10000 \
+         WHEN {f} <> 0 THEN 100000 ELSE 1000000 END * INTERVAL '1 microsecond') \
+         < ((statement_timestamp() AT TIME ZONE 'UTC') + $2 * INTERVAL '1 microsecond') AND \"attempts\" < $3)) \
+         ORDER BY \"id\" ASC LIMIT $4 FOR UPDATE SKIP LOCKED) \
+         UPDATE \"jobs\" SET \"status\" = 'running', \"owner\" = $5, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
          \"attempts\" = \"attempts\" + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
-         RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\""
+         RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\"")
     );
     assert!(
         !text.contains("DROP TABLE"),
         "user data reached the SQL text"
     );
-    assert_eq!(binds, format!("[-5000000, 3, 10, \"{HOSTILE_OWNER}\"]"));
+    assert_eq!(
+        binds,
+        format!("[-5000000, -5000000, 3, 10, \"{HOSTILE_OWNER}\"]")
+    );
 }
 
 #[cfg(feature = "sqlite")]
