@@ -64,7 +64,9 @@ pub trait LeaseConnection: Dialect {
 /// How SQL text differs between backends (implemented for `Pg`, `Sqlite` and `Mysql`).
 ///
 /// Sealed; its items are internal and carry no stability promise.
-pub trait SqlDialect: Backend + sealed::Sealed {
+// `Default` (for the backend and its query builder): a statement can be rendered to text without a
+// connection, as the label of a claim table's wake-ups (`claim/wait.rs`).
+pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed {
     /// Which backend.
     const KIND: BackendKind;
     /// What a `SELECT` appends to lock the rows it returns, skipping rows other transactions
@@ -244,6 +246,17 @@ pub trait Dialect:
             self,
             &crate::claim::statements::PickStmt::locking(parts, limit, filter),
         )
+    }
+
+    /// Installs on `table` a trigger that announces inserted rows to listening waiters
+    /// (`claim/wait.rs`); where the backend has no notifications it does nothing (the waiters
+    /// poll).
+    #[doc(hidden)]
+    fn install_ready_trigger(
+        &mut self,
+        _table: &dyn QueryFragment<Self::Backend>,
+    ) -> QueryResult<()> {
+        Ok(())
     }
 
     /// Inserts a row a unique constraint lets exist once; a duplicate is `AlreadyExists` and

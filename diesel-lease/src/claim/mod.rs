@@ -16,11 +16,18 @@ use lease_core::ClaimStamp;
 use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
 
 mod guard;
+mod schedule;
 #[doc(hidden)]
 pub mod statements;
+mod wait;
 
 pub use crate::pool::DROP_WAIT;
 pub use guard::ClaimGuard;
+pub use lease_core::RetryPolicy;
+pub use schedule::{fail_or_retry, retry, RetryOutcome, TimeColumn};
+pub use wait::{
+    claim_batch_wait, claim_next_wait, install_ready_trigger, notify_ready, MAX_POLL_INTERVAL,
+};
 
 use statements::{Change, ClaimModel, ClaimParts, Exec, Filter, FinishStmt};
 
@@ -82,6 +89,12 @@ pub trait Claimable: Keyed {
     const MAX_ATTEMPTS: Option<i64>;
     /// Whether [`failed_state`](Claimable::failed_state) returns a state.
     const FAILED_CONFIGURED: bool;
+    /// The not-before column (`available_at = col`), if mapped: a row is claimable only once
+    /// its time has come, by the database clock.
+    const AVAILABLE_AT: Option<TimeColumn> = None;
+    /// The last-error column (`error = col`, text), if mapped: written when a job fails or is
+    /// retried with an error.
+    const ERROR: Option<&'static str> = None;
 
     /// The states a row can be claimed from.
     fn ready_states() -> Vec<Self::StateValue>;
@@ -164,6 +177,14 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
     /// Runs an owner-checked change; `true` when exactly one row changed.
     #[doc(hidden)]
     fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool>;
+
+    /// The name waiters of `M` register under at a pool's listener (`claim/wait.rs`).
+    #[doc(hidden)]
+    fn ready_resource() -> Result<String>;
+
+    /// Installs the trigger that announces `M`'s inserted rows (`claim/wait.rs`).
+    #[doc(hidden)]
+    fn install_ready_trigger(&mut self) -> Result<()>;
 }
 
 impl<M, C> ClaimConnection<M> for C
@@ -216,6 +237,14 @@ where
         }
         // One owner-checked statement, rolled back whole by a deadlock: safe to run again.
         retry_conflicts(|| write(self))
+    }
+
+    fn ready_resource() -> Result<String> {
+        wait::ready_resource::<M, C::Backend>()
+    }
+
+    fn install_ready_trigger(&mut self) -> Result<()> {
+        Ok(Dialect::install_ready_trigger(self, &wait::TableOf::<M>::new())?)
     }
 }
 

@@ -211,7 +211,7 @@ fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
         out.push_sql(")");
     }
     out.push_sql(")");
-    Ok(())
+    super::schedule::push_not_before::<M, DB>(out)
 }
 
 fn order_by<DB: SqlDialect>(
@@ -512,6 +512,8 @@ pub enum Change<V, ST> {
     State { to: V, clear_owner: bool },
     /// `claimed_at = <db now>`: a heartbeat, so the claim is not rescued while its work runs.
     Touch(DbNow<ST>),
+    /// A retry or a final failure (`claim/schedule.rs`).
+    Retry(super::schedule::Retry<V>),
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
@@ -540,6 +542,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
                 out.push_sql(" = ");
                 now.walk_ast(out.reborrow())?;
             }
+            Change::Retry(retry) => super::schedule::push_retry::<M, DB>(&mut out, retry)?,
         }
         out.push_sql(" WHERE ");
         M::push_pk(&mut out, &self.pk)?;
