@@ -6,4 +6,6 @@ mod guards;
 mod heartbeat;
 mod jobs;
 mod locking;
+mod schedule;
+mod worker;
 mod zones;

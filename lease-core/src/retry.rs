@@ -34,10 +34,17 @@ impl RetryPolicy {
     /// Gives a job up after `max_attempts` runs (at least 1); the delays start at 1 s, double up
     /// to 1 hour, with 20 % jitter.
     pub fn new(max_attempts: u32) -> Result<Self, InvalidInput> {
+        Self::const_new(max_attempts).ok_or(InvalidInput::Zero {
+            what: "max_attempts",
+        })
+    }
+
+    /// [`new`](Self::new) in a `const`: `None` for zero attempts.
+    pub const fn const_new(max_attempts: u32) -> Option<Self> {
         if max_attempts == 0 {
-            return Err(InvalidInput::Zero { what: "max_attempts" });
+            return None;
         }
-        Ok(RetryPolicy {
+        Some(RetryPolicy {
             max_attempts,
             base: Duration::from_secs(1),
             max_delay: Duration::from_secs(3600),

@@ -16,10 +16,11 @@ use lease_core::ClaimStamp;
 use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
 
 mod guard;
-mod schedule;
+mod per_key;
+pub(crate) mod schedule;
 #[doc(hidden)]
 pub mod statements;
-mod wait;
+pub(crate) mod wait;
 
 pub use crate::pool::DROP_WAIT;
 pub use guard::ClaimGuard;
@@ -185,6 +186,17 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
     /// Installs the trigger that announces `M`'s inserted rows (`claim/wait.rs`).
     #[doc(hidden)]
     fn install_ready_trigger(&mut self) -> Result<()>;
+
+    /// [`claim_matching`](Self::claim_matching) skipping rows whose `key` column already has
+    /// `max` claimed rows (`claim/per_key.rs`).
+    #[doc(hidden)]
+    fn claim_under_key_limit(
+        &mut self,
+        limit: i64,
+        options: &ClaimOptions,
+        key: &'static str,
+        max: i64,
+    ) -> Result<Vec<M>>;
 }
 
 impl<M, C> ClaimConnection<M> for C
@@ -245,6 +257,22 @@ where
 
     fn install_ready_trigger(&mut self) -> Result<()> {
         Ok(Dialect::install_ready_trigger(self, &wait::TableOf::<M>::new())?)
+    }
+
+    fn claim_under_key_limit(
+        &mut self,
+        limit: i64,
+        options: &ClaimOptions,
+        key: &'static str,
+        max: i64,
+    ) -> Result<Vec<M>> {
+        let filter = per_key::UnderKeyLimit::<M> {
+            table: M::Table::default(),
+            claimed: M::claimed_state(),
+            key,
+            max,
+        };
+        self.claim_matching(limit, options, Some(&filter))
     }
 }
 

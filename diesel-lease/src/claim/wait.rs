@@ -15,7 +15,7 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel::QueryResult;
 use lease_core::Backoff;
 
-use super::statements::{ClaimSql, Filter};
+use super::statements::ClaimSql;
 use super::{limit, ClaimConnection, ClaimOptions, Claimable};
 use crate::backend::SqlDialect;
 use crate::semaphore::listener::{Mark, Registration};
@@ -149,7 +149,9 @@ where
         return Ok(Vec::new());
     }
     let deadline = Instant::now().checked_add(timeout);
-    Waiter::new::<M, C>()?.claim(pool, limit(n), options, None, deadline, &|| false)
+    Waiter::new::<M, C>()?.claim(pool, deadline, &|| false, &mut |conn: &mut C| {
+        conn.claim_matching(limit(n), options, None)
+    })
 }
 
 /// One waiter's place at its pool's listener, and its poll schedule.
@@ -172,20 +174,17 @@ impl Waiter {
         })
     }
 
-    /// Claims up to `limit` rows matching `filter`, polling until some come, `deadline` passes
-    /// (`None`: never) or `stop()` turns true; empty in the last two cases.
+    /// Runs `claim` on a pool connection until it returns rows, `deadline` passes (`None`:
+    /// never) or `stop()` turns true; empty in the last two cases.
     pub(crate) fn claim<M, C>(
         &mut self,
         pool: &Pool<ConnectionManager<C>>,
-        limit: i64,
-        options: &ClaimOptions,
-        filter: Filter<'_, C::Backend>,
         deadline: Option<Instant>,
         stop: &dyn Fn() -> bool,
+        claim: &mut dyn FnMut(&mut C) -> Result<Vec<M>>,
     ) -> Result<Vec<M>>
     where
-        M: Claimable,
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: LeaseConnection + R2D2Connection,
     {
         loop {
             if stop() {
@@ -200,7 +199,7 @@ impl Waiter {
                 }
                 // Marked before the poll: a row announced after it wakes the sleep below.
                 let mark = self.registration.as_ref().map(Registration::mark);
-                let rows = conn.claim_matching(limit, options, filter)?;
+                let rows = claim(&mut conn)?;
                 drop(conn);
                 if !rows.is_empty() {
                     self.pause.reset();
@@ -210,7 +209,10 @@ impl Waiter {
                 if left.is_some_and(|l| l.is_zero()) {
                     return Ok(Vec::new());
                 }
-                let pause = self.pause.next_delay().min(left.unwrap_or(Duration::MAX));
+                let pause = self
+                    .pause
+                    .next_delay_at_least()
+                    .min(left.unwrap_or(Duration::MAX));
                 if self.nap(mark, pause, stop) {
                     // Announced: the next poll comes at once, and the one after soon.
                     self.pause.reset();
