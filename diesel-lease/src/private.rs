@@ -76,6 +76,16 @@ pub trait TextColumn {}
 impl TextColumn for Text {}
 impl TextColumn for Nullable<Text> {}
 
+/// The SQL types a last-error column may have.
+#[diagnostic::on_unimplemented(
+    message = "the error column must be a text column, but its SQL type is `{Self}`",
+    label = "not a `Text` or `Nullable<Text>` column",
+    note = "it stores the error of a job's last failed run: map a `Text` (or `Varchar`) column"
+)]
+pub trait ErrorColumn {}
+impl ErrorColumn for Text {}
+impl ErrorColumn for Nullable<Text> {}
+
 /// The SQL types an attempts column may have.
 #[diagnostic::on_unimplemented(
     message = "the attempts column must be an integer column, but its SQL type is `{Self}`",

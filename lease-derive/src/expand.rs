@@ -232,7 +232,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             model,
             col,
             "error_must_be_a_text_column",
-            quote!(::diesel_lease::__private::TextColumn),
+            quote!(::diesel_lease::__private::ErrorColumn),
         ));
     }
     if let Some((col, _)) = &c.owner {

@@ -41,6 +41,7 @@ backend_suite! {
         a_retry_delay_needs_a_not_before_column,
         claim_next_wait_times_out_then_takes_a_row_that_arrives,
         an_idle_waiter_costs_at_most_one_query_per_second,
+        the_installed_trigger_wakes_waiters_without_notify_ready,
     ];
 
     pub(crate) struct CountingPool {
@@ -218,9 +219,20 @@ backend_suite! {
         let started = Instant::now();
         assert!(Task::claim_next_wait(&pool, Duration::from_millis(300)).unwrap().is_none());
         assert!(started.elapsed() >= Duration::from_millis(300));
-        // Idle long enough that polls are a second apart; on PostgreSQL a notification wakes
-        // the waiter within milliseconds.
-        let (claimed, latency) = std::thread::scope(|s| {
+        for _ in 0..2 {
+            assert_woken(latency_after_idle(db, |conn| {
+                let id = insert_task(conn, -10, "");
+                diesel_lease::claim::notify_ready::<Task, _>(conn).unwrap();
+                id
+            }));
+        }
+    }
+
+    /// Idle long enough that polls are a second apart, then inserts a row (by `insert`): the
+    /// waiter's latency from the insert to its claim.
+    fn latency_after_idle(db: &TestDb<B>, insert: impl FnOnce(&mut <B as TestBackend>::Conn) -> i64 + Send) -> Duration {
+        let pool = db.pool(4);
+        std::thread::scope(|s| {
             let waiter = s.spawn(|| {
                 let t = Task::claim_next_wait(&pool, Duration::from_secs(20)).unwrap().expect("a row");
                 (t, Instant::now())
@@ -228,17 +240,30 @@ backend_suite! {
             std::thread::sleep(Duration::from_millis(2500));
             let mut conn = db.conn();
             let inserted = Instant::now();
-            let id = insert_task(&mut conn, -10, "");
-            diesel_lease::claim::notify_ready::<Task, _>(&mut conn).unwrap();
+            let id = insert(&mut conn);
             let (t, at) = waiter.join().unwrap();
-            assert_eq!(t.id, id);
-            (t, at - inserted)
-        });
-        assert_eq!(claimed.status, "running");
+            assert_eq!((t.id, t.status.as_str()), (id, "running"));
+            at - inserted
+        })
+    }
+
+    /// On PostgreSQL a notification wakes the waiter within milliseconds; elsewhere its next
+    /// poll (a second apart at most) finds the row.
+    fn assert_woken(latency: Duration) {
         if B::KIND == BackendKind::Postgres {
             assert!(latency < Duration::from_millis(400), "woken after {latency:?}");
         } else {
             assert!(latency < Duration::from_millis(1500), "polled after {latency:?}");
+        }
+    }
+
+    pub(crate) fn the_installed_trigger_wakes_waiters_without_notify_ready(db: &TestDb<B>) {
+        tasks_table(db);
+        diesel_lease::claim::install_ready_trigger::<Task, _>(&mut db.conn()).unwrap();
+        // Installing again replaces it.
+        diesel_lease::claim::install_ready_trigger::<Task, _>(&mut db.conn()).unwrap();
+        for _ in 0..2 {
+            assert_woken(latency_after_idle(db, |conn| insert_task(conn, -10, "")));
         }
     }
 
