@@ -9,7 +9,9 @@ pub use crate::claim::{
     lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions, Claimable,
     Finish, Keyed, SortOrder,
 };
-pub use crate::claim::{claim_next_wait, fail_or_retry, retry, RetryOutcome, RetryPolicy, TimeColumn};
+pub use crate::claim::{
+    claim_next_wait, fail_or_retry, retry, RetryOutcome, RetryPolicy, TimeColumn,
+};
 pub use crate::clock::TimestampType;
 pub use crate::lease::job::{
     finish_run, try_start_run, JobConnection, JobLease, JobRun, JobRunOptions,

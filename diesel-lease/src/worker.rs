@@ -15,8 +15,8 @@ use lease_core::{Backoff, RetryPolicy};
 use crate::claim::schedule::release_unstarted;
 use crate::claim::wait::Waiter;
 use crate::claim::{
-    fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable,
-    Finish, RetryOutcome,
+    fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
+    RetryOutcome,
 };
 use crate::semaphore::Semaphore;
 use crate::{Error, LeaseConnection, Result};
@@ -262,7 +262,10 @@ where
                 .collect()
         });
         results.into_iter().collect::<Result<Vec<()>>>()?;
-        Ok(run.report.into_inner().unwrap_or_else(PoisonError::into_inner))
+        Ok(run
+            .report
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner))
     }
 
     fn check(&self) -> Result<()> {
@@ -378,12 +381,17 @@ where
         let w = self.worker;
         let limit = i64::try_from(w.batch).unwrap_or(i64::MAX);
         let claimed_at = Instant::now();
-        let rows = waiter.claim(&w.pool, None, &|| self.stopping(), &mut |conn: &mut C| match &w
-            .key_limit
-        {
-            Some(k) => conn.claim_under_key_limit(limit, &w.options, k.column, i64::from(k.max)),
-            None => conn.claim_matching(limit, &w.options, None),
-        })?;
+        let rows = waiter.claim(
+            &w.pool,
+            None,
+            &|| self.stopping(),
+            &mut |conn: &mut C| match &w.key_limit {
+                Some(k) => {
+                    conn.claim_under_key_limit(limit, &w.options, k.column, i64::from(k.max))
+                }
+                None => conn.claim_matching(limit, &w.options, None),
+            },
+        )?;
         let mut rows = rows.into_iter();
         let mut first = true;
         while let Some(row) = rows.next() {
@@ -450,17 +458,22 @@ where
             }
         };
         let mut guard = ClaimGuard::start(&w.pool, row, &w.options, sent_at)?;
-        let outcome = catch_unwind(AssertUnwindSafe(|| -> Result<std::result::Result<(), String>> {
-            let mut conn = w.pool.get()?;
-            Ok(handler(&mut conn, &guard).map_err(|e| e.to_string()))
-        }));
+        let outcome = catch_unwind(AssertUnwindSafe(
+            || -> Result<std::result::Result<(), String>> {
+                let mut conn = w.pool.get()?;
+                Ok(handler(&mut conn, &guard).map_err(|e| e.to_string()))
+            },
+        ));
         guard.stop_heartbeat();
         let (error, panicked) = match outcome {
             Ok(Ok(Ok(()))) => (None, false),
             Ok(Ok(Err(error))) => (Some(error), false),
             // No connection for the handler: it never started. The guard's drop hands it back.
             Ok(Err(e)) => return Err(e),
-            Err(panic) => (Some(format!("the handler panicked: {}", panic_message(&*panic))), true),
+            Err(panic) => (
+                Some(format!("the handler panicked: {}", panic_message(&*panic))),
+                true,
+            ),
         };
         let mut conn = w.pool.get()?;
         let done = match error {

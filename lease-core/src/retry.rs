@@ -104,7 +104,12 @@ mod tests {
 
     #[test]
     fn zero_attempts_are_refused() {
-        assert_eq!(RetryPolicy::new(0), Err(InvalidInput::Zero { what: "max_attempts" }));
+        assert_eq!(
+            RetryPolicy::new(0),
+            Err(InvalidInput::Zero {
+                what: "max_attempts"
+            })
+        );
     }
 
     #[test]

@@ -232,7 +232,9 @@ impl QueryFragment<Pg> for ReadyTrigger<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
         match self.step {
             TriggerStep::Drop => out.push_sql("DROP TRIGGER IF EXISTS diesel_lease_ready ON "),
-            TriggerStep::Create => out.push_sql("CREATE TRIGGER diesel_lease_ready AFTER INSERT ON "),
+            TriggerStep::Create => {
+                out.push_sql("CREATE TRIGGER diesel_lease_ready AFTER INSERT ON ")
+            }
         }
         self.table.walk_ast(out.reborrow())?;
         if let TriggerStep::Create = self.step {

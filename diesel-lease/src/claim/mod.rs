@@ -256,7 +256,10 @@ where
     }
 
     fn install_ready_trigger(&mut self) -> Result<()> {
-        Ok(Dialect::install_ready_trigger(self, &wait::TableOf::<M>::new())?)
+        Ok(Dialect::install_ready_trigger(
+            self,
+            &wait::TableOf::<M>::new(),
+        )?)
     }
 
     fn claim_under_key_limit(

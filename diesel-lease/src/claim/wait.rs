@@ -125,7 +125,10 @@ where
 /// timeout passed without a row.
 ///
 /// No connection is held while it sleeps.
-pub fn claim_next_wait<M, C>(pool: &Pool<ConnectionManager<C>>, timeout: Duration) -> Result<Option<M>>
+pub fn claim_next_wait<M, C>(
+    pool: &Pool<ConnectionManager<C>>,
+    timeout: Duration,
+) -> Result<Option<M>>
 where
     M: Claimable,
     C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
