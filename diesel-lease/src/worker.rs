@@ -42,7 +42,7 @@ struct KeyLimit<M> {
 /// - runs the handler with a pool connection while a [`ClaimGuard`] heartbeats the claim (when
 ///   the model has `claimed_at` and a timeout), so long runs are not rescued;
 /// - on `Ok` completes the row (done state); on `Err` or a panic calls
-///   [`fail_or_retry`](crate::claim::fail_or_retry) with the [`retry policy`](Self::retry_policy)
+///   [`fail_or_retry`](crate::claim::fail_or_retry()) with the [retry policy](Self::retry_policy)
 ///   and the error (or panic message) as the error text: retried after a backoff, or moved to the
 ///   failed state after the last attempt. A panicking handler never loses its row.
 ///
