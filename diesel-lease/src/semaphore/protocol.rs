@@ -75,10 +75,13 @@ enum PollState {
 }
 
 /// Runs `body` with the resource's row locked, creating the row first if needed. `body` gets
-/// the resource's stored permit count. Deadlocks and serialization failures are retried.
+/// the resource's stored permit count. Deadlocks and serialization failures are retried. The
+/// wait for the lock ends after `max_wait` (`None`: the server's bound) with [`Error::Timeout`]:
+/// a client that froze inside its locked transaction holds up nobody past their deadline.
 fn locked(
     sql: &mut dyn SemaphoreStatements,
     req: &Request,
+    max_wait: Option<Duration>,
     body: &mut dyn FnMut(&mut dyn SemaphoreStatements, i32) -> Result<()>,
 ) -> Result<()> {
     let mut attempt = 0;
@@ -86,7 +89,7 @@ fn locked(
         attempt += 1;
         let mut missing = false;
         crate::backend::retry_conflicts(|| {
-            sql.serialized(&mut |s| match s.lock_resource(&req.resource)? {
+            sql.serialized(max_wait, &mut |s| match s.lock_resource(&req.resource)? {
                 Some(permits) => {
                     missing = false;
                     body(s, permits)
@@ -137,9 +140,10 @@ fn enqueue(
     sql: &mut dyn SemaphoreStatements,
     req: &Request,
     keep_waiting: bool,
+    max_wait: Option<Duration>,
 ) -> Result<(i64, bool)> {
     let mut out = (0, false);
-    locked(sql, req, &mut |s, stored| {
+    locked(sql, req, max_wait, &mut |s, stored| {
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         let permits = if stored == req.permits {
@@ -179,9 +183,14 @@ fn enqueue(
 }
 
 /// A waiter's poll: refreshes its expiry, admits whoever may enter, reports its own state.
-fn poll(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<PollState> {
+fn poll(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+    ticket: i64,
+    max_wait: Option<Duration>,
+) -> Result<PollState> {
     let mut state = PollState::Lost;
-    locked(sql, req, &mut |s, permits| {
+    locked(sql, req, max_wait, &mut |s, permits| {
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         state = match queue.iter().find(|r| r.ticket == ticket) {
@@ -207,7 +216,7 @@ fn poll(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result
 /// its row is deleted and whoever it held up is admitted.
 fn give_up(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<bool> {
     let mut granted = false;
-    locked(sql, req, &mut |s, permits| {
+    locked(sql, req, Some(CLEANUP_WAIT), &mut |s, permits| {
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         granted = queue.iter().any(|r| r.ticket == ticket && r.granted);
@@ -234,7 +243,7 @@ pub(super) fn release(
     ticket: i64,
 ) -> Result<bool> {
     let mut existed = false;
-    locked(sql, req, &mut |s, permits| {
+    locked(sql, req, Some(CLEANUP_WAIT), &mut |s, permits| {
         existed = s.delete_ticket(ticket, &req.owner)? > 0;
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
@@ -273,7 +282,7 @@ pub(super) fn try_once(
     req: &Request,
 ) -> Result<Option<Granted>> {
     let sent_at = Instant::now();
-    let (ticket, granted) = enqueue(sql, req, false)?;
+    let (ticket, granted) = enqueue(sql, req, false, Some(CLEANUP_WAIT))?;
     Ok(granted.then_some(Granted { ticket, sent_at }))
 }
 
@@ -304,7 +313,15 @@ pub(super) fn acquire<A: Access>(
         }
     }
     access.unlisten();
-    outcome
+    outcome.map_err(|e| match e {
+        // The resource's lock was not ours by the deadline: the caller's own wait ran out.
+        Error::Timeout { source, .. } => Error::Timeout {
+            name: req.resource.clone(),
+            waited: Some(started.elapsed()),
+            source,
+        },
+        e => e,
+    })
 }
 
 fn wait<A: Access>(
@@ -328,8 +345,12 @@ fn wait<A: Access>(
             deadline.saturating_duration_since(now).min(cap)
         })
     };
+    // Waits for the resource's lock end at the deadline too.
+    let lock_wait = || deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
     if let Some(granted) = access
-        .step(checkout(started), |sql| look(sql, req, pending, false))?
+        .step(checkout(started), |sql| {
+            look(sql, req, pending, false, lock_wait())
+        })?
         .flatten()
     {
         return Ok(granted);
@@ -349,7 +370,7 @@ fn wait<A: Access>(
         let woken = access.sleep(&req.resource, delay)?;
         if let Some(granted) = access
             .step(checkout(Instant::now()), |sql| {
-                look(sql, req, pending, woken)
+                look(sql, req, pending, woken, lock_wait())
             })?
             .flatten()
         {
@@ -365,10 +386,11 @@ fn look(
     req: &Request,
     pending: &mut Option<i64>,
     woken: bool,
+    lock_wait: Option<Duration>,
 ) -> Result<Option<Granted>> {
     let mut sent_at = Instant::now();
     let Some(ticket) = *pending else {
-        let (ticket, granted) = enqueue(sql, req, true)?;
+        let (ticket, granted) = enqueue(sql, req, true, lock_wait)?;
         *pending = Some(ticket);
         return Ok(granted.then_some(Granted { ticket, sent_at }));
     };
@@ -389,13 +411,13 @@ fn look(
             return Ok(None);
         }
     }
-    match poll(sql, req, ticket)? {
+    match poll(sql, req, ticket, lock_wait)? {
         PollState::Granted => Ok(Some(Granted { ticket, sent_at })),
         PollState::Waiting => Ok(None),
         PollState::Lost => {
             // We stalled past the ttl and our request was removed: queue again at the back.
             *pending = None;
-            look(sql, req, pending, false)
+            look(sql, req, pending, false, lock_wait)
         }
     }
 }

@@ -54,9 +54,11 @@ pub struct NewTicket<'a> {
 /// The statements of the protocol on one connection.
 pub trait SemaphoreStatements {
     /// Runs `body` in the backend's write transaction (READ COMMITTED on PostgreSQL and MySQL,
-    /// `BEGIN IMMEDIATE` on SQLite), refusing to run inside the caller's transaction.
+    /// `BEGIN IMMEDIATE` on SQLite), refusing to run inside the caller's transaction. Waits for
+    /// locks inside it (the resource's row, the SQLite write lock) end after `max_wait` with a
+    /// lock timeout ([`Error::Timeout`](crate::Error::Timeout)); `None`: the server's own bound.
     #[doc(hidden)]
-    fn serialized(&mut self, body: &mut Body<'_>) -> crate::Result<()>;
+    fn serialized(&mut self, max_wait: Option<Duration>, body: &mut Body<'_>) -> crate::Result<()>;
     /// Locks the resource's row until the end of the transaction and returns its permit count;
     /// `None` when the row does not exist yet.
     #[doc(hidden)]
@@ -153,10 +155,10 @@ macro_rules! semaphore_statements {
     ($($lock:tt)*) => {
         fn serialized(
             &mut self,
+            max_wait: Option<std::time::Duration>,
             body: &mut crate::semaphore::statements::Body<'_>,
         ) -> crate::Result<()> {
-            crate::backend::refuse_nested(self)?;
-            crate::LeaseConnection::write_transaction(self, |c| body(c))
+            crate::backend::Dialect::write_tx_within(self, max_wait, |c| body(c))
         }
 
         fn lock_resource(&mut self, resource: &str) -> diesel::QueryResult<Option<i32>> {
