@@ -156,9 +156,9 @@ where
     M: Claimable + Send + Sync,
     C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
 {
-    /// A worker on `pool`: one thread, one row per claim, a grace period of 30 s, retries by
-    /// `RetryPolicy::new(5)` (1 s doubling to 1 h, 20 % jitter) when the model maps `attempts`,
-    /// else by its `max_attempts`.
+    /// A worker on `pool`: one thread, one row per claim, a grace period of 30 s, retries with
+    /// 1 s doubling to 1 h and 20 % jitter, for the model's `max_attempts` runs (5 when it sets
+    /// none).
     pub fn new(pool: Pool<ConnectionManager<C>>) -> Self {
         let attempts = M::MAX_ATTEMPTS.and_then(|n| u32::try_from(n).ok());
         Worker {

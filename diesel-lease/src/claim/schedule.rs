@@ -249,7 +249,8 @@ where
 }
 
 /// Hands back a row that was claimed but never started (a worker stopping, a per-key limit
-/// reached): ready again at once, owner cleared, and the claim's attempt refunded.
+/// reached): ready again after `delay` (zero: at once, its `available_at` untouched), owner
+/// cleared, and the claim's attempt refunded.
 pub(crate) fn release_unstarted<M, C>(row: &M, conn: &mut C, delay: Duration) -> Result<bool>
 where
     M: Claimable,
@@ -259,7 +260,12 @@ where
     let retry = Retry {
         to: first_ready::<M>()?,
         clear_owner: true,
-        not_before: not_before::<M>(delay).unwrap_or(None),
+        // At once: the row keeps its time (and its place in the claim order).
+        not_before: if delay.is_zero() {
+            None
+        } else {
+            not_before::<M>(delay).unwrap_or(None)
+        },
         error: None,
         refund_attempt: true,
     };

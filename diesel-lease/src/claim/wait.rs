@@ -193,10 +193,10 @@ impl Waiter {
             if stop() {
                 return Ok(Vec::new());
             }
-            // A pool that has no connection to spare is a missed poll, not a failure.
-            if let Ok((mut conn, listener)) =
-                crate::pool::lend_with_listener(pool, pool.connection_timeout())
-            {
+            // A pool that has no connection to spare is a missed poll, not a failure; the wait
+            // for one is bounded so that a stop is still seen.
+            let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);
+            if let Ok((mut conn, listener)) = crate::pool::lend_with_listener(pool, wait) {
                 if self.registration.is_none() {
                     self.registration = listener.map(|l| l.register(&self.resource));
                 }
