@@ -171,6 +171,10 @@ impl SemaphoreStatements for PgConnection {
 
     insert_returning_statements!();
 
+    fn notifications(&self) -> bool {
+        true
+    }
+
     fn notify(&mut self, resource: &str) -> QueryResult<()> {
         diesel::sql_query("SELECT pg_notify($1, $2)")
             .bind::<diesel::sql_types::Text, _>(CHANNEL)

@@ -91,6 +91,15 @@ pub trait SemaphoreStatements {
     /// Deletes a request; returns the number of rows deleted.
     #[doc(hidden)]
     fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize>;
+    /// Whether the backend delivers [`notify`](Self::notify) to other connections.
+    #[doc(hidden)]
+    fn notifications(&self) -> bool {
+        false
+    }
+    /// Whether request `ticket` of `owner` is granted (`false` when it is gone), read without
+    /// the resource's lock.
+    #[doc(hidden)]
+    fn is_granted(&mut self, ticket: i64, owner: &str) -> QueryResult<bool>;
     /// Tells waiters of `resource` that its queue changed (delivered at commit). Nothing where
     /// the backend has no notifications.
     #[doc(hidden)]
@@ -244,6 +253,17 @@ macro_rules! semaphore_statements {
             )
             .set(tickets::expires_at.eq(crate::clock::NowPlus(ttl.as_micros())))
             .execute(self)
+        }
+
+        fn is_granted(&mut self, ticket: i64, owner: &str) -> diesel::QueryResult<bool> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            Ok(tickets::table
+                .filter(tickets::ticket.eq(ticket))
+                .filter(tickets::owner.eq(owner))
+                .select(tickets::granted)
+                .first::<bool>(self)
+                .optional()?
+                .unwrap_or(false))
         }
 
         fn delete_ticket(&mut self, ticket: i64, owner: &str) -> diesel::QueryResult<usize> {
