@@ -9,5 +9,7 @@ mod jobs;
 mod literals;
 mod locking;
 mod precision;
+mod schedule;
 mod waiting;
+mod worker;
 mod zones;

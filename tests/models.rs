@@ -73,6 +73,29 @@ pub mod schema {
             body -> Text,
         }
     }
+
+    // Issue 13: work that waits for its time, is retried with backoff and runs per tenant.
+    diesel::table! {
+        tasks (id) {
+            id -> BigInt,
+            status -> Text,
+            owner -> Nullable<Text>,
+            claimed_at -> Nullable<Timestamp>,
+            attempts -> Integer,
+            run_at -> Timestamp,
+            last_error -> Nullable<Text>,
+            tenant -> Text,
+        }
+    }
+
+    // A not-before column that may be NULL ("at once").
+    diesel::table! {
+        reminders (id) {
+            id -> BigInt,
+            status -> Text,
+            not_before -> Nullable<Timestamp>,
+        }
+    }
 }
 
 use schema::*;
@@ -202,6 +225,44 @@ pub struct NewMailing {
     pub user_id: i64,
 }
 
+/// A task of a queue: scheduled by `run_at`, retried with backoff, dead-lettered to `dead` with
+/// its last error.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = tasks)]
+#[claimable(
+    state = status,
+    ready = "new",
+    claimed = "running",
+    done = "done",
+    failed = "dead",
+    owner = owner,
+    claimed_at = claimed_at,
+    attempts = attempts,
+    timeout_secs = 30,
+    available_at = run_at,
+    error = last_error
+)]
+pub struct Task {
+    pub id: i64,
+    pub status: String,
+    pub owner: Option<String>,
+    pub claimed_at: Option<NaiveDateTime>,
+    pub attempts: i32,
+    pub run_at: NaiveDateTime,
+    pub last_error: Option<String>,
+    pub tenant: String,
+}
+
+/// A row whose not-before time may be unset.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = reminders)]
+#[claimable(state = status, ready = "new", claimed = "sent", available_at = not_before)]
+pub struct Reminder {
+    pub id: i64,
+    pub status: String,
+    pub not_before: Option<NaiveDateTime>,
+}
+
 /// Per-backend DDL for the tables above: (PostgreSQL, SQLite, MySQL).
 pub const IMPORTJOBS_DDL: (&str, &str, &str) = (
     "CREATE TABLE importjobs (id BIGINT PRIMARY KEY, statuscode TEXT NOT NULL, worker TEXT, \
@@ -249,4 +310,27 @@ pub const TABLE1_DDL: (&str, &str, &str) = (
     "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT NULL);",
     "CREATE TABLE table1 (id INTEGER PRIMARY KEY, col1 TEXT NULL);",
     "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 VARCHAR(255) NULL);",
+);
+
+/// `tasks` and `reminders`, with the partial index the README recommends for a not-before
+/// column (PostgreSQL; an ordinary one elsewhere).
+pub const TASKS_DDL: (&str, &str, &str) = (
+    "CREATE TABLE tasks (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', owner TEXT, \
+       claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0, \
+       run_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'), last_error TEXT, \
+       tenant TEXT NOT NULL DEFAULT ''); \
+     CREATE INDEX tasks_due ON tasks (run_at, id) WHERE status = 'new'; \
+     CREATE TABLE reminders (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', not_before TIMESTAMP);",
+    "CREATE TABLE tasks (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', owner TEXT, \
+       claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0, \
+       run_at TIMESTAMP NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')), last_error TEXT, \
+       tenant TEXT NOT NULL DEFAULT ''); \
+     CREATE INDEX tasks_due ON tasks (status, run_at, id); \
+     CREATE TABLE reminders (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', not_before TIMESTAMP);",
+    "CREATE TABLE tasks (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(32) NOT NULL DEFAULT 'new', \
+       owner VARCHAR(255), claimed_at DATETIME(6), attempts INT NOT NULL DEFAULT 0, \
+       run_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), last_error TEXT, \
+       tenant VARCHAR(64) NOT NULL DEFAULT '', INDEX tasks_due (status, run_at, id)); \
+     CREATE TABLE reminders (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(32) NOT NULL DEFAULT 'new', \
+       not_before DATETIME(6) NULL);",
 );

@@ -21,6 +21,7 @@ mod plot;
 mod report;
 mod server;
 mod sqlite;
+mod wake;
 
 use std::path::{Path, PathBuf};
 
@@ -65,7 +66,7 @@ struct Args {
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
-    /// Sections to run (default: all): claim, batch, guard, lease, semaphore, scale, sqlite.
+    /// Sections to run (default: all): claim, batch, guard, lease, semaphore, wake, scale, sqlite.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
@@ -256,6 +257,9 @@ fn run() -> BenchResult<()> {
     }
     if wants("semaphore") {
         semaphore_section(&pg, &plan, &mut report)?;
+    }
+    if wants("wake") {
+        wake_section(&pg, &plan, &mut report)?;
     }
     if wants("scale") {
         scale_section(&pg, &plan, &mut report)?;
@@ -539,6 +543,33 @@ fn lease_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
 
 /// 5 (continued): a one-permit semaphore with 16 contenders: cycles/s and release->grant
 /// latency, on PostgreSQL (waiters LISTEN) and on SQLite (waiters poll).
+/// Insert-to-claim latency with 8 idle `claim_next_wait` workers (issue 13).
+fn wake_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let rows = if plan.window.measure_secs < 1.0 {
+        50
+    } else {
+        500
+    };
+    let sample = wake::insert_to_claim(&pg.url, rows)?;
+    eprintln!(
+        "  wake    insert -> claim, {} idle workers: p50 {:.2} ms, p99 {:.2} ms over {} rows",
+        wake::WAITERS,
+        sample.p50_us / 1000.0,
+        sample.p99_us / 1000.0,
+        sample.items
+    );
+    record(
+        report,
+        "wake",
+        "insert -> claim_next_wait",
+        "postgres",
+        wake::WAITERS,
+        "rows/s",
+        sample,
+    );
+    Ok(())
+}
+
 fn semaphore_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
     let contenders = 16;
     {
@@ -714,6 +745,23 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
         String::new()
     };
     out.push(TargetCheck::at_most(&label, cost, 1.25, detail));
+    let wake = r
+        .measurements
+        .iter()
+        .find(|m| m.group == "wake")
+        .map(|m| (m.sample.p50_us, m.sample.p99_us));
+    out.push(TargetCheck::at_most(
+        "insert-to-claim latency p50 (ms), 8 idle workers, LISTEN/NOTIFY",
+        wake.map(|(p50, _)| p50 / 1000.0),
+        5.0,
+        String::new(),
+    ));
+    out.push(TargetCheck::at_most(
+        "insert-to-claim latency p99 (ms), 8 idle workers, LISTEN/NOTIFY",
+        wake.map(|(_, p99)| p99 / 1000.0),
+        25.0,
+        String::new(),
+    ));
     for (index, how) in [
         (
             Index::PartialReady,

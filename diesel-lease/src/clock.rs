@@ -61,9 +61,13 @@ pub trait TimestampType:
     /// across time zones itself. Otherwise it is a wall-clock reading without a zone, and
     /// diesel-lease writes and compares it in UTC.
     const WITH_TIME_ZONE: bool = false;
+    /// Whether the column may hold `NULL` (a not-before column's `NULL` means "at once").
+    const NULLABLE: bool = false;
 }
 impl TimestampType for diesel::sql_types::Timestamp {}
-impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamp> {}
+impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamp> {
+    const NULLABLE: bool = true;
+}
 #[cfg(feature = "postgres")]
 impl TimestampType for diesel::sql_types::Timestamptz {
     const WITH_TIME_ZONE: bool = true;
@@ -71,11 +75,14 @@ impl TimestampType for diesel::sql_types::Timestamptz {
 #[cfg(feature = "postgres")]
 impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamptz> {
     const WITH_TIME_ZONE: bool = true;
+    const NULLABLE: bool = true;
 }
 #[cfg(feature = "mysql")]
 impl TimestampType for diesel::sql_types::Datetime {}
 #[cfg(feature = "mysql")]
-impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Datetime> {}
+impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Datetime> {
+    const NULLABLE: bool = true;
+}
 
 /// The database's current time in microseconds since the Unix epoch, as a `BIGINT`.
 ///
@@ -107,7 +114,7 @@ pub struct Offset {
 }
 
 impl Offset {
-    fn new(micros: i64) -> Self {
+    pub(crate) fn new(micros: i64) -> Self {
         let sign = if micros < 0 { '-' } else { '+' };
         let abs = micros.unsigned_abs();
         Offset {

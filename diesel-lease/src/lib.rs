@@ -98,6 +98,7 @@ pub mod pool;
 pub mod semaphore;
 #[cfg(feature = "sqlite")]
 mod sqlite_writer;
+pub mod worker;
 
 pub use backend::{run_migrations, BackendKind, BorrowConnection, LeaseConnection};
 pub use claim::Claimable;

@@ -10,6 +10,9 @@ pub use crate::claim::{
     Claimable, Finish, Keyed, SortOrder, StateLiteral,
 };
 pub use crate::claim::{
+    claim_next_wait, fail_or_retry, retry, RetryOutcome, RetryPolicy, TimeColumn,
+};
+pub use crate::claim::{
     lock_by_pk_if_claimable, lock_by_pk_if_null, with_locked, with_locked_if_null,
     ClaimableLockConnection, GuardLockConnection,
 };
@@ -78,6 +81,16 @@ attempts_value!(i16, i32, i64);
 pub trait TextColumn {}
 impl TextColumn for Text {}
 impl TextColumn for Nullable<Text> {}
+
+/// The SQL types a last-error column may have.
+#[diagnostic::on_unimplemented(
+    message = "the error column must be a text column, but its SQL type is `{Self}`",
+    label = "not a `Text` or `Nullable<Text>` column",
+    note = "it stores the error of a job's last failed run: map a `Text` (or `Varchar`) column"
+)]
+pub trait ErrorColumn {}
+impl ErrorColumn for Text {}
+impl ErrorColumn for Nullable<Text> {}
 
 /// The SQL types an attempts column may have.
 #[diagnostic::on_unimplemented(

@@ -51,6 +51,21 @@ impl Backoff {
         lower + Duration::from_micros(jitter)
     }
 
+    /// The next delay for a poll whose rate must stay under one per `max`: uniformly random in
+    /// `[current, current * 1.25]` (never below the schedule, so at the cap it is at least
+    /// `max`), after which `current` doubles.
+    pub fn next_delay_at_least(&mut self) -> Duration {
+        let lower = self.current;
+        self.current = (self.current * 2).min(self.max);
+        let span = (lower / 4).as_micros() as u64;
+        let jitter = if span == 0 {
+            0
+        } else {
+            rand::random::<u64>() % (span + 1)
+        };
+        lower + Duration::from_micros(jitter)
+    }
+
     /// Starts over from the minimum delay (after progress was made).
     pub fn reset(&mut self) {
         self.current = self.min;
@@ -71,6 +86,20 @@ mod tests {
                 let d = b.next_delay();
                 prop_assert!(d <= max);
                 prop_assert!(d >= min.min(max) / 2);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn upward_delays_never_go_below_the_schedule(min_ms in 1u64..100, max_ms in 1u64..5000, steps in 1usize..50) {
+            let (min, max) = (Duration::from_millis(min_ms), Duration::from_millis(max_ms));
+            let mut b = Backoff::new(min, max);
+            let mut floor = min.min(max);
+            for _ in 0..steps {
+                let d = b.next_delay_at_least();
+                prop_assert!(d >= floor && d <= floor + floor / 4);
+                floor = (floor * 2).min(max.max(MIN_DELAY));
             }
         }
     }

@@ -19,6 +19,8 @@ pub(crate) const KEYS: &[&str] = &[
     TIMEOUT_SECS,
     TIMEOUT_MS,
     ORDER_BY,
+    AVAILABLE_AT,
+    ERROR,
     GUARD,
     INSERT_ONCE,
     JOB,
@@ -35,6 +37,8 @@ pub(crate) const MAX_ATTEMPTS: &str = "max_attempts";
 pub(crate) const TIMEOUT_SECS: &str = "timeout_secs";
 pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 pub(crate) const ORDER_BY: &str = "order_by";
+pub(crate) const AVAILABLE_AT: &str = "available_at";
+pub(crate) const ERROR: &str = "error";
 pub(crate) const GUARD: &str = "guard";
 pub(crate) const INSERT_ONCE: &str = "insert_once";
 pub(crate) const RETURNING: &str = "returning";
@@ -80,6 +84,10 @@ pub(crate) struct ClaimableAttrs {
     /// Stale-claim timeout in milliseconds.
     pub(crate) timeout_ms: Option<Spanned<u64>>,
     pub(crate) order_by: Option<Spanned<Vec<OrderItem>>>,
+    /// The not-before column.
+    pub(crate) available_at: Option<Spanned<Ident>>,
+    /// The last-error column.
+    pub(crate) error: Option<Spanned<Ident>>,
     pub(crate) guard: Option<Spanned<Ident>>,
     /// `insert_once`, optionally `insert_once(returning = Model)`.
     pub(crate) insert_once: Option<Spanned<Option<Path>>>,
@@ -175,6 +183,8 @@ fn format_help(key: &str) -> &'static str {
         TIMEOUT_SECS => "#[claimable(timeout_secs = 300)]",
         TIMEOUT_MS => "#[claimable(timeout_ms = 1500)]",
         ORDER_BY => "#[claimable(order_by(priority desc, id))]",
+        AVAILABLE_AT => "#[claimable(available_at = run_at)]",
+        ERROR => "#[claimable(error = last_error)]",
         GUARD => "#[claimable(guard = notified)]",
         JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
         _ => "#[claimable(insert_once)]` or `#[claimable(insert_once(returning = Model))]",
@@ -298,6 +308,8 @@ impl ClaimableAttrs {
             CLAIMED_AT => set(&mut self.claimed_at, key, ident_value(meta)?),
             ATTEMPTS => set(&mut self.attempts, key, ident_value(meta)?),
             GUARD => set(&mut self.guard, key, ident_value(meta)?),
+            AVAILABLE_AT => set(&mut self.available_at, key, ident_value(meta)?),
+            ERROR => set(&mut self.error, key, ident_value(meta)?),
             CLAIMED => set(&mut self.claimed, key, expr_value(meta)?),
             DONE => set(&mut self.done, key, expr_value(meta)?),
             FAILED => set(&mut self.failed, key, expr_value(meta)?),

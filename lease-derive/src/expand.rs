@@ -17,6 +17,7 @@ use crate::model::{Claim, Model};
 pub(crate) fn expand(model: &Model) -> TokenStream {
     let keyed = (!model.pk.is_empty()).then(|| expand_keyed(model));
     let claim = model.claim.as_ref().map(|c| expand_claim(model, c));
+    let retry = model.claim.as_ref().map(|_| expand_retry(model));
     let guard = model.guard.as_ref().map(|g| expand_guard(model, g));
     let insert_once = model
         .insert_once
@@ -29,6 +30,7 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
         const _: () = {
             #keyed
             #claim
+            #retry
             #guard
             #insert_once
             #job
@@ -252,10 +254,12 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     };
     let attempts_name = option(c.attempts.as_ref().map(|(col, _)| name_of(col)));
     let order: Vec<TokenStream> = if c.order_by.is_empty() {
-        model
-            .pk
+        // Due rows first (with a not-before column), then by key: the order of a partial index
+        // `(available_at, pk) WHERE state = ready`.
+        c.available_at
             .iter()
-            .map(|(col, _)| {
+            .chain(model.pk.iter().map(|(col, _)| col))
+            .map(|col| {
                 let n = name_of(col);
                 quote!((#n, ::diesel_lease::__private::SortOrder::Asc))
             })
@@ -300,7 +304,16 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
+    let schedule_consts = schedule_consts(model, c);
     let mut checks = vec![];
+    if let Some(col) = &c.error {
+        checks.push(type_check(
+            model,
+            col,
+            "error_must_be_a_text_column",
+            quote!(::diesel_lease::__private::ErrorColumn),
+        ));
+    }
     if let Some((col, _)) = &c.owner {
         checks.push(type_check(
             model,
@@ -343,6 +356,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const CLAIMED_SQL: ::diesel_lease::__private::StateLiteral = #claimed_sql;
             const DONE_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #done_sql;
             const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
+            #schedule_consts
             fn ready_states() -> ::std::vec::Vec<#state_ty> {
                 ::std::vec![#(#ready),*]
             }
@@ -539,6 +553,88 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 Self: ::core::marker::Send + ::core::marker::Sync,
             {
                 ::diesel_lease::__private::ClaimGuard::claim_next(pool)
+            }
+        }
+    }
+}
+
+/// `AVAILABLE_AT` and `ERROR` of `Claimable`, only when mapped (the trait's defaults say
+/// "none"). The not-before column's SQL type is spanned at the attribute value: its
+/// `TimestampType` bound is the type check.
+fn schedule_consts(model: &Model, c: &Claim) -> TokenStream {
+    let name_of = |col: &syn::Ident| {
+        let col = column(model, col);
+        quote!(<#col as ::diesel::Column>::NAME)
+    };
+    let available_at = c.available_at.as_ref().map(|col| {
+        let (name, sql) = (name_of(col), timestamp_sql_type(model, col));
+        quote! {
+            const AVAILABLE_AT: ::core::option::Option<::diesel_lease::__private::TimeColumn> =
+                ::core::option::Option::Some(::diesel_lease::__private::TimeColumn::of::<#sql>(#name));
+        }
+    });
+    let error = c.error.as_ref().map(|col| {
+        let name = name_of(col);
+        quote!(const ERROR: ::core::option::Option<&'static str> = ::core::option::Option::Some(#name);)
+    });
+    quote!(#available_at #error)
+}
+
+/// Retries and waits: one-line calls of `claim/schedule.rs` and `claim/wait.rs`.
+fn expand_retry(model: &Model) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let conn_bound = quote!(
+        C: ::diesel_lease::BorrowConnection,
+        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::ClaimConnection<Self>,
+    );
+    quote! {
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            /// Hands this claimed row back to be claimed again after `delay` (database clock;
+            /// needs `available_at` unless zero) if this worker still owns the claim.
+            pub fn retry<C>(&self, conn: &mut C, delay: ::core::time::Duration) -> ::diesel_lease::Result<bool>
+            where #conn_bound
+            {
+                ::diesel_lease::__private::retry(self, conn, delay)
+            }
+
+            /// After a failed run: retries the row after the policy's backoff, or moves it to the
+            /// failed state when this was its last attempt.
+            pub fn fail_or_retry<C>(
+                &self,
+                conn: &mut C,
+                policy: &::diesel_lease::__private::RetryPolicy,
+            ) -> ::diesel_lease::Result<::diesel_lease::__private::RetryOutcome>
+            where #conn_bound
+            {
+                ::diesel_lease::__private::fail_or_retry(self, conn, policy, ::core::option::Option::None)
+            }
+
+            /// [`Self::fail_or_retry`], storing `error` in the `error` column when one is mapped.
+            pub fn fail_or_retry_because<C>(
+                &self,
+                conn: &mut C,
+                policy: &::diesel_lease::__private::RetryPolicy,
+                error: &str,
+            ) -> ::diesel_lease::Result<::diesel_lease::__private::RetryOutcome>
+            where #conn_bound
+            {
+                ::diesel_lease::__private::fail_or_retry(self, conn, policy, ::core::option::Option::Some(error))
+            }
+
+            /// Claims the next row through an r2d2 pool, waiting up to `timeout` for one (woken
+            /// by `notify_ready` on PostgreSQL, polling elsewhere).
+            pub fn claim_next_wait<C>(
+                pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
+                timeout: ::core::time::Duration,
+            ) -> ::diesel_lease::Result<::core::option::Option<Self>>
+            where
+                C: ::diesel_lease::LeaseConnection
+                    + ::diesel::r2d2::R2D2Connection
+                    + ::diesel_lease::__private::ClaimConnection<Self>,
+            {
+                ::diesel_lease::__private::claim_next_wait(pool, timeout)
             }
         }
     }

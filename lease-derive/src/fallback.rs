@@ -118,6 +118,37 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                     ::core::unreachable!()
                 }
 
+                pub fn retry<C>(&self, _conn: &mut C, _delay: ::core::time::Duration) -> ::diesel_lease::Result<bool> {
+                    ::core::unreachable!()
+                }
+
+                pub fn fail_or_retry<C>(
+                    &self,
+                    _conn: &mut C,
+                    _policy: &::diesel_lease::__private::RetryPolicy,
+                ) -> ::diesel_lease::Result<::diesel_lease::__private::RetryOutcome> {
+                    ::core::unreachable!()
+                }
+
+                pub fn fail_or_retry_because<C>(
+                    &self,
+                    _conn: &mut C,
+                    _policy: &::diesel_lease::__private::RetryPolicy,
+                    _error: &str,
+                ) -> ::diesel_lease::Result<::diesel_lease::__private::RetryOutcome> {
+                    ::core::unreachable!()
+                }
+
+                pub fn claim_next_wait<C>(
+                    _pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
+                    _timeout: ::core::time::Duration,
+                ) -> ::diesel_lease::Result<::core::option::Option<Self>>
+                where
+                    C: ::diesel::r2d2::R2D2Connection + 'static,
+                {
+                    ::core::unreachable!()
+                }
+
                 pub fn claim_if_null<C, V>(&self, _conn: &mut C, _value: V) -> ::diesel_lease::Result<bool> {
                     ::core::unreachable!()
                 }

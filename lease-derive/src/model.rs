@@ -31,6 +31,8 @@ pub(crate) struct Claim {
     pub(crate) max_attempts: Option<u32>,
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) order_by: Vec<OrderItem>,
+    pub(crate) available_at: Option<Ident>,
+    pub(crate) error: Option<Ident>,
 }
 
 /// Everything the expansion needs.
@@ -124,6 +126,8 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
             .as_ref()
             .map(|o| o.value.clone())
             .unwrap_or_default(),
+        available_at: a.available_at.as_ref().map(|c| c.value.clone()),
+        error: a.error.as_ref().map(|c| c.value.clone()),
     })
 }
 

@@ -151,6 +151,27 @@ fn seed_003_import_job_all_options() {
     insta::assert_snapshot!(code);
 }
 
+/// Issue 13: a not-before column (which leads the default order) and a last-error column.
+#[test]
+fn scheduled_task_with_error_column() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(
+            state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+            attempts = attempts, available_at = run_at, error = last_error
+        )]
+        pub struct Task {
+            pub id: i64,
+            pub status: String,
+            pub attempts: i32,
+            pub run_at: NaiveDateTime,
+            pub last_error: Option<String>,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
 #[test]
 fn seed_004_bool_state() {
     let code = expand(quote! {

@@ -148,7 +148,7 @@ fn check_claim(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
 
 /// Every claim key given without `state`, reported at the key.
 fn check_claim_keys_without_state(a: &ClaimableAttrs, errors: &mut Errors) {
-    let claim_only: [(&str, Option<Span>); 10] = [
+    let claim_only: [(&str, Option<Span>); 12] = [
         (attrs::READY, a.ready.as_ref().map(|s| s.span)),
         (attrs::CLAIMED, a.claimed.as_ref().map(|s| s.span)),
         (attrs::DONE, a.done.as_ref().map(|s| s.span)),
@@ -159,6 +159,8 @@ fn check_claim_keys_without_state(a: &ClaimableAttrs, errors: &mut Errors) {
         (attrs::MAX_ATTEMPTS, a.max_attempts.as_ref().map(|s| s.span)),
         (a.timeout_key, a.timeout_ms.as_ref().map(|s| s.span)),
         (attrs::ORDER_BY, a.order_by.as_ref().map(|s| s.span)),
+        (attrs::AVAILABLE_AT, a.available_at.as_ref().map(|s| s.span)),
+        (attrs::ERROR, a.error.as_ref().map(|s| s.span)),
     ];
     for (key, span) in claim_only {
         if let Some(span) = span {

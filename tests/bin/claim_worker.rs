@@ -4,6 +4,9 @@
 //! `claimed <id>` per row and `empty <ready-rows-left>` each time a claim came back empty.
 //! `claim-worker <backend> <url> hold <n> <owner>`: claims `n` rows as `owner`, prints them and
 //! `holding`, then sleeps until killed.
+//! `claim-worker <backend> <url> tenants <threads> <limit>`: runs a `Worker` on `tasks` with a
+//! per-tenant limit until killed; each run prints `run <id> <tenant> <start µs> <end µs>`
+//! (system clock, shared by the processes of one machine).
 
 #[path = "../models.rs"]
 mod models;
@@ -14,8 +17,8 @@ use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel_lease::claim::{ClaimConnection, ClaimOptions};
 use diesel_lease::{LeaseConnection, OwnerId};
-use models::schema::importjobs;
-use models::ImportJob;
+use models::schema::{importjobs, tasks};
+use models::{ImportJob, Task};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -46,7 +49,7 @@ fn arg<T: std::str::FromStr>(rest: &[String], i: usize) -> Result<T, String> {
 
 fn run<C>(url: &str, mode: &str, rest: &[String]) -> Result<(), String>
 where
-    C: LeaseConnection + R2D2Connection + ClaimConnection<ImportJob>,
+    C: LeaseConnection + R2D2Connection + ClaimConnection<ImportJob> + ClaimConnection<Task>,
     i64: diesel::deserialize::FromSql<diesel::sql_types::BigInt, C::Backend>,
     for<'a> diesel::dsl::Filter<
         diesel::dsl::Select<importjobs::table, diesel::dsl::CountStar>,
@@ -88,8 +91,39 @@ where
                 std::thread::sleep(std::time::Duration::from_secs(60));
             }
         }
+        "tenants" => {
+            let threads: usize = arg(rest, 0)?;
+            let limit: u32 = arg(rest, 1)?;
+            let pool =
+                diesel_lease::pool::build_pool::<C>(url, u32::try_from(threads + 6).unwrap_or(16))
+                    .map_err(|e| e.to_string())?;
+            let never = std::sync::atomic::AtomicBool::new(false);
+            let out = std::sync::Mutex::new(std::io::stdout());
+            diesel_lease::worker::Worker::new(pool)
+                .concurrency(threads)
+                .limit_per_key(tasks::tenant, limit, |t: &Task| t.tenant.clone())
+                .run_until(&never, |_, t: &Task| {
+                    let start = micros_now();
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                    let end = micros_now();
+                    let mut o = out.lock().map_err(|_| "stdout lock")?;
+                    writeln!(o, "run {} {} {start} {end}", t.id, t.tenant)
+                        .map_err(|e| e.to_string())?;
+                    o.flush().map_err(|e| e.to_string())
+                })
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
         other => Err(format!("unknown mode {other}")),
     }
+}
+
+/// Microseconds since 1970 by the system clock: one timeline for every process of the machine.
+fn micros_now() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
 }
 
 fn drain<C>(

@@ -66,7 +66,9 @@ pub trait LeaseConnection: Dialect {
 /// How SQL text differs between backends (implemented for `Pg`, `Sqlite` and `Mysql`).
 ///
 /// Sealed; its items are internal and carry no stability promise.
-pub trait SqlDialect: Backend + sealed::Sealed {
+// `Default` (for the backend and its query builder): a statement can be rendered to text without a
+// connection, as the label of a claim table's wake-ups (`claim/wait.rs`).
+pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed {
     /// Which backend.
     const KIND: BackendKind;
     /// What a `SELECT` appends to lock the rows it returns, skipping rows other transactions
@@ -312,6 +314,17 @@ pub trait Dialect:
     fn take_write_lock(
         &mut self,
         _write_nothing: &dyn QueryFragment<Self::Backend>,
+    ) -> QueryResult<()> {
+        Ok(())
+    }
+
+    /// Installs on `table` a trigger that announces inserted rows to listening waiters
+    /// (`claim/wait.rs`); where the backend has no notifications it does nothing (the waiters
+    /// poll).
+    #[doc(hidden)]
+    fn install_ready_trigger(
+        &mut self,
+        _table: &dyn QueryFragment<Self::Backend>,
     ) -> QueryResult<()> {
         Ok(())
     }

@@ -5,14 +5,15 @@ use std::time::{Duration, Instant};
 
 use diesel::pg::Pg;
 use diesel::prelude::*;
-use diesel::query_builder::AstPass;
+use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::result::Error as DieselError;
 use diesel::PgConnection;
 use diesel_migrations::EmbeddedMigrations;
 
 use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
 use crate::claim::statements::{
-    claim_assignments, column_list, pick_from, qualified, ClaimParts, ClaimSql, ClaimStmt,
+    claim_assignments, column_list, pick_from, qualified, ClaimParts, ClaimSql, ClaimStmt, Dynamic,
+    Exec,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};
@@ -108,10 +109,16 @@ impl SqlDialect for Pg {
     super::binds!();
 }
 
-/// The channel semaphore changes are announced on; the payload is the resource name.
-const CHANNEL: &str = "diesel_lease_semaphores";
-const LISTEN: &str = "LISTEN diesel_lease_semaphores";
-const UNLISTEN: &str = "UNLISTEN diesel_lease_semaphores";
+/// The channel the pools' listeners hear: semaphore changes (the payload is the resource name)
+/// and claim rows that became ready (`claim:` and the table, as Diesel quotes it).
+macro_rules! channel {
+    () => {
+        "diesel_lease_semaphores"
+    };
+}
+const CHANNEL: &str = channel!();
+const LISTEN: &str = concat!("LISTEN ", channel!());
+const UNLISTEN: &str = concat!("UNLISTEN ", channel!());
 
 /// How often a listening connection looks for a notification that arrived. Local (reads the
 /// socket buffer), no query.
@@ -173,6 +180,16 @@ impl Dialect for PgConnection {
         let value = f(self)?;
         set_lock_timeout(self, &previous)?;
         Ok(value)
+    }
+
+    fn install_ready_trigger(&mut self, table: &dyn QueryFragment<Pg>) -> QueryResult<()> {
+        self.transaction(|c| {
+            diesel::sql_query(READY_FUNCTION).execute(c)?;
+            for step in [TriggerStep::Drop, TriggerStep::Create] {
+                c.execute_returning_count(&Exec::<_, Dynamic>::new(&ReadyTrigger { table, step }))?;
+            }
+            Ok(())
+        })
     }
 }
 
@@ -248,6 +265,53 @@ impl SemaphoreStatements for PgConnection {
             .bind::<diesel::sql_types::Text, _>(name)
             .execute(self)
             .map(drop)
+    }
+}
+
+/// The trigger function behind [`Dialect::install_ready_trigger`]: after an insert, one
+/// notification on the listeners' channel per way a claim model may name the table (bare, and
+/// schema-qualified), each quoted as Diesel quotes identifiers, which is how waiters name it.
+const READY_FUNCTION: &str = concat!(
+    r#"CREATE OR REPLACE FUNCTION diesel_lease_notify_ready() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('"#,
+    channel!(),
+    r#"', 'claim:"' || replace(TG_TABLE_NAME, '"', '""') || '"');
+    PERFORM pg_notify('"#,
+    channel!(),
+    r#"', 'claim:"' || replace(TG_TABLE_SCHEMA, '"', '""') || '"."'
+        || replace(TG_TABLE_NAME, '"', '""') || '"');
+    RETURN NULL;
+END $$"#
+);
+
+#[derive(Clone, Copy)]
+enum TriggerStep {
+    Drop,
+    Create,
+}
+
+/// `DROP TRIGGER IF EXISTS diesel_lease_ready ON t` or `CREATE TRIGGER diesel_lease_ready AFTER
+/// INSERT ON t FOR EACH STATEMENT …` (once per statement: a bulk insert wakes the waiters once).
+struct ReadyTrigger<'a> {
+    table: &'a dyn QueryFragment<Pg>,
+    step: TriggerStep,
+}
+
+impl QueryFragment<Pg> for ReadyTrigger<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        match self.step {
+            TriggerStep::Drop => out.push_sql("DROP TRIGGER IF EXISTS diesel_lease_ready ON "),
+            TriggerStep::Create => {
+                out.push_sql("CREATE TRIGGER diesel_lease_ready AFTER INSERT ON ")
+            }
+        }
+        self.table.walk_ast(out.reborrow())?;
+        if let TriggerStep::Create = self.step {
+            out.push_sql(" FOR EACH STATEMENT EXECUTE FUNCTION diesel_lease_notify_ready()");
+        }
+        Ok(())
     }
 }
 

@@ -111,7 +111,7 @@ where
             .transpose()
     }
 
-    fn start<C>(
+    pub(crate) fn start<C>(
         pool: &Pool<ConnectionManager<C>>,
         row: M,
         options: &ClaimOptions,
@@ -189,6 +189,21 @@ where
 }
 
 impl<M> ClaimGuard<M> {
+    /// Stops the heartbeat (within [`DROP_WAIT`]) so that the caller can finish the row with a
+    /// statement of its own ([`Worker`](crate::worker::Worker): a retry); then
+    /// [`finished_elsewhere`](Self::finished_elsewhere), or the drop hands the row back.
+    pub(crate) fn stop_heartbeat(&mut self) {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.stop(DROP_WAIT);
+        }
+    }
+
+    /// The caller finished the row itself: dropping the guard leaves it alone.
+    pub(crate) fn finished_elsewhere(&mut self) {
+        self.finished = true;
+        self.local.mark_lost(LostReason::Released);
+    }
+
     /// Stops the heartbeat, then runs the owner-checked transition.
     fn finish(&mut self, to: Finish, wait: Option<Duration>) -> Result<bool> {
         self.finished = true;

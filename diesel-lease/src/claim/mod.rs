@@ -20,8 +20,11 @@ pub mod batch;
 mod by_key;
 mod guard;
 mod literal;
+mod per_key;
+pub(crate) mod schedule;
 #[doc(hidden)]
 pub mod statements;
+pub(crate) mod wait;
 
 pub use by_key::{
     lock_by_pk_if_claimable, lock_by_pk_if_claimable_within, lock_by_pk_if_null,
@@ -31,7 +34,12 @@ pub use by_key::{
 
 pub use crate::pool::DROP_WAIT;
 pub use guard::ClaimGuard;
+pub use lease_core::RetryPolicy;
 pub use literal::StateLiteral;
+pub use schedule::{fail_or_retry, retry, RetryOutcome, TimeColumn};
+pub use wait::{
+    claim_batch_wait, claim_next_wait, install_ready_trigger, notify_ready, MAX_POLL_INTERVAL,
+};
 
 use statements::{finish_target, Change, ClaimModel, ClaimParts, Filter, FinishStmt, NoFilter};
 
@@ -93,6 +101,12 @@ pub trait Claimable: Keyed {
     const MAX_ATTEMPTS: Option<i64>;
     /// Whether [`failed_state`](Claimable::failed_state) returns a state.
     const FAILED_CONFIGURED: bool;
+    /// The not-before column (`available_at = col`), if mapped: a row is claimable only once
+    /// its time has come, by the database clock.
+    const AVAILABLE_AT: Option<TimeColumn> = None;
+    /// The last-error column (`error = col`, text), if mapped: written when a job fails or is
+    /// retried with an error.
+    const ERROR: Option<&'static str> = None;
 
     /// The ready states as SQL constants, in the order of [`ready_states`](Claimable::ready_states).
     const READY_SQL: &'static [StateLiteral];
@@ -189,6 +203,25 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
     /// Runs owner-checked changes of many rows; returns the rows that changed.
     #[doc(hidden)]
     fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<M>>;
+
+    /// The name waiters of `M` register under at a pool's listener (`claim/wait.rs`).
+    #[doc(hidden)]
+    fn ready_resource() -> Result<String>;
+
+    /// Installs the trigger that announces `M`'s inserted rows (`claim/wait.rs`).
+    #[doc(hidden)]
+    fn install_ready_trigger(&mut self) -> Result<()>;
+
+    /// [`claim_matching`](Self::claim_matching) skipping rows whose `key` column already has
+    /// `max` claimed rows (`claim/per_key.rs`).
+    #[doc(hidden)]
+    fn claim_under_key_limit(
+        &mut self,
+        limit: i64,
+        options: &ClaimOptions,
+        key: &'static str,
+        max: i64,
+    ) -> Result<Vec<M>>;
 }
 
 impl<M, C> ClaimConnection<M> for C
@@ -247,6 +280,33 @@ where
         }
         // Rolled back whole by a deadlock (MySQL: the whole transaction): safe to run again.
         retry_conflicts(|| Ok(Dialect::finish_rows(self, rows, to)?))
+    }
+
+    fn ready_resource() -> Result<String> {
+        wait::ready_resource::<M, C::Backend>()
+    }
+
+    fn install_ready_trigger(&mut self) -> Result<()> {
+        Ok(Dialect::install_ready_trigger(
+            self,
+            &wait::TableOf::<M>::new(),
+        )?)
+    }
+
+    fn claim_under_key_limit(
+        &mut self,
+        limit: i64,
+        options: &ClaimOptions,
+        key: &'static str,
+        max: i64,
+    ) -> Result<Vec<M>> {
+        let filter = per_key::UnderKeyLimit::<M> {
+            table: M::Table::default(),
+            claimed: M::claimed_state(),
+            key,
+            max,
+        };
+        self.claim_matching::<statements::Dynamic>(limit, options, Some(&filter))
     }
 }
 

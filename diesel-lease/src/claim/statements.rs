@@ -299,7 +299,7 @@ fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
         out.push_sql(")");
     }
     out.push_sql(")");
-    Ok(())
+    super::schedule::push_not_before::<M, DB>(out)
 }
 
 fn order_by<DB: SqlDialect>(
@@ -602,6 +602,8 @@ pub enum Change<ST> {
     State(Finish),
     /// `claimed_at = <db now>`: a heartbeat, so the claim is not rescued while its work runs.
     Touch(DbNow<ST>),
+    /// A retry or a final failure (`claim/schedule.rs`).
+    Retry(super::schedule::Retry),
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
@@ -621,6 +623,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
                 out.push_sql(" = ");
                 now.walk_ast(out.reborrow())?;
             }
+            Change::Retry(retry) => super::schedule::push_retry::<M, DB>(&mut out, retry)?,
         }
         out.push_sql(" WHERE ");
         M::push_pk(&mut out, &self.pk)?;
@@ -705,6 +708,8 @@ impl<M: Claimable> FinishStmt<M> {
             Change::State(Finish::Failed) => run::<M, C, 1>(conn, self),
             Change::State(Finish::Ready) => run::<M, C, 2>(conn, self),
             Change::Touch(_) => run::<M, C, 3>(conn, self),
+            // Its text depends on which of not-before and error it writes.
+            Change::Retry(_) => conn.execute_returning_count(&Exec::<_, Dynamic>::new(self)),
         }
     }
 }

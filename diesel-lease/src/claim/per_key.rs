@@ -1,0 +1,49 @@
+//! The claim filter of a per-key concurrency limit: skip rows whose key already has `max`
+//! claimed rows.
+//!
+//! A filter alone is not exact (two claims at READ COMMITTED both count `max - 1` and both
+//! claim), so the [`Worker`](crate::worker::Worker) also takes a semaphore permit per key before
+//! it starts a row; the filter keeps workers from claiming rows they would only hand back.
+
+use diesel::query_builder::{AstPass, QueryFragment};
+use diesel::QueryResult;
+
+use super::statements::ClaimSql;
+use super::Claimable;
+use crate::backend::SqlDialect;
+
+/// `(SELECT COUNT(*) FROM t AS dl_running WHERE dl_running.state = $claimed
+///   AND dl_running.key = t.key) < $max`.
+pub(crate) struct UnderKeyLimit<M: Claimable> {
+    pub(crate) table: M::Table,
+    pub(crate) claimed: M::StateValue,
+    pub(crate) key: &'static str,
+    pub(crate) max: i64,
+}
+
+const ALIAS: &str = "dl_running";
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for UnderKeyLimit<M> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("(SELECT COUNT(*) FROM ");
+        M::push_table(&mut out, &self.table)?;
+        out.push_sql(" AS ");
+        out.push_identifier(ALIAS)?;
+        out.push_sql(" WHERE ");
+        out.push_identifier(ALIAS)?;
+        out.push_sql(".");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        M::push_state(&mut out, &self.claimed)?;
+        out.push_sql(" AND ");
+        out.push_identifier(ALIAS)?;
+        out.push_sql(".");
+        out.push_identifier(self.key)?;
+        out.push_sql(" = ");
+        M::push_table(&mut out, &self.table)?;
+        out.push_sql(".");
+        out.push_identifier(self.key)?;
+        out.push_sql(") < ");
+        DB::bind_i64(&mut out, &self.max)
+    }
+}

@@ -1,0 +1,250 @@
+//! Waiting for claimable rows without hammering the database.
+//!
+//! A waiter borrows a pool connection for each poll and gives it back before it sleeps, like a
+//! semaphore waiter. On PostgreSQL it sleeps on the pool's shared listener
+//! ([`WaiterWakeups`](crate::pool::WaiterWakeups), the one semaphores use), registered under the
+//! resource `claim:<table>`; a producer's [`notify_ready`] (or the trigger that
+//! [`install_ready_trigger`] installs) wakes it within milliseconds. Everywhere it also polls, with
+//! backoff up to [`MAX_POLL_INTERVAL`]: that is how it finds rows whose `available_at` has come,
+//! rows handed back by an update nobody announced, and — on SQLite and MySQL — every row.
+
+use std::time::{Duration, Instant};
+
+use diesel::query_builder::{AstPass, QueryBuilder, QueryFragment, QueryId};
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::QueryResult;
+use lease_core::Backoff;
+
+use super::statements::ClaimSql;
+use super::{limit, ClaimConnection, ClaimOptions, Claimable};
+use crate::backend::SqlDialect;
+use crate::semaphore::listener::{Mark, Registration};
+use crate::semaphore::statements::SemaphoreStatements;
+use crate::{BorrowConnection, LeaseConnection, Result};
+
+/// The longest pause between two polls of an idle waiter: each costs the database at most one
+/// claim query per second.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// The first pause after an empty poll; it doubles up to [`MAX_POLL_INTERVAL`].
+const FIRST_POLL_PAUSE: Duration = Duration::from_millis(20);
+/// How often a sleeping waiter looks at its stop condition.
+const STOP_CHECK: Duration = Duration::from_millis(50);
+
+/// The model's table, walked by the model's own schema type.
+pub(crate) struct TableOf<M: Claimable>(M::Table);
+
+impl<M: Claimable> TableOf<M> {
+    pub(crate) fn new() -> Self {
+        TableOf(M::Table::default())
+    }
+}
+
+impl<M: Claimable> QueryId for TableOf<M> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for TableOf<M> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        M::push_table(&mut out, &self.0)
+    }
+}
+
+/// The name waiters of `M` register under at the listener: `claim:` and the table as the
+/// backend quotes it (`claim:"jobs"`, `claim:"queue"."jobs"`), which the trigger reproduces.
+pub(crate) fn ready_resource<M: ClaimSql<DB>, DB: SqlDialect>() -> Result<String> {
+    let mut sql = DB::QueryBuilder::default();
+    TableOf::<M>::new().to_sql(&mut sql, &DB::default())?;
+    Ok(format!("claim:{}", sql.finish()))
+}
+
+/// Wakes the waiters of model `M` ([`claim_next_wait`], [`Worker`](crate::worker::Worker)) on
+/// every pool's listener: call it after inserting rows, or after making rows ready by an
+/// update. Inside a transaction the notification is sent when it commits (PostgreSQL), so
+/// waiters never look before the rows are visible.
+///
+/// On SQLite and MySQL, which have no notifications, it does nothing: their waiters poll.
+///
+/// ```
+/// # #[cfg(feature = "postgres")] {
+/// # mod setup { include!("../doctest_pg.rs"); }
+/// # use setup::pg_connection;
+/// use diesel::prelude::*;
+/// use diesel_lease::Claimable;
+///
+/// diesel::table! { mails (id) { id -> BigInt, status -> Text, } }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = mails)]
+/// #[claimable(state = status, ready = "new", claimed = "sending")]
+/// struct Mail {
+///     id: i64,
+///     status: String,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let Some(mut conn) = pg_connection() else { return Ok(()) };
+/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+/// #     "CREATE TABLE mails (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL)")?;
+/// conn.transaction::<_, diesel_lease::Error, _>(|conn| {
+///     diesel::insert_into(mails::table).values(mails::status.eq("new")).execute(conn)?;
+///     diesel_lease::claim::notify_ready::<Mail, _>(conn)
+/// })?;
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
+pub fn notify_ready<M, C>(conn: &mut C) -> Result<()>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    let resource = <C::Conn as ClaimConnection<M>>::ready_resource()?;
+    Ok(conn.borrow_connection().notify(&resource)?)
+}
+
+/// Installs (or replaces) on `M`'s table a trigger that does what [`notify_ready`] does after
+/// every insert statement, so producers need not call it (PostgreSQL: a function
+/// `diesel_lease_notify_ready()` and a statement-level trigger `diesel_lease_ready`; run it once,
+/// e.g. from a migration step). Updates that make rows ready again are not announced by it;
+/// waiters find those at their next poll. On SQLite and MySQL it does nothing.
+pub fn install_ready_trigger<M, C>(conn: &mut C) -> Result<()>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    conn.borrow_connection().install_ready_trigger()
+}
+
+/// Claims the next row through `pool`, waiting up to `timeout` for one: at once when a row is
+/// there, within milliseconds of a [`notify_ready`] (PostgreSQL, with the pool's
+/// [`WaiterWakeups`](crate::pool::WaiterWakeups), which [`build_pool`](crate::pool::build_pool)
+/// installs), else at the next poll (at most [`MAX_POLL_INTERVAL`] apart). `None` when the
+/// timeout passed without a row.
+///
+/// No connection is held while it sleeps.
+pub fn claim_next_wait<M, C>(
+    pool: &Pool<ConnectionManager<C>>,
+    timeout: Duration,
+) -> Result<Option<M>>
+where
+    M: Claimable,
+    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+{
+    claim_batch_wait(pool, 1, &ClaimOptions::default(), timeout).map(|rows| rows.into_iter().next())
+}
+
+/// [`claim_next_wait`] for up to `n` rows at once, with explicit claim options; returns as soon
+/// as at least one row was claimed.
+pub fn claim_batch_wait<M, C>(
+    pool: &Pool<ConnectionManager<C>>,
+    n: usize,
+    options: &ClaimOptions,
+    timeout: Duration,
+) -> Result<Vec<M>>
+where
+    M: Claimable,
+    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+{
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let deadline = Instant::now().checked_add(timeout);
+    Waiter::new::<M, C>()?.claim(pool, deadline, &|| false, &mut |conn: &mut C| {
+        conn.claim_matching::<super::statements::NoFilter>(limit(n), options, None)
+    })
+}
+
+/// One waiter's place at its pool's listener, and its poll schedule.
+pub(crate) struct Waiter {
+    resource: String,
+    registration: Option<Registration>,
+    pause: Backoff,
+}
+
+impl Waiter {
+    pub(crate) fn new<M, C>() -> Result<Self>
+    where
+        M: Claimable,
+        C: ClaimConnection<M>,
+    {
+        Ok(Waiter {
+            resource: C::ready_resource()?,
+            registration: None,
+            pause: Backoff::new(FIRST_POLL_PAUSE, MAX_POLL_INTERVAL),
+        })
+    }
+
+    /// Runs `claim` on a pool connection until it returns rows, `deadline` passes (`None`:
+    /// never) or `stop()` turns true; empty in the last two cases.
+    pub(crate) fn claim<M, C>(
+        &mut self,
+        pool: &Pool<ConnectionManager<C>>,
+        deadline: Option<Instant>,
+        stop: &dyn Fn() -> bool,
+        claim: &mut dyn FnMut(&mut C) -> Result<Vec<M>>,
+    ) -> Result<Vec<M>>
+    where
+        C: LeaseConnection + R2D2Connection,
+    {
+        loop {
+            if stop() {
+                return Ok(Vec::new());
+            }
+            // A pool that has no connection to spare is a missed poll, not a failure; the wait
+            // for one is bounded so that a stop is still seen.
+            let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);
+            if let Ok((mut conn, listener)) = crate::pool::lend_with_listener(pool, wait) {
+                if self.registration.is_none() {
+                    self.registration = listener.map(|l| l.register(&self.resource));
+                }
+                // Marked before the poll: a row announced after it wakes the sleep below.
+                let mark = self.registration.as_ref().map(Registration::mark);
+                let rows = claim(&mut conn)?;
+                drop(conn);
+                if !rows.is_empty() {
+                    self.pause.reset();
+                    return Ok(rows);
+                }
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                if left.is_some_and(|l| l.is_zero()) {
+                    return Ok(Vec::new());
+                }
+                let pause = self
+                    .pause
+                    .next_delay_at_least()
+                    .min(left.unwrap_or(Duration::MAX));
+                if self.nap(mark, pause, stop) {
+                    // Announced: the next poll comes at once, and the one after soon.
+                    self.pause.reset();
+                }
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    /// Sleeps up to `max` in slices, looking at `stop` between them; `true` when woken early by
+    /// a notification (or the listener's reconnection, after which notifications may be lost).
+    fn nap(&self, mark: Option<Mark>, max: Duration, stop: &dyn Fn() -> bool) -> bool {
+        let end = Instant::now() + max;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() || stop() {
+                return false;
+            }
+            let slice = left.min(STOP_CHECK);
+            match (&self.registration, mark) {
+                (Some(registration), Some(mark)) => {
+                    let started = Instant::now();
+                    if registration.sleep(mark, slice) || started.elapsed() < slice {
+                        return true;
+                    }
+                }
+                _ => std::thread::sleep(slice),
+            }
+        }
+    }
+}

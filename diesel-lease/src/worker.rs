@@ -1,0 +1,508 @@
+//! [`Worker`]: the loop every queue user writes around `claim_next`, written once — wait for
+//! rows without hammering the database, run them on `n` threads, heartbeat long runs, complete,
+//! retry with backoff or dead-letter, survive a panicking handler, and stop cleanly.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use lease_core::{Backoff, RetryPolicy};
+
+use crate::claim::schedule::release_unstarted;
+use crate::claim::wait::Waiter;
+use crate::claim::{
+    fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
+    RetryOutcome,
+};
+use crate::semaphore::Semaphore;
+use crate::{Error, LeaseConnection, Result};
+
+/// How long a row whose key is at its limit waits before it can be claimed again (with an
+/// `available_at` column; without one it is claimable again at once).
+const KEY_BUSY_DELAY: Duration = Duration::from_millis(200);
+
+/// The per-key limit: at most `max` rows with the same value of `column` run at once.
+struct KeyLimit<M> {
+    column: &'static str,
+    max: u32,
+    key: Box<dyn Fn(&M) -> String + Send + Sync>,
+}
+
+/// Runs a handler on claimed rows of model `M` from an r2d2 pool of `C` connections, on
+/// [`concurrency`](Self::concurrency) threads, until told to stop.
+///
+/// Each thread waits for rows with [`claim_next_wait`](crate::claim::claim_next_wait)'s waiter
+/// (woken by [`notify_ready`](crate::claim::notify_ready) on PostgreSQL, polling at most once a
+/// second when idle), claims one row or a [`batch`](Self::batch), and for each row:
+///
+/// - runs the handler with a pool connection while a [`ClaimGuard`] heartbeats the claim (when
+///   the model has `claimed_at` and a timeout), so long runs are not rescued;
+/// - on `Ok` completes the row (done state); on `Err` or a panic calls
+///   [`fail_or_retry`](crate::claim::fail_or_retry()) with the [retry policy](Self::retry_policy)
+///   and the error (or panic message) as the error text: retried after a backoff, or moved to the
+///   failed state after the last attempt. A panicking handler never loses its row.
+///
+/// On stop (the flag turns true) no thread claims again; a thread still starts the rows it holds
+/// for the [`grace`](Self::grace) period after the stop was seen, then hands the rest back
+/// unstarted (ready at once, their attempt refunded). A running handler is never interrupted:
+/// [`run_until`](Self::run_until) returns when every handler has returned.
+///
+/// Needs a done state; retries need `attempts` and a failed state (and `available_at` for a
+/// delay); [`Error::Config`] at the start otherwise.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use diesel::prelude::*;
+/// use diesel_lease::{worker::Worker, Claimable};
+///
+/// diesel::table! {
+///     emails (id) { id -> BigInt, status -> Text, attempts -> Integer,
+///                   run_at -> Timestamp, last_error -> Nullable<Text>, }
+/// }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = emails)]
+/// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent",
+///             failed = "dead", attempts = attempts, available_at = run_at, error = last_error)]
+/// struct Email {
+///     id: i64,
+///     status: String,
+///     attempts: i32,
+///     run_at: chrono::NaiveDateTime,
+///     last_error: Option<String>,
+/// }
+///
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 4).unwrap();
+/// # diesel::connection::SimpleConnection::batch_execute(&mut pool.get().unwrap(),
+/// #     "CREATE TABLE emails (id INTEGER PRIMARY KEY, status TEXT NOT NULL,
+/// #          attempts INTEGER NOT NULL DEFAULT 0,
+/// #          run_at TIMESTAMP NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+/// #          last_error TEXT);
+/// #      INSERT INTO emails (status) VALUES ('new'), ('new');").unwrap();
+/// let stop = AtomicBool::new(false);
+/// let report = Worker::new(pool.clone())
+///     .concurrency(2)
+///     .run_until(&stop, |conn, email: &Email| {
+///         // … send it; an `Err` (or a panic) retries it later …
+///         let left: i64 = emails::table.filter(emails::status.eq("new")).count().get_result(conn)?;
+///         if left == 0 {
+///             stop.store(true, Ordering::Relaxed);
+///         }
+///         Ok::<_, diesel::result::Error>(())
+///     })
+///     .unwrap();
+/// assert_eq!(report.completed, 2);
+/// # }
+/// ```
+pub struct Worker<M, C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    pool: Pool<ConnectionManager<C>>,
+    concurrency: usize,
+    batch: usize,
+    grace: Duration,
+    options: ClaimOptions,
+    policy: RetryPolicy,
+    key_limit: Option<KeyLimit<M>>,
+    _m: PhantomData<fn(&M)>,
+}
+
+/// What a [`Worker`] did, counted over its threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerReport {
+    /// Rows whose handler returned `Ok` and that were completed.
+    pub completed: u64,
+    /// Rows whose handler failed (or panicked) and that were put back for a later attempt.
+    pub retried: u64,
+    /// Rows whose last attempt failed and that went to the failed state.
+    pub failed: u64,
+    /// Rows whose handler panicked (counted also as retried or failed).
+    pub panicked: u64,
+    /// Rows whose claim was rescued by another worker before this one finished them.
+    pub lost: u64,
+    /// Rows claimed but handed back unstarted: at stop, or because their key was at its limit.
+    pub released: u64,
+}
+
+impl<M, C> fmt::Debug for Worker<M, C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("concurrency", &self.concurrency)
+            .field("batch", &self.batch)
+            .field("grace", &self.grace)
+            .field("policy", &self.policy)
+            .field(
+                "key_limit",
+                &self.key_limit.as_ref().map(|k| (k.column, k.max)),
+            )
+            .finish()
+    }
+}
+
+impl<M, C> Worker<M, C>
+where
+    M: Claimable + Send + Sync,
+    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+{
+    /// A worker on `pool`: one thread, one row per claim, a grace period of 30 s, retries with
+    /// 1 s doubling to 1 h and 20 % jitter, for the model's `max_attempts` runs (5 when it sets
+    /// none).
+    pub fn new(pool: Pool<ConnectionManager<C>>) -> Self {
+        let attempts = M::MAX_ATTEMPTS.and_then(|n| u32::try_from(n).ok());
+        Worker {
+            pool,
+            concurrency: 1,
+            batch: 1,
+            grace: Duration::from_secs(30),
+            options: ClaimOptions::default(),
+            policy: attempts
+                .and_then(|n| RetryPolicy::new(n).ok())
+                .unwrap_or(DEFAULT_POLICY),
+            key_limit: None,
+            _m: PhantomData,
+        }
+    }
+
+    /// How many rows run at once (threads; at least 1). Give the pool room for them plus their
+    /// heartbeats: `n + 2` connections or more.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+
+    /// How many rows a thread claims at once (at least 1); it runs them one after the other,
+    /// touching each claim before it starts it.
+    pub fn batch(mut self, n: usize) -> Self {
+        self.batch = n.max(1);
+        self
+    }
+
+    /// How long after the stop a thread still starts rows it already claimed.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// The claims' owner and stale-claim timeout.
+    pub fn claim_options(mut self, options: ClaimOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// When failed rows run again, and when they are given up.
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Runs at most `max` rows with the same value of `column` at once (e.g. per tenant), across
+    /// every worker on the database: claims skip rows whose key has `max` claimed rows, and a row
+    /// starts only with one of `max` permits of a [`Semaphore`] named after its key, so the limit
+    /// holds even when two claims race. `key` reads the column's value from a row.
+    ///
+    /// The semaphores live in diesel-lease's tables: run [`run_migrations`](crate::run_migrations)
+    /// first.
+    pub fn limit_per_key<Col>(
+        mut self,
+        _column: Col,
+        max: u32,
+        key: impl Fn(&M) -> String + Send + Sync + 'static,
+    ) -> Self
+    where
+        Col: diesel::Column<Table = M::Table>,
+    {
+        self.key_limit = Some(KeyLimit {
+            column: Col::NAME,
+            max: max.max(1),
+            key: Box::new(key),
+        });
+        self
+    }
+
+    /// Runs `handler` on claimed rows until `stop` turns true (see the type's docs), then
+    /// returns what was done. The first error that is not worth retrying (a configuration
+    /// mistake, a query the database refuses) stops every thread and is returned; lost
+    /// connections and timeouts are retried with backoff.
+    pub fn run_until<F, E>(self, stop: &AtomicBool, handler: F) -> Result<WorkerReport>
+    where
+        F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
+        E: fmt::Display,
+    {
+        self.check()?;
+        let run = Run {
+            worker: &self,
+            stop,
+            stop_seen: OnceLock::new(),
+            failed: AtomicBool::new(false),
+            report: Mutex::new(WorkerReport::default()),
+            resource: C::ready_resource()?,
+        };
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..self.concurrency)
+                .map(|_| s.spawn(|| run.thread(&handler)))
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err(Error::Config("a worker thread panicked".into())))
+                })
+                .collect()
+        });
+        results.into_iter().collect::<Result<Vec<()>>>()?;
+        Ok(run
+            .report
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn check(&self) -> Result<()> {
+        if M::done_state().is_none() {
+            return Err(Error::Config(
+                "a Worker completes rows: add `done = …` to #[claimable(...)]".into(),
+            ));
+        }
+        if M::ATTEMPTS.is_none() || M::failed_state().is_none() {
+            return Err(Error::Config(
+                "a Worker retries failed rows and gives them up after their last attempt: add `attempts = <integer column>` and `failed = …` to #[claimable(...)]".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The retry policy when the model sets no `max_attempts`.
+const DEFAULT_POLICY: RetryPolicy = match RetryPolicy::const_new(5) {
+    Some(p) => p,
+    None => unreachable!(),
+};
+
+/// One call of [`Worker::run_until`]: what its threads share.
+struct Run<'a, M, C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    worker: &'a Worker<M, C>,
+    stop: &'a AtomicBool,
+    /// When a thread first saw the stop: the grace period runs from here.
+    stop_seen: OnceLock<Instant>,
+    /// A thread met an error it cannot go on after: the others stop too.
+    failed: AtomicBool,
+    report: Mutex<WorkerReport>,
+    /// The table's label, which names the per-key semaphores.
+    resource: String,
+}
+
+/// What became of one row.
+enum Done {
+    Completed,
+    Retried { panicked: bool },
+    Failed { panicked: bool },
+    Lost,
+    Released,
+}
+
+impl<M, C> Run<'_, M, C>
+where
+    M: Claimable + Send + Sync,
+    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+{
+    fn stopping(&self) -> bool {
+        self.failed.load(Ordering::Relaxed) || self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Whether a held row may still be started: before the stop, or within the grace after it.
+    fn may_start(&self) -> bool {
+        if self.failed.load(Ordering::Relaxed) {
+            return false;
+        }
+        if !self.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        let seen = *self.stop_seen.get_or_init(Instant::now);
+        seen.elapsed() < self.worker.grace
+    }
+
+    fn count(&self, done: Done) {
+        let mut r = self.report.lock().unwrap_or_else(PoisonError::into_inner);
+        match done {
+            Done::Completed => r.completed += 1,
+            Done::Retried { panicked } => {
+                r.retried += 1;
+                r.panicked += u64::from(panicked);
+            }
+            Done::Failed { panicked } => {
+                r.failed += 1;
+                r.panicked += u64::from(panicked);
+            }
+            Done::Lost => r.lost += 1,
+            Done::Released => r.released += 1,
+        }
+    }
+
+    /// One thread: claim, run, repeat; transient errors are retried after a pause.
+    fn thread<F, E>(&self, handler: &F) -> Result<()>
+    where
+        F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
+        E: fmt::Display,
+    {
+        let mut waiter = Waiter::new::<M, C>()?;
+        let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
+        while !self.stopping() {
+            match self.claim_and_run(&mut waiter, handler) {
+                Ok(()) => pause.reset(),
+                Err(e) if e.is_retryable() => std::thread::sleep(pause.next_delay()),
+                Err(e) => {
+                    self.failed.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn claim_and_run<F, E>(&self, waiter: &mut Waiter, handler: &F) -> Result<()>
+    where
+        F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
+        E: fmt::Display,
+    {
+        let w = self.worker;
+        let limit = i64::try_from(w.batch).unwrap_or(i64::MAX);
+        let claimed_at = Instant::now();
+        let rows = waiter.claim(
+            &w.pool,
+            None,
+            &|| self.stopping(),
+            &mut |conn: &mut C| match &w.key_limit {
+                Some(k) => {
+                    conn.claim_under_key_limit(limit, &w.options, k.column, i64::from(k.max))
+                }
+                None => conn
+                    .claim_matching::<crate::claim::statements::NoFilter>(limit, &w.options, None),
+            },
+        )?;
+        let mut rows = rows.into_iter();
+        let mut first = true;
+        while let Some(row) = rows.next() {
+            if !self.may_start() {
+                // Stopping: hand back what was not started, first this row, then the rest.
+                for row in std::iter::once(row).chain(rows.by_ref()) {
+                    self.release(&row)?;
+                }
+                break;
+            }
+            let sent_at = if first {
+                claimed_at
+            } else {
+                // It waited behind the batch's other rows: renew the claim before starting it.
+                let sent_at = Instant::now();
+                if M::CLAIMED_AT.is_some() && !heartbeat(&row, &mut w.pool.get()?)? {
+                    self.count(Done::Lost);
+                    continue;
+                }
+                sent_at
+            };
+            first = false;
+            let done = self.run_one(row, sent_at, handler);
+            if let Err(e) = done {
+                // The rest of the batch goes back before the error surfaces.
+                for row in rows {
+                    let _ = self.release(&row);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&self, row: &M) -> Result<()> {
+        if release_unstarted(row, &mut self.worker.pool.get()?, Duration::ZERO)? {
+            self.count(Done::Released);
+        } else {
+            self.count(Done::Lost);
+        }
+        Ok(())
+    }
+
+    /// Runs one claimed row under its guard (and its key's permit), then finishes it.
+    fn run_one<F, E>(&self, row: M, sent_at: Instant, handler: &F) -> Result<()>
+    where
+        F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
+        E: fmt::Display,
+    {
+        let w = self.worker;
+        let permit = match &w.key_limit {
+            None => None,
+            Some(k) => {
+                let name = format!("{}:{}={}", self.resource, k.column, (k.key)(&row));
+                match Semaphore::new(name, k.max)?.try_acquire(&w.pool)? {
+                    Some(permit) => Some(permit),
+                    None => {
+                        // Another worker's row of this key got the last permit: hand it back.
+                        let back = release_unstarted(&row, &mut w.pool.get()?, KEY_BUSY_DELAY)?;
+                        self.count(if back { Done::Released } else { Done::Lost });
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let mut guard = ClaimGuard::start(&w.pool, row, &w.options, sent_at)?;
+        let outcome = catch_unwind(AssertUnwindSafe(
+            || -> Result<std::result::Result<(), String>> {
+                let mut conn = w.pool.get()?;
+                Ok(handler(&mut conn, &guard).map_err(|e| e.to_string()))
+            },
+        ));
+        guard.stop_heartbeat();
+        let (error, panicked) = match outcome {
+            Ok(Ok(Ok(()))) => (None, false),
+            Ok(Ok(Err(error))) => (Some(error), false),
+            // No connection for the handler: it never started. The guard's drop hands it back.
+            Ok(Err(e)) => return Err(e),
+            Err(panic) => (
+                Some(format!("the handler panicked: {}", panic_message(&*panic))),
+                true,
+            ),
+        };
+        let mut conn = w.pool.get()?;
+        let done = match error {
+            None => {
+                if finish(&*guard, &mut conn, Finish::Done)? {
+                    Done::Completed
+                } else {
+                    Done::Lost
+                }
+            }
+            Some(error) => match fail_or_retry(&*guard, &mut conn, &w.policy, Some(&error))? {
+                RetryOutcome::Retried { .. } => Done::Retried { panicked },
+                RetryOutcome::Failed { .. } => Done::Failed { panicked },
+                RetryOutcome::Lost => Done::Lost,
+            },
+        };
+        // Finished by our own statement: the guard's drop must not hand the row back.
+        guard.finished_elsewhere();
+        drop(permit);
+        self.count(done);
+        Ok(())
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
