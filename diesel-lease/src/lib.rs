@@ -92,6 +92,7 @@ pub mod clock;
 mod error;
 mod heartbeat;
 pub mod lease;
+pub mod observe;
 pub mod once;
 pub mod pool;
 pub mod semaphore;

@@ -466,7 +466,10 @@ where
     M: ClaimModel<C>,
 {
     if parts.needs_reap() {
-        conn.execute_returning_count(&Exec(&ReapStmt(parts)))?;
+        let reaped = conn.execute_returning_count(&Exec(&ReapStmt(parts)))?;
+        if reaped > 0 {
+            crate::observe::rescued(crate::observe::table_name::<M::Table>(), reaped);
+        }
     }
     Ok(())
 }
