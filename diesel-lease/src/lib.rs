@@ -86,6 +86,7 @@ compile_error!(
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+pub mod admin;
 pub mod backend;
 pub mod claim;
 pub mod clock;

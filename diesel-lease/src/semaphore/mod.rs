@@ -377,7 +377,10 @@ fn manual(
     })
 }
 
-fn queue_of(conn: &mut impl BorrowConnection, resource: &str) -> Result<Vec<QueuedRequest>> {
+pub(crate) fn queue_of(
+    conn: &mut impl BorrowConnection,
+    resource: &str,
+) -> Result<Vec<QueuedRequest>> {
     let rows = protocol::queue(statements_of(conn.borrow_connection()), resource)?;
     Ok(rows
         .into_iter()
@@ -413,4 +416,25 @@ pub struct QueuedRequest {
     pub granted_at_micros: Option<i64>,
     /// When it is removed unless its owner heartbeats or polls before.
     pub expires_at_micros: i64,
+}
+
+/// Releases ticket `ticket` of `resource` whoever holds it, as its owner's release would (the
+/// operator's forced release, [`crate::admin::force_release_ticket`]). Whether the row existed.
+pub(crate) fn release_ticket<C: LeaseConnection>(
+    conn: &mut C,
+    resource: &str,
+    permits: i32,
+    owner: &str,
+    mode: Mode,
+    ticket: i64,
+) -> Result<bool> {
+    let req = Request {
+        resource: resource.to_string(),
+        permits,
+        owner: owner.to_string(),
+        mode,
+        // Unused by a release; any valid ttl.
+        ttl: Ttl::new("ttl", DEFAULT_TTL)?,
+    };
+    protocol::release(statements_of(conn), &req, ticket)
 }
