@@ -23,8 +23,10 @@ pub(crate) trait CliDialect: SqlDialect {
     /// Any column as text.
     fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()>;
     /// A timestamp column (UTC wall-clock time, or an instant) as µs since 1970.
-    fn push_micros_of<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>)
-        -> QueryResult<()>;
+    fn push_micros_of<'b>(
+        out: &mut AstPass<'_, 'b, Self>,
+        column: &'b Ident<'_>,
+    ) -> QueryResult<()>;
 }
 
 impl CliDialect for diesel::pg::Pg {

@@ -34,8 +34,7 @@ fn with<C>(cli: &Cli, url: &str) -> Outcome
 where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
-    let mut conn =
-        C::establish(url).map_err(|e| format!("cannot connect to the database: {e}"))?;
+    let mut conn = C::establish(url).map_err(|e| format!("cannot connect to the database: {e}"))?;
     diesel_lease::pool::ConnectionTuning::default()
         .apply(&mut conn)
         .map_err(|e| format!("cannot set up the connection: {e}"))?;
@@ -221,8 +220,13 @@ fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outc
                 t.row(vec![
                     r.state.clone().unwrap_or_else(|| "NULL".into()),
                     r.n.to_string(),
-                    r.oldest.map_or("-".into(), |o| format!("{} ago", duration(r.now - o))),
-                    if timed { r.stale.to_string() } else { "-".into() },
+                    r.oldest
+                        .map_or("-".into(), |o| format!("{} ago", duration(r.now - o))),
+                    if timed {
+                        r.stale.to_string()
+                    } else {
+                        "-".into()
+                    },
                 ]);
             }
             if rows.is_empty() {
@@ -381,7 +385,10 @@ fn judge(plan: &[String], indexes: &[IndexInfo], table: &str) -> Verdict {
 
 /// `name` as a reader would type it in SQL.
 fn shown(name: &str) -> String {
-    if name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_') {
+    if name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
         name.to_string()
     } else {
         format!("\"{}\"", name.replace('"', "\"\""))
@@ -523,21 +530,45 @@ mod tests {
     #[test]
     fn plans_are_judged_by_the_index_they_name() {
         let indexes = [
-            index("jobs_pkey", "primary", "CREATE UNIQUE INDEX jobs_pkey ON jobs (id)"),
-            index("jobs_ready", "", "CREATE INDEX jobs_ready ON jobs (id) WHERE status = 'ready'"),
-            index("jobs_status", "", "CREATE INDEX jobs_status ON jobs (status)"),
+            index(
+                "jobs_pkey",
+                "primary",
+                "CREATE UNIQUE INDEX jobs_pkey ON jobs (id)",
+            ),
+            index(
+                "jobs_ready",
+                "",
+                "CREATE INDEX jobs_ready ON jobs (id) WHERE status = 'ready'",
+            ),
+            index(
+                "jobs_status",
+                "",
+                "CREATE INDEX jobs_status ON jobs (status)",
+            ),
         ];
         let plan = |l: &str| vec![l.to_string()];
         assert_eq!(
-            judge(&plan("->  Index Scan using jobs_pkey on jobs"), &indexes, "jobs"),
+            judge(
+                &plan("->  Index Scan using jobs_pkey on jobs"),
+                &indexes,
+                "jobs"
+            ),
             Verdict::PrimaryKey("jobs_pkey".into())
         );
         assert_eq!(
-            judge(&plan("->  Index Scan using jobs_ready on jobs"), &indexes, "jobs"),
+            judge(
+                &plan("->  Index Scan using jobs_ready on jobs"),
+                &indexes,
+                "jobs"
+            ),
             Verdict::PartialIndex("jobs_ready".into())
         );
         assert_eq!(
-            judge(&plan("SEARCH jobs USING INDEX jobs_status (status=?)"), &indexes, "jobs"),
+            judge(
+                &plan("SEARCH jobs USING INDEX jobs_status (status=?)"),
+                &indexes,
+                "jobs"
+            ),
             Verdict::Index("jobs_status".into())
         );
         assert_eq!(
@@ -550,7 +581,10 @@ mod tests {
         );
         assert_eq!(
             judge(
-                &["SCAN jobs".to_string(), "USE TEMP B-TREE FOR ORDER BY".to_string()],
+                &[
+                    "SCAN jobs".to_string(),
+                    "USE TEMP B-TREE FOR ORDER BY".to_string()
+                ],
                 &[],
                 "jobs"
             ),

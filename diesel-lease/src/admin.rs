@@ -199,9 +199,7 @@ fn record(row: crate::lease::statements::Row) -> LeaseRecord {
 }
 
 /// Every lease of the built-in table, by name, as the database holds it now (held or not).
-pub fn leases<B>(conn: &mut B) -> Result<Vec<LeaseEntry>>
-where
-    B: BorrowConnection<Conn: AdminStatements>,
+pub fn leases(conn: &mut impl BorrowConnection) -> Result<Vec<LeaseEntry>>
 {
     Ok(conn
         .borrow_connection()
@@ -219,9 +217,7 @@ where
 /// `None` when no lease of that name was ever granted.
 ///
 /// [`Error::TokensExhausted`] when the token is at `i64::MAX` (it cannot move on).
-pub fn force_release_lease<B>(conn: &mut B, name: &str) -> Result<Option<LeaseRecord>>
-where
-    B: BorrowConnection<Conn: AdminStatements>,
+pub fn force_release_lease(conn: &mut impl BorrowConnection, name: &str) -> Result<Option<LeaseRecord>>
 {
     validate_name("lease", name, MAX_NAME_LEN)?;
     let raw = conn.borrow_connection();
@@ -237,9 +233,7 @@ where
 }
 
 /// Every semaphore and reader/writer lock, with its queue in ticket order.
-pub fn semaphores<B>(conn: &mut B) -> Result<Vec<SemaphoreEntry>>
-where
-    B: BorrowConnection<Conn: AdminStatements>,
+pub fn semaphores(conn: &mut impl BorrowConnection) -> Result<Vec<SemaphoreEntry>>
 {
     let raw = conn.borrow_connection();
     let resources = raw.admin_semaphores()?;
@@ -259,9 +253,7 @@ where
 
 /// Removes semaphore ticket `ticket` (held or waiting), whoever owns it, and admits whoever is
 /// next in line, in one locked transaction like a release. `None` when there is no such ticket.
-pub fn force_release_ticket<B>(conn: &mut B, ticket: i64) -> Result<Option<ReleasedTicket>>
-where
-    B: BorrowConnection<Conn: AdminStatements>,
+pub fn force_release_ticket(conn: &mut impl BorrowConnection, ticket: i64) -> Result<Option<ReleasedTicket>>
 {
     let conn = conn.borrow_connection();
     refuse_nested(conn)?;
@@ -279,9 +271,7 @@ where
 }
 
 /// The database clock, µs since 1970 (to show ages in the database's own time).
-pub fn db_now_micros<B>(conn: &mut B) -> Result<i64>
-where
-    B: BorrowConnection<Conn: AdminStatements>,
+pub fn db_now_micros(conn: &mut impl BorrowConnection) -> Result<i64>
 {
     Ok(conn.borrow_connection().admin_now()?)
 }

@@ -158,6 +158,7 @@ pub trait Dialect:
     + MigrationHarness<Self::Backend>
     + LeaseStatements
     + SemaphoreStatements
+    + crate::admin::AdminStatements
     + Send
     + Sized
     + 'static

@@ -1,0 +1,5 @@
+//! What operators see: the `diesel-lease` command-line tool against real servers (`cli`), and
+//! diesel-lease's tracing output (`tracing`).
+
+mod cli;
+mod tracing;
