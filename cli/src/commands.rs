@@ -238,8 +238,8 @@ fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outc
     )
 }
 
-/// Asks on the terminal unless `--yes`; refuses without a terminal.
-fn confirm(what: &str, yes: bool) -> Outcome {
+/// Asks on the terminal unless `--yes`, after showing `state`; refuses without a terminal.
+fn confirm(state: &str, what: &str, yes: bool) -> Outcome {
     if yes {
         return Ok(());
     }
@@ -248,6 +248,7 @@ fn confirm(what: &str, yes: bool) -> Outcome {
             "refusing to {what} without confirmation: stdin is not a terminal (pass --yes)"
         ));
     }
+    eprintln!("{state}");
     eprint!("{what}? [y/N] ");
     let mut answer = String::new();
     std::io::stdin()
@@ -269,16 +270,14 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
     let before = diesel_lease::lease::inspect(conn, name)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no lease named `{name}`"))?;
-    if !yes {
-        eprintln!(
-            "lease `{name}`: {} by `{}` with token {}, expires {}",
-            if before.is_held() { "held" } else { "free" },
-            before.holder,
-            before.token,
-            relative(before.expires_at_micros, before.read_at_micros)
-        );
-    }
-    confirm(&format!("force release of lease `{name}`"), yes)?;
+    let state = format!(
+        "lease `{name}`: {} by `{}` with token {}, expires {}",
+        if before.is_held() { "held" } else { "free" },
+        before.holder,
+        before.token,
+        relative(before.expires_at_micros, before.read_at_micros)
+    );
+    confirm(&state, &format!("force release of lease `{name}`"), yes)?;
     let after = admin::force_release_lease(conn, name)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no lease named `{name}`"))?;
@@ -308,13 +307,11 @@ fn release_ticket<C: CliConnection + BorrowConnection<Conn = C>>(
         .admin_ticket(ticket)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no semaphore ticket {ticket}"))?;
-    if !yes {
-        eprintln!(
-            "ticket {ticket} of `{resource}`: {} by `{owner}`",
-            if granted { "holding" } else { "waiting" }
-        );
-    }
-    confirm(&format!("force release of ticket {ticket}"), yes)?;
+    let state = format!(
+        "ticket {ticket} of `{resource}`: {} by `{owner}`",
+        if granted { "holding" } else { "waiting" }
+    );
+    confirm(&state, &format!("force release of ticket {ticket}"), yes)?;
     let released = admin::force_release_ticket(conn, ticket)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no semaphore ticket {ticket} (released meanwhile)"))?;
