@@ -129,7 +129,9 @@ fn main() -> ExitCode {
     match commands::run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("diesel-lease: {e}");
+            // Servers' messages can span lines (libpq adds hints): one line for logs and scripts.
+            let one_line: Vec<&str> = e.split_whitespace().collect();
+            eprintln!("diesel-lease: {}", one_line.join(" "));
             ExitCode::FAILURE
         }
     }
