@@ -14,9 +14,9 @@
 //! ```
 
 mod coordination;
-mod overhead;
 mod measure;
 mod model;
+mod overhead;
 mod pg;
 mod plot;
 mod report;

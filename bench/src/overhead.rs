@@ -49,7 +49,11 @@ pub(crate) fn run() -> BenchResult<()> {
     let budget = 1_000.0;
     println!(
         "budget 1000 ns without a subscriber wanting the span: {}",
-        if none.max(filtered) <= budget { "met" } else { "MISSED" }
+        if none.max(filtered) <= budget {
+            "met"
+        } else {
+            "MISSED"
+        }
     );
     Ok(())
 }

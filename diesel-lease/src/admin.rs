@@ -199,8 +199,7 @@ fn record(row: crate::lease::statements::Row) -> LeaseRecord {
 }
 
 /// Every lease of the built-in table, by name, as the database holds it now (held or not).
-pub fn leases(conn: &mut impl BorrowConnection) -> Result<Vec<LeaseEntry>>
-{
+pub fn leases(conn: &mut impl BorrowConnection) -> Result<Vec<LeaseEntry>> {
     Ok(conn
         .borrow_connection()
         .admin_leases()?
@@ -217,8 +216,10 @@ pub fn leases(conn: &mut impl BorrowConnection) -> Result<Vec<LeaseEntry>>
 /// `None` when no lease of that name was ever granted.
 ///
 /// [`Error::TokensExhausted`] when the token is at `i64::MAX` (it cannot move on).
-pub fn force_release_lease(conn: &mut impl BorrowConnection, name: &str) -> Result<Option<LeaseRecord>>
-{
+pub fn force_release_lease(
+    conn: &mut impl BorrowConnection,
+    name: &str,
+) -> Result<Option<LeaseRecord>> {
     validate_name("lease", name, MAX_NAME_LEN)?;
     let raw = conn.borrow_connection();
     refuse_nested(raw)?;
@@ -233,8 +234,7 @@ pub fn force_release_lease(conn: &mut impl BorrowConnection, name: &str) -> Resu
 }
 
 /// Every semaphore and reader/writer lock, with its queue in ticket order.
-pub fn semaphores(conn: &mut impl BorrowConnection) -> Result<Vec<SemaphoreEntry>>
-{
+pub fn semaphores(conn: &mut impl BorrowConnection) -> Result<Vec<SemaphoreEntry>> {
     let raw = conn.borrow_connection();
     let resources = raw.admin_semaphores()?;
     let read_at_micros = raw.admin_now()?;
@@ -253,8 +253,10 @@ pub fn semaphores(conn: &mut impl BorrowConnection) -> Result<Vec<SemaphoreEntry
 
 /// Removes semaphore ticket `ticket` (held or waiting), whoever owns it, and admits whoever is
 /// next in line, in one locked transaction like a release. `None` when there is no such ticket.
-pub fn force_release_ticket(conn: &mut impl BorrowConnection, ticket: i64) -> Result<Option<ReleasedTicket>>
-{
+pub fn force_release_ticket(
+    conn: &mut impl BorrowConnection,
+    ticket: i64,
+) -> Result<Option<ReleasedTicket>> {
     let conn = conn.borrow_connection();
     refuse_nested(conn)?;
     let Some((resource, owner, mode, was_granted, permits)) = conn.admin_ticket(ticket)? else {
@@ -271,7 +273,6 @@ pub fn force_release_ticket(conn: &mut impl BorrowConnection, ticket: i64) -> Re
 }
 
 /// The database clock, µs since 1970 (to show ages in the database's own time).
-pub fn db_now_micros(conn: &mut impl BorrowConnection) -> Result<i64>
-{
+pub fn db_now_micros(conn: &mut impl BorrowConnection) -> Result<i64> {
     Ok(conn.borrow_connection().admin_now()?)
 }
