@@ -6,12 +6,12 @@
 //!
 //! - [`force_release_lease`] makes the lease free at once **and moves its fencing token on by
 //!   one**, so the old holder's next `extend` or `release` fails with
-//!   [`Error::LeaseLost`](crate::Error::LeaseLost) (its writes that carry the token are refused
+//!   [`Error::LeaseLost`] (its writes that carry the token are refused
 //!   by a fenced resource, see [`lease`](crate::lease#fencing)); the next grant gets a larger
 //!   token still.
 //! - [`force_release_ticket`] deletes a semaphore ticket (held or waiting) in the same locked
 //!   transaction a release runs and admits whoever is next; the old holder's heartbeat then
-//!   finds its row gone and the permit is lost ([`Error::PermitNotHeld`](crate::Error::PermitNotHeld)).
+//!   finds its row gone and the permit is lost ([`Error::PermitNotHeld`]).
 //!   Tickets are never reused, so nothing can confuse it with a later grant.
 //!
 //! ```
@@ -81,6 +81,10 @@ pub struct ReleasedTicket {
     pub was_granted: bool,
 }
 
+/// A ticket's resource, owner, mode, whether it is granted, and its resource's permits.
+#[doc(hidden)]
+pub type TicketInfo = (String, String, String, bool, i32);
+
 /// The typed statements of this module on one backend (implemented for every connection type).
 #[doc(hidden)]
 pub trait AdminStatements {
@@ -92,10 +96,7 @@ pub trait AdminStatements {
     /// Every semaphore resource and its permit count.
     fn admin_semaphores(&mut self) -> diesel::QueryResult<Vec<(String, i32)>>;
     /// A ticket's resource, owner, mode and whether it is granted, with its resource's permits.
-    fn admin_ticket(
-        &mut self,
-        ticket: i64,
-    ) -> diesel::QueryResult<Option<(String, String, String, bool, i32)>>;
+    fn admin_ticket(&mut self, ticket: i64) -> diesel::QueryResult<Option<TicketInfo>>;
     /// The database clock, µs since 1970.
     fn admin_now(&mut self) -> diesel::QueryResult<i64>;
 }
@@ -149,10 +150,7 @@ macro_rules! admin_statements {
                     .load(self)
             }
 
-            fn admin_ticket(
-                &mut self,
-                ticket: i64,
-            ) -> diesel::QueryResult<Option<(String, String, String, bool, i32)>> {
+            fn admin_ticket(&mut self, ticket: i64) -> diesel::QueryResult<Option<TicketInfo>> {
                 use crate::semaphore::schema::diesel_lease_semaphore_tickets as t;
                 use crate::semaphore::schema::diesel_lease_semaphores as s;
                 use diesel::prelude::*;
