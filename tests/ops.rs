@@ -2,4 +2,6 @@
 //! diesel-lease's tracing output (`tracing`).
 
 mod cli;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod tracing;
