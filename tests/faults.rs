@@ -5,8 +5,11 @@
 //! [`diesel_lease::Error`] a caller can act on, with the database's error as its source.
 //! `holders`: a lease guard or permit cut off from the database knows it lost before the
 //! database gives its grant away.
+//! `waits`: a client frozen inside a semaphore's locked transaction holds up nobody past their
+//! deadline.
 
 mod errors;
 mod farm;
 mod holders;
 mod scheduler;
+mod waits;

@@ -4,9 +4,11 @@
 //! processes at once (safety history, the commit-order race, FIFO, readers/writers).
 //! `semaphore/stale.rs`: killed holders and waiters, timeouts, polling and notifications.
 //! `semaphore/small_pool.rs`: waiters and heartbeating holders sharing a pool of two; the
-//! PostgreSQL pool's shared listener.
+//! PostgreSQL pool's shared listener. `semaphore/handoff.rs`: a release reaches the next waiter
+//! long before its next poll, in another process and in the same one.
 
 mod contention;
+mod handoff;
 mod history;
 mod small_pool;
 mod stale;

@@ -29,10 +29,16 @@ pub(crate) struct Turn {
 
 /// Waits for this process's turn to write to SQLite (see the module docs).
 pub(crate) fn turn() -> Turn {
+    turn_within(MAX_QUEUE_WAIT)
+}
+
+/// [`turn`], waiting at most `max_wait` (and never more than `MAX_QUEUE_WAIT`) before going
+/// ahead without one.
+pub(crate) fn turn_within(max_wait: Duration) -> Turn {
     if HOLDING.with(Cell::get) {
         return Turn { owned: false };
     }
-    let deadline = Instant::now() + MAX_QUEUE_WAIT;
+    let deadline = Instant::now() + max_wait.min(MAX_QUEUE_WAIT);
     let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
     while *busy {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -183,6 +183,18 @@ pub trait Dialect:
         F: FnOnce(&mut Self) -> Result<T, E>,
         E: From<DieselError>;
 
+    /// [`Dialect::write_tx`] outside the caller's transaction, with every wait for a lock inside
+    /// it bounded by `max_wait` (`None`: the server's own bound): PostgreSQL `SET LOCAL
+    /// lock_timeout`, MySQL `innodb_lock_wait_timeout` for the transaction (whole seconds, at
+    /// least 1, restored after), SQLite the writer turn and the busy timeout. A wait that runs
+    /// out fails with a lock-timeout error, which classifies as [`Error::Timeout`].
+    #[doc(hidden)]
+    fn write_tx_within<T>(
+        &mut self,
+        max_wait: Option<Duration>,
+        f: impl FnOnce(&mut Self) -> crate::Result<T>,
+    ) -> crate::Result<T>;
+
     /// Runs one autocommit write statement: as it is on PostgreSQL and MySQL; on SQLite inside
     /// the writer turn and `BEGIN IMMEDIATE`, so it waits for a busy database instead of failing.
     #[doc(hidden)]
@@ -314,6 +326,13 @@ where
         return Err(DieselError::AlreadyInTransaction);
     }
     Ok(())
+}
+
+/// `max_wait` in whole milliseconds, at least 1 (a lock timeout of 0 means "none" to servers).
+pub(crate) fn lock_wait_millis(max_wait: Duration) -> i64 {
+    i64::try_from(max_wait.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1)
 }
 
 /// How many times a transaction that a deadlock or serialization failure rolled back is tried.

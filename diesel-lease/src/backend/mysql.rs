@@ -3,6 +3,8 @@
 //! COMMITTED transaction; a matched-rows count stands in for `RETURNING` wherever the predicate
 //! holds the old state (so "one row matched" means "this caller won").
 
+use std::time::Duration;
+
 use diesel::connection::SimpleConnection;
 use diesel::mysql::Mysql;
 use diesel::prelude::*;
@@ -81,6 +83,34 @@ impl Dialect for MysqlConnection {
             read_committed_next(self)?;
         }
         self.transaction(f)
+    }
+
+    fn write_tx_within<T>(
+        &mut self,
+        max_wait: Option<Duration>,
+        f: impl FnOnce(&mut Self) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        super::refuse_nested(self)?;
+        let Some(max_wait) = max_wait else {
+            return self.write_tx(f);
+        };
+        // A session variable in whole seconds: set for this transaction, then put back, so
+        // the caller's later statements on this connection keep their own bound.
+        let secs = (super::lock_wait_millis(max_wait) + 999) / 1000;
+        self.write_tx(|c| {
+            diesel::sql_query(
+                "SET @diesel_lease_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
+                 SESSION innodb_lock_wait_timeout = ?",
+            )
+            .bind::<diesel::sql_types::BigInt, _>(secs)
+            .execute(c)?;
+            let out = f(c);
+            let restored =
+                c.batch_execute("SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait");
+            let out = out?;
+            restored?;
+            Ok(out)
+        })
     }
 
     fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {

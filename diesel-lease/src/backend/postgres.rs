@@ -119,6 +119,26 @@ impl Dialect for PgConnection {
         self.build_transaction().read_committed().run(f)
     }
 
+    fn write_tx_within<T>(
+        &mut self,
+        max_wait: Option<Duration>,
+        f: impl FnOnce(&mut Self) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        super::refuse_nested(self)?;
+        self.write_tx(|c| {
+            if let Some(max_wait) = max_wait {
+                // `SET LOCAL` takes no bind parameter; `set_config(…, true)` is its bindable form.
+                diesel::sql_query("SELECT set_config('lock_timeout', $1, true)")
+                    .bind::<diesel::sql_types::Text, _>(format!(
+                        "{}ms",
+                        super::lock_wait_millis(max_wait)
+                    ))
+                    .execute(c)?;
+            }
+            f(c)
+        })
+    }
+
     fn claim_sql<M: ClaimSql<Pg>>(parts: &ClaimParts<M, Pg>, limit: i64) -> String {
         diesel::debug_query::<Pg, _>(&ClaimStmt::new(parts, limit, None)).to_string()
     }
@@ -134,6 +154,10 @@ impl SemaphoreStatements for PgConnection {
     semaphore_statements!(.for_update());
 
     insert_returning_statements!();
+
+    fn notifications(&self) -> bool {
+        true
+    }
 
     fn notify(&mut self, resource: &str) -> QueryResult<()> {
         diesel::sql_query("SELECT pg_notify($1, $2)")

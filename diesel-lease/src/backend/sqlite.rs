@@ -2,6 +2,8 @@
 //! write runs in `BEGIN IMMEDIATE` after this process's writer turn (`sqlite_writer`), so
 //! read-then-write is serialized by the database lock and writers wait instead of failing.
 
+use std::time::{Duration, Instant};
+
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::query_builder::AstPass;
@@ -93,6 +95,29 @@ impl Dialect for SqliteConnection {
         self.immediate_transaction(f)
     }
 
+    fn write_tx_within<T>(
+        &mut self,
+        max_wait: Option<Duration>,
+        f: impl FnOnce(&mut Self) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        super::refuse_nested(self)?;
+        let Some(max_wait) = max_wait else {
+            return self.write_tx(f);
+        };
+        let deadline = Instant::now() + max_wait;
+        let _turn = crate::sqlite_writer::turn_within(max_wait);
+        // What is left of the bound after the turn is the busy timeout of `BEGIN IMMEDIATE`;
+        // the connection's own timeout comes back afterwards.
+        let own = busy_timeout(self)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        set_busy_timeout(self, super::lock_wait_millis(left))?;
+        let out = self.immediate_transaction(f);
+        let restored = set_busy_timeout(self, own);
+        let out = out?;
+        restored?;
+        Ok(out)
+    }
+
     fn claim_sql<M: ClaimSql<Sqlite>>(parts: &ClaimParts<M, Sqlite>, limit: i64) -> String {
         diesel::debug_query::<Sqlite, _>(&ClaimStmt::new(parts, limit, None)).to_string()
     }
@@ -129,22 +154,30 @@ impl Dialect for SqliteConnection {
 /// another connection writes; every diesel-lease write waits instead. A timeout the application
 /// set (e.g. with [`ConnectionTuning`](crate::pool::ConnectionTuning)) is left alone.
 fn ensure_busy_timeout(c: &mut SqliteConnection) -> QueryResult<()> {
+    if busy_timeout(c)? == 0 {
+        let default = crate::pool::ConnectionTuning::default().busy_timeout;
+        set_busy_timeout(c, super::lock_wait_millis(default))?;
+    }
+    Ok(())
+}
+
+/// The connection's busy timeout in milliseconds (0: none).
+fn busy_timeout(c: &mut SqliteConnection) -> QueryResult<i64> {
     #[derive(diesel::QueryableByName)]
     struct BusyTimeout {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         timeout: i64,
     }
-    let current = diesel::sql_query("SELECT timeout FROM pragma_busy_timeout")
+    Ok(diesel::sql_query("SELECT timeout FROM pragma_busy_timeout")
         .get_result::<BusyTimeout>(c)?
-        .timeout;
-    if current == 0 {
-        let ms = crate::pool::ConnectionTuning::default()
-            .busy_timeout
-            .as_millis();
-        // An integer we own, not user text: PRAGMA takes no bind parameters.
-        c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))?;
-    }
-    Ok(())
+        .timeout)
+}
+
+/// Sets the connection's busy timeout to `ms` milliseconds (0: none).
+fn set_busy_timeout(c: &mut SqliteConnection, ms: i64) -> QueryResult<()> {
+    let ms = ms.min(i64::from(i32::MAX));
+    // An integer we own, not user text: PRAGMA takes no bind parameters.
+    c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))
 }
 
 impl LeaseStatements for SqliteConnection {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use super::listener::{Listener, Mark, Registration};
+use super::local::Subscription;
 use super::statements::SemaphoreStatements;
 use super::statements_of;
 use crate::{LeaseConnection, Result};
@@ -28,19 +29,26 @@ pub(super) trait Access {
     /// Stops listening (best effort).
     fn unlisten(&mut self);
 
-    /// Sleeps up to `max`; `true` when `resource` was notified since the last step began.
+    /// Sleeps up to `max`; `true` when `resource` was notified since the last step began
+    /// (by any process where the backend has notifications, else by this process).
     fn sleep(&mut self, resource: &str, max: Duration) -> Result<bool>;
+
+    /// Whether [`sleep`](Access::sleep) wakes when another process admits someone: then a
+    /// waiter at the head of the queue need not look at its own row between polls.
+    fn notified_across_processes(&self) -> bool;
 }
 
 /// A wait on the caller's connection: it stays checked out (and `LISTEN`s, on PostgreSQL) for
 /// the whole wait, as the caller chose by passing it.
 pub(super) struct OwnConnection<'a> {
     sql: &'a mut dyn SemaphoreStatements,
+    /// This process's wake-ups, where the backend has no notifications.
+    local: Option<Subscription>,
 }
 
 impl<'a> OwnConnection<'a> {
     pub(super) fn new(sql: &'a mut dyn SemaphoreStatements) -> Self {
-        OwnConnection { sql }
+        OwnConnection { sql, local: None }
     }
 }
 
@@ -53,17 +61,28 @@ impl Access for OwnConnection<'_> {
         step(&mut *self.sql).map(Some)
     }
 
-    fn listen(&mut self, _resource: &str) -> Result<()> {
+    fn listen(&mut self, resource: &str) -> Result<()> {
+        if !self.sql.notifications() {
+            self.local = Some(Subscription::new(resource));
+        }
         Ok(self.sql.listen(true)?)
     }
 
     fn unlisten(&mut self) {
+        self.local = None;
         // Hygiene for pooled connections only; a failure here does not change who holds what.
         let _ = self.sql.listen(false);
     }
 
     fn sleep(&mut self, resource: &str, max: Duration) -> Result<bool> {
-        Ok(self.sql.wait_for_wakeup(resource, max)?)
+        match &mut self.local {
+            Some(local) => Ok(local.sleep(max)),
+            None => Ok(self.sql.wait_for_wakeup(resource, max)?),
+        }
+    }
+
+    fn notified_across_processes(&self) -> bool {
+        self.sql.notifications()
     }
 }
 
@@ -81,6 +100,8 @@ where
     registration: Option<Registration>,
     /// What the listener had seen when the current step began.
     mark: Option<Mark>,
+    /// This process's wake-ups, where the backend has no notifications.
+    local: Option<Subscription>,
 }
 
 impl<'a, C> FromPool<'a, C>
@@ -93,6 +114,7 @@ where
             resource: None,
             registration: None,
             mark: None,
+            local: None,
         }
     }
 
@@ -128,21 +150,31 @@ where
 
     fn listen(&mut self, resource: &str) -> Result<()> {
         self.resource = Some(resource.to_owned());
+        if !C::NOTIFICATIONS {
+            self.local = Some(Subscription::new(resource));
+        }
         Ok(())
     }
 
     fn unlisten(&mut self) {
         self.registration = None;
         self.resource = None;
+        self.local = None;
     }
 
     fn sleep(&mut self, _resource: &str, max: Duration) -> Result<bool> {
-        match (&self.registration, self.mark.take()) {
-            (Some(registration), Some(mark)) => Ok(registration.sleep(mark, max)),
+        match (&self.registration, self.mark.take(), &mut self.local) {
+            (Some(registration), Some(mark), _) => Ok(registration.sleep(mark, max)),
+            (_, _, Some(local)) => Ok(local.sleep(max)),
             _ => {
+                // A PostgreSQL pool built without `build_pool`: no listener, only polls.
                 std::thread::sleep(max);
                 Ok(false)
             }
         }
+    }
+
+    fn notified_across_processes(&self) -> bool {
+        self.registration.is_some()
     }
 }

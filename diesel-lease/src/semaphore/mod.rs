@@ -76,6 +76,7 @@
 
 mod access;
 pub(crate) mod listener;
+mod local;
 mod permit;
 mod protocol;
 mod rwlock;

@@ -51,6 +51,11 @@ use crate::{Error, Result, Ttl};
 const RETRIES: u32 = 8;
 /// The first poll after queueing comes this soon; later polls back off up to the poll cap.
 const FIRST_POLL: Duration = Duration::from_millis(5);
+/// How often the waiter at the head of a queue reads its own row between polls, where releases
+/// in other processes do not wake it (SQLite, MySQL): the releaser granted it already, in its
+/// own transaction, so noticing takes a read, not the resource's lock. Only the head does this;
+/// waiters behind it keep to their poll interval.
+const HEAD_CHECK: Duration = Duration::from_millis(20);
 /// How long giving up at the deadline, or cleaning up after an error, waits for a pool
 /// connection: as long as dropping a permit does.
 const CLEANUP_WAIT: Duration = super::DROP_WAIT;
@@ -69,16 +74,22 @@ pub(super) struct Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PollState {
     Granted,
-    Waiting,
+    /// Still waiting; `head`: no request ahead of it is waiting (it is admitted next).
+    Waiting {
+        head: bool,
+    },
     /// The request is gone: it expired while its owner did not poll.
     Lost,
 }
 
 /// Runs `body` with the resource's row locked, creating the row first if needed. `body` gets
-/// the resource's stored permit count. Deadlocks and serialization failures are retried.
+/// the resource's stored permit count. Deadlocks and serialization failures are retried. The
+/// wait for the lock ends after `max_wait` (`None`: the server's bound) with [`Error::Timeout`]:
+/// a client that froze inside its locked transaction holds up nobody past their deadline.
 fn locked(
     sql: &mut dyn SemaphoreStatements,
     req: &Request,
+    max_wait: Option<Duration>,
     body: &mut dyn FnMut(&mut dyn SemaphoreStatements, i32) -> Result<()>,
 ) -> Result<()> {
     let mut attempt = 0;
@@ -86,7 +97,7 @@ fn locked(
         attempt += 1;
         let mut missing = false;
         crate::backend::retry_conflicts(|| {
-            sql.serialized(&mut |s| match s.lock_resource(&req.resource)? {
+            sql.serialized(max_wait, &mut |s| match s.lock_resource(&req.resource)? {
                 Some(permits) => {
                     missing = false;
                     body(s, permits)
@@ -122,8 +133,23 @@ fn admit_and_grant(
     s.grant(&admitted)?;
     if admitted.iter().any(|&t| Some(t) != me) {
         s.notify(&req.resource)?;
+        // Before commit: a woken waiter's first statement touches its own row, which this
+        // transaction holds until it commits, so it sees the grant.
+        super::local::wake(&req.resource);
     }
     Ok(admitted)
+}
+
+/// Whether `ticket` is at the head of the queue: among those the admission rule would let in
+/// next if every current holder left (the first waiter of a mutex; the readers at the front of
+/// a reader/writer lock's queue), once `admitted` are granted.
+fn at_head(queue: &[QueueEntry], admitted: &[i64], ticket: i64, permits: i32) -> bool {
+    let waiting: Vec<QueueEntry> = queue
+        .iter()
+        .filter(|e| !e.granted && !admitted.contains(&e.ticket))
+        .cloned()
+        .collect();
+    admission::admit(&waiting, u32::try_from(permits).unwrap_or(0)).contains(&ticket)
 }
 
 fn entries(queue: &[TicketRow]) -> Vec<QueueEntry> {
@@ -132,14 +158,15 @@ fn entries(queue: &[TicketRow]) -> Vec<QueueEntry> {
 
 /// Queues a new request and admits whoever may enter. With `keep_waiting = false` a request
 /// that cannot enter at once is deleted in the same transaction (nothing stays behind).
-/// Returns the ticket and whether it was granted.
+/// Returns the ticket and what the request's state is.
 fn enqueue(
     sql: &mut dyn SemaphoreStatements,
     req: &Request,
     keep_waiting: bool,
-) -> Result<(i64, bool)> {
-    let mut out = (0, false);
-    locked(sql, req, &mut |s, stored| {
+    max_wait: Option<Duration>,
+) -> Result<(i64, PollState)> {
+    let mut out = (0, PollState::Lost);
+    locked(sql, req, max_wait, &mut |s, stored| {
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         let permits = if stored == req.permits {
@@ -168,33 +195,50 @@ fn enqueue(
             granted: false,
         });
         entries.sort_by_key(|e| e.ticket);
-        let granted = admit_and_grant(s, req, &entries, permits, Some(ticket))?.contains(&ticket);
-        if !granted && !keep_waiting {
+        let admitted = admit_and_grant(s, req, &entries, permits, Some(ticket))?;
+        let state = if admitted.contains(&ticket) {
+            PollState::Granted
+        } else {
+            PollState::Waiting {
+                head: at_head(&entries, &admitted, ticket, permits),
+            }
+        };
+        if state != PollState::Granted && !keep_waiting {
             s.delete_ticket(ticket, &req.owner)?;
         }
-        out = (ticket, granted);
+        out = (ticket, state);
         Ok(())
     })?;
     Ok(out)
 }
 
 /// A waiter's poll: refreshes its expiry, admits whoever may enter, reports its own state.
-fn poll(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<PollState> {
+fn poll(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+    ticket: i64,
+    max_wait: Option<Duration>,
+) -> Result<PollState> {
     let mut state = PollState::Lost;
-    locked(sql, req, &mut |s, permits| {
+    locked(sql, req, max_wait, &mut |s, permits| {
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         state = match queue.iter().find(|r| r.ticket == ticket) {
             None => PollState::Lost,
             Some(row) => {
                 s.touch(ticket, &req.owner, req.ttl)?;
-                let granted = row.granted
-                    || admit_and_grant(s, req, &entries(&queue), permits, Some(ticket))?
-                        .contains(&ticket);
-                if granted {
+                if row.granted {
                     PollState::Granted
                 } else {
-                    PollState::Waiting
+                    let queue = entries(&queue);
+                    let admitted = admit_and_grant(s, req, &queue, permits, Some(ticket))?;
+                    if admitted.contains(&ticket) {
+                        PollState::Granted
+                    } else {
+                        PollState::Waiting {
+                            head: at_head(&queue, &admitted, ticket, permits),
+                        }
+                    }
                 }
             }
         };
@@ -207,7 +251,7 @@ fn poll(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result
 /// its row is deleted and whoever it held up is admitted.
 fn give_up(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<bool> {
     let mut granted = false;
-    locked(sql, req, &mut |s, permits| {
+    locked(sql, req, Some(CLEANUP_WAIT), &mut |s, permits| {
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         granted = queue.iter().any(|r| r.ticket == ticket && r.granted);
@@ -234,7 +278,7 @@ pub(super) fn release(
     ticket: i64,
 ) -> Result<bool> {
     let mut existed = false;
-    locked(sql, req, &mut |s, permits| {
+    locked(sql, req, Some(CLEANUP_WAIT), &mut |s, permits| {
         existed = s.delete_ticket(ticket, &req.owner)? > 0;
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
@@ -273,8 +317,8 @@ pub(super) fn try_once(
     req: &Request,
 ) -> Result<Option<Granted>> {
     let sent_at = Instant::now();
-    let (ticket, granted) = enqueue(sql, req, false)?;
-    Ok(granted.then_some(Granted { ticket, sent_at }))
+    let (ticket, state) = enqueue(sql, req, false, Some(CLEANUP_WAIT))?;
+    Ok((state == PollState::Granted).then_some(Granted { ticket, sent_at }))
 }
 
 /// Queues and waits until granted or `timeout` passes, reaching the database through `access`
@@ -304,7 +348,15 @@ pub(super) fn acquire<A: Access>(
         }
     }
     access.unlisten();
-    outcome
+    outcome.map_err(|e| match e {
+        // The resource's lock was not ours by the deadline: the caller's own wait ran out.
+        Error::Timeout { source, .. } => Error::Timeout {
+            name: req.resource.clone(),
+            waited: Some(started.elapsed()),
+            source,
+        },
+        e => e,
+    })
 }
 
 fn wait<A: Access>(
@@ -328,8 +380,13 @@ fn wait<A: Access>(
             deadline.saturating_duration_since(now).min(cap)
         })
     };
+    // Waits for the resource's lock end at the deadline too.
+    let lock_wait = || deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+    let mut head = false;
     if let Some(granted) = access
-        .step(checkout(started), |sql| look(sql, req, pending, false))?
+        .step(checkout(started), |sql| {
+            look(sql, req, pending, false, lock_wait(), &mut head)
+        })?
         .flatten()
     {
         return Ok(granted);
@@ -346,10 +403,14 @@ fn wait<A: Access>(
             }
             delay = delay.min(deadline - now);
         }
-        let woken = access.sleep(&req.resource, delay)?;
+        let watch = pending.filter(|_| head && !access.notified_across_processes());
+        let woken = match pause(access, req, watch, delay, &checkout)? {
+            Pause::Granted(granted) => return Ok(granted),
+            Pause::Slept { woken } => woken,
+        };
         if let Some(granted) = access
             .step(checkout(Instant::now()), |sql| {
-                look(sql, req, pending, woken)
+                look(sql, req, pending, woken, lock_wait(), &mut head)
             })?
             .flatten()
         {
@@ -358,19 +419,65 @@ fn wait<A: Access>(
     }
 }
 
+/// How a pause between polls ended.
+enum Pause {
+    /// Granted, seen on the waiter's own row.
+    Granted(Granted),
+    /// The pause is over; `woken` when a wake-up cut it short.
+    Slept { woken: bool },
+}
+
+/// Sleeps up to `delay`. With `watch` (the waiter's ticket, when it is at the head of the queue
+/// and releases elsewhere do not wake it) it also reads its own row every [`HEAD_CHECK`].
+fn pause<A: Access>(
+    access: &mut A,
+    req: &Request,
+    watch: Option<i64>,
+    delay: Duration,
+    checkout: &dyn Fn(Instant) -> Duration,
+) -> Result<Pause> {
+    let Some(ticket) = watch else {
+        let woken = access.sleep(&req.resource, delay)?;
+        return Ok(Pause::Slept { woken });
+    };
+    let until = Instant::now() + delay;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Pause::Slept { woken: false });
+        }
+        if access.sleep(&req.resource, left.min(HEAD_CHECK))? {
+            return Ok(Pause::Slept { woken: true });
+        }
+        let sent_at = Instant::now();
+        // A grant found by the read is confirmed (and the expiry pushed) as a notified waiter
+        // confirms it: by an update of its own row that only succeeds while it is granted.
+        let granted = access.step(checkout(sent_at), |sql| {
+            Ok(sql.is_granted(ticket, &req.owner)?
+                && sql.touch_granted(ticket, &req.owner, req.ttl)? > 0)
+        })?;
+        if granted == Some(true) {
+            return Ok(Pause::Granted(Granted { ticket, sent_at }));
+        }
+    }
+}
+
 /// One look at the queue on a lent connection: queues the request if it is not queued yet (or
-/// any more), else polls. `Some` when granted.
+/// any more), else polls. `Some` when granted; else `head` says whether the request is next in
+/// line (left as it was when this look could not tell).
 fn look(
     sql: &mut dyn SemaphoreStatements,
     req: &Request,
     pending: &mut Option<i64>,
     woken: bool,
+    lock_wait: Option<Duration>,
+    head: &mut bool,
 ) -> Result<Option<Granted>> {
     let mut sent_at = Instant::now();
     let Some(ticket) = *pending else {
-        let (ticket, granted) = enqueue(sql, req, true)?;
+        let (ticket, state) = enqueue(sql, req, true, lock_wait)?;
         *pending = Some(ticket);
-        return Ok(granted.then_some(Granted { ticket, sent_at }));
+        return Ok(granted_or_waiting(state, Granted { ticket, sent_at }, head));
     };
     if woken {
         // Woken by a notification: whoever changed the queue already admitted whoever may
@@ -389,14 +496,25 @@ fn look(
             return Ok(None);
         }
     }
-    match poll(sql, req, ticket)? {
-        PollState::Granted => Ok(Some(Granted { ticket, sent_at })),
-        PollState::Waiting => Ok(None),
+    match poll(sql, req, ticket, lock_wait)? {
         PollState::Lost => {
             // We stalled past the ttl and our request was removed: queue again at the back.
             *pending = None;
-            look(sql, req, pending, false)
+            look(sql, req, pending, false, lock_wait, head)
         }
+        state => Ok(granted_or_waiting(state, Granted { ticket, sent_at }, head)),
+    }
+}
+
+/// `Some(granted)` when `state` is granted; else records whether the waiter is at the head.
+fn granted_or_waiting(state: PollState, granted: Granted, head: &mut bool) -> Option<Granted> {
+    match state {
+        PollState::Granted => Some(granted),
+        PollState::Waiting { head: at_head } => {
+            *head = at_head;
+            None
+        }
+        PollState::Lost => None,
     }
 }
 

@@ -54,9 +54,11 @@ pub struct NewTicket<'a> {
 /// The statements of the protocol on one connection.
 pub trait SemaphoreStatements {
     /// Runs `body` in the backend's write transaction (READ COMMITTED on PostgreSQL and MySQL,
-    /// `BEGIN IMMEDIATE` on SQLite), refusing to run inside the caller's transaction.
+    /// `BEGIN IMMEDIATE` on SQLite), refusing to run inside the caller's transaction. Waits for
+    /// locks inside it (the resource's row, the SQLite write lock) end after `max_wait` with a
+    /// lock timeout ([`Error::Timeout`](crate::Error::Timeout)); `None`: the server's own bound.
     #[doc(hidden)]
-    fn serialized(&mut self, body: &mut Body<'_>) -> crate::Result<()>;
+    fn serialized(&mut self, max_wait: Option<Duration>, body: &mut Body<'_>) -> crate::Result<()>;
     /// Locks the resource's row until the end of the transaction and returns its permit count;
     /// `None` when the row does not exist yet.
     #[doc(hidden)]
@@ -89,6 +91,15 @@ pub trait SemaphoreStatements {
     /// Deletes a request; returns the number of rows deleted.
     #[doc(hidden)]
     fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize>;
+    /// Whether the backend delivers [`notify`](Self::notify) to other connections.
+    #[doc(hidden)]
+    fn notifications(&self) -> bool {
+        false
+    }
+    /// Whether request `ticket` of `owner` is granted (`false` when it is gone), read without
+    /// the resource's lock.
+    #[doc(hidden)]
+    fn is_granted(&mut self, ticket: i64, owner: &str) -> QueryResult<bool>;
     /// Tells waiters of `resource` that its queue changed (delivered at commit). Nothing where
     /// the backend has no notifications.
     #[doc(hidden)]
@@ -153,10 +164,10 @@ macro_rules! semaphore_statements {
     ($($lock:tt)*) => {
         fn serialized(
             &mut self,
+            max_wait: Option<std::time::Duration>,
             body: &mut crate::semaphore::statements::Body<'_>,
         ) -> crate::Result<()> {
-            crate::backend::refuse_nested(self)?;
-            crate::LeaseConnection::write_transaction(self, |c| body(c))
+            crate::backend::Dialect::write_tx_within(self, max_wait, |c| body(c))
         }
 
         fn lock_resource(&mut self, resource: &str) -> diesel::QueryResult<Option<i32>> {
@@ -242,6 +253,17 @@ macro_rules! semaphore_statements {
             )
             .set(tickets::expires_at.eq(crate::clock::NowPlus(ttl.as_micros())))
             .execute(self)
+        }
+
+        fn is_granted(&mut self, ticket: i64, owner: &str) -> diesel::QueryResult<bool> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            Ok(tickets::table
+                .filter(tickets::ticket.eq(ticket))
+                .filter(tickets::owner.eq(owner))
+                .select(tickets::granted)
+                .first::<bool>(self)
+                .optional()?
+                .unwrap_or(false))
         }
 
         fn delete_ticket(&mut self, ticket: i64, owner: &str) -> diesel::QueryResult<usize> {

@@ -1,0 +1,92 @@
+//! A client that froze inside its transaction on a semaphore's resource row (on SQLite: inside
+//! a write transaction) holds up nobody past their own deadline: acquiring, trying and
+//! releasing end with `Error::Timeout` within a bounded time, and once the frozen client is gone
+//! the semaphore works as before.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel_lease::semaphore::{Semaphore, DROP_WAIT};
+use diesel_lease::Error;
+
+use crate::common::{pick, TestBackend, TestDb};
+
+const RESOURCE: &str = "frozen";
+/// How long the caller is willing to wait for a permit.
+const TIMEOUT: Duration = Duration::from_secs(1);
+/// Scheduling and round trips on a loaded 2-core machine, on top of a bound.
+const SLACK: Duration = Duration::from_secs(3);
+
+/// Runs `probe` in a thread and returns what it returned with how long it took; a probe that
+/// does not return within 30 s fails the test (it would have waited forever).
+fn bounded<T: Send + 'static>(probe: impl FnOnce() -> T + Send + 'static) -> (T, Duration) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let out = probe();
+        let _ = tx.send((out, started.elapsed()));
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the call waited on the frozen client with no bound")
+}
+
+fn expect_timeout<T: std::fmt::Debug>(what: &str, r: diesel_lease::Result<T>) -> Error {
+    match r {
+        Err(e @ Error::Timeout { .. }) => {
+            assert!(e.is_retryable(), "{what}: {e}");
+            e
+        }
+        other => panic!("{what}: expected Error::Timeout, got {other:?}"),
+    }
+}
+
+fn a_frozen_client_holds_up_nobody_past_their_deadline<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(4);
+    let sem = Semaphore::new(RESOURCE, 3).unwrap();
+    let held = sem.acquire(&pool, TIMEOUT).unwrap();
+
+    let mut frozen = db.conn();
+    let lock_row = "BEGIN; SELECT permits FROM diesel_lease_semaphores \
+                    WHERE resource = 'frozen' FOR UPDATE";
+    frozen
+        .batch_execute(pick::<B>(lock_row, "BEGIN IMMEDIATE", lock_row))
+        .unwrap();
+
+    // A permit is free, but deciding so needs the resource's lock: the caller's deadline ends it.
+    let (p, s) = (pool.clone(), sem.clone());
+    let (r, took) = bounded(move || s.acquire(&p, TIMEOUT).map(drop));
+    match expect_timeout("acquire", r) {
+        Error::Timeout { name, waited, .. } => {
+            assert_eq!(name, RESOURCE);
+            assert!(waited.is_some_and(|w| w >= TIMEOUT), "{waited:?}");
+        }
+        _ => unreachable!(),
+    }
+    // The deadline, plus at most one bounded clean-up of the queued request.
+    assert!(took < TIMEOUT + DROP_WAIT + SLACK, "acquire took {took:?}");
+
+    let (p, s) = (pool.clone(), sem.clone());
+    let (r, took) = bounded(move || s.try_acquire(&p).map(|p| p.is_some()));
+    expect_timeout("try_acquire", r);
+    assert!(took < DROP_WAIT + SLACK, "try_acquire took {took:?}");
+
+    // The holder's release cannot take effect either; it says so within the drop bound, and
+    // its row stays until its ttl (nobody else was admitted in its place meanwhile).
+    let (r, took) = bounded(move || held.release());
+    expect_timeout("release", r);
+    assert!(took < DROP_WAIT + SLACK, "release took {took:?}");
+
+    frozen.batch_execute("ROLLBACK").unwrap();
+    let queue = sem.queue(&mut db.conn()).unwrap();
+    assert!(
+        queue.len() == 1 && queue[0].granted,
+        "only the holder whose release timed out is queued: {queue:?}"
+    );
+    let again = sem.acquire(&pool, TIMEOUT).unwrap();
+    assert!(again.is_held());
+    again.release().unwrap();
+}
+
+backend_tests!(a_frozen_client_holds_up_nobody_past_their_deadline);
