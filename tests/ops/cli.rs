@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{ChildStdout, Command, Output, Stdio};
 use std::time::Duration;
 
 use diesel_lease::semaphore::Semaphore;
@@ -61,11 +61,10 @@ fn fails<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
     err
 }
 
-fn read_line(child: &mut Child) -> String {
+/// The next line of a worker's output (one reader for all of them: it buffers ahead).
+fn read_line(out: &mut BufReader<ChildStdout>) -> String {
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().expect("piped stdout"))
-        .read_line(&mut line)
-        .expect("read worker output");
+    out.read_line(&mut line).expect("read worker output");
     line.trim().to_string()
 }
 
@@ -83,7 +82,8 @@ fn a_workers_lease_is_listed_and_a_forced_release_fences_it<B: TestBackend>(db: 
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn lease-worker");
-    let line = read_line(&mut worker);
+    let mut out = BufReader::new(worker.stdout.take().expect("piped stdout"));
+    let line = read_line(&mut out);
     let token: i64 = line
         .strip_prefix("ACQUIRED ")
         .expect(&line)
@@ -125,8 +125,8 @@ fn a_workers_lease_is_listed_and_a_forced_release_fences_it<B: TestBackend>(db: 
 
     // The old holder is fenced: its next extend and release see LeaseLost.
     writeln!(worker.stdin.as_mut().unwrap(), "go").unwrap();
-    assert_eq!(read_line(&mut worker), "EXTEND LeaseLost");
-    assert_eq!(read_line(&mut worker), "RELEASE LeaseLost");
+    assert_eq!(read_line(&mut out), "EXTEND LeaseLost");
+    assert_eq!(read_line(&mut out), "RELEASE LeaseLost");
     assert!(worker.wait().unwrap().success());
 
     // And the next grant's token is larger than the fence's.
