@@ -2,12 +2,13 @@
 //! failed state, the recommended `(statuscode, id)` index): no error reaches a worker and every
 //! row is done exactly once.
 //!
-//! Registered on PostgreSQL and SQLite only. On MariaDB the same test ran clean in some runs
-//! (2,000 rows in about 4 s at both isolation levels, no error reaching a worker) but in others
-//! one worker hung for good inside `mysql_stmt_execute` (client in `poll(-1)` before sending,
-//! the server showing the session asleep): a known, not yet understood hang, recorded for the
-//! next person; a test that can hang forever would stall the whole suite. Run it by hand with
-//! `DIESEL_LEASE_FARM_MYSQL=1 bash scripts/test.sh -- faults::farm --nocapture`.
+//! On MariaDB one worker used to hang for good inside `mysql_stmt_execute` (client in `poll(-1)`,
+//! the server showing the session asleep with its transaction open, every other worker waiting
+//! on that transaction's row locks). The cause: Diesel caches prepared statements, and a cached
+//! scanning `SELECT … FOR UPDATE SKIP LOCKED` whose execution had failed after the server sent
+//! its column definitions leaves libmariadb waiting, on the statement's next execution, for the
+//! rest of the failed result. Claim picks on MySQL now run outside the statement cache
+//! (`backend/mysql.rs`, `Uncached`; `mysql_claim_picks_are_not_cached` below).
 //!
 //! `DIESEL_LEASE_FARM_ROWS` (default 2,000) scales it.
 
@@ -104,4 +105,50 @@ fn six_workers_drain_the_headline_model_on_mysql_when_asked() {
         "six_workers_drain_the_headline_model",
         mysql::cases::six_workers_drain_the_headline_model_without_errors,
     )
+}
+
+/// MySQL: every claim prepares its pick afresh, so a pick that failed after the server had sent
+/// its column definitions (the farm's hang: libmariadb then waits forever, on the cached
+/// statement's next execution, for the rest of the failed result) is never executed again.
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_claim_picks_are_not_cached() {
+    fn body(db: &TestDb<crate::common::Mysql>) {
+        #[derive(QueryableByName)]
+        struct Status {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            #[diesel(column_name = Value)]
+            value: String,
+        }
+        let prepares = |conn: &mut diesel::MysqlConnection| -> u64 {
+            diesel::sql_query("SHOW SESSION STATUS LIKE 'Com_stmt_prepare'")
+                .get_result::<Status>(conn)
+                .unwrap()
+                .value
+                .parse()
+                .unwrap()
+        };
+        crate::claim::basics::mysql::cases::seed_jobs(db, 20);
+        let mut conn = db.conn();
+        // Warm Diesel's cache with every cacheable statement of a claim and a completion.
+        ImportJob::claim_next(&mut conn)
+            .unwrap()
+            .unwrap()
+            .complete(&mut conn)
+            .unwrap();
+        let before = prepares(&mut conn);
+        for _ in 0..10 {
+            ImportJob::claim_next(&mut conn)
+                .unwrap()
+                .unwrap()
+                .complete(&mut conn)
+                .unwrap();
+        }
+        let fresh = prepares(&mut conn) - before;
+        assert!(
+            fresh >= 10,
+            "{fresh} prepares for 10 claims: the pick came from the cache"
+        );
+    }
+    crate::common::run::<crate::common::Mysql>("mysql_claim_picks_are_not_cached", body)
 }

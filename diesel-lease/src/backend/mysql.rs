@@ -34,6 +34,38 @@ fn read_committed_next(c: &mut MysqlConnection) -> QueryResult<()> {
 
 impl super::sealed::Sealed for Mysql {}
 
+/// A row-returning statement that runs as a fresh prepared statement every time, outside
+/// Diesel's statement cache.
+///
+/// With libmariadb, a cached `SELECT` whose execution failed after the server had sent the
+/// result's column definitions (a scan that then hit a lock wait timeout or was picked as a
+/// deadlock victim) is left expecting the rest of that result: the next execution of the cached
+/// statement first waits for it, and nothing ever comes. The client sits in `poll(-1)`, the
+/// server shows the session asleep with its transaction open, and every worker behind that
+/// transaction's locks stalls. (A lookup by primary key fails before any column definition is
+/// sent and is not affected.) Claim picks, which scan, therefore never come from the cache; the
+/// cost is one prepare and one close per pick.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Uncached<Q>(pub(crate) Q);
+
+impl<Q> QueryId for Uncached<Q> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Uncached<Q> {
+    type SqlType = Q::SqlType;
+}
+
+impl<Q: QueryFragment<Mysql>> QueryFragment<Mysql> for Uncached<Q> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
+        self.0.walk_ast(out)
+    }
+}
+
+impl<Q, Conn> RunQueryDsl<Conn> for Uncached<Q> {}
+
 impl SqlDialect for Mysql {
     const KIND: BackendKind = BackendKind::Mysql;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
@@ -134,7 +166,7 @@ impl Dialect for MysqlConnection {
         // No UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
         self.write_transaction(|c| {
             reap(c, parts)?;
-            let picked = M::load(c, &PickStmt::locking(parts, limit, filter))?;
+            let picked = M::load(c, &Uncached(PickStmt::locking(parts, limit, filter)))?;
             if picked.is_empty() {
                 return Ok(picked);
             }
@@ -147,6 +179,15 @@ impl Dialect for MysqlConnection {
             c.execute_returning_count(&Exec(&by_key(ByKey::MarkClaimed)))?;
             M::load(c, &by_key(ByKey::ReadBack))
         })
+    }
+
+    fn lock_rows<M: ClaimModel<Self>>(
+        &mut self,
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+        filter: Filter<'_, Mysql>,
+    ) -> QueryResult<Vec<M>> {
+        M::load(self, &Uncached(PickStmt::locking(parts, limit, filter)))
     }
 
     fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
