@@ -1,9 +1,13 @@
 //! Claims, locked finders, guards and insert-once on the seeds' own tables (seeds 002, 003, 004).
 
 pub(crate) mod basics;
+mod batch;
 mod contention;
 mod guards;
 mod heartbeat;
 mod jobs;
+mod literals;
 mod locking;
+mod precision;
+mod waiting;
 mod zones;

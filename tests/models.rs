@@ -39,6 +39,14 @@ pub mod schema {
         }
     }
 
+    // Seed 002's waiting lock: `SELECT * FROM table1 WHERE id = $id AND col1 IS NULL FOR UPDATE`.
+    diesel::table! {
+        table1 (id) {
+            id -> BigInt,
+            col1 -> Nullable<Text>,
+        }
+    }
+
     // Seed 002: `action.notified`, set at most once.
     diesel::table! {
         action (id) {
@@ -121,6 +129,16 @@ pub struct Test {
 pub struct Action {
     pub id: i64,
     pub notified: Option<NaiveDateTime>,
+}
+
+/// Seed 002's `table1`: a row qualifies while `col1 IS NULL`; the transaction that locked it sets
+/// `col1` from the external service's answer.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = table1)]
+#[claimable(guard = col1)]
+pub struct Table1 {
+    pub id: i64,
+    pub col1: Option<String>,
 }
 
 /// A guard on a composite primary key, set to a value rather than a time.
@@ -224,4 +242,11 @@ pub const JOB_STATUS_DDL: (&str, &str, &str) = (
        last_run_started DATETIME NULL, next_run DATETIME NULL, PRIMARY KEY (job_id));",
     "CREATE TABLE job_status (job_id VARCHAR(254) NOT NULL, running_at VARCHAR(254) NULL, \
        last_run_started DATETIME(6) NULL, next_run DATETIME(6) NULL, PRIMARY KEY (job_id));",
+);
+
+/// Seed 002's `table1 (id, col1)`: `col1` is NULL until the row is processed.
+pub const TABLE1_DDL: (&str, &str, &str) = (
+    "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT NULL);",
+    "CREATE TABLE table1 (id INTEGER PRIMARY KEY, col1 TEXT NULL);",
+    "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 VARCHAR(255) NULL);",
 );

@@ -14,6 +14,7 @@
 //! ```
 
 mod coordination;
+mod e2e;
 mod measure;
 mod model;
 mod overhead;
@@ -85,6 +86,10 @@ struct Args {
     /// Output directory (default: target/bench in the workspace).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Internal: runs fang's WorkerPool with this many workers on DATABASE_URL until killed
+    /// (the e2e section's child process).
+    #[arg(long, hide = true)]
+    fang_worker_pool: Option<u32>,
 }
 
 /// Table sizes and counts for one mode of the program.
@@ -107,6 +112,11 @@ struct Plan {
     consecutive_no_index: u64,
     consecutive_workers: usize,
     sqlite_workers: Vec<usize>,
+    /// Ready rows per single-job end-to-end measurement, and per batch one.
+    e2e_rows: u64,
+    e2e_batch_rows: u64,
+    /// Consecutive jobs (claim + complete) of the end-to-end run.
+    e2e_consecutive: u64,
 }
 
 impl Plan {
@@ -154,6 +164,9 @@ impl Plan {
             consecutive_no_index,
             consecutive_workers: 4,
             sqlite_workers: vec![1, 2, 4],
+            e2e_rows: if args.smoke { 20_000 } else { rows },
+            e2e_batch_rows: if args.smoke { 40_000 } else { 2 * rows },
+            e2e_consecutive: if args.smoke { 5_000 } else { 500_000 },
         }
     }
 }
@@ -176,6 +189,9 @@ fn run() -> BenchResult<()> {
     let args = Args::parse();
     if args.overhead {
         return overhead::run();
+    }
+    if let Some(workers) = args.fang_worker_pool {
+        return e2e::run_fang_worker_pool(workers);
     }
     let plan = Plan::new(&args);
     server::stop_on_ctrl_c()?;
@@ -237,6 +253,9 @@ fn run() -> BenchResult<()> {
     }
     if wants("batch") {
         batch_section(&pg, &plan, &mut report)?;
+    }
+    if wants("e2e") {
+        e2e_section(&pg, &plan, &args, &mut report)?;
     }
     if wants("guard") {
         guard_section(&pg, &plan, &mut report)?;
@@ -418,6 +437,69 @@ fn batch_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
     Ok(())
 }
 
+/// Issue 12: jobs/s end to end (claim + complete) at 1, 2, 4, 8 workers against the pgbench
+/// floor and fang, interleaved; then consecutive jobs, first against last tenth.
+fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> BenchResult<()> {
+    let workers: Vec<usize> = args.workers.iter().copied().filter(|w| *w <= 8).collect();
+    eprintln!(
+        "end to end: {} ready rows ({} for batches) per measurement",
+        plan.e2e_rows, plan.e2e_batch_rows
+    );
+    let mut rounds = Rounds::default();
+    let unit = "jobs/s";
+    for _ in 0..plan.rounds {
+        for &w in &workers {
+            pg.fresh_jobs(plan.e2e_rows, Index::PartialReady)?;
+            rounds.add("e2e", e2e::CLAIM_NEXT, w, unit, pg.claim_next_complete(w)?);
+            pg.fresh_jobs(plan.e2e_rows, Index::PartialReady)?;
+            rounds.add(
+                "e2e",
+                e2e::PGBENCH,
+                w,
+                unit,
+                pg.pgbench_floor(&args.pg_bin, w)?,
+            );
+            pg.fresh_fang_tasks(plan.e2e_rows)?;
+            rounds.add("e2e", e2e::FANG, w, unit, pg.fang_fetch_remove(w)?);
+            pg.fresh_fang_tasks(plan.e2e_rows)?;
+            rounds.add("e2e", e2e::FANG_POOL, w, unit, pg.fang_worker_pool(w)?);
+            pg.fresh_jobs(plan.e2e_batch_rows, Index::PartialReady)?;
+            rounds.add("e2e", e2e::BATCH, w, unit, pg.batch_complete(w, 50, false)?);
+            pg.fresh_jobs(plan.e2e_batch_rows, Index::PartialReady)?;
+            rounds.add(
+                "e2e",
+                e2e::BATCH_EACH,
+                w,
+                unit,
+                pg.batch_complete(w, 50, true)?,
+            );
+        }
+    }
+    rounds.record_medians(report);
+    let (total, w) = (plan.e2e_consecutive, 4);
+    eprintln!("end to end: {total} consecutive jobs, {w} workers");
+    let t = std::time::Instant::now();
+    let tenths = pg.consecutive_jobs(w, total)?;
+    let secs = t.elapsed().as_secs_f64();
+    let first = tenths.first().copied().unwrap_or(f64::NAN);
+    let last = tenths.last().copied().unwrap_or(f64::NAN);
+    eprintln!("  {secs:.1} s, first tenth {first:.0}/s, last tenth {last:.0}/s");
+    report.consecutive.push(Consecutive {
+        shape: e2e::CLAIM_NEXT,
+        claims: total,
+        workers: w,
+        index: Index::PartialReady,
+        autovacuum: pg.autovacuum,
+        tenths_per_sec: tenths,
+        first_tenth: first,
+        last_tenth: last,
+        ratio: last / first,
+        secs,
+        vacuum_after: pg.vacuum_stats().ok(),
+    });
+    Ok(())
+}
+
 /// 5: claim_if_null on distinct rows, one and eight workers.
 fn guard_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
     for w in [1_usize, 8] {
@@ -545,6 +627,7 @@ fn scale_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
         let last = tenths.last().copied().unwrap_or(f64::NAN);
         eprintln!("  {secs:.1} s, first tenth {first:.0}/s, last tenth {last:.0}/s");
         report.consecutive.push(Consecutive {
+            shape: "claim_next",
             claims,
             workers: w,
             index,
@@ -650,7 +733,10 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
             "claimed in seq order, partial index on (seq)",
         ),
     ] {
-        let run = r.consecutive.iter().find(|c| c.index == index);
+        let run = r
+            .consecutive
+            .iter()
+            .find(|c| c.index == index && c.shape == "claim_next");
         let mut detail = how.to_owned();
         if run.is_some_and(|c| c.claims < 1_000_000) {
             detail.push_str("; fewer than 1M: run with --scale for the target's count");
@@ -667,6 +753,7 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
             detail,
         ));
     }
+    out.extend(e2e_targets(r));
     let pg_sem = r
         .semaphores
         .iter()
@@ -682,6 +769,78 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
                     s.contenders
                 )
             })
+            .unwrap_or_default(),
+    ));
+    out
+}
+
+/// Issue 12's targets, as ratios of jobs/s in one run.
+fn e2e_targets(r: &Report) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    let e2e = |name: &str, w: usize| r.rate("e2e", name, w);
+    let measured: Vec<usize> = {
+        let mut w: Vec<usize> = r
+            .measurements
+            .iter()
+            .filter(|m| m.group == "e2e")
+            .map(|m| m.workers)
+            .collect();
+        w.sort_unstable();
+        w.dedup();
+        w
+    };
+    for w in measured {
+        let next = e2e(e2e::CLAIM_NEXT, w);
+        let floor = e2e(e2e::PGBENCH, w);
+        let batch = e2e(e2e::BATCH, w);
+        let detail = format!("{w} workers");
+        out.push(TargetCheck::at_least(
+            &format!("e2e: claim_next + complete / pgbench literal floor, {w} workers"),
+            ratio(next, floor),
+            0.9,
+            String::new(),
+        ));
+        out.push(TargetCheck::at_least(
+            &format!("e2e: claim_batch(50) + complete_batch / + 50 x complete, {w} workers"),
+            ratio(batch, e2e(e2e::BATCH_EACH, w)),
+            1.5,
+            String::new(),
+        ));
+        out.push(TargetCheck::at_least(
+            &format!(
+                "e2e: claim_batch(50) + complete_batch / pgbench single-job floor, {w} workers"
+            ),
+            ratio(batch, floor),
+            3.0,
+            String::new(),
+        ));
+        out.push(TargetCheck::at_least(
+            &format!("e2e: claim_next + complete / fang fetch+remove, {w} workers"),
+            ratio(next, e2e(e2e::FANG, w)),
+            2.0,
+            detail.clone(),
+        ));
+        out.push(TargetCheck::at_least(
+            &format!("e2e: claim_next + complete / fang WorkerPool, {w} workers"),
+            ratio(next, e2e(e2e::FANG_POOL, w)),
+            2.0,
+            detail,
+        ));
+    }
+    let run = r.consecutive.iter().find(|c| c.shape == e2e::CLAIM_NEXT);
+    out.push(TargetCheck::at_least(
+        &run.map_or(
+            "e2e: last / first tenth of consecutive jobs".to_owned(),
+            |c| {
+                format!(
+                    "e2e: last / first tenth of {} consecutive jobs",
+                    human(c.claims)
+                )
+            },
+        ),
+        run.map(|c| c.ratio),
+        0.9,
+        run.map(|c| format!("{} workers, claim_next + complete", c.workers))
             .unwrap_or_default(),
     ));
     out
@@ -711,11 +870,22 @@ fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
     std::fs::create_dir_all(&out)?;
     let json = serde_json::to_string_pretty(report)?;
     std::fs::write(out.join("results.json"), &json)?;
-    std::fs::write(out.join(format!("results-{}.json", report.mode)), &json)?;
+    // `--only` runs are named after their sections, so they never replace a full run's file.
+    let name = if args.only.is_empty() {
+        report.mode.to_owned()
+    } else {
+        args.only.join("-")
+    };
+    std::fs::write(out.join(format!("results-{name}.json")), &json)?;
     let svg = out.join("claims_vs_workers.svg");
     let plotted = report.measurements.iter().any(|m| m.unit == "claims/s");
     if plotted {
         plot::claims_vs_workers(report, &svg)?;
+    }
+    let e2e_svg = out.join("jobs_vs_workers.svg");
+    let e2e_plotted = report.measurements.iter().any(|m| m.group == "e2e");
+    if e2e_plotted {
+        plot::jobs_vs_workers(report, &e2e_svg)?;
     }
     eprintln!("wrote {}", out.join("results.json").display());
     if args.write_docs {
@@ -724,7 +894,10 @@ fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
         if plotted {
             std::fs::copy(&svg, docs.join("claims_vs_workers.svg"))?;
         }
-        std::fs::write(docs.join(format!("results-{}.json", report.mode)), &json)?;
+        if e2e_plotted {
+            std::fs::copy(&e2e_svg, docs.join("jobs_vs_workers.svg"))?;
+        }
+        std::fs::write(docs.join(format!("results-{name}.json")), &json)?;
         eprintln!("copied the plot and results to {}", docs.display());
     }
     Ok(())

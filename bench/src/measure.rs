@@ -118,13 +118,25 @@ const CLOCK_TICKS_PER_SEC: f64 = 100.0;
 
 /// User plus system CPU of this process so far, in clock ticks (/proc/self/stat fields 14, 15).
 fn process_cpu_ticks() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    stat_cpu_ticks("/proc/self/stat", false)
+}
+
+/// Clock ticks to µs.
+pub(crate) fn ticks_to_us(ticks: u64) -> f64 {
+    ticks as f64 * 1e6 / CLOCK_TICKS_PER_SEC
+}
+
+/// User plus system CPU in clock ticks from a `/proc/<pid>/stat` file; with `children`, the CPU
+/// of waited-for children instead (fields 16, 17): what a child program such as pgbench used.
+pub(crate) fn stat_cpu_ticks(path: &str, children: bool) -> Option<u64> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // The command name (field 2) may contain spaces; the fields after it start past the last ')'.
     let after = &stat[stat.rfind(')')? + 1..];
     let fields: Vec<&str> = after.split_whitespace().collect();
     // `after` starts at field 3, so fields 14 and 15 are at indexes 11 and 12.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let at = if children { 13 } else { 11 };
+    let utime: u64 = fields.get(at)?.parse().ok()?;
+    let stime: u64 = fields.get(at + 1)?.parse().ok()?;
     Some(utime + stime)
 }
 

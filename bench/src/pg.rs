@@ -154,7 +154,7 @@ impl PgBench {
     }
 
     /// `workers` pooled connections, one per thread, taken from one pool of that size.
-    fn connections(&self, workers: usize) -> BenchResult<(PgPool, Vec<PgConn>)> {
+    pub(crate) fn connections(&self, workers: usize) -> BenchResult<(PgPool, Vec<PgConn>)> {
         let pool =
             diesel_lease::pool::build_pool::<PgConnection>(&self.url, u32::try_from(workers)?)?;
         let conns = (0..workers)

@@ -41,12 +41,79 @@ const LINES: &[(&str, &str, &str, RGBColor)] = &[
     ),
 ];
 
+/// The lines of the end-to-end plot (issue 12): jobs/s, claim + complete.
+const E2E_LINES: &[(&str, &str, &str, RGBColor)] = &[
+    (
+        "e2e",
+        crate::e2e::PGBENCH,
+        "pgbench, literal values, prepared (floor)",
+        RGBColor(0, 0, 0),
+    ),
+    (
+        "e2e",
+        crate::e2e::CLAIM_NEXT,
+        "claim_next + complete",
+        RGBColor(31, 119, 180),
+    ),
+    (
+        "e2e",
+        crate::e2e::BATCH,
+        "claim_batch(50) + complete_batch",
+        RGBColor(44, 160, 44),
+    ),
+    (
+        "e2e",
+        crate::e2e::BATCH_EACH,
+        "claim_batch(50) + 50 x complete",
+        RGBColor(148, 103, 189),
+    ),
+    (
+        "e2e",
+        crate::e2e::FANG,
+        "fang fetch_and_touch + remove",
+        RGBColor(214, 39, 40),
+    ),
+    (
+        "e2e",
+        crate::e2e::FANG_POOL,
+        "fang WorkerPool",
+        RGBColor(255, 127, 14),
+    ),
+];
+
 /// One line of the plot: legend, colour, (log2 workers, claims/s) points.
 type Series<'a> = (&'a str, RGBColor, Vec<(f64, f64)>);
 
 /// Draws claims/s against workers (log2 axis) for every line that has points.
 pub(crate) fn claims_vs_workers(report: &Report, path: &Path) -> BenchResult<()> {
-    let series: Vec<Series<'_>> = LINES
+    draw(
+        report,
+        path,
+        LINES,
+        "diesel-lease: claims/s against workers",
+        "claims/s",
+    )
+}
+
+/// Draws jobs/s end to end (claim + complete) against workers.
+pub(crate) fn jobs_vs_workers(report: &Report, path: &Path) -> BenchResult<()> {
+    draw(
+        report,
+        path,
+        E2E_LINES,
+        "PostgreSQL: jobs/s end to end (claim + complete)",
+        "jobs/s",
+    )
+}
+
+fn draw(
+    report: &Report,
+    path: &Path,
+    lines: &[(&str, &str, &str, RGBColor)],
+    caption: &str,
+    unit: &str,
+) -> BenchResult<()> {
+    let series: Vec<Series<'_>> = lines
         .iter()
         .map(|(group, name, legend, colour)| {
             let pts: Vec<(f64, f64)> = report
@@ -74,7 +141,7 @@ pub(crate) fn claims_vs_workers(report: &Report, path: &Path) -> BenchResult<()>
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("diesel-lease: claims/s against workers", ("sans-serif", 22))
+        .caption(caption, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -82,7 +149,7 @@ pub(crate) fn claims_vs_workers(report: &Report, path: &Path) -> BenchResult<()>
     chart
         .configure_mesh()
         .x_desc("workers (threads, one pooled connection each)")
-        .y_desc("claims/s")
+        .y_desc(unit)
         .x_labels(max_x as usize + 1)
         .x_label_formatter(&|x| format!("{}", 2_f64.powf(x.round()) as u64))
         .y_label_formatter(&|y| format!("{y:.0}"))

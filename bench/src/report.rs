@@ -35,6 +35,8 @@ pub(crate) struct ScalePoint {
 /// Throughput over consecutive claims, per tenth of the run.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Consecutive {
+    /// What each item is: `claim_next` (a claim) or `claim_next + complete` (a whole job).
+    pub(crate) shape: &'static str,
     pub(crate) claims: u64,
     pub(crate) workers: usize,
     pub(crate) index: Index,
@@ -234,8 +236,8 @@ impl Report {
         for c in &self.consecutive {
             println!();
             println!(
-                "{} consecutive claims, {} workers, {:?}, autovacuum {:?}: {:.1} s; claims/s per tenth:",
-                c.claims, c.workers, c.index, c.autovacuum, c.secs
+                "{} consecutive `{}`, {} workers, {:?}, autovacuum {:?}: {:.1} s; items/s per tenth:",
+                c.claims, c.shape, c.workers, c.index, c.autovacuum, c.secs
             );
             let tenths: Vec<String> = c.tenths_per_sec.iter().map(|r| format!("{r:.0}")).collect();
             println!("  {}", tenths.join(" "));

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable): `claim_next`, `claim_batch`, `complete` |
 //! | a row kept locked for your transaction, skipping locked ones | `lock_next`, `with_next_locked` |
+//! | this row locked if it still qualifies, waiting for its holder (seed 002) | `lock_by_pk_if_claimable`, `with_locked`, `lock_by_pk_if_null`, `with_locked_if_null` |
 //! | a side effect done at most once | `claim_if_null` (`#[claimable(guard = col)]`) |
 //! | a follow-up row inserted once | `insert_once` (`#[claimable(insert_once)]`) |
 //! | one node of a farm running a scheduled job, on your own `job_status` table | `try_start_run` (`#[claimable(job(…))]`) |

@@ -5,9 +5,13 @@
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
 
 pub use crate::claim::{
-    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, heartbeat, lock_next,
-    lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions, Claimable,
-    Finish, Keyed, SortOrder,
+    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, finish_batch, heartbeat,
+    lock_next, lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions,
+    Claimable, Finish, Keyed, SortOrder, StateLiteral,
+};
+pub use crate::claim::{
+    lock_by_pk_if_claimable, lock_by_pk_if_null, with_locked, with_locked_if_null,
+    ClaimableLockConnection, GuardLockConnection,
 };
 pub use crate::clock::TimestampType;
 pub use crate::lease::job::{

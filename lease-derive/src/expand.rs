@@ -23,6 +23,7 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
         .as_ref()
         .map(|r| expand_insert_once(model, r.as_ref()));
     let job = model.job.as_ref().map(|j| expand_job(model, j));
+    let key_lock = expand_key_lock(model);
     quote! {
         #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
         const _: () = {
@@ -31,7 +32,81 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
             #guard
             #insert_once
             #job
+            #key_lock
         };
+    }
+}
+
+/// Seed 002's waiting lock by key: `lock_by_pk_if_claimable`/`with_locked` for a model with a
+/// state column, `lock_by_pk_if_null`/`with_locked_if_null` for one with a guard column.
+fn expand_key_lock(model: &Model) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let pk_ty = quote!(<Self as ::diesel_lease::__private::Keyed>::Pk);
+    let conn = quote!(<C as ::diesel_lease::BorrowConnection>::Conn);
+    let mut methods = Vec::new();
+    if model.claim.is_some() {
+        methods.push(quote! {
+            /// Locks the row with primary key `pk` for the caller's transaction if it is in a
+            /// ready state, waiting (bounded by a lock timeout) for a transaction that holds it:
+            /// `SELECT … WHERE <pk> AND <ready> FOR UPDATE`. `None` when the row does not
+            /// qualify, also after the holder changed it. Call inside a transaction.
+            pub fn lock_by_pk_if_claimable<C>(conn: &mut C, pk: #pk_ty) -> ::diesel_lease::Result<::core::option::Option<Self>>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::ClaimableLockConnection<Self>,
+            {
+                ::diesel_lease::__private::lock_by_pk_if_claimable::<Self, C>(conn, pk)
+            }
+
+            /// [`Self::lock_by_pk_if_claimable`] and `work` in one transaction: commit on `Ok`,
+            /// roll back on `Err`; `Ok(None)` without calling `work` when the row does not qualify.
+            pub fn with_locked<C, T, E, W>(conn: &mut C, pk: #pk_ty, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::ClaimableLockConnection<Self>,
+                E: ::core::convert::From<::diesel::result::Error>,
+                W: ::core::ops::FnOnce(&mut #conn, Self) -> ::core::result::Result<T, E>,
+            {
+                ::diesel_lease::__private::with_locked::<Self, C, T, E, W>(conn, pk, work)
+            }
+        });
+    }
+    if model.guard.is_some() {
+        methods.push(quote! {
+            /// Locks the row with primary key `pk` for the caller's transaction if its guard
+            /// column is still `NULL`, waiting (bounded by a lock timeout) for a transaction that
+            /// holds it: `SELECT … WHERE <pk> AND <guard> IS NULL FOR UPDATE`. `None` when the
+            /// guard is set, also by the holder waited for. Call inside a transaction.
+            pub fn lock_by_pk_if_null<C>(conn: &mut C, pk: #pk_ty) -> ::diesel_lease::Result<::core::option::Option<Self>>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::GuardLockConnection<Self>,
+            {
+                ::diesel_lease::__private::lock_by_pk_if_null::<Self, C>(conn, pk)
+            }
+
+            /// [`Self::lock_by_pk_if_null`] and `work` in one transaction: commit on `Ok`, roll
+            /// back on `Err`; `Ok(None)` without calling `work` when the guard is set.
+            pub fn with_locked_if_null<C, T, E, W>(conn: &mut C, pk: #pk_ty, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
+            where
+                C: ::diesel_lease::BorrowConnection,
+                #conn: ::diesel_lease::__private::GuardLockConnection<Self>,
+                E: ::core::convert::From<::diesel::result::Error>,
+                W: ::core::ops::FnOnce(&mut #conn, Self) -> ::core::result::Result<T, E>,
+            {
+                ::diesel_lease::__private::with_locked_if_null::<Self, C, T, E, W>(conn, pk, work)
+            }
+        });
+    }
+    if methods.is_empty() || model.pk.is_empty() {
+        return quote!();
+    }
+    quote! {
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            #(#methods)*
+        }
     }
 }
 
@@ -206,6 +281,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     let done = option(c.done.as_ref().map(value));
     let failed_configured = c.failed.is_some();
     let failed = option(c.failed.as_ref().map(value));
+    let ready_sql: Vec<_> = c.ready.iter().map(crate::literal::tokens).collect();
+    let claimed_sql = crate::literal::tokens(&c.claimed);
+    let done_sql = option(c.done.as_ref().map(crate::literal::tokens));
+    let failed_sql = option(c.failed.as_ref().map(crate::literal::tokens));
     // Spanned at the attribute value: a field of the wrong type is reported on that token.
     let owner_value = match &c.owner {
         Some((col, field)) => {
@@ -260,6 +339,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #timeout;
             const MAX_ATTEMPTS: ::core::option::Option<i64> = #max_attempts;
             const FAILED_CONFIGURED: bool = #failed_configured;
+            const READY_SQL: &'static [::diesel_lease::__private::StateLiteral] = &[#(#ready_sql),*];
+            const CLAIMED_SQL: ::diesel_lease::__private::StateLiteral = #claimed_sql;
+            const DONE_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #done_sql;
+            const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
             fn ready_states() -> ::std::vec::Vec<#state_ty> {
                 ::std::vec![#(#ready),*]
             }
@@ -328,7 +411,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
                     + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>,
+                    + ::diesel::query_builder::QueryFragment<#backend>
+                    + ::diesel::query_builder::QueryId,
             {
                 ::core::result::Result::map_err(
                     ::diesel_lease::__private::claim_batch_where::<Self, C, F>(conn, n, options, filter),
@@ -353,7 +437,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                 #conn_bound
                 F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
                     + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>,
+                    + ::diesel::query_builder::QueryFragment<#backend>
+                    + ::diesel::query_builder::QueryId,
             {
                 ::core::result::Result::map_err(
                     ::diesel_lease::__private::lock_next_where::<Self, C, F>(conn, filter),
@@ -402,6 +487,35 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
                     ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Ready),
                     ::core::convert::Into::into,
                 )
+            }
+
+            /// Marks the claimed `rows` done in one statement (per 200 rows), each only if this
+            /// worker still owns its claim: for each row in order, `true` when it was moved,
+            /// `false` when it was rescued by another worker (or already finished) and left alone.
+            pub fn complete_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Done)
+            }
+
+            /// [`Self::complete_batch`], to the failed state.
+            pub fn fail_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Failed)
+            }
+
+            /// [`Self::complete_batch`], back to the first ready state with the owner cleared.
+            pub fn release_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
+            where
+                #conn_bound
+                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
+            {
+                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Ready)
             }
 
             /// Moves this claimed row's `claimed_at` to the database's now if this worker still

@@ -97,6 +97,18 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                     ::core::unreachable!()
                 }
 
+                pub fn complete_batch<C>(_conn: &mut C, _rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>> {
+                    ::core::unreachable!()
+                }
+
+                pub fn fail_batch<C>(_conn: &mut C, _rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>> {
+                    ::core::unreachable!()
+                }
+
+                pub fn release_batch<C>(_conn: &mut C, _rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>> {
+                    ::core::unreachable!()
+                }
+
                 pub fn claim_next_guarded<C>(
                     _pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
                 ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::ClaimGuard<Self>>>
@@ -131,6 +143,30 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                     _pk: #pk,
                     _run: &::diesel_lease::__private::JobRun,
                 ) -> ::diesel_lease::Result<bool> {
+                    ::core::unreachable!()
+                }
+
+                pub fn lock_by_pk_if_claimable<C, #pk_param>(_conn: &mut C, _pk: #pk) -> ::diesel_lease::Result<::core::option::Option<Self>> {
+                    ::core::unreachable!()
+                }
+
+                pub fn with_locked<C, #pk_param T, E, W>(_conn: &mut C, _pk: #pk, _work: W) -> ::core::result::Result<::core::option::Option<T>, E>
+                where
+                    C: ::diesel_lease::BorrowConnection,
+                    W: ::core::ops::FnOnce(&mut <C as ::diesel_lease::BorrowConnection>::Conn, Self) -> ::core::result::Result<T, E>,
+                {
+                    ::core::unreachable!()
+                }
+
+                pub fn lock_by_pk_if_null<C, #pk_param>(_conn: &mut C, _pk: #pk) -> ::diesel_lease::Result<::core::option::Option<Self>> {
+                    ::core::unreachable!()
+                }
+
+                pub fn with_locked_if_null<C, #pk_param T, E, W>(_conn: &mut C, _pk: #pk, _work: W) -> ::core::result::Result<::core::option::Option<T>, E>
+                where
+                    C: ::diesel_lease::BorrowConnection,
+                    W: ::core::ops::FnOnce(&mut <C as ::diesel_lease::BorrowConnection>::Conn, Self) -> ::core::result::Result<T, E>,
+                {
                     ::core::unreachable!()
                 }
             }

@@ -4,6 +4,7 @@
 mod attrs;
 mod expand;
 mod fallback;
+mod literal;
 mod model;
 #[cfg(test)]
 mod tests;

@@ -253,7 +253,7 @@ fn fallback_uses_the_key_and_row_types_that_parsed() {
     });
     let flat: String = code.split_whitespace().collect();
     assert!(flat.contains("impl<'a>NewMailing<'a>"), "{code}");
-    assert_eq!(flat.matches("_pk:(i32,i64)").count(), 3, "{code}");
+    assert_eq!(flat.matches("_pk:(i32,i64)").count(), 7, "{code}");
     assert!(flat.contains("InsertOutcome<Mailing>"), "{code}");
     assert!(!flat.contains("<C,K"), "{code}");
     assert!(!flat.contains("<C,R>"), "{code}");

@@ -36,6 +36,7 @@ pub(crate) fn check(
         }
     }
     check_claim(a, fields, errors);
+    crate::literal::check(a, errors);
 }
 
 /// Every primary-key column needs a field: claims, guards and job leases address rows by key.

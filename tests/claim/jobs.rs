@@ -11,7 +11,7 @@ use crate::common::TestDb;
 use crate::models::schema::job_status;
 use crate::models::*;
 
-fn node(name: &str, timeout: Duration) -> JobRunOptions {
+pub(super) fn node(name: &str, timeout: Duration) -> JobRunOptions {
     JobRunOptions::new(timeout)
         .unwrap()
         .holder(OwnerId::new(name).unwrap())

@@ -23,7 +23,9 @@ use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 pub use lease_core::BackendKind;
 use lease_core::{Backoff, InsertOutcome};
 
-use crate::claim::statements::{reap, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter};
+use crate::claim::statements::{
+    load_shaped, reap, shape, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter,
+};
 use crate::lease::statements::LeaseStatements;
 use crate::once::RunInsertOnce;
 use crate::semaphore::statements::SemaphoreStatements;
@@ -74,6 +76,10 @@ pub trait SqlDialect: Backend + sealed::Sealed {
     /// Integer division (MySQL's `/` yields a decimal).
     #[doc(hidden)]
     const INT_DIV: &'static str;
+    /// What a `SELECT` appends to lock the rows it returns, waiting for transactions that hold
+    /// them (` FOR UPDATE`; empty on SQLite, whose write lock is taken by a statement of its own).
+    #[doc(hidden)]
+    const FOR_UPDATE: &'static str;
 
     /// The database's current time in microseconds since 1970, as a `BIGINT`.
     #[doc(hidden)]
@@ -89,6 +95,17 @@ pub trait SqlDialect: Backend + sealed::Sealed {
         offset: &'b crate::clock::Offset,
         with_time_zone: bool,
     ) -> QueryResult<()>;
+
+    /// The latest instant the stored value of timestamp column `column` can stand for, to
+    /// compare with a deadline (`<upper> <= now - timeout`) so nothing acts early whatever the
+    /// column's precision: a `DATETIME` or `timestamp(0)` column truncates (MariaDB) or rounds
+    /// (MySQL 8, PostgreSQL) what diesel-lease writes to whole seconds, so its value can be up
+    /// to one unit of its precision earlier than the real time. The default is the column itself:
+    /// SQLite stores the text written, unchanged. The unit: `clock::push_apparent_unit`.
+    #[doc(hidden)]
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_identifier(column)
+    }
 
     /// The claim in one statement: `UPDATE` the rows `stmt` picks and return them. Backends
     /// without `UPDATE … RETURNING` (MySQL) keep this default, which refuses, and claim in
@@ -228,35 +245,90 @@ pub trait Dialect:
     /// (same transaction). By default one `UPDATE … RETURNING` statement in the shape of
     /// [`SqlDialect::push_claim`], as one autocommit write when there is nothing to reap.
     #[doc(hidden)]
-    fn claim_rows<M: ClaimModel<Self>>(
+    /// `F` is the filter's query id ([`NoFilter`] when `filter` is `None`).
+    fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
         filter: Filter<'_, Self::Backend>,
     ) -> QueryResult<Vec<M>> {
         let stmt = ClaimStmt::new(parts, limit, filter);
+        let load = |c: &mut Self| {
+            load_shaped::<M, Self, shape::Claim, F>(c, &stmt, parts.rescues(), limit == 1)
+        };
         if !parts.needs_reap() {
-            return self.single_write(|c| M::load(c, &stmt));
+            return self.single_write(load);
         }
         self.write_tx(|c| {
             reap(c, parts)?;
-            M::load(c, &stmt)
+            load(c)
         })
+    }
+
+    /// Finishes the rows of a batch that are still this worker's claims and returns them (as
+    /// they are now). By default one `UPDATE … RETURNING`.
+    #[doc(hidden)]
+    fn finish_rows<M: ClaimModel<Self>>(
+        &mut self,
+        rows: &[crate::claim::batch::BatchRow<M>],
+        to: crate::claim::Finish,
+    ) -> QueryResult<Vec<M>> {
+        crate::claim::batch::update_returning(self, rows, to)
     }
 
     /// Selects up to `limit` claimable rows and keeps them locked for the caller's transaction,
     /// skipping locked ones.
     #[doc(hidden)]
-    fn lock_rows<M: ClaimModel<Self>>(
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
         filter: Filter<'_, Self::Backend>,
     ) -> QueryResult<Vec<M>> {
-        M::load(
+        load_shaped::<M, Self, shape::Pick, F>(
             self,
             &crate::claim::statements::PickStmt::locking(parts, limit, filter),
+            parts.rescues(),
+            limit == 1,
         )
+    }
+
+    /// Runs `f` (a statement that may wait for a lock) with the backend's lock wait bounded by
+    /// `wait` (at least 1 ms), and puts the previous bound back after it: PostgreSQL
+    /// `lock_timeout` (`set_config(…, true)`, local to the transaction, so an error that aborts
+    /// it also drops the setting), MySQL `innodb_lock_wait_timeout` for the session (whole
+    /// seconds, rounded up), SQLite `busy_timeout`. Running out is the backend's timeout error,
+    /// which classifies as [`Error::Timeout`].
+    #[doc(hidden)]
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T>;
+
+    /// Takes the lock that stands in for row locks where the backend has none, before a locking
+    /// read: SQLite runs `write_nothing` (a write that matches no row but takes the database write
+    /// lock); backends with row locks do nothing (their `FOR UPDATE` locks the row).
+    #[doc(hidden)]
+    fn take_write_lock(
+        &mut self,
+        _write_nothing: &dyn QueryFragment<Self::Backend>,
+    ) -> QueryResult<()> {
+        Ok(())
+    }
+
+    /// [`write_tx`](Dialect::write_tx) for work that starts with a bounded waiting lock (seed
+    /// 002's `with_locked`), in the caller's error type and also inside the caller's transaction:
+    /// where the transaction itself waits for the lock (SQLite's writer turn and `BEGIN
+    /// IMMEDIATE`), that wait is bounded by `wait` too; elsewhere the lock statement bounds its
+    /// own wait ([`bounded_lock_wait`](Dialect::bounded_lock_wait)).
+    #[doc(hidden)]
+    fn lock_tx_within<T, E, F>(&mut self, _wait: Duration, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        self.write_tx(f)
     }
 
     /// Inserts a row a unique constraint lets exist once; a duplicate is `AlreadyExists` and
@@ -326,6 +398,38 @@ where
         return Err(DieselError::AlreadyInTransaction);
     }
     Ok(())
+}
+
+/// A row-returning statement that runs as a fresh prepared statement every time, outside
+/// Diesel's statement cache.
+///
+/// With libmariadb, a cached `SELECT` whose execution failed after the server had sent the
+/// result's column definitions (a scan that then hit a lock wait timeout or was picked as a
+/// deadlock victim) is left expecting the rest of that result: the next execution of the cached
+/// statement first waits for it, and nothing ever comes. The client sits in `poll(-1)`, the
+/// server shows the session asleep with its transaction open, and every worker behind that
+/// transaction's locks stalls. (A lookup by primary key fails before any column definition is
+/// sent and is not affected.) On MySQL, claim picks (which scan) and the batch completion's
+/// locking read of the rows still ours (which waits) therefore never come from the cache; the
+/// cost is one prepare and one close per execution.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))] // what the MySQL statements need
+pub(crate) struct Uncached<Q>(pub(crate) Q);
+
+impl<Q> QueryId for Uncached<Q> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Uncached<Q> {
+    type SqlType = Q::SqlType;
+}
+
+impl<Q: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for Uncached<Q> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
+        self.0.walk_ast(out)
+    }
 }
 
 /// `max_wait` in whole milliseconds, at least 1 (a lock timeout of 0 means "none" to servers).

@@ -14,9 +14,10 @@ use diesel::MysqlConnection;
 use diesel_migrations::EmbeddedMigrations;
 use lease_core::InsertOutcome;
 
-use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
+use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect, Uncached};
 use crate::claim::statements::{
-    reap, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Exec, Filter, PickStmt,
+    reap, shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Dynamic, Exec, Filter,
+    NoFilter, PickStmt, StmtId,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{
@@ -34,42 +35,11 @@ fn read_committed_next(c: &mut MysqlConnection) -> QueryResult<()> {
 
 impl super::sealed::Sealed for Mysql {}
 
-/// A row-returning statement that runs as a fresh prepared statement every time, outside
-/// Diesel's statement cache.
-///
-/// With libmariadb, a cached `SELECT` whose execution failed after the server had sent the
-/// result's column definitions (a scan that then hit a lock wait timeout or was picked as a
-/// deadlock victim) is left expecting the rest of that result: the next execution of the cached
-/// statement first waits for it, and nothing ever comes. The client sits in `poll(-1)`, the
-/// server shows the session asleep with its transaction open, and every worker behind that
-/// transaction's locks stalls. (A lookup by primary key fails before any column definition is
-/// sent and is not affected.) Claim picks, which scan, therefore never come from the cache; the
-/// cost is one prepare and one close per pick.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Uncached<Q>(pub(crate) Q);
-
-impl<Q> QueryId for Uncached<Q> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Uncached<Q> {
-    type SqlType = Q::SqlType;
-}
-
-impl<Q: QueryFragment<Mysql>> QueryFragment<Mysql> for Uncached<Q> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
-        out.unsafe_to_cache_prepared();
-        self.0.walk_ast(out)
-    }
-}
-
-impl<Q, Conn> RunQueryDsl<Conn> for Uncached<Q> {}
-
 impl SqlDialect for Mysql {
     const KIND: BackendKind = BackendKind::Mysql;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INT_DIV: &'static str = " DIV ";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         out.push_sql("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', UTC_TIMESTAMP(6))");
@@ -89,6 +59,21 @@ impl SqlDialect for Mysql {
         out.push_sql("(UTC_TIMESTAMP(6) + INTERVAL ");
         out.push_bind_param::<diesel::sql_types::BigInt, _>(&offset.micros)?;
         out.push_sql(" MICROSECOND)");
+        Ok(())
+    }
+
+    /// `(`col` + INTERVAL (<unit>) MICROSECOND)`, the unit read from `MICROSECOND(col)`.
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("(");
+        out.push_identifier(column)?;
+        out.push_sql(" + INTERVAL (");
+        crate::clock::push_apparent_unit(out, &|out| {
+            out.push_sql("MICROSECOND(");
+            out.push_identifier(column)?;
+            out.push_sql(")");
+            Ok(())
+        })?;
+        out.push_sql(") MICROSECOND)");
         Ok(())
     }
 
@@ -126,23 +111,9 @@ impl Dialect for MysqlConnection {
         let Some(max_wait) = max_wait else {
             return self.write_tx(f);
         };
-        // A session variable in whole seconds: set for this transaction, then put back, so
-        // the caller's later statements on this connection keep their own bound.
-        let secs = (super::lock_wait_millis(max_wait) + 999) / 1000;
-        self.write_tx(|c| {
-            diesel::sql_query(
-                "SET @diesel_lease_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
-                 SESSION innodb_lock_wait_timeout = ?",
-            )
-            .bind::<diesel::sql_types::BigInt, _>(secs)
-            .execute(c)?;
-            let out = f(c);
-            let restored =
-                c.batch_execute("SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait");
-            let out = out?;
-            restored?;
-            Ok(out)
-        })
+        // A session variable: set for this transaction, then put back, so the caller's later
+        // statements on this connection keep their own bound.
+        self.write_tx(|c| with_lock_wait(c, max_wait, f))
     }
 
     fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
@@ -157,7 +128,7 @@ impl Dialect for MysqlConnection {
         diesel::debug_query::<Mysql, _>(&PickStmt::locking(parts, limit, None)).to_string()
     }
 
-    fn claim_rows<M: ClaimModel<Self>>(
+    fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
@@ -166,7 +137,9 @@ impl Dialect for MysqlConnection {
         // No UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
         self.write_transaction(|c| {
             reap(c, parts)?;
-            let picked = M::load(c, &Uncached(PickStmt::locking(parts, limit, filter)))?;
+            // Outside the statement cache, whatever its query id: see `Uncached`.
+            let pick = Uncached(PickStmt::locking(parts, limit, filter));
+            let picked = M::load::<Dynamic>(c, &pick)?;
             if picked.is_empty() {
                 return Ok(picked);
             }
@@ -176,18 +149,44 @@ impl Dialect for MysqlConnection {
                 rows: &rows,
                 step,
             };
-            c.execute_returning_count(&Exec(&by_key(ByKey::MarkClaimed)))?;
-            M::load(c, &by_key(ByKey::ReadBack))
+            let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
+            if picked.len() == 1 {
+                // One row (every `claim_next`): the text is fixed, prepare it once.
+                type One<M, const S: u8> = StmtId<M, shape::ByKeyOne<S>, NoFilter, false, false>;
+                c.execute_returning_count(&Exec::<_, One<M, 0>>::new(&mark))?;
+                return M::load::<One<M, 1>>(c, &read);
+            }
+            c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
+            M::load::<Dynamic>(c, &read)
         })
     }
 
-    fn lock_rows<M: ClaimModel<Self>>(
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
         filter: Filter<'_, Mysql>,
     ) -> QueryResult<Vec<M>> {
-        M::load(self, &Uncached(PickStmt::locking(parts, limit, filter)))
+        M::load::<Dynamic>(self, &Uncached(PickStmt::locking(parts, limit, filter)))
+    }
+
+    fn finish_rows<M: ClaimModel<Self>>(
+        &mut self,
+        rows: &[crate::claim::batch::BatchRow<M>],
+        to: crate::claim::Finish,
+    ) -> QueryResult<Vec<M>> {
+        // No UPDATE … RETURNING: lock the rows still ours, then change exactly those.
+        self.write_transaction(|c| crate::claim::batch::lock_then_update(c, rows, to))
+    }
+
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        // A lock wait timeout rolls back the statement only (innodb_rollback_on_timeout is off
+        // by default), so the session's value is put back after a timeout too.
+        with_lock_wait(self, wait, f)
     }
 
     fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
@@ -247,6 +246,31 @@ impl Dialect for MysqlConnection {
             self.write_transaction(insert_and_read_back)
         }
     }
+}
+
+/// Runs `f` with the session's `innodb_lock_wait_timeout` at `max_wait` (whole seconds, rounded
+/// up, at least 1), then puts the session's own value back, whatever `f` returned.
+fn with_lock_wait<T, E>(
+    c: &mut MysqlConnection,
+    max_wait: Duration,
+    f: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DieselError>,
+{
+    let secs = (super::lock_wait_millis(max_wait) + 999) / 1000;
+    diesel::sql_query(
+        "SET @diesel_lease_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
+         SESSION innodb_lock_wait_timeout = ?",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(secs)
+    .execute(c)?;
+    let out = f(c);
+    let restored =
+        c.batch_execute("SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait");
+    let out = out?;
+    restored?;
+    Ok(out)
 }
 
 /// Runs a plain insert: `true` when it inserted, `false` when a unique constraint already holds an

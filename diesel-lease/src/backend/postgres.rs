@@ -27,6 +27,7 @@ impl SqlDialect for Pg {
     const KIND: BackendKind = BackendKind::Postgres;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INT_DIV: &'static str = " / ";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         out.push_sql("CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)");
@@ -50,6 +51,22 @@ impl SqlDialect for Pg {
         Self::push_now(out, with_time_zone);
         out.push_sql(" + ");
         out.push_bind_param::<diesel::sql_types::BigInt, _>(&offset.micros)?;
+        out.push_sql(" * INTERVAL '1 microsecond')");
+        Ok(())
+    }
+
+    /// `("col" + <unit> * INTERVAL '1 microsecond')`, the unit read from the value's
+    /// microseconds within its second.
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("(");
+        out.push_identifier(column)?;
+        out.push_sql(" + ");
+        crate::clock::push_apparent_unit(out, &|out| {
+            out.push_sql("(CAST(EXTRACT(MICROSECONDS FROM ");
+            out.push_identifier(column)?;
+            out.push_sql(") AS BIGINT) % 1000000)");
+            Ok(())
+        })?;
         out.push_sql(" * INTERVAL '1 microsecond')");
         Ok(())
     }
@@ -127,13 +144,7 @@ impl Dialect for PgConnection {
         super::refuse_nested(self)?;
         self.write_tx(|c| {
             if let Some(max_wait) = max_wait {
-                // `SET LOCAL` takes no bind parameter; `set_config(…, true)` is its bindable form.
-                diesel::sql_query("SELECT set_config('lock_timeout', $1, true)")
-                    .bind::<diesel::sql_types::Text, _>(format!(
-                        "{}ms",
-                        super::lock_wait_millis(max_wait)
-                    ))
-                    .execute(c)?;
+                set_lock_timeout(c, &lock_timeout(max_wait))?;
             }
             f(c)
         })
@@ -142,6 +153,41 @@ impl Dialect for PgConnection {
     fn claim_sql<M: ClaimSql<Pg>>(parts: &ClaimParts<M, Pg>, limit: i64) -> String {
         diesel::debug_query::<Pg, _>(&ClaimStmt::new(parts, limit, None)).to_string()
     }
+
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        #[derive(QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            value: String,
+        }
+        let previous = diesel::sql_query("SELECT current_setting('lock_timeout') AS value")
+            .get_result::<Setting>(self)?
+            .value;
+        set_lock_timeout(self, &lock_timeout(wait))?;
+        // A failure (the timeout included) aborts the transaction, and the local setting ends
+        // with it (or with the savepoint it was made in).
+        let value = f(self)?;
+        set_lock_timeout(self, &previous)?;
+        Ok(value)
+    }
+}
+
+/// `max_wait` as a `lock_timeout` value: whole milliseconds, at least 1 (0 means "no limit").
+fn lock_timeout(max_wait: Duration) -> String {
+    format!("{}ms", super::lock_wait_millis(max_wait))
+}
+
+/// `lock_timeout` for the rest of the current transaction: `SET LOCAL`, which takes no bind
+/// parameter, in its bindable form `set_config(…, true)`.
+fn set_lock_timeout(c: &mut PgConnection, value: &str) -> QueryResult<()> {
+    diesel::sql_query("SELECT set_config('lock_timeout', $1, true)")
+        .bind::<diesel::sql_types::Text, _>(value)
+        .execute(c)
+        .map(drop)
 }
 
 impl LeaseStatements for PgConnection {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::query_builder::AstPass;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::result::Error as DieselError;
 use diesel::sqlite::Sqlite;
 use diesel::SqliteConnection;
@@ -14,8 +14,8 @@ use diesel_migrations::EmbeddedMigrations;
 
 use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
 use crate::claim::statements::{
-    claim_assignments, column_list, pick_from, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Exec,
-    Filter, WriteLockStmt,
+    claim_assignments, column_list, load_shaped, pick_from, shape, ClaimModel, ClaimParts,
+    ClaimSql, ClaimStmt, Dynamic, Exec, Filter, NoFilter, StmtId, WriteLockStmt,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};
@@ -31,6 +31,7 @@ impl SqlDialect for Sqlite {
     // No row locks: the write lock of `BEGIN IMMEDIATE` stands in for them.
     const SKIP_LOCKED: &'static str = "";
     const INT_DIV: &'static str = " / ";
+    const FOR_UPDATE: &'static str = "";
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         // julianday is a double: rounding to whole milliseconds (SQLite's clock resolution)
@@ -101,21 +102,10 @@ impl Dialect for SqliteConnection {
         f: impl FnOnce(&mut Self) -> crate::Result<T>,
     ) -> crate::Result<T> {
         super::refuse_nested(self)?;
-        let Some(max_wait) = max_wait else {
-            return self.write_tx(f);
-        };
-        let deadline = Instant::now() + max_wait;
-        let _turn = crate::sqlite_writer::turn_within(max_wait);
-        // What is left of the bound after the turn is the busy timeout of `BEGIN IMMEDIATE`;
-        // the connection's own timeout comes back afterwards.
-        let own = busy_timeout(self)?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        set_busy_timeout(self, super::lock_wait_millis(left))?;
-        let out = self.immediate_transaction(f);
-        let restored = set_busy_timeout(self, own);
-        let out = out?;
-        restored?;
-        Ok(out)
+        match max_wait {
+            Some(max_wait) => immediate_within(self, max_wait, f),
+            None => self.write_tx(f),
+        }
     }
 
     fn claim_sql<M: ClaimSql<Sqlite>>(parts: &ClaimParts<M, Sqlite>, limit: i64) -> String {
@@ -134,7 +124,34 @@ impl Dialect for SqliteConnection {
         ))
     }
 
-    fn lock_rows<M: ClaimModel<Self>>(
+    fn bounded_lock_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        let previous = busy_timeout(self)?;
+        set_busy_timeout(self, super::lock_wait_millis(wait))?;
+        let result = f(self);
+        let restored = set_busy_timeout(self, previous);
+        let value = result?;
+        restored?;
+        Ok(value)
+    }
+
+    fn take_write_lock(&mut self, write_nothing: &dyn QueryFragment<Sqlite>) -> QueryResult<()> {
+        self.execute_returning_count(&Exec::<_, Dynamic>::new(write_nothing))
+            .map(drop)
+    }
+
+    fn lock_tx_within<T, E, F>(&mut self, wait: Duration, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut Self) -> Result<T, E>,
+        E: From<DieselError>,
+    {
+        immediate_within(self, wait, f)
+    }
+
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
@@ -142,12 +159,37 @@ impl Dialect for SqliteConnection {
     ) -> QueryResult<Vec<M>> {
         // No row locks: a write that matches nothing takes the database write lock, which then
         // shuts out every other writer until the caller's transaction ends.
-        self.execute_returning_count(&Exec(&WriteLockStmt(parts)))?;
-        M::load(
+        self.execute_returning_count(&Exec::<
+            _,
+            StmtId<M, shape::WriteLock, NoFilter, false, false>,
+        >::new(&WriteLockStmt(parts)))?;
+        load_shaped::<M, Self, shape::Pick, F>(
             self,
             &crate::claim::statements::PickStmt::locking(parts, limit, filter),
+            parts.rescues(),
+            limit == 1,
         )
     }
+}
+
+/// `BEGIN IMMEDIATE` after this process's writer turn, both waits bounded by `max_wait` together
+/// (what is left of it after the turn is the busy timeout of `BEGIN IMMEDIATE`); the connection's
+/// own busy timeout comes back afterwards.
+fn immediate_within<T, E, F>(c: &mut SqliteConnection, max_wait: Duration, f: F) -> Result<T, E>
+where
+    F: FnOnce(&mut SqliteConnection) -> Result<T, E>,
+    E: From<DieselError>,
+{
+    let deadline = Instant::now() + max_wait;
+    let _turn = crate::sqlite_writer::turn_within(max_wait);
+    let own = busy_timeout(c)?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    set_busy_timeout(c, super::lock_wait_millis(left))?;
+    let out = c.immediate_transaction(f);
+    let restored = set_busy_timeout(c, own);
+    let out = out?;
+    restored?;
+    Ok(out)
 }
 
 /// A SQLite connection without a busy timeout fails at once with "database is locked" when
@@ -161,14 +203,16 @@ fn ensure_busy_timeout(c: &mut SqliteConnection) -> QueryResult<()> {
     Ok(())
 }
 
-/// The connection's busy timeout in milliseconds (0: none).
+/// The connection's busy timeout in milliseconds (0: none). A `PRAGMA` statement, not a `SELECT`
+/// from `pragma_busy_timeout`: the `SELECT` would open a read transaction, and a transaction that
+/// read first gets `SQLITE_BUSY` at once, without waiting, when it then wants to write.
 fn busy_timeout(c: &mut SqliteConnection) -> QueryResult<i64> {
     #[derive(diesel::QueryableByName)]
     struct BusyTimeout {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         timeout: i64,
     }
-    Ok(diesel::sql_query("SELECT timeout FROM pragma_busy_timeout")
+    Ok(diesel::sql_query("PRAGMA busy_timeout")
         .get_result::<BusyTimeout>(c)?
         .timeout)
 }

@@ -16,14 +16,25 @@ use lease_core::ClaimStamp;
 
 use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
 
+#[doc(hidden)]
+pub mod batch;
+mod by_key;
 mod guard;
+mod literal;
 #[doc(hidden)]
 pub mod statements;
 
+pub use by_key::{
+    lock_by_pk_if_claimable, lock_by_pk_if_claimable_within, lock_by_pk_if_null,
+    lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
+    GuardLockConnection, DEFAULT_LOCK_WAIT,
+};
+
 pub use crate::pool::DROP_WAIT;
 pub use guard::ClaimGuard;
+pub use literal::StateLiteral;
 
-use statements::{Change, ClaimModel, ClaimParts, Exec, Filter, FinishStmt};
+use statements::{finish_target, Change, ClaimModel, ClaimParts, Filter, FinishStmt, NoFilter};
 
 use crate::clock::{DbNow, TimestampType};
 
@@ -83,6 +94,15 @@ pub trait Claimable: Keyed {
     const MAX_ATTEMPTS: Option<i64>;
     /// Whether [`failed_state`](Claimable::failed_state) returns a state.
     const FAILED_CONFIGURED: bool;
+
+    /// The ready states as SQL constants, in the order of [`ready_states`](Claimable::ready_states).
+    const READY_SQL: &'static [StateLiteral];
+    /// The claimed state as an SQL constant.
+    const CLAIMED_SQL: StateLiteral;
+    /// The done state as an SQL constant, if configured.
+    const DONE_SQL: Option<StateLiteral>;
+    /// The failed state as an SQL constant, if configured.
+    const FAILED_SQL: Option<StateLiteral>;
 
     /// The states a row can be claimed from.
     fn ready_states() -> Vec<Self::StateValue>;
@@ -146,8 +166,9 @@ impl ClaimOptions {
 /// [`LeaseConnection`] whose backend can read `M`; you never implement it.
 pub trait ClaimConnection<M: Claimable>: LeaseConnection {
     /// Claims up to `limit` (≥ 1) rows matching the model's claimable predicate and `filter`.
+    /// `F` is the filter's query id ([`NoFilter`](statements::NoFilter) when `filter` is `None`).
     #[doc(hidden)]
-    fn claim_matching(
+    fn claim_matching<F: QueryId>(
         &mut self,
         limit: i64,
         options: &ClaimOptions,
@@ -156,7 +177,7 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
 
     /// Selects (and on PostgreSQL/MySQL row-locks, skipping locked rows) up to `limit` claimable rows.
     #[doc(hidden)]
-    fn lock_matching(
+    fn lock_matching<F: QueryId>(
         &mut self,
         limit: i64,
         filter: Filter<'_, Self::Backend>,
@@ -165,6 +186,10 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
     /// Runs an owner-checked change; `true` when exactly one row changed.
     #[doc(hidden)]
     fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool>;
+
+    /// Runs owner-checked changes of many rows; returns the rows that changed.
+    #[doc(hidden)]
+    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<M>>;
 }
 
 impl<M, C> ClaimConnection<M> for C
@@ -172,7 +197,7 @@ where
     M: Claimable + ClaimModel<C>,
     C: LeaseConnection,
 {
-    fn claim_matching(
+    fn claim_matching<F: QueryId>(
         &mut self,
         limit: i64,
         options: &ClaimOptions,
@@ -204,29 +229,36 @@ where
         );
         // A deadlock or serialization failure rolled the claim back whole: nothing was
         // claimed, so trying again is safe.
-        let claimed = retry_conflicts(|| Ok(Dialect::claim_rows(self, &parts, limit, filter)?));
+        let claimed =
+            retry_conflicts(|| Ok(Dialect::claim_rows::<M, F>(self, &parts, limit, filter)?));
         op.finish(claimed, |rows| ("claimed", rows.len() as u64))
     }
 
-    fn lock_matching(
+    fn lock_matching<F: QueryId>(
         &mut self,
         limit: i64,
         filter: Filter<'_, C::Backend>,
     ) -> diesel::QueryResult<Vec<M>> {
         let parts = ClaimParts::<M, C::Backend>::new("", None);
-        Dialect::lock_rows(self, &parts, limit, filter)
+        Dialect::lock_rows::<M, F>(self, &parts, limit, filter)
     }
 
     fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool> {
-        let write = |c: &mut C| -> Result<bool> {
-            Ok(c.keyed_write(|c| c.execute_returning_count(&Exec(stmt)))? == 1)
-        };
+        let write = |c: &mut C| -> Result<bool> { Ok(c.keyed_write(|c| stmt.execute(c))? == 1) };
         if crate::backend::in_transaction(self)? {
             // A deadlock rolled back the caller's whole transaction: not ours to retry.
             return write(self);
         }
         // One owner-checked statement, rolled back whole by a deadlock: safe to run again.
         retry_conflicts(|| write(self))
+    }
+
+    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<M>> {
+        if crate::backend::in_transaction(self)? {
+            return Ok(Dialect::finish_rows(self, rows, to)?);
+        }
+        // Rolled back whole by a deadlock (MySQL: the whole transaction): safe to run again.
+        retry_conflicts(|| Ok(Dialect::finish_rows(self, rows, to)?))
     }
 }
 
@@ -270,7 +302,7 @@ where
         return Ok(Vec::new());
     }
     conn.borrow_connection()
-        .claim_matching(limit(n), options, None)
+        .claim_matching::<NoFilter>(limit(n), options, None)
 }
 
 /// [`claim_batch_with`] restricted to rows that also match `filter` (a Diesel boolean
@@ -287,13 +319,14 @@ where
     C::Conn: ClaimConnection<M>,
     F: Expression<SqlType = Bool>
         + AppearsOnTable<M::Table>
-        + QueryFragment<<C::Conn as Connection>::Backend>,
+        + QueryFragment<<C::Conn as Connection>::Backend>
+        + QueryId,
 {
     if n == 0 {
         return Ok(Vec::new());
     }
     conn.borrow_connection()
-        .claim_matching(limit(n), options, Some(&filter))
+        .claim_matching::<F>(limit(n), options, Some(&filter))
 }
 
 /// Selects the next claimable row and keeps it locked for the caller's transaction, skipping rows
@@ -358,7 +391,7 @@ where
     C::Conn: ClaimConnection<M>,
 {
     conn.borrow_connection()
-        .lock_matching(1, None)
+        .lock_matching::<NoFilter>(1, None)
         .map(|rows| rows.into_iter().next())
         .map_err(Error::from)
 }
@@ -371,10 +404,11 @@ where
     C::Conn: ClaimConnection<M>,
     F: Expression<SqlType = Bool>
         + AppearsOnTable<M::Table>
-        + QueryFragment<<C::Conn as Connection>::Backend>,
+        + QueryFragment<<C::Conn as Connection>::Backend>
+        + QueryId,
 {
     conn.borrow_connection()
-        .lock_matching(1, Some(&filter))
+        .lock_matching::<F>(1, Some(&filter))
         .map(|rows| rows.into_iter().next())
         .map_err(Error::from)
 }
@@ -392,7 +426,7 @@ where
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
     conn.borrow_connection().write_transaction(|conn| {
-        match conn.lock_matching(1, None)?.into_iter().next() {
+        match conn.lock_matching::<NoFilter>(1, None)?.into_iter().next() {
             Some(row) => work(conn, row).map(Some),
             None => Ok(None),
         }
@@ -423,16 +457,11 @@ where
     C: BorrowConnection,
     C::Conn: ClaimConnection<M>,
 {
-    let target = match to {
-        Finish::Done => M::done_state(),
-        Finish::Failed => M::failed_state(),
-        Finish::Ready => M::ready_states().into_iter().next(),
-    };
-    let Some(target) = target else {
+    if finish_target::<M>(to).is_none() {
         return Err(Error::Config(format!(
             "the model has no {to:?} state: add it to #[claimable(...)]"
         )));
-    };
+    }
     let conn = conn.borrow_connection();
     let table = table_name::<M::Table>();
     let op = op!(
@@ -442,13 +471,7 @@ where
         table = table,
         owner = row.owner()
     );
-    let finished = conn.finish(&owner_checked(
-        row,
-        Change::State {
-            to: target,
-            clear_owner: to == Finish::Ready,
-        },
-    ));
+    let finished = conn.finish(&owner_checked(row, Change::State(to)));
     let finished = op.finish(finished, |&ours| match (ours, to) {
         (false, _) => ("lost", 0),
         (true, Finish::Done) => ("done", 1),
@@ -472,6 +495,35 @@ fn claim_lost_if<M: Claimable>(row: &M, ours: &Result<bool>) {
             ),
         );
     }
+}
+
+/// [`finish`] for many rows in one statement per 200 rows (one `UPDATE … RETURNING` on
+/// PostgreSQL and SQLite; a locking `SELECT` and an `UPDATE` in one transaction on MySQL).
+///
+/// Each row is checked as `finish` checks one: still claimed, under the same claim stamp and
+/// attempt. Returns, for each row of `rows` in order, `true` when it was still this worker's
+/// claim and was moved, `false` when it had been rescued by another worker or was already
+/// finished (left unchanged). An empty `rows` runs no query.
+///
+/// [`Error::Config`] when the model has no done/failed state configured.
+pub fn finish_batch<M, C>(rows: &[M], conn: &mut C, to: Finish) -> Result<Vec<bool>>
+where
+    M: Claimable,
+    M::Pk: PartialEq,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    if finish_target::<M>(to).is_none() {
+        return Err(Error::Config(format!(
+            "the model has no {to:?} state: add it to #[claimable(...)]"
+        )));
+    }
+    let conn = conn.borrow_connection();
+    let mut finished = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(batch::CHUNK) {
+        finished.extend(conn.finish_many(&batch::batch_rows(chunk), to)?);
+    }
+    Ok(batch::mark_finished(rows, &finished))
 }
 
 /// Moves the claimed-at time of a row this worker claimed to the database's now, so the claim is
@@ -501,12 +553,11 @@ where
 /// The owner-checked statement for `row`: its key, its claim stamp and attempt.
 pub(crate) fn owner_checked<M: Claimable>(
     row: &M,
-    change: Change<M::StateValue, M::ClaimedAtSql>,
+    change: Change<M::ClaimedAtSql>,
 ) -> FinishStmt<M> {
     FinishStmt {
         table: M::Table::default(),
         pk: M::pk_filter(row.pk()),
-        claimed: M::claimed_state(),
         change,
         owner: M::OWNER.map(|_| row.owner().map(str::to_owned)),
         attempts: M::ATTEMPTS.map(|_| row.attempts()),

@@ -1,7 +1,10 @@
 //! The statements behind claims and completions, as Diesel `QueryFragment`s.
 //!
 //! Identifiers come only from the model's schema (`Column::NAME` and the `table!` struct, both
-//! quoted by the backend); every value is a bind parameter. The statements every backend shares
+//! quoted by the backend); the model's state values are SQL constants the derive escaped at
+//! compile time ([`StateLiteral`]); every other value is a bind parameter. Each statement has a
+//! static [`QueryId`] ([`StmtId`]) naming its shape, so Diesel prepares it once per connection
+//! (see "Static statement text" below). The statements every backend shares
 //! are here; the one claim statement whose shape differs (`UPDATE … RETURNING` in one statement on
 //! PostgreSQL and SQLite, three statements on MySQL) is in each `backend/*.rs`, built from the
 //! helpers below.
@@ -13,13 +16,15 @@
 use std::marker::PhantomData;
 
 use diesel::connection::LoadConnection;
+use diesel::deserialize::FromSqlRow;
+use diesel::expression::QueryMetadata;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::query_dsl::methods::LoadQuery;
 use diesel::serialize::ToSql;
 use diesel::sql_types::HasSqlType;
 use diesel::{QueryResult, RunQueryDsl, SelectableHelper};
 
-use super::{Claimable, SortOrder};
+use super::{Claimable, Finish, SortOrder, StateLiteral};
 use crate::backend::{Dialect, SqlDialect};
 use crate::clock::{DbNow, DbNowOffset};
 
@@ -67,7 +72,12 @@ where
 /// run claims of `M`.
 pub trait ClaimModel<C: Dialect>: ClaimSql<C::Backend> {
     /// Runs a statement that returns rows of the model (its SQL ends in the model's selection).
-    fn load(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<Self>>;
+    /// `K` is the statement's query id: a [`StmtId`] when its text is fixed by that type
+    /// (prepared once per connection), [`Dynamic`] otherwise.
+    fn load<K: QueryId>(
+        conn: &mut C,
+        stmt: &dyn QueryFragment<C::Backend>,
+    ) -> QueryResult<Vec<Self>>;
 }
 
 impl<M, C> ClaimModel<C> for M
@@ -75,9 +85,14 @@ where
     C: Dialect + LoadConnection,
     M: ClaimSql<C::Backend>,
     for<'a> Rows<'a, M, C::Backend>: LoadQuery<'a, C, M>,
+    // What Diesel's `LoadQuery` asks of any `Rows<'_, M, _, K>` (it is independent of `K`).
+    C::Backend: QueryMetadata<diesel::dsl::AsSelect<M, C::Backend>>,
+    M: diesel::Selectable<C::Backend> + FromSqlRow<SelectSql<M, C::Backend>, C::Backend>,
+    SelectSql<M, C::Backend>:
+        diesel::sql_types::SqlType + diesel::expression::TypedExpressionType + 'static,
 {
-    fn load(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<M>> {
-        Rows::<M, C::Backend> {
+    fn load<K: QueryId>(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<M>> {
+        Rows::<M, C::Backend, K> {
             stmt,
             _m: PhantomData,
         }
@@ -85,25 +100,105 @@ where
     }
 }
 
-/// Any statement that returns the model's selection, as a Diesel query whose rows load as `M`.
-pub struct Rows<'a, M, DB: diesel::backend::Backend> {
+/// The SQL type of model `M`'s selection on `DB`.
+type SelectSql<M, DB> = diesel::dsl::SqlTypeOf<<M as diesel::Selectable<DB>>::SelectExpression>;
+
+/// Any statement that returns the model's selection, as a Diesel query whose rows load as `M`,
+/// with query id `K`.
+pub struct Rows<'a, M, DB: diesel::backend::Backend, K = Dynamic> {
     stmt: &'a dyn QueryFragment<DB>,
-    _m: PhantomData<M>,
+    _m: PhantomData<(M, K)>,
 }
 
-impl<M, DB: diesel::backend::Backend> QueryId for Rows<'_, M, DB> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+impl<M, DB: diesel::backend::Backend, K: QueryId> QueryId for Rows<'_, M, DB, K> {
+    type QueryId = K::QueryId;
+    const HAS_STATIC_QUERY_ID: bool = K::HAS_STATIC_QUERY_ID;
 }
-impl<M: diesel::Selectable<DB>, DB: diesel::backend::Backend> Query for Rows<'_, M, DB> {
+impl<M: diesel::Selectable<DB>, DB: diesel::backend::Backend, K> Query for Rows<'_, M, DB, K> {
     type SqlType = diesel::dsl::AsSelect<M, DB>;
 }
-impl<M, DB: diesel::backend::Backend> QueryFragment<DB> for Rows<'_, M, DB> {
+impl<M, DB: diesel::backend::Backend, K> QueryFragment<DB> for Rows<'_, M, DB, K> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.stmt.walk_ast(out)
     }
 }
-impl<M, DB: diesel::backend::Backend, Conn> RunQueryDsl<Conn> for Rows<'_, M, DB> {}
+impl<M, DB: diesel::backend::Backend, Conn, K> RunQueryDsl<Conn> for Rows<'_, M, DB, K> {}
+
+// Static statement text.
+//
+// Diesel prepares a statement once per connection and reuses it when the statement's type has a
+// static query id: the type must then fix the SQL text. Ours are written behind `&dyn
+// QueryFragment`, so the id is a separate type: `StmtId<M, S, F, RESCUE, ONE>` names the model,
+// the statement shape `S`, the caller filter's query id `F` ([`NoFilter`] without one), whether
+// the stale-claim rescue is in the predicate, and whether the limit is the inline `LIMIT 1`. Every
+// other part of the text follows from the model's constants. The id is static only when `F`'s is.
+
+/// The query id of a statement whose text is fixed by its type parameters (see above).
+pub struct StmtId<M, S, F, const RESCUE: bool, const ONE: bool>(PhantomData<(M, S, F)>);
+
+impl<M: 'static, S: 'static, F: QueryId, const RESCUE: bool, const ONE: bool> QueryId
+    for StmtId<M, S, F, RESCUE, ONE>
+{
+    type QueryId = StmtId<M, S, F::QueryId, RESCUE, ONE>;
+    const HAS_STATIC_QUERY_ID: bool = F::HAS_STATIC_QUERY_ID;
+}
+
+/// The query id of a statement whose text the types do not fix: Diesel then builds its SQL on
+/// every call (and may still cache the prepared statement by text).
+pub struct Dynamic;
+
+impl QueryId for Dynamic {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+/// The filter id of a statement without a caller filter.
+pub struct NoFilter;
+
+impl QueryId for NoFilter {
+    type QueryId = NoFilter;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+/// Statement shapes, for [`StmtId`].
+pub mod shape {
+    /// The one-statement claim (`ClaimStmt`).
+    pub struct Claim;
+    /// The locking pick (`PickStmt`).
+    pub struct Pick;
+    /// Retiring exhausted stale claims.
+    pub struct Reap;
+    /// An owner-checked change of one row; `T` is the target (0 done, 1 failed, 2 ready, 3 touch).
+    pub struct Finish<const T: u8>;
+    /// MySQL's mark-claimed and read-back of one picked row.
+    pub struct ByKeyOne<const STEP: u8>;
+    /// SQLite's write-lock statement.
+    pub struct WriteLock;
+    /// A guard update (`claim_if_null`).
+    pub struct Guard;
+}
+
+/// Loads the rows of `stmt` with the [`StmtId`] of shape `S` and filter id `F` that matches
+/// `rescue` (the predicate includes stale claims) and `one` (inline `LIMIT 1`).
+pub(crate) fn load_shaped<M, C, S, F>(
+    conn: &mut C,
+    stmt: &dyn QueryFragment<C::Backend>,
+    rescue: bool,
+    one: bool,
+) -> QueryResult<Vec<M>>
+where
+    C: Dialect,
+    M: ClaimModel<C>,
+    S: 'static,
+    F: QueryId,
+{
+    match (rescue, one) {
+        (false, false) => M::load::<StmtId<M, S, F, false, false>>(conn, stmt),
+        (false, true) => M::load::<StmtId<M, S, F, false, true>>(conn, stmt),
+        (true, false) => M::load::<StmtId<M, S, F, true, false>>(conn, stmt),
+        (true, true) => M::load::<StmtId<M, S, F, true, true>>(conn, stmt),
+    }
+}
 
 /// An optional caller filter, type-erased so statements need no extra type parameter.
 pub(crate) type Filter<'a, DB> = Option<&'a (dyn QueryFragment<DB> + 'a)>;
@@ -114,13 +209,13 @@ pub struct ClaimParts<M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) table: M::Table,
     pub(crate) select: M::Select,
     pub(crate) now: DbNow<M::ClaimedAtSql>,
-    pub(crate) ready: Vec<M::StateValue>,
-    pub(crate) claimed: M::StateValue,
+    pub(crate) ready: &'static [StateLiteral],
+    pub(crate) claimed: StateLiteral,
     pub(crate) owner: String,
     /// Claims older than this are claimable again (when a claimed-at column is mapped).
     pub(crate) cutoff: Option<DbNowOffset<M::ClaimedAtSql>>,
     pub(crate) max_attempts: Option<i64>,
-    pub(crate) failed: Option<M::StateValue>,
+    pub(crate) failed: Option<StateLiteral>,
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
@@ -135,13 +230,18 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
             table: M::Table::default(),
             select: M::select(),
             now: DbNow::new(),
-            ready: M::ready_states(),
-            claimed: M::claimed_state(),
+            ready: M::READY_SQL,
+            claimed: M::CLAIMED_SQL,
             owner: owner.to_owned(),
             cutoff,
             max_attempts: M::MAX_ATTEMPTS.filter(|_| M::ATTEMPTS.is_some()),
-            failed: M::failed_state(),
+            failed: M::FAILED_SQL,
         }
+    }
+
+    /// Whether the claimable predicate includes stale claims (a [`StmtId`] parameter).
+    pub(crate) fn rescues(&self) -> bool {
+        self.cutoff.is_some()
     }
 
     /// Whether stale claims that used up their attempts must go to the failed state before a
@@ -184,24 +284,12 @@ fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     parts: &'b ClaimParts<M, DB>,
 ) -> QueryResult<()> {
     out.push_sql("(");
-    out.push_identifier(M::STATE)?;
-    out.push_sql(" IN (");
-    for (i, v) in parts.ready.iter().enumerate() {
-        if i > 0 {
-            out.push_sql(", ");
-        }
-        M::push_state(out, v)?;
-    }
-    out.push_sql(")");
+    StateLiteral::push_in(parts.ready, out, M::STATE)?;
     if let (Some(claimed_at), Some(cutoff)) = (M::CLAIMED_AT, &parts.cutoff) {
         out.push_sql(" OR (");
-        out.push_identifier(M::STATE)?;
-        out.push_sql(" = ");
-        M::push_state(out, &parts.claimed)?;
+        parts.claimed.push_eq(out, M::STATE)?;
         out.push_sql(" AND ");
-        out.push_identifier(claimed_at)?;
-        out.push_sql(" < ");
-        cutoff.walk_ast(out.reborrow())?;
+        claimed_before(out, claimed_at, cutoff)?;
         if let (Some(attempts), Some(max)) = (M::ATTEMPTS, &parts.max_attempts) {
             out.push_sql(" AND ");
             out.push_identifier(attempts)?;
@@ -240,7 +328,7 @@ pub(crate) fn claim_assignments<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     out.push_sql(" SET ");
     out.push_identifier(M::STATE)?;
     out.push_sql(" = ");
-    M::push_state(out, &parts.claimed)?;
+    parts.claimed.push(out);
     if let Some(owner) = M::OWNER {
         out.push_sql(", ");
         out.push_identifier(owner)?;
@@ -310,6 +398,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for PickStmt<'_, M, DB> 
 }
 
 /// ` FROM t WHERE <claimable> [AND (filter)] ORDER BY … LIMIT $n`: which rows a claim takes.
+/// A limit of 1 is written inline (`LIMIT 1`): `claim_next`'s text then has no limit parameter.
 pub(crate) fn pick_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
@@ -322,6 +411,10 @@ pub(crate) fn pick_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     claimable_predicate(out, parts)?;
     and_filter(out, filter)?;
     order_by(out, M::ORDER)?;
+    if *limit == 1 {
+        out.push_sql(" LIMIT 1");
+        return Ok(());
+    }
     out.push_sql(" LIMIT ");
     DB::bind_i64(out, limit)
 }
@@ -442,15 +535,11 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> 
         out.push_sql(" SET ");
         out.push_identifier(M::STATE)?;
         out.push_sql(" = ");
-        M::push_state(&mut out, failed)?;
+        failed.push(&mut out);
         out.push_sql(" WHERE ");
-        out.push_identifier(M::STATE)?;
-        out.push_sql(" = ");
-        M::push_state(&mut out, &parts.claimed)?;
+        parts.claimed.push_eq(&mut out, M::STATE)?;
         out.push_sql(" AND ");
-        out.push_identifier(claimed_at)?;
-        out.push_sql(" < ");
-        cutoff.walk_ast(out.reborrow())?;
+        claimed_before(&mut out, claimed_at, cutoff)?;
         out.push_sql(" AND ");
         out.push_identifier(attempts)?;
         out.push_sql(" >= ");
@@ -466,7 +555,10 @@ where
     M: ClaimModel<C>,
 {
     if parts.needs_reap() {
-        let reaped = conn.execute_returning_count(&Exec(&ReapStmt(parts)))?;
+        let reaped = conn
+            .execute_returning_count(
+                &Exec::<_, StmtId<M, shape::Reap, NoFilter, true, false>>::new(&ReapStmt(parts)),
+            )?;
         if reaped > 0 {
             crate::observe::rescued(crate::observe::table_name::<M::Table>(), reaped);
         }
@@ -496,23 +588,22 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M,
 }
 
 /// Owner-checked change of one claimed row:
-/// `UPDATE t SET <change> WHERE <pk> AND state = $claimed [AND owner = $stamp] [AND attempts = $n]`.
+/// `UPDATE t SET <change> WHERE <pk> AND state = <claimed> [AND owner = $stamp] [AND attempts = $n]`.
 ///
 /// The old state and the claim's stamp are in the predicate, so "1 row" means "this caller still
 /// owns this claim" on every backend, including MySQL's matched-rows count.
 pub struct FinishStmt<M: Claimable> {
     pub(crate) table: M::Table,
     pub(crate) pk: M::PkFilter,
-    pub(crate) claimed: M::StateValue,
-    pub(crate) change: Change<M::StateValue, M::ClaimedAtSql>,
+    pub(crate) change: Change<M::ClaimedAtSql>,
     pub(crate) owner: Option<Option<String>>,
     pub(crate) attempts: Option<Option<i64>>,
 }
 
 /// What an owner-checked statement changes.
-pub enum Change<V, ST> {
-    /// `state = $to`; back to ready also clears the owner so the row looks unclaimed.
-    State { to: V, clear_owner: bool },
+pub enum Change<ST> {
+    /// `state = <target>`; back to ready also clears the owner so the row looks unclaimed.
+    State(Finish),
     /// `claimed_at = <db now>`: a heartbeat, so the claim is not rescued while its work runs.
     Touch(DbNow<ST>),
 }
@@ -523,16 +614,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
         M::push_table(&mut out, &self.table)?;
         out.push_sql(" SET ");
         match &self.change {
-            Change::State { to, clear_owner } => {
-                out.push_identifier(M::STATE)?;
-                out.push_sql(" = ");
-                M::push_state(&mut out, to)?;
-                if let (true, Some(owner)) = (*clear_owner, M::OWNER) {
-                    out.push_sql(", ");
-                    out.push_identifier(owner)?;
-                    out.push_sql(" = NULL");
-                }
-            }
+            Change::State(to) => push_finish_assignments::<M, DB>(&mut out, *to)?,
             Change::Touch(now) => {
                 let Some(claimed_at) = M::CLAIMED_AT else {
                     return Err(diesel::result::Error::QueryBuilderError(
@@ -547,35 +629,134 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
         out.push_sql(" WHERE ");
         M::push_pk(&mut out, &self.pk)?;
         out.push_sql(" AND ");
-        out.push_identifier(M::STATE)?;
-        out.push_sql(" = ");
-        M::push_state(&mut out, &self.claimed)?;
-        if let (Some(col), Some(owner)) = (M::OWNER, &self.owner) {
-            out.push_sql(" AND ");
-            out.push_identifier(col)?;
-            out.push_sql(" = ");
-            DB::bind_opt_str(&mut out, owner)?;
-        }
-        if let (Some(col), Some(attempts)) = (M::ATTEMPTS, &self.attempts) {
-            out.push_sql(" AND ");
-            out.push_identifier(col)?;
-            out.push_sql(" = ");
-            DB::bind_opt_i64(&mut out, attempts)?;
-        }
-        Ok(())
+        M::CLAIMED_SQL.push_eq(&mut out, M::STATE)?;
+        push_stamp_check::<M, DB>(&mut out, &self.owner, &self.attempts)
     }
 }
 
-/// Any write statement, executable (Diesel's `execute` needs a `QueryId`).
-pub(crate) struct Exec<'a, DB>(pub(crate) &'a dyn QueryFragment<DB>);
-
-impl<DB> QueryId for Exec<'_, DB> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+/// ` AND owner = $stamp AND attempts = $n`, for the columns the model maps: the claim a row was
+/// handed out under.
+pub(crate) fn push_stamp_check<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    owner: &'b Option<Option<String>>,
+    attempts: &'b Option<Option<i64>>,
+) -> QueryResult<()> {
+    if let (Some(col), Some(owner)) = (M::OWNER, owner) {
+        out.push_sql(" AND ");
+        out.push_identifier(col)?;
+        out.push_sql(" = ");
+        DB::bind_opt_str(out, owner)?;
+    }
+    if let (Some(col), Some(attempts)) = (M::ATTEMPTS, attempts) {
+        out.push_sql(" AND ");
+        out.push_identifier(col)?;
+        out.push_sql(" = ");
+        DB::bind_opt_i64(out, attempts)?;
+    }
+    Ok(())
 }
 
-impl<DB: diesel::backend::Backend> QueryFragment<DB> for Exec<'_, DB> {
+/// The state a finish moves a row to, as SQL: [`Error::Config`](crate::Error::Config) is
+/// reported before a statement is built when the model has none.
+pub(crate) fn finish_target<M: Claimable>(to: Finish) -> Option<StateLiteral> {
+    match to {
+        Finish::Done => M::DONE_SQL,
+        Finish::Failed => M::FAILED_SQL,
+        Finish::Ready => M::READY_SQL.first().copied(),
+    }
+}
+
+/// `state = <target>`, and `owner = NULL` when the row goes back to ready (it then looks
+/// unclaimed).
+pub(crate) fn push_finish_assignments<M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, '_, DB>,
+    to: Finish,
+) -> QueryResult<()> {
+    let Some(target) = finish_target::<M>(to) else {
+        return Err(diesel::result::Error::QueryBuilderError(
+            format!("the model has no {to:?} state").into(),
+        ));
+    };
+    out.push_identifier(M::STATE)?;
+    out.push_sql(" = ");
+    target.push(out);
+    if let (Finish::Ready, Some(owner)) = (to, M::OWNER) {
+        out.push_sql(", ");
+        out.push_identifier(owner)?;
+        out.push_sql(" = NULL");
+    }
+    Ok(())
+}
+
+impl<M: Claimable> FinishStmt<M> {
+    /// Runs this statement with its static query id (one per target: the text is the model's
+    /// constants and the target's).
+    pub(crate) fn execute<C: Dialect>(&self, conn: &mut C) -> QueryResult<usize>
+    where
+        M: ClaimSql<C::Backend>,
+    {
+        fn run<M: ClaimSql<C::Backend>, C: Dialect, const T: u8>(
+            conn: &mut C,
+            stmt: &FinishStmt<M>,
+        ) -> QueryResult<usize> {
+            conn.execute_returning_count(&Exec::<
+                _,
+                StmtId<M, shape::Finish<T>, NoFilter, false, false>,
+            >::new(stmt))
+        }
+        match self.change {
+            Change::State(Finish::Done) => run::<M, C, 0>(conn, self),
+            Change::State(Finish::Failed) => run::<M, C, 1>(conn, self),
+            Change::State(Finish::Ready) => run::<M, C, 2>(conn, self),
+            Change::Touch(_) => run::<M, C, 3>(conn, self),
+        }
+    }
+}
+
+/// Any write statement, executable (Diesel's `execute` needs a `QueryId`), with query id `K`.
+pub(crate) struct Exec<'a, DB, K = Dynamic>(pub(crate) &'a dyn QueryFragment<DB>, PhantomData<K>);
+
+impl<'a, DB, K> Exec<'a, DB, K> {
+    pub(crate) fn new(stmt: &'a dyn QueryFragment<DB>) -> Self {
+        Exec(stmt, PhantomData)
+    }
+}
+
+impl<DB, K: QueryId> QueryId for Exec<'_, DB, K> {
+    type QueryId = K::QueryId;
+    const HAS_STATIC_QUERY_ID: bool = K::HAS_STATIC_QUERY_ID;
+}
+
+impl<DB: diesel::backend::Backend, K> QueryFragment<DB> for Exec<'_, DB, K> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.0.walk_ast(out)
+    }
+}
+
+/// `claimed_at < <cutoff> AND <latest instant claimed_at can stand for> < <cutoff>`: a claim is
+/// stale only once even the latest real time behind its stored `claimed_at` (which a
+/// whole-second column truncated or rounded) is older than the timeout. The plain comparison
+/// first keeps an index on `claimed_at` usable.
+fn claimed_before<'b, ST: crate::clock::TimestampType, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    claimed_at: &str,
+    cutoff: &'b DbNowOffset<ST>,
+) -> QueryResult<()> {
+    out.push_identifier(claimed_at)?;
+    out.push_sql(" < ");
+    cutoff.walk_ast(out.reborrow())?;
+    out.push_sql(" AND ");
+    DB::push_stored_upper_bound(out, claimed_at)?;
+    out.push_sql(" < ");
+    cutoff.walk_ast(out.reborrow())
+}
+
+/// The rows a claim may take (`claimable_predicate`), as a boolean fragment of its own: what
+/// the waiting lock by key (`claim::by_key`) checks. Owns its parts, so a statement can carry it.
+pub struct ClaimablePredicate<M: ClaimSql<DB>, DB: SqlDialect>(pub(crate) ClaimParts<M, DB>);
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimablePredicate<M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        claimable_predicate(&mut out, &self.0)
     }
 }

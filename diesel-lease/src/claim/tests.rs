@@ -1,5 +1,6 @@
-//! The claim statements' SQL, pinned: one statement per claim on PostgreSQL and SQLite, every
-//! value a bind parameter, identifiers only from the schema.
+//! The claim statements' SQL, pinned: one statement per claim on PostgreSQL and SQLite, the
+//! model's states as SQL literals, every other value a bind parameter, identifiers only from the
+//! schema.
 
 use diesel::prelude::*;
 
@@ -59,14 +60,20 @@ where
 fn postgres_claim_is_one_cte_statement_with_binds() {
     let sql = diesel::PgConnection::claim_sql(&parts(), 10);
     let (text, binds) = sql.split_once(" -- binds: ").unwrap();
+    // The stale check compares the latest instant a (maybe whole-second) claimed_at stands for.
+    let f = "(CAST(EXTRACT(MICROSECONDS FROM \"claimed_at\") AS BIGINT) % 1000000)";
     assert_eq!(
         text,
-        "WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ($1, $2) OR (\"status\" = $3 \
-         AND \"claimed_at\" < ((statement_timestamp() AT TIME ZONE 'UTC') + $4 * INTERVAL '1 microsecond') AND \"attempts\" < $5)) \
-         ORDER BY \"id\" ASC LIMIT $6 FOR UPDATE SKIP LOCKED) \
-         UPDATE \"jobs\" SET \"status\" = $7, \"owner\" = $8, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
+        format!("WITH \"picked\" AS (SELECT \"id\" FROM \"jobs\" WHERE (\"status\" IN ('new', 'retry') OR (\"status\" = 'running' \
+         AND \"claimed_at\" < ((statement_timestamp() AT TIME ZONE 'UTC') + $1 * INTERVAL '1 microsecond') \
+         AND (\"claimed_at\" + CASE WHEN {f} % 10 <> 0 THEN 1 WHEN {f} % 100 <> 0 THEN 10 \
+         WHEN {f} % 1000 <> 0 THEN 100 WHEN {f} % 10000 <> 0 THEN 1000 WHEN {f} % 100000 <> 0 THEN 10000 \
+         WHEN {f} <> 0 THEN 100000 ELSE 1000000 END * INTERVAL '1 microsecond') \
+         < ((statement_timestamp() AT TIME ZONE 'UTC') + $2 * INTERVAL '1 microsecond') AND \"attempts\" < $3)) \
+         ORDER BY \"id\" ASC LIMIT $4 FOR UPDATE SKIP LOCKED) \
+         UPDATE \"jobs\" SET \"status\" = 'running', \"owner\" = $5, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
          \"attempts\" = \"attempts\" + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
-         RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\""
+         RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\"")
     );
     assert!(
         !text.contains("DROP TABLE"),
@@ -74,9 +81,7 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
     );
     assert_eq!(
         binds,
-        format!(
-            "[\"new\", \"retry\", \"running\", -5000000, 3, 10, \"running\", \"{HOSTILE_OWNER}\"]"
-        )
+        format!("[-5000000, -5000000, 3, 10, \"{HOSTILE_OWNER}\"]")
     );
 }
 
@@ -86,7 +91,9 @@ fn sqlite_claim_is_one_update_returning() {
     let sql = diesel::SqliteConnection::claim_sql(&parts(), 1);
     let (text, _) = sql.split_once(" -- binds: ").unwrap();
     assert!(
-        text.starts_with("UPDATE `jobs` SET `status` = ?, `owner` = ?, `claimed_at` = strftime("),
+        text.starts_with(
+            "UPDATE `jobs` SET `status` = 'running', `owner` = ?, `claimed_at` = strftime("
+        ),
         "{text}"
     );
     assert!(
@@ -94,9 +101,10 @@ fn sqlite_claim_is_one_update_returning() {
         "{text}"
     );
     assert!(
-        text.contains("ORDER BY `id` ASC LIMIT ?) RETURNING"),
-        "{text}"
+        text.contains("ORDER BY `id` ASC LIMIT 1) RETURNING"),
+        "claim_next's limit is inline: {text}"
     );
+    assert!(text.contains("(`status` IN ('new', 'retry') OR"), "{text}");
     assert!(!text.contains("DROP TABLE"));
 }
 
@@ -123,19 +131,15 @@ fn completion_checks_owner_attempt_and_state() {
     let stmt = FinishStmt::<Job> {
         table: jobs::table,
         pk: Job::pk_filter(42),
-        claimed: "running".into(),
-        change: super::statements::Change::State {
-            to: "done".into(),
-            clear_owner: false,
-        },
+        change: super::statements::Change::State(super::Finish::Done),
         owner: Some(Some("me".into())),
         attempts: Some(Some(2)),
     };
     let sql = diesel::debug_query::<Pg, _>(&stmt).to_string();
     assert_eq!(
         sql,
-        "UPDATE \"jobs\" SET \"status\" = $1 WHERE (\"jobs\".\"id\" = $2) AND \"status\" = $3 \
-         AND \"owner\" = $4 AND \"attempts\" = $5 -- binds: [\"done\", 42, \"running\", Some(\"me\"), Some(2)]"
+        "UPDATE \"jobs\" SET \"status\" = 'done' WHERE (\"jobs\".\"id\" = $1) AND \"status\" = 'running' \
+         AND \"owner\" = $2 AND \"attempts\" = $3 -- binds: [42, Some(\"me\"), Some(2)]"
     );
 }
 
@@ -146,7 +150,6 @@ fn heartbeat_moves_claimed_at_under_the_same_checks() {
     let stmt = FinishStmt::<Job> {
         table: jobs::table,
         pk: Job::pk_filter(42),
-        claimed: "running".into(),
         change: super::statements::Change::Touch(crate::clock::DbNow::new()),
         owner: Some(Some("me#0123456789ab".into())),
         attempts: Some(Some(2)),
@@ -155,7 +158,34 @@ fn heartbeat_moves_claimed_at_under_the_same_checks() {
     assert_eq!(
         sql,
         "UPDATE \"jobs\" SET \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC') WHERE (\"jobs\".\"id\" = $1) \
-         AND \"status\" = $2 AND \"owner\" = $3 AND \"attempts\" = $4 \
-         -- binds: [42, \"running\", Some(\"me#0123456789ab\"), Some(2)]"
+         AND \"status\" = 'running' AND \"owner\" = $2 AND \"attempts\" = $3 \
+         -- binds: [42, Some(\"me#0123456789ab\"), Some(2)]"
+    );
+}
+
+/// A claim's query id is static only when every part is: a Diesel filter keeps it static, a
+/// boxed filter (whose text the type does not fix) makes Diesel build the SQL per call.
+#[cfg(feature = "postgres")]
+#[test]
+fn a_filter_without_a_static_query_id_makes_the_claim_dynamic() {
+    use super::statements::{shape, NoFilter, StmtId};
+    use diesel::query_builder::QueryId;
+    type Claim<F> = StmtId<Job, shape::Claim, F, false, true>;
+    type Boxed = Box<
+        dyn diesel::BoxableExpression<
+            jobs::table,
+            diesel::pg::Pg,
+            SqlType = diesel::sql_types::Bool,
+        >,
+    >;
+    const {
+        assert!(<Claim<NoFilter> as QueryId>::HAS_STATIC_QUERY_ID);
+        assert!(<Claim<diesel::dsl::Gt<jobs::id, i64>> as QueryId>::HAS_STATIC_QUERY_ID);
+        assert!(!<Claim<Boxed> as QueryId>::HAS_STATIC_QUERY_ID);
+    }
+    assert_ne!(
+        <Claim<NoFilter> as QueryId>::query_id(),
+        <StmtId<Job, shape::Claim, NoFilter, true, true> as QueryId>::query_id(),
+        "the rescue predicate changes the text, so it changes the id"
     );
 }

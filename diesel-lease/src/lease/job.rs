@@ -4,9 +4,14 @@
 //! UPDATE job_status
 //!    SET running_at = <holder>, last_run_started = <db now>, next_run = <db now + interval>
 //!  WHERE job_id = <job>
-//!    AND ((running_at IS NULL AND (next_run IS NULL OR next_run <= <db now>))
-//!      OR (running_at IS NOT NULL AND last_run_started <= <db now - timeout>))
+//!    AND ((running_at IS NULL AND (next_run IS NULL OR ⌈next_run⌉ <= <db now>))
+//!      OR (running_at IS NOT NULL AND ⌈last_run_started⌉ <= <db now - timeout>))
 //! ```
+//!
+//! `⌈col⌉` is the latest instant the stored value can stand for (the value plus one unit of the
+//! precision it shows, `SqlDialect::push_stored_upper_bound`): a whole-second column (the seed's
+//! `datetime`, PostgreSQL `timestamp(0)`) truncates or rounds what is written, and comparing the
+//! stored value as if exact would take a run over, or start one, up to a second early.
 //!
 //! One row per job; whoever's update changes the row runs this occurrence. A node that dies while
 //! running leaves `running_at` set; after `timeout` (database clock) another node takes over.
@@ -131,7 +136,9 @@ where
             out.push_sql(" AND (");
             out.push_identifier(col)?;
             out.push_sql(" IS NULL OR ");
-            out.push_identifier(col)?;
+            // Due once the latest instant the stored value can stand for has passed: a
+            // whole-second column's rounding never starts a run early.
+            DB::push_stored_upper_bound(&mut out, col)?;
             out.push_sql(" <= ");
             self.due_by.walk_ast(out.reborrow())?;
             out.push_sql(")");
@@ -139,7 +146,9 @@ where
         out.push_sql(") OR (");
         out.push_identifier(M::HOLDER)?;
         out.push_sql(" IS NOT NULL AND ");
-        out.push_identifier(M::STARTED_AT)?;
+        // Dead once even the latest instant the stored start can stand for is older than the
+        // timeout: never taken over early, whatever the column's precision.
+        DB::push_stored_upper_bound(&mut out, M::STARTED_AT)?;
         out.push_sql(" <= ");
         self.dead_before.walk_ast(out.reborrow())?;
         out.push_sql("))");

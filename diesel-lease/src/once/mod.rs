@@ -68,9 +68,17 @@ pub struct GuardStmt<M: Guarded, E> {
     value: E,
 }
 
-impl<M: Guarded, E> QueryId for GuardStmt<M, E> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+// The text is the model's constants and the value expression's: static when the value's is (a
+// bind or `db_now`), so Diesel prepares the guard once per connection.
+impl<M: Guarded, E: QueryId> QueryId for GuardStmt<M, E> {
+    type QueryId = crate::claim::statements::StmtId<
+        M,
+        crate::claim::statements::shape::Guard,
+        E::QueryId,
+        false,
+        false,
+    >;
+    const HAS_STATIC_QUERY_ID: bool = E::HAS_STATIC_QUERY_ID;
 }
 
 impl<M, E, DB> QueryFragment<DB> for GuardStmt<M, E>
@@ -109,7 +117,7 @@ where
     M: Guarded,
     C: LeaseConnection,
     V: AsExpression<M::GuardSql>,
-    V::Expression: Expression<SqlType = M::GuardSql>,
+    V::Expression: Expression<SqlType = M::GuardSql> + QueryId,
     GuardStmt<M, V::Expression>: QueryFragment<C::Backend>,
 {
     fn set_guard(&mut self, pk: M::Pk, value: V) -> QueryResult<bool> {

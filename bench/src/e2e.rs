@@ -1,0 +1,288 @@
+//! Issue 12: jobs/s end to end (claim, then mark done) on PostgreSQL, against the floor and a
+//! peer, in one run with interleaved rounds:
+//!
+//! - `claim_next + complete`: diesel-lease, one job per claim.
+//! - `pgbench floor`: pgbench running the same claim and done with literal state values,
+//!   prepared (`-M prepared`): what the server can do for this work with no client library.
+//! - `fang fetch+remove`: the fang crate's blocking queue (`fetch_and_touch_task` then
+//!   `remove_task`), on its own `fang_tasks` table from its own migrations.
+//! - `fang WorkerPool`: fang's `WorkerPool` running a no-op task, in a child process (its worker
+//!   threads cannot be stopped), counted by the rows it removes.
+//! - `claim_batch(50) + complete_batch` and `claim_batch(50) + 50 x complete`.
+//!
+//! Every shape does no work per job: the numbers are the queue's own cost.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::BigInt;
+use fang::{typetag, FangError, Queue, Queueable, Runnable};
+
+use crate::measure::{self, Sample};
+use crate::model::BenchJob;
+use crate::pg::{Index, PgBench};
+use crate::BenchResult;
+
+/// Shape names, as recorded (group `e2e`, unit `jobs/s`).
+pub(crate) const CLAIM_NEXT: &str = "claim_next + complete";
+pub(crate) const PGBENCH: &str = "pgbench floor (literal, prepared)";
+pub(crate) const FANG: &str = "fang fetch+remove";
+pub(crate) const FANG_POOL: &str = "fang WorkerPool";
+pub(crate) const BATCH: &str = "claim_batch(50) + complete_batch";
+pub(crate) const BATCH_EACH: &str = "claim_batch(50) + 50 x complete";
+
+/// fang's task: does nothing.
+#[derive(fang::Serialize, fang::Deserialize)]
+#[serde(crate = "fang::serde")]
+pub(crate) struct NoopTask {
+    n: i64,
+}
+
+#[typetag::serde]
+impl Runnable for NoopTask {
+    fn run(&self, _queue: &dyn Queueable) -> Result<(), FangError> {
+        Ok(())
+    }
+}
+
+/// The floor's script: diesel-lease's claim statement with the state values and the owner as
+/// literals, then the owner-checked done, one pgbench transaction per job.
+const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
+UPDATE bench_jobs SET status = 'done' WHERE id = :job_id AND status = 'running' AND owner = 'pgbench' AND attempts = :job_attempts;\n";
+
+/// fang's tasks: `rows` no-op tasks of the default type, due now, in creation order.
+const FANG_FILL: &str = "INSERT INTO fang_tasks (metadata, task_type, created_at, scheduled_at) \
+     SELECT jsonb_build_object('type', 'NoopTask', 'n', g), 'common', \
+     now() + g * INTERVAL '1 microsecond', now() - INTERVAL '1 second' \
+     FROM generate_series(1::bigint, $1) AS g";
+
+impl PgBench {
+    /// `BenchJob::claim_next` then `complete`, one job per call.
+    pub(crate) fn claim_next_complete(&self, workers: usize) -> BenchResult<Sample> {
+        let (_pool, conns) = self.connections(workers)?;
+        measure::timed(conns, self.window, |conn| {
+            let Some(job) = BenchJob::claim_next(conn)? else {
+                return Ok(0);
+            };
+            if !job.complete(conn)? {
+                return Err("a fresh claim was not ours".into());
+            }
+            Ok(1)
+        })
+    }
+
+    /// `claim_batch(n)`, then the batch completed in one statement (`each = false`) or row by
+    /// row; counts jobs.
+    pub(crate) fn batch_complete(
+        &self,
+        workers: usize,
+        n: usize,
+        each: bool,
+    ) -> BenchResult<Sample> {
+        let (_pool, conns) = self.connections(workers)?;
+        measure::timed(conns, self.window, |conn| {
+            let jobs = BenchJob::claim_batch(conn, n)?;
+            let ours = if each {
+                let mut ours = 0;
+                for job in &jobs {
+                    ours += u64::from(job.complete(conn)?);
+                }
+                ours
+            } else {
+                BenchJob::complete_batch(conn, &jobs)?
+                    .into_iter()
+                    .filter(|ok| *ok)
+                    .count() as u64
+            };
+            if ours != jobs.len() as u64 {
+                return Err("a fresh claim was not ours".into());
+            }
+            Ok(ours)
+        })
+    }
+
+    /// pgbench with [`PGBENCH_SCRIPT`]: `workers` clients and threads, prepared statements, for
+    /// the measured seconds (pgbench counts whole seconds, at least one). Client CPU is what the
+    /// pgbench process used; latency is pgbench's average (it reports no median).
+    pub(crate) fn pgbench_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
+        let dir = tempfile::tempdir()?;
+        let script = dir.path().join("claim_done.sql");
+        std::fs::File::create(&script)?.write_all(PGBENCH_SCRIPT.as_bytes())?;
+        let secs = self.window.measure_secs.round().max(1.0) as u64;
+        let cpu_before = measure::stat_cpu_ticks("/proc/self/stat", true);
+        let out = Command::new(pg_bin.join("pgbench"))
+            .args(["-n", "-M", "prepared", "-T"])
+            .arg(secs.to_string())
+            .arg("-c")
+            .arg(workers.to_string())
+            .arg("-j")
+            .arg(workers.to_string())
+            .arg("-f")
+            .arg(&script)
+            .arg(&self.url)
+            .stdin(Stdio::null())
+            .output()?;
+        let cpu_after = measure::stat_cpu_ticks("/proc/self/stat", true);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!(
+                "pgbench failed: {}{}",
+                stdout,
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        let field = |prefix: &str| -> Option<f64> {
+            stdout
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(prefix))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+        };
+        let jobs = field("number of transactions actually processed:")
+            .ok_or_else(|| format!("pgbench printed no transaction count: {stdout}"))?;
+        let failed = field("number of failed transactions:").unwrap_or(0.0);
+        if failed > 0.0 || stdout.contains("aborted") {
+            return Err(
+                format!("pgbench clients failed (did the table run dry?): {stdout}").into(),
+            );
+        }
+        let latency_ms = field("latency average =").unwrap_or(f64::NAN);
+        let ops = jobs as u64;
+        Ok(Sample {
+            ops,
+            items: ops,
+            empty_ops: 0,
+            secs: secs as f64,
+            rate: jobs / secs as f64,
+            p50_us: latency_ms * 1000.0,
+            p99_us: f64::NAN,
+            client_cpu_us_per_op: match (cpu_before, cpu_after) {
+                (Some(a), Some(b)) if ops > 0 => {
+                    Some(measure::ticks_to_us(b.saturating_sub(a)) / ops as f64)
+                }
+                _ => None,
+            },
+        })
+    }
+
+    /// Recreates fang's table (its own migrations) with `rows` due no-op tasks.
+    pub(crate) fn fresh_fang_tasks(&self, rows: u64) -> BenchResult<()> {
+        let mut conn = PgConnection::establish(&self.url)?;
+        fang::run_migrations_postgres(&mut conn)?;
+        conn.batch_execute("TRUNCATE fang_tasks")?;
+        diesel::sql_query(FANG_FILL)
+            .bind::<BigInt, _>(i64::try_from(rows)?)
+            .execute(&mut conn)?;
+        conn.batch_execute("VACUUM (ANALYZE) fang_tasks")?;
+        let _ = conn.batch_execute("CHECKPOINT");
+        Ok(())
+    }
+
+    /// fang's blocking queue as its workers use it: `fetch_and_touch_task`, then `remove_task`
+    /// (its `RetentionMode::RemoveAll`), one shared `Queue` over a pool of `workers` connections.
+    pub(crate) fn fang_fetch_remove(&self, workers: usize) -> BenchResult<Sample> {
+        let pool =
+            diesel_lease::pool::build_pool::<PgConnection>(&self.url, u32::try_from(workers)?)?;
+        let queue = Queue::builder().connection_pool(pool).build();
+        let queue = &queue;
+        measure::timed(vec![(); workers], self.window, |_| {
+            let Some(task) = queue.fetch_and_touch_task("common".to_owned())? else {
+                return Ok(0);
+            };
+            Ok(queue.remove_task(&task.id)? as u64)
+        })
+    }
+
+    /// fang's `WorkerPool` with `workers` workers in a child process (this program with
+    /// `--fang-worker-pool`), counted by the tasks it removed during the window.
+    pub(crate) fn fang_worker_pool(&self, workers: usize) -> BenchResult<Sample> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--fang-worker-pool")
+            .arg(workers.to_string())
+            .env("DATABASE_URL", &self.url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let stat = format!("/proc/{}/stat", child.id());
+        let result = (|| -> BenchResult<Sample> {
+            let mut conn = PgConnection::establish(&self.url)?;
+            let left = |conn: &mut PgConnection| -> BenchResult<i64> {
+                Ok(diesel::sql_query("SELECT count(*) AS n FROM fang_tasks")
+                    .get_result::<Count>(conn)?
+                    .n)
+            };
+            std::thread::sleep(Duration::from_secs_f64(self.window.warmup_secs));
+            let (n0, cpu0, t0) = (
+                left(&mut conn)?,
+                measure::stat_cpu_ticks(&stat, false),
+                Instant::now(),
+            );
+            std::thread::sleep(Duration::from_secs_f64(self.window.measure_secs));
+            let (n1, cpu1) = (left(&mut conn)?, measure::stat_cpu_ticks(&stat, false));
+            let secs = t0.elapsed().as_secs_f64();
+            let jobs = u64::try_from(n0 - n1).unwrap_or(0);
+            if n1 == 0 {
+                return Err("fang's table ran dry during the window: raise --rows".into());
+            }
+            Ok(Sample {
+                ops: jobs,
+                items: jobs,
+                empty_ops: 0,
+                secs,
+                rate: jobs as f64 / secs,
+                p50_us: f64::NAN,
+                p99_us: f64::NAN,
+                client_cpu_us_per_op: match (cpu0, cpu1) {
+                    (Some(a), Some(b)) if jobs > 0 => {
+                        Some(measure::ticks_to_us(b.saturating_sub(a)) / jobs as f64)
+                    }
+                    _ => None,
+                },
+            })
+        })();
+        let _ = child.kill();
+        let _ = child.wait();
+        result
+    }
+
+    /// `total` consecutive jobs (`claim_next` + `complete`) on `workers` threads; jobs/s per
+    /// tenth of the run.
+    pub(crate) fn consecutive_jobs(&self, workers: usize, total: u64) -> BenchResult<Vec<f64>> {
+        self.fresh_jobs(total + 1_000, Index::PartialReady)?;
+        let (_pool, conns) = self.connections(workers)?;
+        measure::consecutive(conns, total, |conn| {
+            let Some(job) = BenchJob::claim_next(conn)? else {
+                return Ok(0);
+            };
+            Ok(u64::from(job.complete(conn)?))
+        })
+    }
+}
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    n: i64,
+}
+
+/// The child process of [`PgBench::fang_worker_pool`]: runs fang's `WorkerPool` on
+/// `DATABASE_URL` until killed.
+pub(crate) fn run_fang_worker_pool(workers: u32) -> BenchResult<()> {
+    let url = std::env::var("DATABASE_URL")?;
+    let pool = diesel_lease::pool::build_pool::<PgConnection>(&url, workers)?;
+    let queue = Queue::builder().connection_pool(pool).build();
+    let mut workers = fang::WorkerPool::<Queue>::builder()
+        .queue(queue)
+        .number_of_workers(workers)
+        .retention_mode(fang::RetentionMode::RemoveAll)
+        .build();
+    workers.start().map_err(|e| format!("{e:?}"))?;
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}

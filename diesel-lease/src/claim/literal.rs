@@ -1,0 +1,163 @@
+//! State values as SQL constants.
+//!
+//! The ready/claimed/done/failed states are constants of the model, so the claim and completion
+//! statements carry them in their text (`status = 'ready'`) instead of as bind parameters: the
+//! text is then the same on every call (Diesel prepares it once per connection) and PostgreSQL
+//! can plan it once against a partial index `WHERE status = 'ready'`, which a bound `$1` never
+//! matches. A `NULL` state compares as `IS NULL` and is written as `= NULL` only in `SET`.
+
+use diesel::backend::Backend;
+use diesel::query_builder::AstPass;
+use diesel::QueryResult;
+
+/// One state value as SQL text: `'text'` (quotes doubled), an integer, `TRUE`/`FALSE`, or `NULL`.
+///
+/// `#[derive(Claimable)]` writes these from the attribute's literals, escaped at compile time.
+/// [`StateLiteral::sql`] checks its argument when evaluated in a constant, so a malformed
+/// literal is a compile error, never SQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateLiteral(Option<&'static str>);
+
+impl StateLiteral {
+    /// SQL `NULL`: compared with `IS NULL`.
+    pub const NULL: StateLiteral = StateLiteral(None);
+
+    /// A literal's SQL text. Accepts only `'…'` with every inner `'` doubled and no `\` or NUL
+    /// (which MySQL and PostgreSQL may read as escapes), an optionally negative decimal integer,
+    /// or `TRUE`/`FALSE`; panics otherwise (a compile error in a `const`).
+    pub const fn sql(text: &'static str) -> StateLiteral {
+        assert!(
+            is_safe_literal(text.as_bytes()),
+            "not a safely quoted SQL literal"
+        );
+        StateLiteral(Some(text))
+    }
+
+    /// Whether this is SQL `NULL`.
+    pub const fn is_null(self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The value, as in `SET col = <value>`.
+    pub(crate) fn push<DB: Backend>(self, out: &mut AstPass<'_, '_, DB>) {
+        out.push_sql(self.0.unwrap_or("NULL"));
+    }
+
+    /// `col = <value>`, or `col IS NULL`.
+    pub(crate) fn push_eq<DB: Backend>(
+        self,
+        out: &mut AstPass<'_, '_, DB>,
+        col: &str,
+    ) -> QueryResult<()> {
+        out.push_identifier(col)?;
+        match self.0 {
+            Some(v) => {
+                out.push_sql(" = ");
+                out.push_sql(v);
+            }
+            None => out.push_sql(" IS NULL"),
+        }
+        Ok(())
+    }
+
+    /// `col` is one of `values`: `col = 'a'`, `col IN ('a', 'b')`, `col IS NULL`, or
+    /// `(col IS NULL OR col IN (…))`. A single value is written as `=`, the form a partial
+    /// index's predicate has.
+    pub(crate) fn push_in<DB: Backend>(
+        values: &[StateLiteral],
+        out: &mut AstPass<'_, '_, DB>,
+        col: &str,
+    ) -> QueryResult<()> {
+        let null = values.iter().any(|v| v.is_null());
+        let mut texts = values.iter().filter_map(|v| v.0).peekable();
+        match (null, texts.peek().is_some()) {
+            (true, false) => return StateLiteral::NULL.push_eq(out, col),
+            (false, false) => {
+                out.push_sql("1 = 0");
+                return Ok(());
+            }
+            (true, true) => {
+                out.push_sql("(");
+                StateLiteral::NULL.push_eq(out, col)?;
+                out.push_sql(" OR ");
+            }
+            (false, true) => {}
+        }
+        let texts: Vec<&str> = texts.collect();
+        if let [one] = texts[..] {
+            StateLiteral(Some(one)).push_eq(out, col)?;
+        } else {
+            out.push_identifier(col)?;
+            out.push_sql(" IN (");
+            out.push_sql(&texts.join(", "));
+            out.push_sql(")");
+        }
+        if null {
+            out.push_sql(")");
+        }
+        Ok(())
+    }
+}
+
+const fn is_safe_literal(b: &[u8]) -> bool {
+    if is_keyword(b, b"TRUE") || is_keyword(b, b"FALSE") {
+        return true;
+    }
+    if b.len() >= 2 && b[0] == b'\'' && b[b.len() - 1] == b'\'' {
+        let mut i = 1;
+        while i < b.len() - 1 {
+            match b[i] {
+                0 | b'\\' => return false,
+                b'\'' if b[i + 1] == b'\'' && i + 1 < b.len() - 1 => i += 2,
+                b'\'' => return false,
+                _ => i += 1,
+            }
+        }
+        return true;
+    }
+    let start = if !b.is_empty() && b[0] == b'-' { 1 } else { 0 };
+    if b.len() == start {
+        return false;
+    }
+    let mut i = start;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+const fn is_keyword(b: &[u8], k: &[u8]) -> bool {
+    if b.len() != k.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != k[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_safe_literal;
+
+    #[test]
+    fn only_safely_quoted_literals_are_accepted() {
+        for ok in [
+            "'ready'", "'it''s'", "''", "42", "-7", "TRUE", "FALSE", "'ünï'",
+        ] {
+            assert!(is_safe_literal(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "'it's'", "'a\\'", "'\0'", "ready", "'open", "-", "", "1 OR 1=1", "true", "'''",
+        ] {
+            assert!(!is_safe_literal(bad.as_bytes()), "{bad}");
+        }
+    }
+}

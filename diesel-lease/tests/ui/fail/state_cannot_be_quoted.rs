@@ -1,0 +1,19 @@
+use diesel::prelude::*;
+use diesel_lease::Claimable;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+    }
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready = "new\\", claimed = "run\0ning", failed = "it's fine")]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+}
+
+fn main() {}

@@ -1,0 +1,132 @@
+//! Batch completion (issue 12.2): `complete_batch` / `fail_batch` / `release_batch` change the
+//! rows still claimed by this worker in one statement and report the others, on seed 003's table.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use chrono::NaiveDate;
+use diesel::prelude::*;
+use diesel_lease::claim::ClaimOptions;
+use diesel_lease::OwnerId;
+
+use crate::common::TestDb;
+use crate::models::schema::importjobs;
+use crate::models::*;
+
+backend_suite! {
+    fixtures: crate::claim::basics;
+    tests: [
+        complete_batch_reports_a_rescued_row_and_leaves_it,
+        fail_batch_and_release_batch_move_only_their_rows,
+        batches_larger_than_one_statement_are_all_completed,
+        batch_completion_under_contention_finishes_each_row_once,
+    ];
+
+    fn state_of(db: &TestDb<B>, id: i64) -> (String, Option<String>) {
+        importjobs::table
+            .find(id)
+            .select((importjobs::statuscode, importjobs::worker))
+            .first(&mut db.conn())
+            .unwrap()
+    }
+
+    fn owner(name: &str) -> ClaimOptions {
+        ClaimOptions::default().owner(OwnerId::new(name).unwrap())
+    }
+
+    /// Worker A claims 5 rows; one of them goes stale and worker B rescues it. A's batch
+    /// completion moves its 4 rows and reports the rescued one, which stays B's.
+    pub(crate) fn complete_batch_reports_a_rescued_row_and_leaves_it(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 10);
+        let mut conn = db.conn();
+        let mine = ImportJob::claim_batch_with(&mut conn, 5, &owner("worker-a")).unwrap();
+        assert_eq!(mine.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        // Row 3's claim is ancient: any timeout rescues it.
+        let long_ago = NaiveDate::from_ymd_opt(2000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap();
+        diesel::update(importjobs::table.find(3))
+            .set(importjobs::claimed_at.eq(long_ago))
+            .execute(&mut conn)
+            .unwrap();
+        let rescuer = owner("worker-b").timeout(std::time::Duration::from_secs(600)).unwrap();
+        let rescued = ImportJob::claim_batch_with(&mut conn, 1, &rescuer).unwrap();
+        assert_eq!(rescued.iter().map(|r| (r.id, r.attempts)).collect::<Vec<_>>(), vec![(3, 2)]);
+
+        let outcome = ImportJob::complete_batch(&mut conn, &mine).unwrap();
+        assert_eq!(outcome, vec![true, true, false, true, true]);
+        for id in [1, 2, 4, 5] {
+            assert_eq!(state_of(db, id).0, "DONE", "row {id}");
+        }
+        let (state, worker) = state_of(db, 3);
+        assert_eq!(state, "EXECUTIONINPROGRESS", "the rescued row was completed by its old owner");
+        assert!(worker.unwrap().starts_with("worker-b#"));
+        // Nothing of A's batch is still A's: a second try changes nothing.
+        assert_eq!(ImportJob::complete_batch(&mut conn, &mine).unwrap(), vec![false; 5]);
+        assert_eq!(ImportJob::complete_batch(&mut conn, &rescued).unwrap(), vec![true]);
+        assert_eq!(state_of(db, 3).0, "DONE");
+        assert!(ImportJob::complete_batch(&mut conn, &[]).unwrap().is_empty());
+    }
+
+    pub(crate) fn fail_batch_and_release_batch_move_only_their_rows(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 4);
+        let mut conn = db.conn();
+        let rows = ImportJob::claim_batch(&mut conn, 4).unwrap();
+        assert_eq!(rows.len(), 4);
+        assert_eq!(ImportJob::fail_batch(&mut conn, &rows[..2]).unwrap(), vec![true, true]);
+        assert_eq!(ImportJob::release_batch(&mut conn, &rows[2..]).unwrap(), vec![true, true]);
+        assert_eq!(ImportJob::release_batch(&mut conn, &rows).unwrap(), vec![false; 4]);
+        assert_eq!(state_of(db, 1), ("FAILED".into(), rows[0].worker.clone()));
+        assert_eq!(state_of(db, 2).0, "FAILED");
+        assert_eq!(state_of(db, 3), ("JOBEXTRACTED".into(), None), "released: owner cleared");
+        assert_eq!(state_of(db, 4), ("JOBEXTRACTED".into(), None));
+        let again = ImportJob::claim_batch(&mut conn, 4).unwrap();
+        assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), vec![3, 4]);
+    }
+
+    /// 450 rows: three statements (200 rows each at most), every row completed.
+    pub(crate) fn batches_larger_than_one_statement_are_all_completed(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 450);
+        let mut conn = db.conn();
+        let rows = ImportJob::claim_batch(&mut conn, 450).unwrap();
+        assert_eq!(rows.len(), 450);
+        assert_eq!(ImportJob::complete_batch(&mut conn, &rows).unwrap(), vec![true; 450]);
+        let done: i64 = importjobs::table
+            .filter(importjobs::statuscode.eq("DONE"))
+            .count()
+            .get_result(&mut conn)
+            .unwrap();
+        assert_eq!(done, 450);
+    }
+
+    /// 4 threads drain 300 rows with `claim_batch(7)` + `complete_batch`: each row claimed and
+    /// completed exactly once, every completion reported as this worker's.
+    pub(crate) fn batch_completion_under_contention_finishes_each_row_once(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 300);
+        let pool = db.pool(4);
+        let seen = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let mut conn = pool.get().unwrap();
+                    loop {
+                        let rows = ImportJob::claim_batch(&mut conn, 7).unwrap();
+                        if rows.is_empty() {
+                            break;
+                        }
+                        let outcome = ImportJob::complete_batch(&mut conn, &rows).unwrap();
+                        assert!(outcome.iter().all(|ok| *ok), "a fresh claim was not ours");
+                        seen.lock().unwrap().extend(rows.iter().map(|r| r.id));
+                    }
+                });
+            }
+        });
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.len(), 300, "a row was claimed twice or never");
+        assert_eq!(seen.iter().copied().collect::<HashSet<_>>(), (1..=300).collect());
+        let done: i64 = importjobs::table
+            .filter(importjobs::statuscode.eq("DONE"))
+            .count()
+            .get_result(&mut db.conn())
+            .unwrap();
+        assert_eq!(done, 300);
+    }
+}

@@ -1,0 +1,323 @@
+//! State values as SQL constants (issue 12.1, issue 15.1): a `NULL` state (`None`) is compared with
+//! `IS NULL` and written with `SET col = NULL`, on seed 002's own `table1 (id, col1)`; on
+//! PostgreSQL a claim is prepared once per connection and planned on the user's partial index.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use diesel::prelude::*;
+use diesel_lease::{Claimable, LeaseConnection};
+
+use crate::common::TestDb;
+
+pub(crate) mod schema {
+    // Seed 002: `SELECT * FROM table1 WHERE id = $id AND col1 IS NULL FOR UPDATE`.
+    diesel::table! {
+        table1 (id) {
+            id -> BigInt,
+            col1 -> Nullable<Text>,
+        }
+    }
+}
+use schema::table1;
+
+/// Seed 002 as a new user writes it: a row qualifies while `col1 IS NULL`.
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = table1)]
+#[claimable(state = col1, ready = None, claimed = Some("sent".into()), done = Some("done".into()))]
+pub(crate) struct Table1 {
+    pub(crate) id: i64,
+    pub(crate) col1: Option<String>,
+}
+
+/// NULL as the claimed and the done state: `SET col1 = NULL`, `col1 IS NULL` in the owner check.
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = table1)]
+#[claimable(state = col1, ready = Some("new".into()), claimed = None, done = Some("it's done".into()))]
+pub(crate) struct NullClaimed {
+    pub(crate) id: i64,
+    pub(crate) col1: Option<String>,
+}
+
+/// NULL among several ready states, and as the state `complete` writes.
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = table1)]
+#[claimable(state = col1, ready(Some("retry".into()), None), claimed = Some("sent".into()), done = None)]
+#[allow(dead_code)]
+pub(crate) struct NullDone {
+    pub(crate) id: i64,
+    pub(crate) col1: Option<String>,
+}
+
+const TABLE1_DDL: (&str, &str, &str) = (
+    "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT);",
+    "CREATE TABLE table1 (id INTEGER PRIMARY KEY, col1 TEXT);",
+    "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 VARCHAR(64), INDEX table1_col1 (col1, id));",
+);
+
+backend_suite! {
+    tests: [
+        seed_002_null_ready_locks_each_qualifying_row,
+        seed_002_null_ready_claims_each_row_once,
+        null_claimed_state_is_written_and_owner_checked,
+        null_done_state_makes_the_row_ready_again,
+    ];
+
+    fn fill(db: &TestDb<B>, rows: &[(i64, Option<&str>)]) {
+        let (pg, sqlite, mysql) = TABLE1_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let values: Vec<_> = rows
+            .iter()
+            .map(|(id, v)| (table1::id.eq(*id), table1::col1.eq(*v)))
+            .collect();
+        diesel::insert_into(table1::table).values(&values).execute(&mut db.conn()).unwrap();
+    }
+
+    fn states(db: &TestDb<B>) -> Vec<(i64, Option<String>)> {
+        table1::table
+            .order(table1::id)
+            .select((table1::id, table1::col1))
+            .load(&mut db.conn())
+            .unwrap()
+    }
+
+    /// The seed's own program: for each id, lock the row if `col1 IS NULL`, then set it. Every
+    /// one of the 200 rows is locked once; afterwards none qualifies.
+    pub(crate) fn seed_002_null_ready_locks_each_qualifying_row(db: &TestDb<B>) {
+        let rows: Vec<(i64, Option<&str>)> = (1..=200).map(|id| (id, None)).collect();
+        fill(db, &rows);
+        let mut conn = db.conn();
+        for id in 1..=200 {
+            let locked = conn
+                .write_transaction(|conn| {
+                    let row = Table1::lock_next_where(conn, table1::id.eq(id))?;
+                    if let Some(row) = &row {
+                        diesel::update(table1::table.find(row.id))
+                            .set(table1::col1.eq("sent"))
+                            .execute(conn)?;
+                    }
+                    Ok::<_, diesel_lease::Error>(row.map(|r| r.id))
+                })
+                .unwrap();
+            assert_eq!(locked, Some(id), "row {id} has col1 IS NULL and must be locked");
+            let again = conn
+                .write_transaction(|conn| Table1::lock_next_where(conn, table1::id.eq(id)))
+                .unwrap();
+            assert!(again.is_none(), "row {id} no longer qualifies");
+        }
+        assert!(states(db).iter().all(|(_, s)| s.as_deref() == Some("sent")));
+    }
+
+    /// `claim_next` with `ready = None` from 4 threads: every NULL row once, rows with a state never.
+    pub(crate) fn seed_002_null_ready_claims_each_row_once(db: &TestDb<B>) {
+        let rows: Vec<(i64, Option<&str>)> =
+            (1..=120).map(|id| (id, (id % 10 == 0).then_some("other"))).collect();
+        fill(db, &rows);
+        let pool = db.pool(4);
+        let seen = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let mut conn = pool.get().unwrap();
+                    while let Some(row) = Table1::claim_next(&mut conn).unwrap() {
+                        assert_eq!(row.col1.as_deref(), Some("sent"));
+                        assert!(row.complete(&mut conn).unwrap(), "still ours");
+                        seen.lock().unwrap().push(row.id);
+                    }
+                });
+            }
+        });
+        let seen = seen.into_inner().unwrap();
+        let unique: HashSet<i64> = seen.iter().copied().collect();
+        assert_eq!(seen.len(), unique.len(), "a row was claimed twice");
+        let expected: HashSet<i64> = (1..=120).filter(|id| id % 10 != 0).collect();
+        assert_eq!(unique, expected);
+        for (id, state) in states(db) {
+            let want = if id % 10 == 0 { "other" } else { "done" };
+            assert_eq!(state.as_deref(), Some(want), "row {id}");
+        }
+    }
+
+    /// A claim writes `col1 = NULL`; `complete` finds the claim with `col1 IS NULL` and writes a
+    /// state with a quote in it.
+    pub(crate) fn null_claimed_state_is_written_and_owner_checked(db: &TestDb<B>) {
+        fill(db, &[(1, Some("new")), (2, Some("new")), (3, Some("other"))]);
+        let mut conn = db.conn();
+        let a = NullClaimed::claim_next(&mut conn).unwrap().expect("row 1");
+        assert_eq!((a.id, a.col1.as_deref()), (1, None));
+        assert!(a.complete(&mut conn).unwrap());
+        assert!(!a.complete(&mut conn).unwrap(), "no longer claimed (col1 is not NULL)");
+        let b = NullClaimed::claim_next(&mut conn).unwrap().expect("row 2");
+        assert_eq!(b.id, 2);
+        assert!(NullClaimed::claim_next(&mut conn).unwrap().is_none());
+        assert_eq!(
+            states(db),
+            vec![(1, Some("it's done".into())), (2, None), (3, Some("other".into()))]
+        );
+    }
+
+    /// `ready(Some("retry"), None)` claims both; `done = None` writes `col1 = NULL`, so the row
+    /// is ready again.
+    pub(crate) fn null_done_state_makes_the_row_ready_again(db: &TestDb<B>) {
+        fill(db, &[(1, Some("retry")), (2, None), (3, Some("other"))]);
+        let mut conn = db.conn();
+        let batch = NullDone::claim_batch(&mut conn, 10).unwrap();
+        assert_eq!(batch.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(batch[0].complete(&mut conn).unwrap());
+        assert_eq!(states(db)[0], (1, None));
+        let again = NullDone::claim_next(&mut conn).unwrap().expect("row 1 is ready again");
+        assert_eq!(again.id, 1);
+        assert!(NullDone::claim_next(&mut conn).unwrap().is_none());
+    }
+}
+
+/// A queue table with the partial index issue 12 is about.
+#[cfg(feature = "postgres")]
+mod plan {
+    use diesel::prelude::*;
+    use diesel::sql_types::{BigInt, Text};
+    use diesel_lease::Claimable;
+
+    use crate::common::{Postgres, TestDb};
+
+    diesel::table! {
+        plan_jobs (id) {
+            id -> BigInt,
+            status -> Text,
+            owner -> Nullable<Text>,
+            claimed_at -> Nullable<Timestamp>,
+            attempts -> Integer,
+        }
+    }
+
+    #[derive(Debug, Queryable, Selectable, Claimable)]
+    #[diesel(table_name = plan_jobs)]
+    #[claimable(state = status, ready = "ready", claimed = "running", done = "done",
+                owner = owner, claimed_at = claimed_at, attempts = attempts)]
+    #[allow(dead_code)]
+    pub(crate) struct PlanJob {
+        pub(crate) id: i64,
+        pub(crate) status: String,
+        pub(crate) owner: Option<String>,
+        pub(crate) claimed_at: Option<chrono::NaiveDateTime>,
+        pub(crate) attempts: i32,
+    }
+
+    #[derive(QueryableByName, Debug)]
+    struct Prepared {
+        #[diesel(sql_type = Text)]
+        name: String,
+        #[diesel(sql_type = Text)]
+        statement: String,
+        #[diesel(sql_type = BigInt)]
+        params: i64,
+        #[diesel(sql_type = BigInt)]
+        plans: i64,
+    }
+
+    #[derive(QueryableByName)]
+    struct PlanLine {
+        #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+        line: String,
+    }
+
+    fn prepared(conn: &mut PgConnection, like: &str) -> Vec<Prepared> {
+        diesel::sql_query(
+            "SELECT name, statement, cardinality(parameter_types)::bigint AS params, \
+             (generic_plans + custom_plans)::bigint AS plans \
+             FROM pg_prepared_statements WHERE statement LIKE $1",
+        )
+        .bind::<Text, _>(like)
+        .load(conn)
+        .unwrap()
+    }
+
+    fn explain(conn: &mut PgConnection, stmt: &Prepared, mode: &str) -> String {
+        diesel::sql_query(format!("SET plan_cache_mode = {mode}"))
+            .execute(conn)
+            .unwrap();
+        let args = vec!["NULL"; usize::try_from(stmt.params).unwrap()].join(", ");
+        let lines: Vec<PlanLine> =
+            diesel::sql_query(format!("EXPLAIN EXECUTE {}({args})", stmt.name))
+                .load(conn)
+                .unwrap();
+        diesel::sql_query("RESET plan_cache_mode")
+            .execute(conn)
+            .unwrap();
+        lines
+            .into_iter()
+            .map(|l| l.line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// After N claims and completions on one connection, each statement is prepared once and
+    /// was executed N times, and both the generic and the custom plan of the claim read the
+    /// partial index `WHERE status = 'ready'`.
+    fn claim_is_prepared_once_and_uses_the_partial_index(db: &TestDb<Postgres>) {
+        let mut conn = db.conn();
+        diesel::connection::SimpleConnection::batch_execute(
+            &mut conn,
+            "CREATE TABLE plan_jobs (id BIGINT PRIMARY KEY, status TEXT NOT NULL, owner TEXT, \
+               claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0); \
+             INSERT INTO plan_jobs (id, status) \
+               SELECT g, CASE WHEN g % 100 = 0 THEN 'ready' ELSE 'done' END FROM generate_series(1, 50000) g; \
+             CREATE INDEX plan_jobs_ready ON plan_jobs (id) WHERE status = 'ready'; \
+             ANALYZE plan_jobs;",
+        )
+        .unwrap();
+        const N: i64 = 30;
+        for _ in 0..N {
+            let job = PlanJob::claim_next(&mut conn)
+                .unwrap()
+                .expect("a ready row");
+            assert!(job.complete(&mut conn).unwrap());
+        }
+        // A filter with a static query id keeps the claim prepared too.
+        for _ in 0..N {
+            let jobs =
+                PlanJob::claim_batch_where(&mut conn, 2, &Default::default(), plan_jobs::id.gt(0))
+                    .unwrap();
+            assert_eq!(jobs.len(), 2);
+        }
+
+        let claims = prepared(&mut conn, "WITH %SKIP LOCKED%");
+        assert_eq!(
+            claims.len(),
+            2,
+            "claim_next and claim_batch_where: {claims:#?}"
+        );
+        assert!(
+            claims.iter().all(|c| c.plans == N),
+            "each ran {N} times: {claims:#?}"
+        );
+        let claim = claims
+            .iter()
+            .find(|c| c.statement.contains("LIMIT 1 FOR UPDATE"))
+            .expect("claim_next's inline LIMIT 1");
+        assert!(
+            claim.statement.contains("\"status\" = 'ready'"),
+            "the ready state is a literal: {}",
+            claim.statement
+        );
+        let completes = prepared(&mut conn, "UPDATE \"plan_jobs\" SET \"status\" = 'done'%");
+        assert_eq!(completes.len(), 1, "{completes:#?}");
+        assert_eq!(completes[0].plans, N);
+
+        for mode in ["force_generic_plan", "force_custom_plan"] {
+            let plan = explain(&mut conn, claim, mode);
+            assert!(
+                plan.contains("plan_jobs_ready"),
+                "{mode} must use the partial index:\n{plan}"
+            );
+        }
+    }
+
+    #[test]
+    fn postgres_claim_is_prepared_once_and_uses_the_partial_index() {
+        crate::common::run::<Postgres>(
+            "claim_is_prepared_once_and_uses_the_partial_index",
+            claim_is_prepared_once_and_uses_the_partial_index,
+        );
+    }
+}
