@@ -8,5 +8,6 @@ pub(crate) mod claim;
 mod faults;
 mod lease;
 pub mod models;
+mod ops;
 mod semaphore;
 mod smoke;

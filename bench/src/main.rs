@@ -10,12 +10,14 @@
 //! cargo run --release -p diesel-lease-bench --              # default run, a few minutes
 //! cargo run --release -p diesel-lease-bench -- --smoke      # CI: well under a minute
 //! cargo run --release -p diesel-lease-bench -- --scale      # adds 1M/5M-row runs: long
+//! cargo run --release -p diesel-lease-bench -- --overhead   # the tracing/metrics cost alone
 //! ```
 
 mod coordination;
 mod e2e;
 mod measure;
 mod model;
+mod overhead;
 mod pg;
 mod plot;
 mod report;
@@ -50,6 +52,10 @@ struct Args {
     /// CI mode: tiny tables, 0.3 s per measurement, small scale section; well under a minute.
     #[arg(long)]
     smoke: bool,
+    /// Only measures what an operation's span and metrics cost (no database), with no subscriber,
+    /// with a subscriber that filters the spans out, and with one that formats them.
+    #[arg(long)]
+    overhead: bool,
     /// Adds the long scale runs: per-claim cost at 10k, 1M and 5M ready rows, 1M consecutive claims.
     #[arg(long)]
     scale: bool,
@@ -182,6 +188,9 @@ fn main() {
 
 fn run() -> BenchResult<()> {
     let args = Args::parse();
+    if args.overhead {
+        return overhead::run();
+    }
     if let Some(workers) = args.fang_worker_pool {
         return e2e::run_fang_worker_pool(workers);
     }

@@ -453,7 +453,7 @@ impl Drop for ExitNotice {
     }
 }
 
-impl<E: Send + Sync + 'static> Heartbeat<E> {
+impl<E: fmt::Debug + Send + Sync + 'static> Heartbeat<E> {
     /// Starts the thread `name`, which keeps `state` held by calling `beat` every `period`
     /// (at least 1 ms). Fails only if the thread cannot be spawned.
     pub(crate) fn start<F>(
@@ -473,12 +473,19 @@ impl<E: Send + Sync + 'static> Heartbeat<E> {
         let thread = {
             let (control, last_error, state) =
                 (Arc::clone(&control), Arc::clone(&last_error), state.clone());
+            let held = name.to_string();
             thread::Builder::new()
                 .name(name.to_string())
                 .spawn(move || {
                     let _exit = ExitNotice(Arc::clone(&control));
                     let period = period.clamp(MIN_PAUSE, MAX_SPAN);
                     run(&state, &control, &last_error, period, beat);
+                    // Whatever ended the loop: a loss is worth a warning, a stop is not.
+                    if let Some(reason @ (LostReason::Expired | LostReason::Gone)) =
+                        state.lost_reason()
+                    {
+                        crate::observe::heartbeat_lost(&held, &reason);
+                    }
                 })?
         };
         // Whoever marks the state lost (a release, an explicit extension) ends the thread.
@@ -553,7 +560,7 @@ impl<E: fmt::Debug> fmt::Debug for Heartbeat<E> {
 }
 
 /// The thread's loop (see [`Heartbeat`]).
-fn run<E, F>(
+fn run<E: fmt::Debug, F>(
     state: &HolderState,
     control: &Control,
     last_error: &Mutex<Option<Arc<E>>>,
@@ -593,6 +600,7 @@ fn run<E, F>(
                 return;
             }
             Ok(Beat::Failed(error)) => {
+                crate::observe::heartbeat_failed(thread::current().name().unwrap_or(""), &error);
                 *lock(last_error) = Some(Arc::new(error));
                 retry
             }

@@ -87,12 +87,14 @@ compile_error!(
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+pub mod admin;
 pub mod backend;
 pub mod claim;
 pub mod clock;
 mod error;
 mod heartbeat;
 pub mod lease;
+pub mod observe;
 pub mod once;
 pub mod pool;
 pub mod semaphore;

@@ -2,6 +2,9 @@
 //!
 //! Modes:
 //! - `hold <name> <ttl_ms>`: take the lease, print `ACQUIRED <token>`, then sleep until killed;
+//! - `hold-then-extend <name> <ttl_ms>`: take the lease, print `ACQUIRED <token>`, wait for a
+//!   line on stdin, then extend it and print `EXTEND ok` or `EXTEND <error>`, release it and
+//!   print `RELEASE ok` or `RELEASE <error>` (the operator tool's forced release fences it);
 //! - `take <name> <ttl_ms> <timeout_ms>`: wait for the lease, print
 //!   `ACQUIRED <token> <acquired_at_micros>`, release it, exit;
 //! - `contend <name> <count>`: `count` times: wait for the lease, log its token into
@@ -75,6 +78,29 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
             .expect("acquire");
             say(format!("ACQUIRED {}", held.token()));
             std::thread::sleep(Duration::from_secs(120));
+        }
+        ["hold-then-extend", name, ttl] => {
+            let mut conn = connect::<C>(url);
+            let mut held = lease::acquire(
+                &mut conn,
+                name,
+                &LeaseOptions::new(ms(ttl)),
+                Duration::from_secs(60),
+            )
+            .expect("acquire");
+            say(format!("ACQUIRED {}", held.token()));
+            let mut go = String::new();
+            std::io::stdin().read_line(&mut go).expect("stdin");
+            let outcome = |r: diesel_lease::Result<()>| match r {
+                Ok(()) => "ok".to_string(),
+                Err(diesel_lease::Error::LeaseLost { .. }) => "LeaseLost".to_string(),
+                Err(e) => format!("{e}"),
+            };
+            say(format!(
+                "EXTEND {}",
+                outcome(held.extend(&mut conn, ms(ttl)))
+            ));
+            say(format!("RELEASE {}", outcome(held.release(&mut conn))));
         }
         ["take", name, ttl, timeout] => {
             let mut conn = connect::<C>(url);

@@ -177,6 +177,7 @@ pub trait Dialect:
     + MigrationHarness<Self::Backend>
     + LeaseStatements
     + SemaphoreStatements
+    + crate::admin::AdminStatements
     + Send
     + Sized
     + 'static
@@ -464,7 +465,8 @@ pub(crate) fn retry_conflicts<T>(mut f: impl FnMut() -> crate::Result<T>) -> cra
     loop {
         attempt += 1;
         match f() {
-            Err(Error::Deadlock { .. }) if attempt < CONFLICT_ATTEMPTS => {
+            Err(e @ Error::Deadlock { .. }) if attempt < CONFLICT_ATTEMPTS => {
+                crate::observe::retried_conflict(attempt, &e);
                 std::thread::sleep(pause.next_delay());
             }
             Err(Error::Deadlock { source, .. }) => {

@@ -11,6 +11,7 @@ use diesel::sql_types::{Bool, SingleValue, SqlType};
 use diesel::Connection;
 
 use crate::backend::{retry_conflicts, Dialect};
+use crate::observe::{kind_of, op, table_name};
 use lease_core::ClaimStamp;
 
 use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
@@ -250,9 +251,20 @@ where
         // Every claim writes its own stamp: a rescue (even by this process) makes it differ.
         let stamp = ClaimStamp::new(&options.owner);
         let parts = ClaimParts::<M, C::Backend>::new(stamp.as_str(), options.timeout_micros::<M>());
+        let table = table_name::<M::Table>();
+        let op = op!(
+            Claim,
+            table,
+            C::KIND,
+            table = table,
+            owner = stamp.as_str(),
+            limit = limit
+        );
         // A deadlock or serialization failure rolled the claim back whole: nothing was
         // claimed, so trying again is safe.
-        retry_conflicts(|| Ok(Dialect::claim_rows::<M, F>(self, &parts, limit, filter)?))
+        let claimed =
+            retry_conflicts(|| Ok(Dialect::claim_rows::<M, F>(self, &parts, limit, filter)?));
+        op.finish(claimed, |rows| ("claimed", rows.len() as u64))
     }
 
     fn lock_matching<F: QueryId>(
@@ -510,8 +522,39 @@ where
             "the model has no {to:?} state: add it to #[claimable(...)]"
         )));
     }
-    conn.borrow_connection()
-        .finish(&owner_checked(row, Change::State(to)))
+    let conn = conn.borrow_connection();
+    let table = table_name::<M::Table>();
+    let op = op!(
+        Complete,
+        table,
+        kind_of(conn),
+        table = table,
+        owner = row.owner()
+    );
+    let finished = conn.finish(&owner_checked(row, Change::State(to)));
+    let finished = op.finish(finished, |&ours| match (ours, to) {
+        (false, _) => ("lost", 0),
+        (true, Finish::Done) => ("done", 1),
+        (true, Finish::Failed) => ("failed", 1),
+        (true, Finish::Ready) => ("ready", 1),
+    });
+    claim_lost_if::<M>(row, &finished);
+    finished
+}
+
+/// Warns when an owner-checked change found the claim no longer this worker's.
+fn claim_lost_if<M: Claimable>(row: &M, ours: &Result<bool>) {
+    if let Ok(false) = ours {
+        crate::observe::lost(
+            "claim",
+            table_name::<M::Table>(),
+            row.attempts(),
+            &format_args!(
+                "claim stamp {} is not in the row any more: it was rescued by another worker or already finished",
+                row.owner().unwrap_or("-")
+            ),
+        );
+    }
 }
 
 /// [`finish`] for many rows in one statement per 200 rows (one `UPDATE … RETURNING` on
@@ -560,8 +603,11 @@ where
             "a claim heartbeat moves claimed_at: add `claimed_at = <timestamp column>` to #[claimable(...)]".into(),
         ));
     }
-    conn.borrow_connection()
-        .finish(&owner_checked(row, Change::Touch(DbNow::new())))
+    let touched = conn
+        .borrow_connection()
+        .finish(&owner_checked(row, Change::Touch(DbNow::new())));
+    claim_lost_if::<M>(row, &touched);
+    touched
 }
 
 /// The owner-checked statement for `row`: its key, its claim stamp and attempt.

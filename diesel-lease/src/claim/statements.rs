@@ -555,9 +555,13 @@ where
     M: ClaimModel<C>,
 {
     if parts.needs_reap() {
-        conn.execute_returning_count(
-            &Exec::<_, StmtId<M, shape::Reap, NoFilter, true, false>>::new(&ReapStmt(parts)),
-        )?;
+        let reaped = conn
+            .execute_returning_count(
+                &Exec::<_, StmtId<M, shape::Reap, NoFilter, true, false>>::new(&ReapStmt(parts)),
+            )?;
+        if reaped > 0 {
+            crate::observe::rescued(crate::observe::table_name::<M::Table>(), reaped);
+        }
     }
     Ok(())
 }

@@ -64,6 +64,7 @@ use std::time::{Duration, Instant};
 use lease_core::{validate_name, Backoff, FencingToken, InvalidInput, OwnerId, Ttl};
 
 use crate::heartbeat::{default_margin, HolderState, LostReason, LostSignal};
+use crate::observe::{kind_of, op};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
 
 mod guard;
@@ -331,13 +332,26 @@ pub(crate) fn grant<C: LeaseConnection>(
     interval: Option<Ttl>,
 ) -> Result<Option<(Lease, Option<i64>)>> {
     let sent_at = Instant::now();
-    let granted = statements::grant(
-        conn,
-        &statements::Grant {
-            name,
-            holder: checked.holder.as_str(),
-            ttl_micros: checked.ttl.as_micros(),
-            interval_micros: interval.map(Ttl::as_micros),
+    let op = op!(
+        LeaseAcquire,
+        "",
+        C::KIND,
+        name = name,
+        owner = checked.holder.as_str()
+    );
+    let granted = op.finish(
+        statements::grant(
+            conn,
+            &statements::Grant {
+                name,
+                holder: checked.holder.as_str(),
+                ttl_micros: checked.ttl.as_micros(),
+                interval_micros: interval.map(Ttl::as_micros),
+            },
+        ),
+        |g| match g {
+            Some(g) => ("granted", u64::try_from(g.token).unwrap_or(0)),
+            None => ("held by another", 0),
         },
     )?;
     Ok(granted.map(|g| {
@@ -468,7 +482,18 @@ impl Lease {
         self.check_held()?;
         let conn = conn.borrow_connection();
         let sent_at = Instant::now();
-        if statements::extend(conn, &self.name, self.token.get(), ttl.as_micros())? {
+        let op = op!(
+            LeaseExtend,
+            "",
+            kind_of(conn),
+            name = self.name.as_str(),
+            owner = self.holder.as_str(),
+            token = self.token.get()
+        );
+        let extended = statements::extend(conn, &self.name, self.token.get(), ttl.as_micros());
+        if op.finish(extended, |&held| {
+            (if held { "extended" } else { "lost" }, 0)
+        })? {
             self.local.record_success(sent_at, ttl.as_duration());
             self.ttl = ttl;
             Ok(())
@@ -486,7 +511,19 @@ impl Lease {
     pub fn release(&mut self, conn: &mut impl BorrowConnection) -> Result<()> {
         self.check_held()?;
         let conn = conn.borrow_connection();
-        if statements::release(conn, &self.name, self.token.get(), self.at_least_for_micros)? {
+        let op = op!(
+            LeaseRelease,
+            "",
+            kind_of(conn),
+            name = self.name.as_str(),
+            owner = self.holder.as_str(),
+            token = self.token.get()
+        );
+        let released =
+            statements::release(conn, &self.name, self.token.get(), self.at_least_for_micros);
+        if op.finish(released, |&held| {
+            (if held { "released" } else { "lost" }, 0)
+        })? {
             self.state = State::Released;
             self.local.mark_lost(LostReason::Released);
             Ok(())
@@ -525,7 +562,9 @@ impl Lease {
         };
         self.state = State::Lost(now.clone());
         self.local.mark_lost(LostReason::Gone);
-        self.lost_error(now)
+        let error = self.lost_error(now);
+        crate::observe::lost("lease", &self.name, Some(self.token.get()), &error);
+        error
     }
 }
 

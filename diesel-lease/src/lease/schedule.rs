@@ -326,6 +326,7 @@ impl Every {
                 }
                 Err(e @ Error::LeaseLost { .. }) => return Err(e),
                 Err(e) => {
+                    crate::observe::schedule_retry(name, &e);
                     if let Some(report) = &self.on_error {
                         report(&e);
                     }

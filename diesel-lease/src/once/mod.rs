@@ -11,6 +11,8 @@
 
 use std::marker::PhantomData;
 
+use crate::observe::{kind_of, op, table_name};
+use crate::Error;
 use diesel::backend::Backend;
 use diesel::expression::{AsExpression, Expression};
 use diesel::query_builder::{AstPass, InsertStatement, QueryFragment, QueryId};
@@ -140,7 +142,13 @@ where
     C: BorrowConnection,
     C::Conn: GuardConnection<M, V>,
 {
-    Ok(conn.borrow_connection().set_guard(pk, value)?)
+    let conn = conn.borrow_connection();
+    let table = table_name::<M::Table>();
+    let op = op!(Guard, table, kind_of(conn), table = table);
+    let set = conn.set_guard(pk, value).map_err(Error::from);
+    op.finish(set, |&won| {
+        (if won { "set" } else { "already set" }, u64::from(won))
+    })
 }
 
 /// `<insert> ON CONFLICT DO NOTHING [RETURNING …]` (PostgreSQL, SQLite ≥ 3.35).
@@ -377,7 +385,14 @@ where
     R: InsertReturning<<C::Conn as Connection>::Backend>,
     C::Conn: InsertOnceConnection<T, V, R>,
 {
-    Ok(conn.borrow_connection().insert_once_into(table, values)?)
+    let conn = conn.borrow_connection();
+    let name = table_name::<T>();
+    let op = op!(InsertOnce, name, kind_of(conn), table = name);
+    let inserted = conn.insert_once_into(table, values).map_err(Error::from);
+    op.finish(inserted, |outcome| match outcome {
+        InsertOutcome::Inserted(_) => ("inserted", 1),
+        InsertOutcome::AlreadyExists => ("already exists", 0),
+    })
 }
 
 /// Returns the inserted row as model `R` (`#[claimable(insert_once(returning = R))]`).

@@ -291,9 +291,52 @@ fn pooled_try<C>(pool: &Pool<ConnectionManager<C>>, req: Request) -> Result<Opti
 where
     C: LeaseConnection + R2D2Connection,
 {
-    match protocol::try_once(statements_of(&mut *pool.get()?), &req)? {
+    let op = acquire_op(C::KIND, &req);
+    let granted = pool
+        .get()
+        .map_err(crate::Error::from)
+        .and_then(|mut conn| protocol::try_once(statements_of(&mut *conn), &req));
+    match op.finish(granted, granted_outcome)? {
         Some(granted) => Permit::start(pool.clone(), req, granted).map(Some),
         None => Ok(None),
+    }
+}
+
+/// The span of one acquisition (with or without waiting).
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+fn acquire_op(kind: crate::BackendKind, req: &Request) -> crate::observe::Op {
+    crate::observe::op!(
+        SemaphoreAcquire,
+        "",
+        kind,
+        resource = req.resource.as_str(),
+        owner = req.owner.as_str(),
+        mode = req.mode.as_str(),
+        permits = req.permits,
+    )
+}
+
+fn granted_outcome<G: GrantedTicket>(granted: &G) -> (&'static str, u64) {
+    match granted.ticket() {
+        Some(ticket) => ("granted", u64::try_from(ticket).unwrap_or(0)),
+        None => ("busy", 0),
+    }
+}
+
+/// A grant's ticket, for the span (`rows` is the ticket of a grant).
+trait GrantedTicket {
+    fn ticket(&self) -> Option<i64>;
+}
+
+impl GrantedTicket for protocol::Granted {
+    fn ticket(&self) -> Option<i64> {
+        Some(self.ticket)
+    }
+}
+
+impl GrantedTicket for Option<protocol::Granted> {
+    fn ticket(&self) -> Option<i64> {
+        self.as_ref().map(|g| g.ticket)
     }
 }
 
@@ -308,7 +351,9 @@ fn pooled<C>(
 where
     C: LeaseConnection + R2D2Connection,
 {
-    let granted = protocol::acquire(&mut FromPool::new(pool), &req, timeout, max_poll)?;
+    let op = acquire_op(C::KIND, &req);
+    let granted = protocol::acquire(&mut FromPool::new(pool), &req, timeout, max_poll);
+    let granted = op.finish(granted, granted_outcome)?;
     Permit::start(pool.clone(), req, granted)
 }
 
@@ -318,19 +363,25 @@ fn manual(
     timeout: Duration,
     max_poll: Duration,
 ) -> Result<ManualPermit> {
+    let conn = conn.borrow_connection();
+    let op = acquire_op(crate::observe::kind_of(conn), &req);
     let granted = protocol::acquire(
-        &mut OwnConnection::new(statements_of(conn.borrow_connection())),
+        &mut OwnConnection::new(statements_of(conn)),
         &req,
         timeout,
         max_poll,
-    )?;
+    );
+    let granted = op.finish(granted, granted_outcome)?;
     Ok(ManualPermit {
         req,
         ticket: granted.ticket,
     })
 }
 
-fn queue_of(conn: &mut impl BorrowConnection, resource: &str) -> Result<Vec<QueuedRequest>> {
+pub(crate) fn queue_of(
+    conn: &mut impl BorrowConnection,
+    resource: &str,
+) -> Result<Vec<QueuedRequest>> {
     let rows = protocol::queue(statements_of(conn.borrow_connection()), resource)?;
     Ok(rows
         .into_iter()
@@ -366,4 +417,25 @@ pub struct QueuedRequest {
     pub granted_at_micros: Option<i64>,
     /// When it is removed unless its owner heartbeats or polls before.
     pub expires_at_micros: i64,
+}
+
+/// Releases ticket `ticket` of `resource` whoever holds it, as its owner's release would (the
+/// operator's forced release, [`crate::admin::force_release_ticket`]). Whether the row existed.
+pub(crate) fn release_ticket<C: LeaseConnection>(
+    conn: &mut C,
+    resource: &str,
+    permits: i32,
+    owner: &str,
+    mode: Mode,
+    ticket: i64,
+) -> Result<bool> {
+    let req = Request {
+        resource: resource.to_string(),
+        permits,
+        owner: owner.to_string(),
+        mode,
+        // Unused by a release; any valid ttl.
+        ttl: Ttl::new("ttl", DEFAULT_TTL)?,
+    };
+    protocol::release(statements_of(conn), &req, ticket)
 }

@@ -218,21 +218,39 @@ impl ManualPermit {
     /// Pushes the permit's expiry to now + ttl. [`Error::PermitNotHeld`] if it already expired and was
     /// removed (stop the protected work) or was released.
     pub fn heartbeat(&self, conn: &mut impl BorrowConnection) -> Result<()> {
-        self.still_held(protocol::heartbeat(
+        let held = protocol::heartbeat(
             statements_of(conn.borrow_connection()),
             &self.req,
             self.ticket,
-        )?)
+        )?;
+        if !held {
+            crate::observe::lost(
+                "permit",
+                self.resource(),
+                Some(self.ticket),
+                &self.not_held(),
+            );
+        }
+        self.still_held(held)
     }
 
     /// Releases the permit and lets the next in line in. [`Error::PermitNotHeld`] when it was already
     /// released or had expired; nothing else changes then.
     pub fn release(&self, conn: &mut impl BorrowConnection) -> Result<()> {
-        self.still_held(protocol::release(
-            statements_of(conn.borrow_connection()),
-            &self.req,
-            self.ticket,
-        )?)
+        let conn = conn.borrow_connection();
+        let op = crate::observe::op!(
+            SemaphoreRelease,
+            "",
+            crate::observe::kind_of(conn),
+            resource = self.resource(),
+            owner = self.req.owner.as_str(),
+            ticket = self.ticket,
+        );
+        let released = protocol::release(statements_of(conn), &self.req, self.ticket);
+        let found = op.finish(released, |&found| {
+            (if found { "released" } else { "lost" }, 0)
+        })?;
+        self.still_held(found)
     }
 
     /// `Ok` when the statement found the permit's row, [`Error::PermitNotHeld`] otherwise.

@@ -1,0 +1,159 @@
+//! `diesel-lease`: the operator's view of a farm that coordinates through its database.
+//!
+//! ```text
+//! DATABASE_URL=postgres://… diesel-lease leases
+//! diesel-lease semaphores --json
+//! diesel-lease claims --table import_jobs --state-column status --claimed-at-column claimed_at --older-than 15m
+//! diesel-lease release lease nightly-report --yes
+//! diesel-lease doctor --table import_jobs --state-column status --ready ready --order-by id
+//! ```
+//!
+//! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, and anything else is a
+//! SQLite file (`sqlite://` prefix optional). Tables and columns an operator names are quoted as
+//! identifiers, never pasted into SQL; values are bind parameters.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod backend;
+mod commands;
+mod report;
+mod sql;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// Look at and repair diesel-lease's leases, semaphores and claims.
+#[derive(Debug, Parser)]
+#[command(name = "diesel-lease", version)]
+struct Cli {
+    /// The database: postgres://…, mysql://…, or a SQLite file path (sqlite://… accepted).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: String,
+    /// Print JSON instead of a table (for scripts).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create or update diesel-lease's built-in tables (leases, semaphores).
+    Migrate,
+    /// Every lease: holder, fencing token, when it expires, the next run of a periodic job.
+    Leases,
+    /// Every semaphore and reader/writer lock: permits, holders and waiters in ticket order.
+    Semaphores,
+    /// Rows of a claimable table per state: how many, the oldest claim, claims older than a timeout.
+    Claims(ClaimsArgs),
+    /// Force a release (the holder is stuck or gone); the old holder is fenced.
+    Release {
+        #[command(subcommand)]
+        what: ReleaseWhat,
+        /// Do not ask for confirmation.
+        #[arg(long, global = true)]
+        yes: bool,
+    },
+    /// EXPLAIN the claim's row pick and say whether it uses a partial index (and the fix if not).
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ReleaseWhat {
+    /// Free a lease now and move its fencing token on, so the holder's next extend/release fails.
+    Lease {
+        /// The lease name.
+        name: String,
+    },
+    /// Remove a semaphore ticket (held or waiting) and admit whoever is next.
+    Ticket {
+        /// The ticket number (see `diesel-lease semaphores`).
+        id: i64,
+    },
+}
+
+/// The claimable table to look at.
+#[derive(Debug, clap::Args)]
+struct ClaimsArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// Its state column.
+    #[arg(long)]
+    state_column: String,
+    /// Its claimed-at column (a timestamp): enables the oldest claim and `--older-than`.
+    #[arg(long)]
+    claimed_at_column: Option<String>,
+    /// Count claims older than this (e.g. `90s`, `15m`, `2h`); needs `--claimed-at-column`.
+    #[arg(long, value_parser = parse_duration, default_value = "15m")]
+    older_than: Duration,
+}
+
+/// The claim to check.
+#[derive(Debug, clap::Args)]
+struct DoctorArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// Its state column.
+    #[arg(long)]
+    state_column: String,
+    /// The ready state(s) a claim picks rows from (repeat for several).
+    #[arg(long = "ready", required = true)]
+    ready: Vec<String>,
+    /// The claim order, as `#[claimable(order_by(…))]` has it: `col` or `col:desc`, repeated
+    /// (default: `id`, the primary key order the derive uses without `order_by`).
+    #[arg(long = "order-by", default_value = "id")]
+    order_by: Vec<String>,
+}
+
+/// `90s`, `15m`, `2h`, `1d`, or plain seconds.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (number, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 90s, 15m, 2h"))?;
+    let secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("unknown unit in `{s}`: use s, m, h or d")),
+    };
+    Ok(Duration::from_secs(n.saturating_mul(secs)))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match commands::run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Servers' messages can span lines (libpq adds hints): one line for logs and scripts.
+            let one_line: Vec<&str> = e.split_whitespace().collect();
+            eprintln!("diesel-lease: {}", one_line.join(" "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert!(parse_duration("2x").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn the_arguments_parse() {
+        Cli::command().debug_assert();
+    }
+
+    use clap::CommandFactory;
+}

@@ -1,0 +1,106 @@
+//! Output: aligned tables for people, JSON for scripts.
+
+use std::fmt::Write as _;
+
+/// A table: a header and rows of cells, printed with aligned columns.
+#[derive(Debug)]
+pub(crate) struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub(crate) fn new(header: &[&str]) -> Self {
+        Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub(crate) fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+            let mut text = String::new();
+            for (i, cell) in cells.enumerate() {
+                let pad = widths[i].saturating_sub(cell.chars().count());
+                let _ = write!(text, "{cell}{:pad$}  ", "");
+            }
+            out.push_str(text.trim_end());
+            out.push('\n');
+        };
+        line(&mut self.header.iter().map(String::as_str));
+        for row in &self.rows {
+            line(&mut row.iter().map(String::as_str));
+        }
+        out
+    }
+}
+
+/// A span of µs for people: `850ms`, `12.3s`, `4m05s`, `2h03m`, `3d04h`.
+pub(crate) fn duration(micros: i64) -> String {
+    let (sign, us) = if micros < 0 {
+        ("-", micros.unsigned_abs())
+    } else {
+        ("", micros.unsigned_abs())
+    };
+    let ms = us / 1000;
+    let s = ms / 1000;
+    let text = if ms < 1000 {
+        format!("{ms}ms")
+    } else if s < 60 {
+        format!("{}.{}s", s, (ms % 1000) / 100)
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else if s < 86_400 {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600)
+    };
+    format!("{sign}{text}")
+}
+
+/// When `at` is, seen from `now` (both µs): `in 25.0s` or `3.1s ago`.
+pub(crate) fn relative(at: i64, now: i64) -> String {
+    if at >= now {
+        format!("in {}", duration(at - now))
+    } else {
+        format!("{} ago", duration(now - at))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(duration(850_000), "850ms");
+        assert_eq!(duration(12_345_000), "12.3s");
+        assert_eq!(duration(245_000_000), "4m05s");
+        assert_eq!(duration(7_380_000_000), "2h03m");
+        assert_eq!(duration(-2_000_000), "-2.0s");
+        assert_eq!(relative(10_000_000, 0), "in 10.0s");
+        assert_eq!(relative(0, 3_100_000), "3.1s ago");
+    }
+
+    #[test]
+    fn columns_align() {
+        let mut t = Table::new(&["name", "token"]);
+        t.row(vec!["nightly-report".into(), "7".into()]);
+        t.row(vec!["a".into(), "12".into()]);
+        assert_eq!(
+            t.render(),
+            "name            token\nnightly-report  7\na               12\n"
+        );
+    }
+}

@@ -1,0 +1,297 @@
+//! The operator tool, run as a process against each backend: a worker's lease shows up, a forced
+//! release fences the worker, a forced ticket release takes a permit away, claims are counted,
+//! operator-typed names stay identifiers, and errors are one line with a non-zero exit.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{ChildStdout, Command, Output, Stdio};
+use std::time::Duration;
+
+use diesel_lease::semaphore::Semaphore;
+use diesel_lease::{lease, Error};
+use serde_json::Value;
+
+use crate::common::{worker_bin, TestBackend, TestDb};
+
+/// The `diesel-lease` binary: `cargo test --workspace` builds it next to the suite's workers
+/// (the CLI package has integration tests of its own, which makes cargo build its binary).
+fn cli_path() -> PathBuf {
+    let path = std::path::Path::new(worker_bin("lease-worker")).with_file_name("diesel-lease");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p diesel-lease-cli` (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+fn cli<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> Output {
+    Command::new(cli_path())
+        .env("DATABASE_URL", &db.url)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run diesel-lease")
+}
+
+/// Runs it, expects success, returns stdout.
+fn ok<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
+    let out = cli(db, args);
+    assert!(
+        out.status.success(),
+        "diesel-lease {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn json<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&ok(db, &all)).expect("valid JSON")
+}
+
+/// Runs it, expects failure, returns its single stderr line.
+fn fails<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
+    let out = cli(db, args);
+    assert!(!out.status.success(), "diesel-lease {args:?} succeeded");
+    let err = String::from_utf8(out.stderr).expect("utf-8");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("diesel-lease: "), "{err}");
+    err
+}
+
+/// The next line of a worker's output (one reader for all of them: it buffers ahead).
+fn read_line(out: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read worker output");
+    line.trim().to_string()
+}
+
+fn a_workers_lease_is_listed_and_a_forced_release_fences_it<B: TestBackend>(db: &TestDb<B>) {
+    assert!(ok(db, &["migrate"]).contains("up to date"));
+    let mut worker = Command::new(worker_bin("lease-worker"))
+        .args([
+            B::NAME,
+            &db.url,
+            "hold-then-extend",
+            "nightly-report",
+            "60000",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn lease-worker");
+    let mut out = BufReader::new(worker.stdout.take().expect("piped stdout"));
+    let line = read_line(&mut out);
+    let token: i64 = line
+        .strip_prefix("ACQUIRED ")
+        .expect(&line)
+        .parse()
+        .unwrap();
+
+    // The worker's lease, as a table and as JSON.
+    let table = ok(db, &["leases"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("nightly-report "))
+        .expect(&table);
+    assert!(
+        row.contains(" held ") && row.contains(&format!(" {token} ")),
+        "{row}"
+    );
+    let leases = json(db, &["leases"]);
+    let entry = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "nightly-report")
+        .unwrap();
+    assert_eq!(entry["token"], token);
+    assert_eq!(entry["held"], true);
+    let expires_in = entry["expires_in_ms"].as_i64().unwrap();
+    assert!(expires_in > 0 && expires_in <= 60_000, "{expires_in}");
+
+    // Without a terminal and without --yes nothing happens.
+    let refused = fails(db, &["release", "lease", "nightly-report"]);
+    assert!(refused.contains("--yes"), "{refused}");
+    assert_eq!(json(db, &["leases"])[0]["token"], token);
+    assert!(fails(db, &["release", "lease", "no-such-lease", "--yes"]).contains("no lease named"));
+
+    let released = json(db, &["release", "lease", "nightly-report", "--yes"]);
+    assert_eq!(released["old_token"], token);
+    assert_eq!(released["token"], token + 1);
+    assert_eq!(json(db, &["leases"])[0]["held"], false);
+
+    // The old holder is fenced: its next extend and release see LeaseLost.
+    writeln!(worker.stdin.as_mut().unwrap(), "go").unwrap();
+    assert_eq!(read_line(&mut out), "EXTEND LeaseLost");
+    assert_eq!(read_line(&mut out), "RELEASE LeaseLost");
+    assert!(worker.wait().unwrap().success());
+
+    // And the next grant's token is larger than the fence's.
+    let mut conn = db.conn();
+    let next = lease::try_acquire(
+        &mut conn,
+        "nightly-report",
+        &super::super::lease::opts(5_000),
+    )
+    .unwrap()
+    .expect("free after the forced release");
+    assert!(next.token().get() > token + 1);
+}
+
+fn a_forced_ticket_release_takes_the_permit_away<B: TestBackend>(db: &TestDb<B>) {
+    ok(db, &["migrate"]);
+    let mut holder_conn = db.conn();
+    let semaphore = Semaphore::new("exports", 2).unwrap();
+    let held = semaphore
+        .acquire_on(&mut holder_conn, Duration::from_secs(10))
+        .unwrap();
+
+    let listed = json(db, &["semaphores"]);
+    let exports = &listed.as_array().unwrap()[0];
+    assert_eq!(exports["resource"], "exports");
+    assert_eq!(
+        (exports["permits"].as_i64(), exports["holders"].as_i64()),
+        (Some(2), Some(1))
+    );
+    assert_eq!(exports["queue"][0]["ticket"], held.ticket());
+    assert!(ok(db, &["semaphores"]).contains("holding"));
+
+    let ticket = held.ticket().to_string();
+    let released = json(db, &["release", "ticket", &ticket, "--yes"]);
+    assert_eq!(released["was_granted"], true);
+    assert!(matches!(
+        held.heartbeat(&mut holder_conn),
+        Err(Error::PermitNotHeld { .. })
+    ));
+    assert_eq!(json(db, &["semaphores"])[0]["holders"], 0);
+    assert!(fails(db, &["release", "ticket", &ticket, "--yes"]).contains("no semaphore ticket"));
+}
+
+fn claims_are_counted_and_names_stay_identifiers<B: TestBackend>(db: &TestDb<B>) {
+    db.ddl(
+        "CREATE TABLE \"Import Jobs\" (id BIGINT PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMP);
+         INSERT INTO \"Import Jobs\" VALUES
+           (1, 'ready', NULL), (2, 'ready', NULL), (3, 'claimed', now() AT TIME ZONE 'UTC' - INTERVAL '2 hours'),
+           (4, 'claimed', now() AT TIME ZONE 'UTC' - INTERVAL '1 minute'), (5, 'done', NULL);",
+        "CREATE TABLE \"Import Jobs\" (id INTEGER PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMP);
+         INSERT INTO \"Import Jobs\" VALUES
+           (1, 'ready', NULL), (2, 'ready', NULL), (3, 'claimed', strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 hours')),
+           (4, 'claimed', strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minutes')), (5, 'done', NULL);",
+        "CREATE TABLE `Import Jobs` (id BIGINT PRIMARY KEY, status VARCHAR(20) NOT NULL, claimed_at DATETIME(6));
+         INSERT INTO `Import Jobs` VALUES
+           (1, 'ready', NULL), (2, 'ready', NULL), (3, 'claimed', UTC_TIMESTAMP(6) - INTERVAL 2 HOUR),
+           (4, 'claimed', UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE), (5, 'done', NULL);",
+    );
+    let report = json(
+        db,
+        &[
+            "claims",
+            "--table",
+            "Import Jobs",
+            "--state-column",
+            "status",
+            "--claimed-at-column",
+            "claimed_at",
+            "--older-than",
+            "1h",
+        ],
+    );
+    let states = report["states"].as_array().unwrap();
+    let by = |s: &str| states.iter().find(|r| r["state"] == s).expect(s).clone();
+    assert_eq!(by("ready")["rows"], 2);
+    assert_eq!(by("done")["rows"], 1);
+    let claimed = by("claimed");
+    assert_eq!(claimed["rows"], 2);
+    assert_eq!(
+        claimed["older_than_timeout"], 1,
+        "only the 2-hour-old claim"
+    );
+    let age = claimed["oldest_age_ms"].as_i64().unwrap();
+    assert!(
+        (7_000_000..7_400_000).contains(&age),
+        "about two hours: {age}"
+    );
+    let table = ok(
+        db,
+        &[
+            "claims",
+            "--table",
+            "Import Jobs",
+            "--state-column",
+            "status",
+        ],
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("ready") && l.contains(" 2 ")),
+        "{table}"
+    );
+
+    // A name is only ever a name: this one matches no table, and nothing is dropped.
+    let err = fails(
+        db,
+        &[
+            "claims",
+            "--table",
+            "Import Jobs\"; DROP TABLE \"Import Jobs\"; --",
+            "--state-column",
+            "status",
+        ],
+    );
+    assert!(err.contains("cannot read"), "{err}");
+    assert_eq!(
+        json(
+            db,
+            &[
+                "claims",
+                "--table",
+                "Import Jobs",
+                "--state-column",
+                "status"
+            ]
+        )["states"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+
+    // doctor: the plan of the claim's pick on this table, and a verdict.
+    let doctor = json(
+        db,
+        &[
+            "doctor",
+            "--table",
+            "Import Jobs",
+            "--state-column",
+            "status",
+            "--ready",
+            "ready",
+        ],
+    );
+    assert!(!doctor["plan"].as_array().unwrap().is_empty());
+    assert!(doctor["verdict"].is_string() && doctor["message"].is_string());
+    assert!(fails(
+        db,
+        &[
+            "doctor",
+            "--table",
+            "missing",
+            "--state-column",
+            "s",
+            "--ready",
+            "r"
+        ]
+    )
+    .contains("missing"));
+}
+
+backend_tests!(
+    a_workers_lease_is_listed_and_a_forced_release_fences_it,
+    a_forced_ticket_release_takes_the_permit_away,
+    claims_are_counted_and_names_stay_identifiers,
+);
