@@ -579,11 +579,31 @@ where
         )));
     }
     let conn = conn.borrow_connection();
-    let mut finished = Vec::with_capacity(rows.len());
-    for chunk in rows.chunks(batch::CHUNK) {
-        finished.extend(conn.finish_many(&batch::batch_rows(chunk), to)?);
+    let table = table_name::<M::Table>();
+    let op = op!(Complete, table, kind_of(conn), table = table);
+    let mut finish_all = || -> Result<Vec<bool>> {
+        let mut finished = Vec::with_capacity(rows.len());
+        for chunk in rows.chunks(batch::CHUNK) {
+            finished.extend(conn.finish_many(&batch::batch_rows(chunk), to)?);
+        }
+        Ok(batch::mark_finished(rows, &finished))
+    };
+    let ours = op.finish(finish_all(), |ours| {
+        let moved = ours.iter().filter(|&&o| o).count() as u64;
+        let outcome = match (moved, to) {
+            (0, _) => "lost",
+            (_, Finish::Done) => "done",
+            (_, Finish::Failed) => "failed",
+            (_, Finish::Ready) => "ready",
+        };
+        (outcome, moved)
+    });
+    if let Ok(ours) = &ours {
+        for (row, &ours) in rows.iter().zip(ours) {
+            claim_lost_if::<M>(row, &Ok(ours));
+        }
     }
-    Ok(batch::mark_finished(rows, &finished))
+    ours
 }
 
 /// Moves the claimed-at time of a row this worker claimed to the database's now, so the claim is
