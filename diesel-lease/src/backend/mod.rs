@@ -445,22 +445,26 @@ impl<Q: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for Uncached<Q> {
     }
 }
 
-/// `max_wait` in whole milliseconds, at least 1 (a lock timeout of 0 means "none" to servers).
+/// `max_wait` in whole milliseconds, rounded up (a wait bounded by the caller's deadline ends at
+/// or after it, never before), at least 1 (a lock timeout of 0 means "none" to servers).
 pub(crate) fn lock_wait_millis(max_wait: Duration) -> i64 {
-    i64::try_from(max_wait.as_millis())
+    i64::try_from(max_wait.as_micros().div_ceil(1000))
         .unwrap_or(i64::MAX)
         .max(1)
 }
 
 /// How many times a transaction that a deadlock or serialization failure rolled back is tried.
-pub(crate) const CONFLICT_ATTEMPTS: u32 = 8;
+/// With the backoff of [`retry_conflicts`] that is up to about 2 s of retrying: a six-worker
+/// farm on MariaDB, whose claims' reaps and completions deadlock steadily, ran out of 8 tries
+/// with a 50 ms cap 5-21 times per 20,000 rows, and never with these.
+pub(crate) const CONFLICT_ATTEMPTS: u32 = 16;
 
 /// Runs `f` until it does not fail with a deadlock or serialization failure
 /// ([`Error::Deadlock`]), at most [`CONFLICT_ATTEMPTS`] times, with jittered exponential backoff
 /// between tries. Only for work the database rolled back whole (a transaction, or one
 /// statement), so trying again is safe.
 pub(crate) fn retry_conflicts<T>(mut f: impl FnMut() -> crate::Result<T>) -> crate::Result<T> {
-    let mut pause = Backoff::new(Duration::from_millis(1), Duration::from_millis(50));
+    let mut pause = Backoff::new(Duration::from_millis(1), Duration::from_millis(200));
     let mut attempt = 0;
     loop {
         attempt += 1;
