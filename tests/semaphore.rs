@@ -5,9 +5,12 @@
 //! `semaphore/stale.rs`: killed holders and waiters, timeouts, polling and notifications.
 //! `semaphore/small_pool.rs`: waiters and heartbeating holders sharing a pool of two; the
 //! PostgreSQL pool's shared listener. `semaphore/handoff.rs`: a release reaches the next waiter
-//! long before its next poll, in another process and in the same one.
+//! long before its next poll, in another process and in the same one. `semaphore/control.rs`:
+//! the same semaphores on seed 001's own `process_control` table (issue 15.5).
 
 mod contention;
+mod control;
+mod control_model;
 mod handoff;
 mod history;
 mod small_pool;
@@ -295,6 +298,12 @@ backend_tests!(
     drop_releases_and_resources_are_independent,
     owners_are_recorded,
 );
+
+/// Seed 001's `process_control` table, with the two columns diesel-lease adds.
+fn control_table<B: TestBackend>(db: &TestDb<B>) {
+    let [pg, sqlite, mysql] = control_model::PROCESS_CONTROL_DDL;
+    db.ddl(pg, sqlite, mysql);
+}
 
 /// The history table for the contention tests.
 fn history_table<B: TestBackend>(db: &TestDb<B>) {

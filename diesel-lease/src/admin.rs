@@ -240,7 +240,7 @@ pub fn semaphores(conn: &mut impl BorrowConnection) -> Result<Vec<SemaphoreEntry
         .into_iter()
         .map(|(resource, permits)| {
             Ok(SemaphoreEntry {
-                queue: crate::semaphore::queue_of(conn, &resource)?,
+                queue: crate::semaphore::queue_of(conn, &resource, None)?,
                 resource,
                 permits,
                 read_at_micros,

@@ -24,6 +24,7 @@ pub use crate::once::{
     claim_if_null, insert_once, GuardConnection, Guarded, InsertOnceConnection, InsertReturning,
     Returning,
 };
+pub use crate::semaphore::{ControlTable, ModeColumn, RwLock, Semaphore};
 
 /// Reads an owner field of a model (`String` or `Option<String>`).
 #[diagnostic::on_unimplemented(
@@ -105,6 +106,43 @@ impl IntegerColumn for BigInt {}
 impl IntegerColumn for Nullable<SmallInt> {}
 impl IntegerColumn for Nullable<Integer> {}
 impl IntegerColumn for Nullable<BigInt> {}
+
+/// The SQL types a control table's ticket column may have.
+#[diagnostic::on_unimplemented(
+    message = "the semaphore's ticket column must be an integer column, but its SQL type is `{Self}`",
+    label = "not an `Integer` or `BigInt` column",
+    note = "the ticket is the request order: an identity / auto-increment `INT` or `BIGINT` column"
+)]
+pub trait TicketColumn {}
+impl TicketColumn for Integer {}
+impl TicketColumn for BigInt {}
+
+/// The SQL types a control table's owner, resource and access-type columns may have.
+#[diagnostic::on_unimplemented(
+    message = "this column must be a non-null text column, but its SQL type is `{Self}`",
+    label = "not a `Text` column",
+    note = "the semaphore compares its values: map a `Text` (or `Varchar`) column that is NOT NULL"
+)]
+pub trait NotNullTextColumn {}
+impl NotNullTextColumn for Text {}
+
+/// The SQL type of a control table's granted flag.
+#[diagnostic::on_unimplemented(
+    message = "the semaphore's granted column must be a `Bool` column, but its SQL type is `{Self}`",
+    label = "not a `Bool` column",
+    note = "add it with `granted BOOLEAN NOT NULL DEFAULT FALSE` and declare it `granted -> Bool`"
+)]
+pub trait GrantedColumn {}
+impl GrantedColumn for diesel::sql_types::Bool {}
+
+/// The SQL type of a control table's expiry.
+#[diagnostic::on_unimplemented(
+    message = "the semaphore's expires_at column must be a `BigInt` column, but its SQL type is `{Self}`",
+    label = "not a `BigInt` column",
+    note = "add it with `expires_at BIGINT NOT NULL DEFAULT 0` (microseconds since 1970, database clock) and declare it `expires_at -> BigInt`"
+)]
+pub trait ExpiresAtColumn {}
+impl ExpiresAtColumn for BigInt {}
 
 /// Guard (and job lease) columns are nullable: `NULL` means "not done yet" / "not held".
 #[diagnostic::on_unimplemented(

@@ -24,6 +24,7 @@ pub(crate) const KEYS: &[&str] = &[
     GUARD,
     INSERT_ONCE,
     JOB,
+    SEMAPHORE,
 ];
 pub(crate) const STATE: &str = "state";
 pub(crate) const READY: &str = "ready";
@@ -46,6 +47,20 @@ pub(crate) const JOB: &str = "job";
 pub(crate) const HOLDER: &str = "holder";
 pub(crate) const STARTED_AT: &str = "started_at";
 pub(crate) const NEXT_RUN: &str = "next_run";
+pub(crate) const SEMAPHORE: &str = "semaphore";
+
+/// `semaphore(ticket = …, owner = …, resource = …, mode = …, shared = "…", exclusive = "…",
+/// granted = …, expires_at = …)`: seed 001's control table.
+#[derive(Clone)]
+pub(crate) struct SemaphoreAttrs {
+    pub(crate) ticket: Ident,
+    pub(crate) owner: Ident,
+    pub(crate) resource: Option<Ident>,
+    /// The access-type column with its shared and exclusive values.
+    pub(crate) mode: Option<(Ident, syn::LitStr, syn::LitStr)>,
+    pub(crate) granted: Ident,
+    pub(crate) expires_at: Ident,
+}
 
 /// `job(holder = …, started_at = …, next_run = …)`: seed 000's lease columns.
 #[derive(Clone)]
@@ -92,6 +107,7 @@ pub(crate) struct ClaimableAttrs {
     /// `insert_once`, optionally `insert_once(returning = Model)`.
     pub(crate) insert_once: Option<Spanned<Option<Path>>>,
     pub(crate) job: Option<Spanned<JobAttrs>>,
+    pub(crate) semaphore: Option<Spanned<SemaphoreAttrs>>,
     /// Which of `timeout_secs` / `timeout_ms` set `timeout_ms`, for messages.
     pub(crate) timeout_key: &'static str,
     /// Every known key that was written, even with an invalid value: checks that ask "was `x`
@@ -187,6 +203,7 @@ fn format_help(key: &str) -> &'static str {
         ERROR => "#[claimable(error = last_error)]",
         GUARD => "#[claimable(guard = notified)]",
         JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
+        SEMAPHORE => "#[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource, mode = access_type, shared = \"R\", exclusive = \"W\"))]",
         _ => "#[claimable(insert_once)]` or `#[claimable(insert_once(returning = Model))]",
     }
 }
@@ -468,9 +485,120 @@ impl ClaimableAttrs {
                 }
                 set(&mut self.job, key, job)
             }
+            SEMAPHORE => {
+                let sem = semaphore_attrs(meta, key)?;
+                set(&mut self.semaphore, key, sem)
+            }
             _ => Err(syn::Error::new(key.span(), unknown_key_message(&meta.path))),
         }
     }
+}
+
+/// Parses `semaphore(...)`; `key` is the `semaphore` token, where a missing option is reported.
+fn semaphore_attrs(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<SemaphoreAttrs> {
+    const OPTIONS: &str =
+        "`ticket`, `owner`, `resource`, `mode`, `shared`, `exclusive`, `granted`, `expires_at`";
+    let mut columns: [(&str, Option<Ident>); 6] = [
+        ("ticket", None),
+        ("owner", None),
+        ("resource", None),
+        ("mode", None),
+        ("granted", None),
+        ("expires_at", None),
+    ];
+    let (mut shared, mut exclusive): (Option<syn::LitStr>, Option<syn::LitStr>) = (None, None);
+    nested(meta, |inner| {
+        let duplicate = || inner.error("duplicate `semaphore` option\nhelp: give each option once");
+        for (label, value) in [("shared", &mut shared), ("exclusive", &mut exclusive)] {
+            if inner.path.is_ident(label) {
+                if value.is_some() {
+                    return Err(duplicate());
+                }
+                let lit: syn::LitStr = inner.value()?.parse().map_err(|e| {
+                    with_help(
+                        SEMAPHORE,
+                        syn::Error::new(
+                            e.span(),
+                            format!("`{label}` takes the string the access-type column stores"),
+                        ),
+                    )
+                })?;
+                if lit.value().is_empty() {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!("`{label}` must not be empty\nhelp: write the value the access-type column stores, e.g. `shared = \"R\"`"),
+                    ));
+                }
+                *value = Some(lit);
+                return Ok(());
+            }
+        }
+        let Some((_, slot)) = columns
+            .iter_mut()
+            .find(|(name, _)| inner.path.is_ident(name))
+        else {
+            return Err(inner.error(format!(
+                "unknown `semaphore` option, expected one of {OPTIONS}\nhelp: the correct format looks like `{}`",
+                format_help(SEMAPHORE)
+            )));
+        };
+        if slot.is_some() {
+            return Err(duplicate());
+        }
+        *slot = Some(column_value(inner, SEMAPHORE)?);
+        Ok(())
+    })?;
+    let [(_, ticket), (_, owner), (_, resource), (_, mode), (_, granted), (_, expires_at)] =
+        columns;
+    let missing = |what: &str| {
+        syn::Error::new(
+            key.span(),
+            format!(
+                "`semaphore(...)` needs `{what}`\nhelp: the correct format looks like `{}`",
+                format_help(SEMAPHORE)
+            ),
+        )
+    };
+    let (ticket, owner) = match (ticket, owner) {
+        (Some(ticket), Some(owner)) => (ticket, owner),
+        (None, Some(_)) => return Err(missing("ticket")),
+        (Some(_), None) => return Err(missing("owner")),
+        (None, None) => return Err(missing("ticket` and `owner")),
+    };
+    let mode = match (mode, shared, exclusive) {
+        (Some(column), Some(shared), Some(exclusive)) => {
+            if shared.value() == exclusive.value() {
+                return Err(syn::Error::new(
+                    exclusive.span(),
+                    "`shared` and `exclusive` must differ: a reader and a writer would look alike",
+                ));
+            }
+            Some((column, shared, exclusive))
+        }
+        (Some(column), _, _) => {
+            return Err(syn::Error::new(
+                column.span(),
+                "`mode` needs `shared = \"…\"` and `exclusive = \"…\"`: the values the access-type column stores for a reader and a writer\nhelp: e.g. `mode = access_type, shared = \"R\", exclusive = \"W\"`",
+            ))
+        }
+        (None, Some(lit), _) | (None, None, Some(lit)) => {
+            return Err(syn::Error::new(
+                lit.span(),
+                "`shared` and `exclusive` need `mode = <access-type column>`\nhelp: e.g. `mode = access_type, shared = \"R\", exclusive = \"W\"`",
+            ))
+        }
+        (None, None, None) => None,
+    };
+    // The columns the library adds, under their documented names unless renamed.
+    let default = |name: &str| Ident::new(name, key.span());
+    Ok(SemaphoreAttrs {
+        ticket,
+        owner,
+        resource,
+        mode,
+        granted: granted.unwrap_or_else(|| default("granted")),
+        expires_at: expires_at.unwrap_or_else(|| default("expires_at")),
+    })
 }
 
 fn path_text(path: &Path) -> String {

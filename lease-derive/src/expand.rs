@@ -24,6 +24,7 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
         .as_ref()
         .map(|r| expand_insert_once(model, r.as_ref()));
     let job = model.job.as_ref().map(|j| expand_job(model, j));
+    let semaphore = model.semaphore.as_ref().map(|s| expand_semaphore(model, s));
     let key_lock = expand_key_lock(model);
     quote! {
         #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
@@ -34,6 +35,7 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
             #guard
             #insert_once
             #job
+            #semaphore
             #key_lock
         };
     }
@@ -817,6 +819,140 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
                     ::core::convert::Into::into,
                 )
             }
+        }
+    }
+}
+
+/// Seed 001's control table: `ControlTable` and the `semaphore`/`rw_lock` constructors.
+fn expand_semaphore(model: &Model, sem: &crate::attrs::SemaphoreAttrs) -> TokenStream {
+    let name = &model.name;
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let table = &model.table;
+    let name_of = |col: &syn::Ident| {
+        let col = column(model, col);
+        quote!(<#col as ::diesel::Column>::NAME)
+    };
+    let table_name = model
+        .table
+        .segments
+        .last()
+        .map(|s| s.ident.to_string())
+        .unwrap_or_default();
+    let (ticket, owner, granted, expires_at) = (
+        name_of(&sem.ticket),
+        name_of(&sem.owner),
+        name_of(&sem.granted),
+        name_of(&sem.expires_at),
+    );
+    let resource = option(sem.resource.as_ref().map(name_of));
+    let mode = option(sem.mode.as_ref().map(|(col, shared, exclusive)| {
+        let col = name_of(col);
+        quote!(::diesel_lease::__private::ModeColumn {
+            column: #col,
+            shared: #shared,
+            exclusive: #exclusive,
+        })
+    }));
+    let mut checks = vec![
+        type_check(
+            model,
+            &sem.ticket,
+            "semaphore_ticket_must_be_an_integer_column",
+            quote!(::diesel_lease::__private::TicketColumn),
+        ),
+        type_check(
+            model,
+            &sem.owner,
+            "semaphore_owner_must_be_a_text_column",
+            quote!(::diesel_lease::__private::NotNullTextColumn),
+        ),
+        type_check(
+            model,
+            &sem.granted,
+            "semaphore_granted_must_be_a_bool_column",
+            quote!(::diesel_lease::__private::GrantedColumn),
+        ),
+        type_check(
+            model,
+            &sem.expires_at,
+            "semaphore_expires_at_must_be_a_bigint_column",
+            quote!(::diesel_lease::__private::ExpiresAtColumn),
+        ),
+    ];
+    if let Some(col) = &sem.resource {
+        checks.push(type_check(
+            model,
+            col,
+            "semaphore_resource_must_be_a_text_column",
+            quote!(::diesel_lease::__private::NotNullTextColumn),
+        ));
+    }
+    if let Some((col, _, _)) = &sem.mode {
+        checks.push(type_check(
+            model,
+            col,
+            "semaphore_mode_must_be_a_text_column",
+            quote!(::diesel_lease::__private::NotNullTextColumn),
+        ));
+    }
+    let sem_ty = quote!(::diesel_lease::__private::Semaphore);
+    let rw_ty = quote!(::diesel_lease::__private::RwLock);
+    let constructors = if sem.resource.is_some() {
+        let rw = sem.mode.is_some().then(|| {
+            quote! {
+                /// A reader/writer lock over `resource` whose requests are rows of this table
+                /// (readers and writers written with the `shared` / `exclusive` values).
+                pub fn rw_lock(resource: impl ::core::convert::Into<::std::string::String>) -> ::diesel_lease::Result<#rw_ty> {
+                    #rw_ty::in_control_table::<Self>(::core::option::Option::Some(resource.into()))
+                }
+            }
+        });
+        quote! {
+            /// A semaphore of `permits` holders over `resource` whose requests are rows of this
+            /// table (seed 001's control table). Every process using the resource must declare
+            /// the same count.
+            pub fn semaphore(resource: impl ::core::convert::Into<::std::string::String>, permits: u32) -> ::diesel_lease::Result<#sem_ty> {
+                #sem_ty::in_control_table::<Self>(::core::option::Option::Some(resource.into()), permits)
+            }
+            #rw
+        }
+    } else {
+        let rw = sem.mode.is_some().then(|| {
+            quote! {
+                /// A reader/writer lock over the resource this table queues for (readers and
+                /// writers written with the `shared` / `exclusive` values).
+                pub fn rw_lock() -> ::diesel_lease::Result<#rw_ty> {
+                    #rw_ty::in_control_table::<Self>(::core::option::Option::None)
+                }
+            }
+        });
+        quote! {
+            /// A semaphore of `permits` holders over the one resource this table queues for
+            /// (seed 001's control table). Every process must declare the same count.
+            pub fn semaphore(permits: u32) -> ::diesel_lease::Result<#sem_ty> {
+                #sem_ty::in_control_table::<Self>(::core::option::Option::None, permits)
+            }
+            #rw
+        }
+    };
+    quote! {
+        #(#checks)*
+
+        #[automatically_derived]
+        impl #impl_g ::diesel_lease::__private::ControlTable for #name #ty_g #where_g {
+            type Table = #table::table;
+            const NAME: &'static str = #table_name;
+            const TICKET: &'static str = #ticket;
+            const OWNER: &'static str = #owner;
+            const RESOURCE: ::core::option::Option<&'static str> = #resource;
+            const MODE: ::core::option::Option<::diesel_lease::__private::ModeColumn> = #mode;
+            const GRANTED: &'static str = #granted;
+            const EXPIRES_AT: &'static str = #expires_at;
+        }
+
+        #[automatically_derived]
+        impl #impl_g #name #ty_g #where_g {
+            #constructors
         }
     }
 }

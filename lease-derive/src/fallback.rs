@@ -30,6 +30,14 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
         Some(ty) => (quote!(), ty),
         None => (quote!(, R), quote!(R)),
     };
+    // A control table without a resource column serves one resource: no resource parameter.
+    let (sem_params, rw_params) = match attrs.claimable.semaphore.as_ref() {
+        Some(s) if s.value.resource.is_none() => (quote!(_permits: u32), quote!()),
+        _ => (
+            quote!(_resource: impl ::core::convert::Into<::std::string::String>, _permits: u32),
+            quote!(_resource: impl ::core::convert::Into<::std::string::String>),
+        ),
+    };
     // No bound that needs one of the impls that failed (the connection traits): every method is
     // callable with any connection. `with_next_locked` keeps its closure's signature, without
     // which a caller's `|conn, row| …` could not be type-checked.
@@ -186,6 +194,14 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                     C: ::diesel_lease::BorrowConnection,
                     W: ::core::ops::FnOnce(&mut <C as ::diesel_lease::BorrowConnection>::Conn, Self) -> ::core::result::Result<T, E>,
                 {
+                    ::core::unreachable!()
+                }
+
+                pub fn semaphore(#sem_params) -> ::diesel_lease::Result<::diesel_lease::semaphore::Semaphore> {
+                    ::core::unreachable!()
+                }
+
+                pub fn rw_lock(#rw_params) -> ::diesel_lease::Result<::diesel_lease::semaphore::RwLock> {
                     ::core::unreachable!()
                 }
 

@@ -46,6 +46,7 @@ pub(crate) struct Model {
     pub(crate) guard: Option<Ident>,
     pub(crate) insert_once: Option<Option<Path>>,
     pub(crate) job: Option<attrs::JobAttrs>,
+    pub(crate) semaphore: Option<attrs::SemaphoreAttrs>,
 }
 
 impl Model {
@@ -82,6 +83,7 @@ impl Model {
             guard: claimable.guard.as_ref().map(|g| g.value.clone()),
             insert_once: claimable.insert_once.as_ref().map(|i| i.value.clone()),
             job: claimable.job.as_ref().map(|j| j.value.clone()),
+            semaphore: claimable.semaphore.as_ref().map(|s| s.value.clone()),
         })
     }
 }

@@ -204,6 +204,29 @@ fn seed_000_job_lease() {
 }
 
 #[test]
+fn seed_001_control_table() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = process_control, primary_key(queue_position))]
+        #[claimable(semaphore(
+            ticket = queue_position,
+            owner = requesting_id,
+            resource = resource,
+            mode = access_type,
+            shared = "R",
+            exclusive = "W"
+        ))]
+        pub struct ProcessControl {
+            pub queue_position: i32,
+            pub requesting_id: String,
+            pub resource: String,
+            pub access_type: String,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
+#[test]
 fn seed_002_guard_with_composite_key() {
     let code = expand(quote! {
         #[derive(Queryable, Selectable, Claimable)]
@@ -293,6 +316,7 @@ fn fallback_declares_every_generated_method() {
                 guard = notified,
                 insert_once,
                 job(holder = worker, started_at = started),
+                semaphore(ticket = id, owner = worker, resource = status, mode = status, shared = "r", exclusive = "w"),
                 #extra
             )]
             pub struct Job {

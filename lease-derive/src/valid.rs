@@ -31,7 +31,7 @@ pub(crate) fn check(
         if a.given.is_empty() && errors.is_empty() {
             errors.push(syn::Error::new(
                 span,
-                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null), `insert_once` or `job(…)` (job leases), e.g. `#[claimable(guard = notified)]`",
+                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null), `insert_once`, `job(…)` (job leases) or `semaphore(…)` (a control table), e.g. `#[claimable(guard = notified)]`",
             ));
         }
     }

@@ -2,8 +2,9 @@
 //!
 //! `semaphore-worker <backend> <url> <command> <resource> <permits> <ttl_ms> <max_poll_ms> [...]`
 //!
-//! - `contend <iterations> <who> <shared|rw>`: acquire, record `enter`, hold 0–10 ms, record
-//!   `exit`, release; `rw` picks reader or writer at random (a 30% chance of writing).
+//! - `contend <iterations> <who> <shared|rw|control|control-rw>`: acquire, record `enter`, hold
+//!   0–10 ms, record `exit`, release; `rw` picks reader or writer at random (a 30% chance of
+//!   writing); `control…`: the same on seed 001's `process_control` table.
 //! - `hold`: acquire, print `HELD <ticket>`, then sleep until killed.
 //! - `wait <timeout_ms>`: acquire with that timeout, print `GOT <ticket>` or `TIMEOUT`.
 #![allow(clippy::unwrap_used)]
@@ -20,6 +21,11 @@ use diesel_lease::LeaseConnection;
 #[allow(dead_code)]
 mod history;
 
+#[path = "../semaphore/control_model.rs"]
+#[allow(dead_code)]
+mod control_model;
+
+use control_model::ProcessControl;
 use history::SemTestConn;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -56,14 +62,27 @@ where
     let mut out = std::io::stdout();
     match (command.as_str(), extra) {
         ("contend", [iterations, who, kind]) => {
-            let rw = RwLock::new(resource.as_str())?
+            let control = kind.starts_with("control");
+            let (sem, rw) = if control {
+                (
+                    ProcessControl::semaphore(resource.as_str(), permits.parse()?)?,
+                    ProcessControl::rw_lock(resource.as_str())?,
+                )
+            } else {
+                (sem, RwLock::new(resource.as_str())?)
+            };
+            let sem = sem
+                .with_ttl(ms(ttl_ms)?)?
+                .with_max_poll_interval(ms(max_poll_ms)?)?;
+            let rw = rw
                 .with_max_readers(permits.parse()?)?
                 .with_ttl(ms(ttl_ms)?)?
                 .with_max_poll_interval(ms(max_poll_ms)?)?;
+            let rw_kind = kind == "rw" || kind == "control-rw";
             for _ in 0..iterations.parse::<u32>()? {
-                let permit = if kind == "rw" && rand::random_bool(0.3) {
+                let permit = if rw_kind && rand::random_bool(0.3) {
                     rw.write(&pool, Duration::from_secs(60))?
-                } else if kind == "rw" {
+                } else if rw_kind {
                     rw.read(&pool, Duration::from_secs(60))?
                 } else {
                     sem.acquire(&pool, Duration::from_secs(60))?

@@ -7,8 +7,9 @@ use diesel::connection::SimpleConnection;
 use diesel_lease::semaphore::{Mode, RwLock, Semaphore};
 use diesel_lease::{Error, OwnerId};
 
+use super::control_model::ProcessControl;
 use super::history::{replay, SemTestConn};
-use super::{granted, history_table, queue, setup, sql, wait_until, worker, LONG};
+use super::{control_table, granted, history_table, queue, setup, sql, wait_until, worker, LONG};
 use crate::common::{TestBackend, TestDb};
 
 /// Short enough that the suite stays fast, long enough that nobody expires by accident.
@@ -27,6 +28,10 @@ where
     const ITERATIONS: usize = 4;
     let pool = setup(db, THREADS as u32 + 2);
     history_table(db);
+    let control = kind.starts_with("control");
+    if control {
+        control_table(db);
+    }
     let resource = "partner-api";
     let (permits_arg, ttl_arg, poll_arg, iter_arg) = (
         permits.to_string(),
@@ -52,16 +57,25 @@ where
             )
         })
         .collect();
-    let rw = RwLock::new(resource)
-        .unwrap()
+    let (rw, sem) = if control {
+        (
+            ProcessControl::rw_lock(resource).unwrap(),
+            ProcessControl::semaphore(resource, permits).unwrap(),
+        )
+    } else {
+        (
+            RwLock::new(resource).unwrap(),
+            Semaphore::new(resource, permits).unwrap(),
+        )
+    };
+    let rw = rw
         .with_max_readers(permits)
         .unwrap()
         .with_ttl(TTL)
         .unwrap()
         .with_max_poll_interval(POLL)
         .unwrap();
-    let sem = Semaphore::new(resource, permits)
-        .unwrap()
+    let sem = sem
         .with_ttl(TTL)
         .unwrap()
         .with_max_poll_interval(POLL)
@@ -73,8 +87,8 @@ where
                 let who = format!("thread-{t}");
                 for _ in 0..ITERATIONS {
                     let permit = match (kind, rand::random_bool(0.3)) {
-                        ("rw", true) => rw.write(pool, LONG).unwrap(),
-                        ("rw", false) => rw.read(pool, LONG).unwrap(),
+                        ("rw" | "control-rw", true) => rw.write(pool, LONG).unwrap(),
+                        ("rw" | "control-rw", false) => rw.read(pool, LONG).unwrap(),
                         _ => sem.acquire(pool, LONG).unwrap(),
                     };
                     let mode = permit.mode().as_str();
@@ -101,7 +115,7 @@ where
     );
     assert!(!writer_shared, "a writer overlapped another holder");
     assert!(
-        queue::<B>(&pool, resource).is_empty(),
+        sem.queue(&mut pool.get().unwrap()).unwrap().is_empty(),
         "nothing left behind"
     );
 }
@@ -126,6 +140,22 @@ where
     B::Conn: SemTestConn,
 {
     safety(db, 1000, "rw");
+}
+
+/// Seed 001 on its own `process_control` table: threads and processes, two permits.
+fn control_table_never_more_than_permits<B: TestBackend>(db: &TestDb<B>)
+where
+    B::Conn: SemTestConn,
+{
+    safety(db, 2, "control");
+}
+
+/// Seed 001's readers and writers on its own table (access type `R` / `W`).
+fn control_table_writers_never_overlap<B: TestBackend>(db: &TestDb<B>)
+where
+    B::Conn: SemTestConn,
+{
+    safety(db, 1000, "control-rw");
 }
 
 /// Seed 001's race: a request whose ticket was handed out first commits *after* a later one
@@ -366,6 +396,8 @@ backend_tests!(
     safety_history_one_permit,
     safety_history_three_permits,
     rw_writers_never_overlap,
+    control_table_never_more_than_permits,
+    control_table_writers_never_overlap,
     commit_order_race_never_admits_two,
     slow_insert_cannot_be_overtaken,
     grants_come_in_ticket_order,

@@ -32,7 +32,7 @@ use crate::semaphore::statements::SemaphoreStatements;
 use crate::Error;
 
 #[cfg(feature = "mysql")]
-mod mysql;
+pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -120,6 +120,15 @@ pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed 
         Err(DieselError::QueryBuilderError(
             "this backend has no UPDATE … RETURNING; its claims use several statements".into(),
         ))
+    }
+
+    /// Integer column `column` as a `BIGINT` (a control table's ticket may be an `INT`).
+    #[doc(hidden)]
+    fn push_as_bigint(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("CAST(");
+        out.push_identifier(column)?;
+        out.push_sql(" AS BIGINT)");
+        Ok(())
     }
 
     /// Binds a `BIGINT`.

@@ -41,6 +41,13 @@ impl SqlDialect for Mysql {
     const INT_DIV: &'static str = " DIV ";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
 
+    fn push_as_bigint(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("CAST(");
+        out.push_identifier(column)?;
+        out.push_sql(" AS SIGNED)");
+        Ok(())
+    }
+
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         out.push_sql("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', UTC_TIMESTAMP(6))");
     }
@@ -410,6 +417,12 @@ impl LeaseStatements for MysqlConnection {
     }
 }
 
+/// The auto-increment value the connection's last insert generated.
+pub(crate) fn inserted_id(conn: &mut MysqlConnection) -> QueryResult<i64> {
+    let id: u64 = diesel::select(last_insert_id()).get_result(conn)?;
+    i64::try_from(id).map_err(|e| DieselError::DeserializationError(Box::new(e)))
+}
+
 diesel::define_sql_function! {
     /// The auto-increment value this connection's last insert generated.
     fn last_insert_id() -> diesel::sql_types::Unsigned<diesel::sql_types::BigInt>;
@@ -427,6 +440,15 @@ diesel::define_sql_function! {
 impl SemaphoreStatements for MysqlConnection {
     semaphore_statements!(.for_update());
 
+    fn control(
+        &mut self,
+        ops: &dyn crate::semaphore::ControlTableOps,
+        resource: Option<&str>,
+        op: crate::semaphore::ControlOp<'_>,
+    ) -> QueryResult<crate::semaphore::ControlOut> {
+        ops.on_mysql(self, resource, op)
+    }
+
     fn create_resource(&mut self, resource: &str, permits: i32) -> QueryResult<()> {
         use crate::semaphore::schema::diesel_lease_semaphores as resources;
         diesel::insert_or_ignore_into(resources::table)
@@ -443,8 +465,7 @@ impl SemaphoreStatements for MysqlConnection {
         diesel::insert_into(tickets::table)
             .values(crate::semaphore::statements::new_ticket_values!(new))
             .execute(self)?;
-        let id: u64 = diesel::select(last_insert_id()).get_result(self)?;
-        i64::try_from(id).map_err(|e| DieselError::DeserializationError(Box::new(e)))
+        inserted_id(self)
     }
 }
 

@@ -218,6 +218,15 @@ impl SemaphoreStatements for PgConnection {
 
     insert_returning_statements!();
 
+    fn control(
+        &mut self,
+        ops: &dyn crate::semaphore::ControlTableOps,
+        resource: Option<&str>,
+        op: crate::semaphore::ControlOp<'_>,
+    ) -> QueryResult<crate::semaphore::ControlOut> {
+        ops.on_pg(self, resource, op)
+    }
+
     fn notifications(&self) -> bool {
         true
     }

@@ -231,6 +231,15 @@ impl LeaseStatements for SqliteConnection {
 }
 
 impl SemaphoreStatements for SqliteConnection {
+    fn control(
+        &mut self,
+        ops: &dyn crate::semaphore::ControlTableOps,
+        resource: Option<&str>,
+        op: crate::semaphore::ControlOp<'_>,
+    ) -> QueryResult<crate::semaphore::ControlOut> {
+        ops.on_sqlite(self, resource, op)
+    }
+
     semaphore_statements!();
 
     insert_returning_statements!();

@@ -9,6 +9,7 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use super::listener::{Listener, Mark, Registration};
 use super::local::Subscription;
+use super::protocol::{on_table, ControlTarget, Request};
 use super::statements::SemaphoreStatements;
 use super::statements_of;
 use crate::{LeaseConnection, Result};
@@ -42,13 +43,19 @@ pub(super) trait Access {
 /// the whole wait, as the caller chose by passing it.
 pub(super) struct OwnConnection<'a> {
     sql: &'a mut dyn SemaphoreStatements,
+    /// The user's control table, if the requests live there.
+    table: Option<ControlTarget>,
     /// This process's wake-ups, where the backend has no notifications.
     local: Option<Subscription>,
 }
 
 impl<'a> OwnConnection<'a> {
-    pub(super) fn new(sql: &'a mut dyn SemaphoreStatements) -> Self {
-        OwnConnection { sql, local: None }
+    pub(super) fn new(sql: &'a mut dyn SemaphoreStatements, req: &Request) -> Self {
+        OwnConnection {
+            sql,
+            table: req.table.clone(),
+            local: None,
+        }
     }
 }
 
@@ -58,7 +65,7 @@ impl Access for OwnConnection<'_> {
         _wait: Duration,
         step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
     ) -> Result<Option<T>> {
-        step(&mut *self.sql).map(Some)
+        on_table(self.table.as_ref(), &mut *self.sql, step).map(Some)
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {
@@ -94,6 +101,8 @@ where
     C: LeaseConnection + R2D2Connection,
 {
     pool: &'a Pool<ConnectionManager<C>>,
+    /// The user's control table, if the requests live there.
+    table: Option<ControlTarget>,
     /// The resource to listen for, from [`Access::listen`] on.
     resource: Option<String>,
     /// Our place at the pool's listener, from the first checkout after `listen` on.
@@ -108,9 +117,10 @@ impl<'a, C> FromPool<'a, C>
 where
     C: LeaseConnection + R2D2Connection,
 {
-    pub(super) fn new(pool: &'a Pool<ConnectionManager<C>>) -> Self {
+    pub(super) fn new(pool: &'a Pool<ConnectionManager<C>>, req: &Request) -> Self {
         FromPool {
             pool,
+            table: req.table.clone(),
             resource: None,
             registration: None,
             mark: None,
@@ -145,7 +155,7 @@ where
             return Ok(None);
         };
         self.register(listener);
-        step(statements_of(&mut *conn)).map(Some)
+        on_table(self.table.as_ref(), statements_of(&mut *conn), step).map(Some)
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {

@@ -75,10 +75,11 @@
 //! own, and waiting inside a transaction would hold the caller's locks while it waits.
 
 mod access;
+mod control;
 pub(crate) mod listener;
 mod local;
 mod permit;
-mod protocol;
+pub(crate) mod protocol;
 mod rwlock;
 pub(crate) mod schema;
 #[doc(hidden)]
@@ -89,11 +90,16 @@ use std::time::Duration;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use self::access::{FromPool, OwnConnection};
-use self::protocol::Request;
+use self::protocol::{ControlTarget, Request};
 use self::statements::SemaphoreStatements;
 use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Ttl};
 
 pub use crate::pool::DROP_WAIT;
+#[doc(hidden)]
+pub use control::{ControlOp, ControlOut, ControlTableOps};
+pub use control::{
+    ControlTable, ModeColumn, MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment,
+};
 pub use lease_core::admission::Mode;
 pub use permit::{ManualPermit, Permit};
 pub use rwlock::RwLock;
@@ -144,6 +150,8 @@ pub struct Semaphore {
     ttl: Ttl,
     owner: OwnerId,
     max_poll: Duration,
+    /// The user's control table the requests are rows of; `None`: the built-in tables.
+    table: Option<ControlTarget>,
 }
 
 impl Semaphore {
@@ -160,7 +168,39 @@ impl Semaphore {
             ttl: Ttl::new("ttl", DEFAULT_TTL)?,
             owner: OwnerId::process_default().clone(),
             max_poll: DEFAULT_MAX_POLL,
+            table: None,
         })
+    }
+
+    /// A semaphore of `permits` holders whose requests are rows of your control table `T`
+    /// (seed 001's `ProcessControl`), described by `#[claimable(semaphore(...))]`; the derive
+    /// generates `T::semaphore(...)`, which calls this.
+    ///
+    /// `resource` is the value of `T`'s resource column (`None` when `T` has none: the table
+    /// then serves one resource). The queue is serialized by a row of the library's
+    /// `diesel_lease_semaphores` named `<table>#<resource>` (also what
+    /// [`resource`](Self::resource) returns), so the library's migrations must have run.
+    /// Fails like [`new`](Self::new), and with [`InvalidInput::EmptyName`] when `T` has a
+    /// resource column but no resource was given.
+    #[doc(hidden)]
+    pub fn in_control_table<T: ControlTable>(
+        resource: Option<String>,
+        permits: u32,
+    ) -> Result<Self> {
+        let (key, stored) = match (T::RESOURCE, resource) {
+            (Some(_), Some(resource)) => {
+                lease_core::validate_name("resource", &resource, MAX_RESOURCE_LEN)?;
+                (format!("{}#{resource}", T::NAME), Some(resource))
+            }
+            (Some(_), None) => return Err(InvalidInput::EmptyName { what: "resource" }.into()),
+            (None, _) => (T::NAME.to_owned(), None),
+        };
+        let mut sem = Self::new(key, permits)?;
+        sem.table = Some(ControlTarget {
+            ops: std::sync::Arc::new(control::OpsOf::<T>::new()),
+            resource: stored,
+        });
+        Ok(sem)
     }
 
     /// A mutex: a semaphore with one permit.
@@ -253,8 +293,11 @@ impl Semaphore {
 
     /// The resource's queue in ticket order: holders and waiters, as the database has them now
     /// (including rows that expired but were not yet removed).
+    ///
+    /// On a control table the table has no request or grant times: `requested_at_micros` is 0
+    /// and `granted_at_micros` `None`.
     pub fn queue(&self, conn: &mut impl BorrowConnection) -> Result<Vec<QueuedRequest>> {
-        queue_of(conn, &self.resource)
+        queue_of(conn, &self.resource, self.table.as_ref())
     }
 
     fn request(&self, mode: Mode) -> Request {
@@ -264,6 +307,7 @@ impl Semaphore {
             owner: self.owner.as_str().to_string(),
             mode,
             ttl: self.ttl,
+            table: self.table.clone(),
         }
     }
 }
@@ -292,10 +336,11 @@ where
     C: LeaseConnection + R2D2Connection,
 {
     let op = acquire_op(C::KIND, &req);
-    let granted = pool
-        .get()
-        .map_err(crate::Error::from)
-        .and_then(|mut conn| protocol::try_once(statements_of(&mut *conn), &req));
+    let granted = pool.get().map_err(crate::Error::from).and_then(|mut conn| {
+        req.on(statements_of(&mut *conn), |sql| {
+            protocol::try_once(sql, &req)
+        })
+    });
     match op.finish(granted, granted_outcome)? {
         Some(granted) => Permit::start(pool.clone(), req, granted).map(Some),
         None => Ok(None),
@@ -352,7 +397,7 @@ where
     C: LeaseConnection + R2D2Connection,
 {
     let op = acquire_op(C::KIND, &req);
-    let granted = protocol::acquire(&mut FromPool::new(pool), &req, timeout, max_poll);
+    let granted = protocol::acquire(&mut FromPool::new(pool, &req), &req, timeout, max_poll);
     let granted = op.finish(granted, granted_outcome)?;
     Permit::start(pool.clone(), req, granted)
 }
@@ -366,7 +411,7 @@ fn manual(
     let conn = conn.borrow_connection();
     let op = acquire_op(crate::observe::kind_of(conn), &req);
     let granted = protocol::acquire(
-        &mut OwnConnection::new(statements_of(conn)),
+        &mut OwnConnection::new(statements_of(conn), &req),
         &req,
         timeout,
         max_poll,
@@ -378,11 +423,15 @@ fn manual(
     })
 }
 
+/// The queue of `resource`; `table`: the user's control table its requests are rows of.
 pub(crate) fn queue_of(
     conn: &mut impl BorrowConnection,
     resource: &str,
+    table: Option<&ControlTarget>,
 ) -> Result<Vec<QueuedRequest>> {
-    let rows = protocol::queue(statements_of(conn.borrow_connection()), resource)?;
+    let rows = protocol::on_table(table, statements_of(conn.borrow_connection()), |sql| {
+        protocol::queue(sql, resource)
+    })?;
     Ok(rows
         .into_iter()
         .map(|row| QueuedRequest {
@@ -436,6 +485,7 @@ pub(crate) fn release_ticket<C: LeaseConnection>(
         mode,
         // Unused by a release; any valid ttl.
         ttl: Ttl::new("ttl", DEFAULT_TTL)?,
+        table: None,
     };
     protocol::release(statements_of(conn), &req, ticket)
 }

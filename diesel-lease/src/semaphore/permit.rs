@@ -124,7 +124,9 @@ fn heartbeat_beat<S: ConnectionSource>(
 ) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
     move |budget| {
         let beat = source.lend(budget.remaining()).and_then(|mut conn| {
-            protocol::heartbeat(statements_of(conn.borrow_connection()), &req, ticket)
+            req.on(statements_of(conn.borrow_connection()), |sql| {
+                protocol::heartbeat(sql, &req, ticket)
+            })
         });
         match beat {
             Ok(true) => Beat::Held {
@@ -218,11 +220,11 @@ impl ManualPermit {
     /// Pushes the permit's expiry to now + ttl. [`Error::PermitNotHeld`] if it already expired and was
     /// removed (stop the protected work) or was released.
     pub fn heartbeat(&self, conn: &mut impl BorrowConnection) -> Result<()> {
-        let held = protocol::heartbeat(
-            statements_of(conn.borrow_connection()),
-            &self.req,
-            self.ticket,
-        )?;
+        let held = self
+            .req
+            .on(statements_of(conn.borrow_connection()), |sql| {
+                protocol::heartbeat(sql, &self.req, self.ticket)
+            })?;
         if !held {
             crate::observe::lost(
                 "permit",
@@ -246,7 +248,9 @@ impl ManualPermit {
             owner = self.req.owner.as_str(),
             ticket = self.ticket,
         );
-        let released = protocol::release(statements_of(conn), &self.req, self.ticket);
+        let released = self.req.on(statements_of(conn), |sql| {
+            protocol::release(sql, &self.req, self.ticket)
+        });
         let found = op.finish(released, |&found| {
             (if found { "released" } else { "lost" }, 0)
         })?;

@@ -37,6 +37,7 @@
 //! At the deadline the waiter gives up in one locked transaction that keeps a grant that has
 //! just arrived; without a connection for it, the row expires after its ttl.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::result::Error as DieselError;
@@ -44,6 +45,7 @@ use lease_core::admission::{self, Mode, QueueEntry};
 use lease_core::Backoff;
 
 use super::access::Access;
+use super::control::{ControlTableOps, OnControlTable};
 use super::statements::{NewTicket, SemaphoreStatements, TicketRow};
 use crate::{Error, Result, Ttl};
 
@@ -68,6 +70,44 @@ pub(super) struct Request {
     pub(super) owner: String,
     pub(super) mode: Mode,
     pub(super) ttl: Ttl,
+    /// The user's control table the requests are rows of; `None`: the built-in tickets table.
+    pub(super) table: Option<ControlTarget>,
+}
+
+/// A resource whose requests are rows of the user's control table (see `control.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct ControlTarget {
+    pub(super) ops: Arc<dyn ControlTableOps>,
+    /// The resource as the table stores it (`None`: the table has no resource column).
+    pub(super) resource: Option<String>,
+}
+
+/// Runs `f` with the statements of `target`'s table on `sql` (`sql` itself for the built-in
+/// tables).
+pub(super) fn on_table<R>(
+    target: Option<&ControlTarget>,
+    sql: &mut dyn SemaphoreStatements,
+    f: impl FnOnce(&mut dyn SemaphoreStatements) -> R,
+) -> R {
+    match target {
+        None => f(sql),
+        Some(t) => f(&mut OnControlTable {
+            inner: sql,
+            ops: &*t.ops,
+            resource: t.resource.as_deref(),
+        }),
+    }
+}
+
+impl Request {
+    /// [`on_table`] for this request's table.
+    pub(super) fn on<R>(
+        &self,
+        sql: &mut dyn SemaphoreStatements,
+        f: impl FnOnce(&mut dyn SemaphoreStatements) -> R,
+    ) -> R {
+        on_table(self.table.as_ref(), sql, f)
+    }
 }
 
 /// What a poll found.

@@ -55,6 +55,17 @@ impl RwLock {
         })
     }
 
+    /// A reader/writer lock whose requests are rows of your control table `T`, which needs an
+    /// access-type column (`#[claimable(semaphore(mode = …, shared = "…", exclusive = "…"))]`);
+    /// the derive generates `T::rw_lock(...)`, which calls this. See
+    /// [`Semaphore::in_control_table`].
+    #[doc(hidden)]
+    pub fn in_control_table<T: super::ControlTable>(resource: Option<String>) -> Result<Self> {
+        Ok(RwLock {
+            inner: Semaphore::in_control_table::<T>(resource, i32::MAX.unsigned_abs())?,
+        })
+    }
+
     /// Admits at most `readers` readers at once (fails for zero).
     pub fn with_max_readers(mut self, readers: u32) -> Result<Self> {
         self.inner.permits = permits_value("max readers", readers)?;
@@ -140,6 +151,6 @@ impl RwLock {
 
     /// The lock's queue; see [`Semaphore::queue`].
     pub fn queue(&self, conn: &mut impl BorrowConnection) -> Result<Vec<QueuedRequest>> {
-        queue_of(conn, self.inner.resource())
+        queue_of(conn, self.inner.resource(), self.inner.table.as_ref())
     }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 
+use super::control::{ControlOp, ControlOut, ControlTableOps};
 use super::schema::diesel_lease_semaphore_tickets as tickets;
 use crate::Ttl;
 use lease_core::admission::{Mode, QueueEntry};
@@ -134,6 +135,15 @@ pub trait SemaphoreStatements {
             }
         }
     }
+    /// Runs a request statement on the user's control table `ops` (see `control.rs`): each
+    /// backend hands its own connection to the `ops` method of its type.
+    #[doc(hidden)]
+    fn control(
+        &mut self,
+        ops: &dyn ControlTableOps,
+        resource: Option<&str>,
+        op: ControlOp<'_>,
+    ) -> QueryResult<ControlOut>;
     /// Names the session where the server shows it to operators (PostgreSQL's
     /// `application_name`); nothing elsewhere.
     #[doc(hidden)]

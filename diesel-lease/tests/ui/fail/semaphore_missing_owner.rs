@@ -1,0 +1,21 @@
+use diesel_lease::Claimable;
+
+diesel::table! {
+    process_control (queue_position) {
+        queue_position -> Integer,
+        requesting_id -> Text,
+        resource -> Text,
+        access_type -> Text,
+        granted -> Bool,
+        expires_at -> BigInt,
+    }
+}
+
+#[derive(Claimable)]
+#[diesel(table_name = process_control, primary_key(queue_position))]
+#[claimable(semaphore(ticket = queue_position, resource = resource))]
+pub struct ProcessControl {
+    pub queue_position: i32,
+}
+
+fn main() {}

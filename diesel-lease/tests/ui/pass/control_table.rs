@@ -1,0 +1,38 @@
+use diesel_lease::Claimable;
+
+diesel::table! {
+    process_control (queue_position) {
+        queue_position -> Integer,
+        requesting_id -> Text,
+        resource -> Text,
+        access_type -> Text,
+        granted -> Bool,
+        state -> Text,
+        expires_at -> BigInt,
+    }
+}
+
+/// Seed 001's control table with every option; also a claim model elsewhere in the crate could
+/// derive on the same table.
+#[derive(Claimable)]
+#[diesel(table_name = process_control, primary_key(queue_position))]
+#[claimable(semaphore(
+    ticket = queue_position,
+    owner = requesting_id,
+    resource = resource,
+    mode = access_type,
+    shared = "R",
+    exclusive = "W",
+    granted = granted,
+    expires_at = expires_at
+))]
+pub struct ProcessControl {
+    pub queue_position: i32,
+}
+
+fn main() {
+    let pool = diesel_lease::pool::build_pool::<diesel::SqliteConnection>(":memory:", 1).unwrap();
+    let sem = ProcessControl::semaphore("etl", 3).unwrap();
+    let rw = ProcessControl::rw_lock("report").unwrap();
+    let _ = (sem.try_acquire(&pool), rw.try_write(&pool));
+}

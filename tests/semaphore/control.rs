@@ -1,0 +1,244 @@
+//! Seed 001 on the user's own control table (issue 15.5): `#[claimable(semaphore(...))]` on
+//! `ProcessControl`. The contention tests (`contention.rs`, kinds `control` and `control-rw`)
+//! check the holder counts under threads and processes; these check what lands in the user's
+//! table, the commit-order race written the seed's way, stale holders, and the seed's minimal
+//! two-column table.
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel_lease::semaphore::RwLock;
+use diesel_lease::{Claimable, Error};
+
+use super::control_model::ProcessControl;
+use super::history::SemTestConn;
+use super::{control_table, setup, sql, LONG};
+use crate::common::{TestBackend, TestDb};
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// How many rows of `process_control` match `filter`, read with plain SQL as the application
+/// would (seed columns compared as the seed writes them).
+fn count<B: TestBackend>(conn: &mut B::Conn, filter: &str) -> i64
+where
+    B::Conn: SemTestConn,
+{
+    conn.count(&format!(
+        "SELECT COUNT(*) AS n FROM process_control WHERE {filter}"
+    ))
+    .unwrap()
+}
+
+/// The library writes the seed's own columns: the requesting id, the resource, `R`/`W`; the
+/// rows come and go with the permits; the built-in tickets table stays empty.
+fn requests_are_rows_of_the_users_table<B: TestBackend>(db: &TestDb<B>)
+where
+    B::Conn: SemTestConn,
+{
+    let pool = setup(db, 8);
+    control_table(db);
+    let me = diesel_lease::OwnerId::new("Process A").unwrap();
+    let etl = ProcessControl::semaphore("etl", 2)
+        .unwrap()
+        .with_ttl(TTL)
+        .unwrap()
+        .with_owner(me.clone());
+    let a = etl.try_acquire(&pool).unwrap().expect("free");
+    let b = etl.acquire(&pool, LONG).unwrap();
+    assert!(etl.try_acquire(&pool).unwrap().is_none(), "two permits");
+    assert_eq!(a.resource(), "process_control#etl");
+    let mut conn = db.conn();
+    let mine = "requesting_id = 'Process A' AND resource = 'etl' AND access_type = 'R'";
+    assert_eq!(
+        count::<B>(&mut conn, &format!("{mine} AND granted = TRUE")),
+        2
+    );
+    assert_eq!(count::<B>(&mut conn, "1 = 1"), 2);
+    // Another resource in the same table has its own queue and limit.
+    let report = ProcessControl::rw_lock("report").unwrap().with_owner(me);
+    let writer = report.try_write(&pool).unwrap().expect("free");
+    assert!(
+        report.try_read(&pool).unwrap().is_none(),
+        "the writer has it alone"
+    );
+    let q = report.queue(&mut conn).unwrap();
+    assert_eq!(q.len(), 1);
+    assert!(q[0].granted && q[0].ticket == writer.ticket());
+    assert_eq!(
+        count::<B>(
+            &mut conn,
+            "requesting_id = 'Process A' AND resource = 'report' AND access_type = 'W' \
+             AND granted = TRUE"
+        ),
+        1
+    );
+    drop(a);
+    let c = etl
+        .try_acquire(&pool)
+        .unwrap()
+        .expect("a's release let one in");
+    drop((b, c, writer));
+    assert_eq!(
+        count::<B>(&mut conn, "1 = 1"),
+        0,
+        "every release deletes its row"
+    );
+    let builtin = conn
+        .count("SELECT COUNT(*) AS n FROM diesel_lease_semaphore_tickets")
+        .unwrap();
+    assert_eq!(builtin, 0);
+}
+
+/// The seed's own race on the seed's own table: another program takes a number the seed's way
+/// (`INSERT INTO ProcessControl …`, identity first, commit later, no lock of the library's) and
+/// keeps its transaction open while a contender proceeds. A mutex never has two holders, and
+/// once the late row is visible it waits for the holder like any request.
+fn seed_style_insert_never_makes_two_holders<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 8);
+    control_table(db);
+    let mutex = ProcessControl::semaphore("race", 1)
+        .unwrap()
+        .with_ttl(TTL)
+        .unwrap();
+    mutex
+        .try_acquire(&pool)
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+
+    let mut straggler = db.conn();
+    straggler
+        .batch_execute(sql::<B>("BEGIN", "BEGIN IMMEDIATE", "BEGIN"))
+        .unwrap();
+    straggler
+        .batch_execute(
+            "INSERT INTO process_control \
+             (requesting_id, resource, access_type, granted, expires_at) \
+             VALUES ('straggler', 'race', 'R', FALSE, 9000000000000000000)",
+        )
+        .unwrap();
+    let holder = std::thread::scope(|s| {
+        let contender = s.spawn(|| mutex.try_acquire(&pool).unwrap());
+        std::thread::sleep(Duration::from_millis(300));
+        straggler.batch_execute("COMMIT").unwrap();
+        contender.join().unwrap()
+    });
+    let mut conn = db.conn();
+    let q = mutex.queue(&mut conn).unwrap();
+    assert_eq!(q.iter().filter(|r| r.granted).count(), 1, "{q:?}");
+    let waiter = mutex.acquire(&pool, Duration::from_millis(400));
+    assert!(matches!(waiter, Err(Error::Timeout { .. })), "{waiter:?}");
+    assert_eq!(
+        mutex
+            .queue(&mut conn)
+            .unwrap()
+            .iter()
+            .filter(|r| r.granted)
+            .count(),
+        1
+    );
+    match holder {
+        // PostgreSQL, MySQL: the contender got in; the late row is not granted by anybody
+        // until the holder leaves, and then it is next.
+        Some(holder) => {
+            assert!(!q.iter().any(|r| r.owner == "straggler" && r.granted));
+            drop(holder);
+            let q = mutex.queue(&mut conn).unwrap();
+            assert_eq!(q.len(), 1, "{q:?}");
+            assert!(q[0].granted && q[0].owner == "straggler", "{q:?}");
+        }
+        // SQLite: the write lock made the straggler commit first; it is first in line.
+        None => assert!(q.iter().any(|r| r.owner == "straggler" && r.granted)),
+    }
+}
+
+/// The seed's "recovering from misbehaving participants": a holder that stopped (its expiry
+/// passed) is removed by the next request, which gets in.
+fn a_dead_holder_is_cleaned_up<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 4);
+    control_table(db);
+    let mutex = ProcessControl::semaphore("cleanup", 1).unwrap();
+    mutex
+        .try_acquire(&pool)
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    db.conn()
+        .batch_execute(
+            "INSERT INTO process_control \
+             (requesting_id, resource, access_type, granted, expires_at) \
+             VALUES ('crashed', 'cleanup', 'R', TRUE, 0)",
+        )
+        .unwrap();
+    let permit = mutex.acquire(&pool, LONG).unwrap();
+    let mut conn = db.conn();
+    let q = mutex.queue(&mut conn).unwrap();
+    assert_eq!(q.len(), 1, "the stale row is gone: {q:?}");
+    assert_eq!(q[0].ticket, permit.ticket());
+    permit.release().unwrap();
+}
+
+diesel::table! {
+    basic_control (queue_position) {
+        queue_position -> BigInt,
+        requesting_id -> Text,
+        granted -> Bool,
+        expires_at -> BigInt,
+    }
+}
+
+/// The seed's first table (`queue_position`, `requesting_id`) with the two added columns: one
+/// resource, shared requests only.
+#[derive(Claimable)]
+#[diesel(table_name = basic_control, primary_key(queue_position))]
+#[claimable(semaphore(ticket = queue_position, owner = requesting_id))]
+#[allow(dead_code)]
+struct BasicControl {
+    queue_position: i64,
+}
+
+fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 4);
+    db.ddl(
+        "CREATE TABLE basic_control (queue_position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
+           requesting_id VARCHAR(255) NOT NULL, \
+           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE basic_control (queue_position INTEGER PRIMARY KEY AUTOINCREMENT, \
+           requesting_id VARCHAR(255) NOT NULL, \
+           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0)",
+        "CREATE TABLE basic_control (queue_position BIGINT AUTO_INCREMENT PRIMARY KEY, \
+           requesting_id VARCHAR(255) NOT NULL, \
+           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0)",
+    );
+    let mutex = BasicControl::semaphore(1).unwrap();
+    assert_eq!(mutex.resource(), "basic_control");
+    let held = mutex.acquire(&pool, LONG).unwrap();
+    let waiter = std::thread::scope(|s| {
+        let waiter = s.spawn(|| mutex.acquire(&pool, LONG).unwrap());
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(mutex.queue(&mut pool.get().unwrap()).unwrap().len(), 2);
+        held.release().unwrap();
+        waiter.join().unwrap()
+    });
+    let q = mutex.queue(&mut pool.get().unwrap()).unwrap();
+    assert_eq!(q.len(), 1);
+    assert!(q[0].granted && q[0].ticket == waiter.ticket());
+    drop(waiter);
+
+    // A writer needs an access-type column: refused, and nothing is left behind.
+    let rw = RwLock::in_control_table::<BasicControl>(None).unwrap();
+    match rw.try_write(&pool) {
+        Err(Error::Database(e)) => assert!(e.to_string().contains("access-type"), "{e}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(mutex.queue(&mut pool.get().unwrap()).unwrap().is_empty());
+}
+
+backend_tests!(
+    requests_are_rows_of_the_users_table,
+    seed_style_insert_never_makes_two_holders,
+    a_dead_holder_is_cleaned_up,
+    the_seeds_two_column_table_works,
+);
