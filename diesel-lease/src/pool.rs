@@ -172,7 +172,10 @@ where
 
 /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
 /// heartbeat to stop, then for a pool connection to end the grant with. A grant that cannot be
-/// ended in time expires at its ttl (a claim: at its timeout) anyway.
+/// ended in time expires at its ttl (a claim: at its timeout) anyway. The default of
+/// [`LeaseOptions::drop_wait`](crate::lease::LeaseOptions::drop_wait),
+/// [`ClaimOptions::drop_wait`](crate::claim::ClaimOptions::drop_wait) and
+/// [`Semaphore::with_drop_wait`](crate::semaphore::Semaphore::with_drop_wait).
 pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// What a holder does when it ends: stops its heartbeat, then lends a connection to end the

@@ -5,10 +5,13 @@
 
 use std::time::{Duration, Instant};
 
+use diesel::connection::SimpleConnection;
+use diesel_lease::claim::{ClaimGuard, ClaimOptions};
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions, DROP_WAIT};
 use diesel_lease::semaphore::Semaphore;
 
 use crate::common::TestDb;
+use crate::models::{ImportJob, IMPORTJOBS_DDL};
 
 const TTL: Duration = Duration::from_secs(2);
 
@@ -16,6 +19,7 @@ backend_suite! {
     tests: [
         a_starved_lease_guard_knows_it_lost_before_its_lease_expires,
         a_starved_permit_knows_it_lost_before_its_row_expires,
+        a_configured_drop_wait_bounds_every_drop,
     ];
 
     /// Keep-alive on, pool of one connection, which the test then holds: every extension fails
@@ -46,6 +50,56 @@ backend_suite! {
         let next = lease::try_acquire(&mut db.conn(), "report", &LeaseOptions::new(TTL)).unwrap();
         assert!(next.expect("expired on the database").token() > token);
         drop(hog);
+    }
+
+    /// Each kind of holder dropped while its pool is exhausted waits for a connection as long as
+    /// it was told to (here 300 ms, against the default 2 s), then returns; what it held is
+    /// left to its ttl. A drop that ignored the setting would take the default 2 s; one that did
+    /// not wait at all would return at once.
+    pub(crate) fn a_configured_drop_wait_bounds_every_drop(db: &TestDb<B>) {
+        db.migrate();
+        let [pg, sqlite, mysql] = [IMPORTJOBS_DDL.0, IMPORTJOBS_DDL.1, IMPORTJOBS_DDL.2];
+        db.ddl(pg, sqlite, mysql);
+        db.conn()
+            .batch_execute("INSERT INTO importjobs (id, statuscode, payload) VALUES (1, 'JOBEXTRACTED', '')")
+            .unwrap();
+        const WAIT: Duration = Duration::from_millis(300);
+        let pool = db.pool(1);
+        let timed_drop = |what: &str, held: Box<dyn std::any::Any>| {
+            let hog = pool.get().unwrap();
+            let dropping = Instant::now();
+            drop(held);
+            let took = dropping.elapsed();
+            drop(hog);
+            assert!(took >= WAIT - Duration::from_millis(50), "{what}: gave up after {took:?}");
+            assert!(took < WAIT + Duration::from_millis(900), "{what}: drop took {took:?}");
+        };
+        let lease_options = LeaseOptions::new(TTL).keep_alive(true).drop_wait(WAIT);
+        let guard = LeaseGuard::try_acquire(&pool, "report", &lease_options).unwrap().expect("free");
+        timed_drop("lease guard", Box::new(guard));
+        let permit = Semaphore::mutex("api")
+            .unwrap()
+            .with_drop_wait(WAIT)
+            .unwrap()
+            .try_acquire(&pool)
+            .unwrap()
+            .expect("free");
+        timed_drop("permit", Box::new(permit));
+        let claim_options = ClaimOptions::default().drop_wait(WAIT).unwrap();
+        let claim = ClaimGuard::<ImportJob>::claim_next_with(&pool, &claim_options)
+            .unwrap()
+            .expect("a row");
+        timed_drop("claim guard", Box::new(claim));
+        // Not handed back (no connection in time): the row stays claimed until its timeout.
+        assert!(ImportJob::claim_next(&mut db.conn()).unwrap().is_none());
+
+        // Zero is refused everywhere.
+        assert!(matches!(
+            LeaseGuard::try_acquire(&pool, "report", &LeaseOptions::new(TTL).drop_wait(Duration::ZERO)),
+            Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
+        ));
+        assert!(Semaphore::mutex("api").unwrap().with_drop_wait(Duration::ZERO).is_err());
+        assert!(ClaimOptions::default().drop_wait(Duration::ZERO).is_err());
     }
 
     /// The same for a semaphore permit: lost before its row can be removed.

@@ -10,7 +10,7 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use super::{finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish};
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::{stop_then_lend, ConnectionSource, DROP_WAIT};
+use crate::pool::{stop_then_lend, ConnectionSource};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
 
 /// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
@@ -78,6 +78,8 @@ pub struct ClaimGuard<M> {
     /// type names only the model.
     finisher: Box<Finisher<M>>,
     finished: bool,
+    /// How long a drop waits at most ([`ClaimOptions::drop_wait`]).
+    drop_wait: Duration,
 }
 
 type Finisher<M> =
@@ -136,6 +138,7 @@ where
             }),
             row,
             finished: false,
+            drop_wait: options.drop_wait_limit(),
         };
         if let Some(timeout) = timeout {
             let touch = owner_checked(&guard.row, Change::Touch(DbNow::new()));
@@ -189,12 +192,12 @@ where
 }
 
 impl<M> ClaimGuard<M> {
-    /// Stops the heartbeat (within [`DROP_WAIT`]) so that the caller can finish the row with a
+    /// Stops the heartbeat (within the drop wait) so that the caller can finish the row with a
     /// statement of its own ([`Worker`](crate::worker::Worker): a retry); then
     /// [`finished_elsewhere`](Self::finished_elsewhere), or the drop hands the row back.
     pub(crate) fn stop_heartbeat(&mut self) {
         if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.stop(DROP_WAIT);
+            heartbeat.stop(self.drop_wait);
         }
     }
 
@@ -249,7 +252,7 @@ impl<M> Drop for ClaimGuard<M> {
         if !self.finished {
             // Unfinished (an early return, an error, a panic): hand the row back at once for
             // another worker; if the database cannot be reached, the claim times out instead.
-            let _ = self.finish(Finish::Ready, Some(DROP_WAIT));
+            let _ = self.finish(Finish::Ready, Some(self.drop_wait));
         }
     }
 }

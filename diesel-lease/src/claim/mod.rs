@@ -137,6 +137,7 @@ pub trait Claimable: Keyed {
 pub struct ClaimOptions {
     owner: OwnerId,
     timeout: Option<crate::Ttl>,
+    drop_wait: std::time::Duration,
 }
 
 impl Default for ClaimOptions {
@@ -144,6 +145,7 @@ impl Default for ClaimOptions {
         ClaimOptions {
             owner: OwnerId::process_default().clone(),
             timeout: None,
+            drop_wait: DROP_WAIT,
         }
     }
 }
@@ -162,6 +164,20 @@ impl ClaimOptions {
     pub fn timeout(mut self, timeout: std::time::Duration) -> crate::Result<Self> {
         self.timeout = Some(crate::Ttl::new("claim timeout", timeout)?);
         Ok(self)
+    }
+
+    /// How long dropping an unfinished [`ClaimGuard`] waits at most, in all, for its heartbeat to
+    /// stop and for a pool connection to hand the row back with (default [`DROP_WAIT`]); without
+    /// one in time the claim is left to time out. Zero is refused with
+    /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    pub fn drop_wait(mut self, wait: std::time::Duration) -> crate::Result<Self> {
+        crate::Ttl::new("drop wait", wait)?;
+        self.drop_wait = wait;
+        Ok(self)
+    }
+
+    pub(crate) fn drop_wait_limit(&self) -> std::time::Duration {
+        self.drop_wait
     }
 
     /// The identity claims are made under.

@@ -9,12 +9,13 @@ use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
-use crate::pool::{stop_then_lend, ConnectionSource, DROP_WAIT};
+use crate::pool::{stop_then_lend, ConnectionSource};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
 
 /// A lease taken through an r2d2 pool. It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
-/// [`release`](Self::release) to see them; a drop waits at most [`DROP_WAIT`]).
+/// [`release`](Self::release) to see them; a drop waits at most [`LeaseOptions::drop_wait`], by
+/// default [`DROP_WAIT`](crate::pool::DROP_WAIT)).
 ///
 /// With [`LeaseOptions::keep_alive`], a background heartbeat extends the lease by its ttl every
 /// ttl/3. The guard is *lost* — [`is_lost`](Self::is_lost) turns true,
@@ -52,6 +53,8 @@ pub struct LeaseGuard<C: LeaseConnection + R2D2Connection> {
     signal: LostSignal,
     heartbeat: Option<Heartbeat<Error>>,
     finished: bool,
+    /// How long a drop waits at most ([`LeaseOptions::drop_wait`]).
+    drop_wait: Duration,
 }
 
 impl<C: LeaseConnection + R2D2Connection> fmt::Debug for LeaseGuard<C> {
@@ -79,7 +82,7 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
     ) -> Result<Option<Self>> {
         let lease = super::try_acquire(&mut pool.get()?, name, options)?;
         lease
-            .map(|lease| Self::new(pool.clone(), lease, options.keep_alive))
+            .map(|lease| Self::new(pool.clone(), lease, options))
             .transpose()
     }
 
@@ -103,7 +106,7 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
             let granted = super::grant(conn.borrow_connection(), name, &checked, None)?;
             Ok(granted.map(|(lease, _)| lease))
         })?;
-        Self::new(pool.clone(), lease, options.keep_alive)
+        Self::new(pool.clone(), lease, options)
     }
 
     /// Wraps a granted lease. If the heartbeat thread cannot be started, the lease is released
@@ -111,8 +114,9 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
     pub(crate) fn new(
         pool: Pool<ConnectionManager<C>>,
         lease: Lease,
-        keep_alive: bool,
+        options: &LeaseOptions,
     ) -> Result<Self> {
+        let keep_alive = options.keeps_alive();
         let token = lease.token();
         let name = lease.name().to_string();
         let local = lease.local().clone();
@@ -125,6 +129,7 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
             signal: local.lost_signal(),
             heartbeat: None,
             finished: false,
+            drop_wait: options.drop_wait_limit(),
         };
         if keep_alive {
             let ttl = lock(&guard.lease).ttl();
@@ -216,7 +221,7 @@ impl<C: LeaseConnection + R2D2Connection> Drop for LeaseGuard<C> {
     fn drop(&mut self) {
         if !self.finished {
             // Nothing to report to: an unreleased lease expires at its ttl anyway.
-            let _ = self.finish(Some(DROP_WAIT));
+            let _ = self.finish(Some(self.drop_wait));
         }
     }
 }

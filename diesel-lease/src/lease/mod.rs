@@ -101,6 +101,7 @@ pub struct LeaseOptions {
     keep_alive: bool,
     poll_min: Duration,
     poll_max: Duration,
+    drop_wait: Duration,
 }
 
 /// Options checked against the rules, ready to be sent.
@@ -122,6 +123,7 @@ impl LeaseOptions {
             keep_alive: false,
             poll_min: Duration::from_millis(5),
             poll_max: Duration::from_millis(500),
+            drop_wait: DROP_WAIT,
         }
     }
 
@@ -154,6 +156,20 @@ impl LeaseOptions {
         self
     }
 
+    /// How long dropping a [`LeaseGuard`] waits at most, in all, for its keep-alive to stop and
+    /// for a pool connection to release the lease with (default [`DROP_WAIT`]). A drop that
+    /// gets no connection in time leaves the lease to expire at its ttl. Zero is refused (by
+    /// the acquire) with [`InvalidInput::ZeroDuration`].
+    pub fn drop_wait(mut self, wait: Duration) -> Self {
+        self.drop_wait = wait;
+        self
+    }
+
+    /// What [`drop_wait`](Self::drop_wait) set.
+    pub fn drop_wait_limit(&self) -> Duration {
+        self.drop_wait
+    }
+
     /// The ttl ("at most for").
     pub fn ttl(&self) -> Duration {
         self.ttl
@@ -167,6 +183,7 @@ impl LeaseOptions {
     pub(crate) fn check(&self, name: &str) -> Result<Checked, InvalidInput> {
         validate_name("lease", name, MAX_NAME_LEN)?;
         let ttl = Ttl::new("ttl", self.ttl)?;
+        Ttl::new("drop wait", self.drop_wait)?;
         if self.at_least_for > self.ttl {
             return Err(InvalidInput::AtLeastExceedsTtl {
                 at_least_for: self.at_least_for,

@@ -252,7 +252,7 @@ impl Every {
         let Some((lease, next_run)) = granted else {
             return Ok(None);
         };
-        let guard = LeaseGuard::new(pool.clone(), lease, options.keeps_alive())?;
+        let guard = LeaseGuard::new(pool.clone(), lease, &options)?;
         // The grant set next_run to the slot after the one being run.
         let due_at_micros = next_run.unwrap_or_default() - interval.as_micros();
         let out = job(&Occurrence {

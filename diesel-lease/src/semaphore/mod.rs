@@ -150,6 +150,7 @@ pub struct Semaphore {
     ttl: Ttl,
     owner: OwnerId,
     max_poll: Duration,
+    drop_wait: Duration,
     /// The user's control table the requests are rows of; `None`: the built-in tables.
     table: Option<ControlTarget>,
 }
@@ -168,6 +169,7 @@ impl Semaphore {
             ttl: Ttl::new("ttl", DEFAULT_TTL)?,
             owner: OwnerId::process_default().clone(),
             max_poll: DEFAULT_MAX_POLL,
+            drop_wait: DROP_WAIT,
             table: None,
         })
     }
@@ -228,6 +230,18 @@ impl Semaphore {
     pub fn with_max_poll_interval(mut self, max: Duration) -> Result<Self> {
         Ttl::new("max poll interval", max)?;
         self.max_poll = max;
+        Ok(self)
+    }
+
+    /// How long dropping a [`Permit`] waits at most, in all, for its heartbeat to stop and for
+    /// a pool connection to release it with (default [`DROP_WAIT`]). The same bound applies to
+    /// what must not hang on a cut-off database: [`try_acquire`](Self::try_acquire), a release,
+    /// and taking a request back at the deadline (waits for a connection and for the
+    /// resource's lock). A permit that cannot be released in time expires after its ttl. Fails
+    /// for zero.
+    pub fn with_drop_wait(mut self, wait: Duration) -> Result<Self> {
+        Ttl::new("drop wait", wait)?;
+        self.drop_wait = wait;
         Ok(self)
     }
 
@@ -307,6 +321,7 @@ impl Semaphore {
             owner: self.owner.as_str().to_string(),
             mode,
             ttl: self.ttl,
+            drop_wait: self.drop_wait,
             table: self.table.clone(),
         }
     }
@@ -485,6 +500,7 @@ pub(crate) fn release_ticket<C: LeaseConnection>(
         mode,
         // Unused by a release; any valid ttl.
         ttl: Ttl::new("ttl", DEFAULT_TTL)?,
+        drop_wait: DROP_WAIT,
         table: None,
     };
     protocol::release(statements_of(conn), &req, ticket)

@@ -9,14 +9,15 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use super::protocol::{self, Granted, Request};
 use super::{statements_of, Mode};
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::{stop_then_lend, ConnectionSource, DROP_WAIT};
+use crate::pool::{stop_then_lend, ConnectionSource};
 use crate::{BorrowConnection, Error, LeaseConnection, Result};
 
 /// A held permit (or read/write lock) whose connections come from a pool.
 ///
 /// While it lives, a background heartbeat extends it every ttl/3. It is released when dropped
-/// (waiting at most [`DROP_WAIT`]), or by [`release`](Self::release), which reports whether it
-/// was still held.
+/// (waiting at most [`Semaphore::with_drop_wait`](super::Semaphore::with_drop_wait), by default
+/// [`DROP_WAIT`](crate::pool::DROP_WAIT)), or by [`release`](Self::release), which reports
+/// whether it was still held.
 ///
 /// It is *lost* — [`is_held`](Self::is_held) turns `false` and [`lost_signal`](Self::lost_signal)
 /// fires — when a heartbeat finds its row gone (it expired and the next in line got in), or when
@@ -145,7 +146,7 @@ where
     fn drop(&mut self) {
         if !self.released {
             // Best effort: if the database is unreachable the row expires after the ttl.
-            let _ = self.finish(Some(DROP_WAIT));
+            let _ = self.finish(Some(self.held.req.drop_wait));
         }
     }
 }

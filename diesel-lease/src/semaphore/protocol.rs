@@ -58,9 +58,6 @@ const FIRST_POLL: Duration = Duration::from_millis(5);
 /// own transaction, so noticing takes a read, not the resource's lock. Only the head does this;
 /// waiters behind it keep to their poll interval.
 const HEAD_CHECK: Duration = Duration::from_millis(20);
-/// How long giving up at the deadline, or cleaning up after an error, waits for a pool
-/// connection: as long as dropping a permit does.
-const CLEANUP_WAIT: Duration = super::DROP_WAIT;
 
 /// One caller's request for a resource: everything the transactions need.
 #[derive(Debug, Clone)]
@@ -70,6 +67,10 @@ pub(super) struct Request {
     pub(super) owner: String,
     pub(super) mode: Mode,
     pub(super) ttl: Ttl,
+    /// How long dropping a permit waits at most; also how long giving up at the deadline,
+    /// cleaning up after an error, a release and `try_acquire` wait for a connection and for
+    /// the resource's lock.
+    pub(super) drop_wait: Duration,
     /// The user's control table the requests are rows of; `None`: the built-in tickets table.
     pub(super) table: Option<ControlTarget>,
 }
@@ -291,7 +292,7 @@ fn poll(
 /// its row is deleted and whoever it held up is admitted.
 fn give_up(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<bool> {
     let mut granted = false;
-    locked(sql, req, Some(CLEANUP_WAIT), &mut |s, permits| {
+    locked(sql, req, Some(req.drop_wait), &mut |s, permits| {
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         granted = queue.iter().any(|r| r.ticket == ticket && r.granted);
@@ -318,7 +319,7 @@ pub(super) fn release(
     ticket: i64,
 ) -> Result<bool> {
     let mut existed = false;
-    locked(sql, req, Some(CLEANUP_WAIT), &mut |s, permits| {
+    locked(sql, req, Some(req.drop_wait), &mut |s, permits| {
         existed = s.delete_ticket(ticket, &req.owner)? > 0;
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
@@ -357,7 +358,7 @@ pub(super) fn try_once(
     req: &Request,
 ) -> Result<Option<Granted>> {
     let sent_at = Instant::now();
-    let (ticket, state) = enqueue(sql, req, false, Some(CLEANUP_WAIT))?;
+    let (ticket, state) = enqueue(sql, req, false, Some(req.drop_wait))?;
     Ok((state == PollState::Granted).then_some(Granted { ticket, sent_at }))
 }
 
@@ -384,7 +385,7 @@ pub(super) fn acquire<A: Access>(
     if outcome.is_err() {
         if let Some(ticket) = pending {
             // Best effort: the error we return is the one that matters.
-            let _ = access.step(CLEANUP_WAIT, |sql| release(sql, req, ticket));
+            let _ = access.step(req.drop_wait, |sql| release(sql, req, ticket));
         }
     }
     access.unlisten();
@@ -567,7 +568,7 @@ fn give_up_at_deadline<A: Access>(
     pending: &mut Option<i64>,
 ) -> Result<Granted> {
     if let Some(ticket) = *pending {
-        let kept = access.step(CLEANUP_WAIT, |sql| {
+        let kept = access.step(req.drop_wait, |sql| {
             let sent_at = Instant::now();
             Ok(give_up(sql, req, ticket)?.then_some(Granted { ticket, sent_at }))
         })?;

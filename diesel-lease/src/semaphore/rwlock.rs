@@ -93,6 +93,13 @@ impl RwLock {
         })
     }
 
+    /// See [`Semaphore::with_drop_wait`].
+    pub fn with_drop_wait(self, wait: Duration) -> Result<Self> {
+        Ok(RwLock {
+            inner: self.inner.with_drop_wait(wait)?,
+        })
+    }
+
     /// The resource name.
     pub fn resource(&self) -> &str {
         self.inner.resource()
