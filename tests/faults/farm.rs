@@ -1,6 +1,6 @@
 //! A farm of workers draining the README's headline model (claim timeout, `max_attempts`, a
-//! failed state, the recommended `(statuscode, id)` index): no error reaches a worker and every
-//! row is done exactly once.
+//! failed state, the recommended `(statuscode, id)` index): no error reaches a worker, no
+//! deadlock even had to be retried, and every row is done exactly once.
 //!
 //! On MariaDB one worker used to hang for good inside `mysql_stmt_execute` (client in `poll(-1)`,
 //! the server showing the session asleep with its transaction open, every other worker waiting
@@ -13,7 +13,8 @@
 //! `DIESEL_LEASE_FARM_ROWS` (default 2,000) scales it; the 20,000-row MariaDB farm at
 //! both isolation levels: `DIESEL_LEASE_FARM_ROWS=20000 bash scripts/test.sh -- faults::farm`.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
@@ -23,6 +24,39 @@ use crate::models::schema::importjobs;
 use crate::models::*;
 
 const WORKERS: usize = 6;
+
+/// A tracing subscriber that counts diesel-lease's "retrying" events of deadlocks and
+/// serialization failures (`observe::retried_conflict`) and records nothing else.
+#[derive(Clone, Default)]
+struct RetryCount(Arc<AtomicUsize>);
+
+impl tracing::Subscriber for RetryCount {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.is_event() && metadata.target() == "diesel_lease"
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 |= format!("{value:?}").contains("deadlock or serialization failure");
+                }
+            }
+        }
+        let mut message = Message(false);
+        event.record(&mut message);
+        if message.0 {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
 
 backend_suite! {
     fixtures: crate::claim::basics;
@@ -37,10 +71,15 @@ backend_suite! {
         fixtures::seed_jobs(db, rows);
         let claimed = Mutex::new(Vec::new());
         let errors = Mutex::new(Vec::new());
+        let retried = AtomicUsize::new(0);
         let started = Instant::now();
         std::thread::scope(|s| {
             for _ in 0..WORKERS {
                 s.spawn(|| {
+                    // The library's retries of deadlocks, counted from its tracing events in
+                    // this thread (where `retry_conflicts` runs).
+                    let retries = RetryCount::default();
+                    let _counting = tracing::subscriber::set_default(retries.clone());
                     let mut conn = db.conn();
                     let mut mine = Vec::new();
                     loop {
@@ -56,6 +95,7 @@ backend_suite! {
                         assert!(started.elapsed() < Duration::from_secs(600), "the farm hung");
                     }
                     claimed.lock().unwrap().extend(mine);
+                    retried.fetch_add(retries.0.load(Ordering::Relaxed), Ordering::Relaxed);
                 });
             }
         });
@@ -72,7 +112,12 @@ backend_suite! {
             .get_result(&mut db.conn())
             .unwrap();
         assert_eq!(done, rows);
-        eprintln!("{rows} rows by {WORKERS} workers on {} in {:?}", <B as crate::common::TestBackend>::NAME, started.elapsed());
+        let retried = retried.into_inner();
+        eprintln!("{rows} rows by {WORKERS} workers on {} in {:?}; {retried} deadlock retries", <B as crate::common::TestBackend>::NAME, started.elapsed());
+        // No lock-order clash left between claims, reaps and completions: nothing to retry.
+        // (On MariaDB the reap inside each claim deadlocked with `complete` about 2,000 times per
+        // 5,000 rows, absorbed by the retries, until it stopped waiting for row locks.)
+        assert_eq!(retried, 0, "the library's statements deadlocked with each other");
     }
 }
 

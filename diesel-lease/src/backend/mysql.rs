@@ -16,8 +16,8 @@ use lease_core::InsertOutcome;
 
 use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect, Uncached};
 use crate::claim::statements::{
-    reap, shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Dynamic, Exec, Filter,
-    NoFilter, PickStmt, StmtId,
+    shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Dynamic, Exec, Filter,
+    NoFilter, PickStmt, StmtId, Which,
 };
 use crate::clock::Offset;
 use crate::lease::statements::{
@@ -143,10 +143,34 @@ impl Dialect for MysqlConnection {
     ) -> QueryResult<Vec<M>> {
         // No UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
         self.write_transaction(|c| {
-            reap(c, parts)?;
-            // Outside the statement cache, whatever its query id: see `Uncached`.
-            let pick = Uncached(PickStmt::locking(parts, limit, filter));
-            let picked = M::load::<Dynamic>(c, &pick)?;
+            // Never waits for a row lock: see `reap_skip_locked`.
+            crate::claim::statements::reap_skip_locked(c, parts)?;
+            // Stale claims first (rescues go before new work), then ready rows, each picked on
+            // its own: one pick of both (an `OR`) may be planned as a sort of every match, whose
+            // locking read keeps the index entries of rows other claims are marking. Stale
+            // claims are found by a plain read, then locked by key: a locking range scan keeps
+            // the index record that ends its range, often the next ready row, which the claim
+            // marking that row then waits for (claims deadlocked with each other). Locking
+            // reads run outside the statement cache, whatever their query id: see `Uncached`.
+            let mut picked = Vec::new();
+            if parts.cutoff.is_some() {
+                let probe = PickStmt::only(parts, limit, filter, Which::Stale, false);
+                let stale = M::load::<Dynamic>(c, &probe)?;
+                if !stale.is_empty() {
+                    let stale = AnyPk::<M>::of(&stale);
+                    let lock = ByKeyStmt {
+                        parts,
+                        rows: &stale,
+                        step: ByKey::LockStale,
+                    };
+                    picked = M::load::<Dynamic>(c, &Uncached(lock))?;
+                }
+            }
+            let left = limit - i64::try_from(picked.len()).unwrap_or(limit);
+            if left > 0 {
+                let ready = PickStmt::only(parts, left, filter, Which::Ready, true);
+                picked.extend(M::load::<Dynamic>(c, &Uncached(ready))?);
+            }
             if picked.is_empty() {
                 return Ok(picked);
             }

@@ -282,11 +282,19 @@ pub(crate) fn qualified<'b, M: ClaimSql<DB>, DB: SqlDialect>(
 fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
+    which: Which,
 ) -> QueryResult<()> {
     out.push_sql("(");
-    StateLiteral::push_in(parts.ready, out, M::STATE)?;
-    if let (Some(claimed_at), Some(cutoff)) = (M::CLAIMED_AT, &parts.cutoff) {
-        out.push_sql(" OR (");
+    if which != Which::Stale {
+        StateLiteral::push_in(parts.ready, out, M::STATE)?;
+    }
+    if let (Some(claimed_at), Some(cutoff), true) =
+        (M::CLAIMED_AT, &parts.cutoff, which != Which::Ready)
+    {
+        if which == Which::Both {
+            out.push_sql(" OR ");
+        }
+        out.push_sql("(");
         parts.claimed.push_eq(out, M::STATE)?;
         out.push_sql(" AND ");
         claimed_before(out, claimed_at, cutoff)?;
@@ -297,9 +305,26 @@ fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
             DB::bind_i64(out, max)?;
         }
         out.push_sql(")");
+    } else if which == Which::Stale {
+        // Without a claim timeout nothing is ever stale.
+        out.push_sql("1 = 0");
     }
     out.push_sql(")");
     super::schedule::push_not_before::<M, DB>(out)
+}
+
+/// Which claimable rows a pick looks at: ready or stale (one statement, PostgreSQL and SQLite),
+/// or one of the two (MySQL's claims, see `backend/mysql.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    /// Ready rows, and stale claims that may be rescued.
+    Both,
+    /// Ready rows only.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    Ready,
+    /// Stale claims that may be rescued only.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    Stale,
 }
 
 fn order_by<DB: SqlDialect>(
@@ -371,6 +396,9 @@ pub struct PickStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     parts: &'a ClaimParts<M, DB>,
     limit: i64,
     filter: Filter<'a, DB>,
+    which: Which,
+    /// Appends the backend's `FOR UPDATE SKIP LOCKED`; without it, a plain read (a probe).
+    lock: bool,
 }
 
 impl<'a, M: ClaimSql<DB>, DB: SqlDialect> PickStmt<'a, M, DB> {
@@ -383,6 +411,25 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> PickStmt<'a, M, DB> {
             parts,
             limit,
             filter,
+            which: Which::Both,
+            lock: true,
+        }
+    }
+
+    /// [`locking`](Self::locking), of the ready rows or the stale claims only; `lock: false`
+    /// reads without locking anything (a probe).
+    #[cfg(feature = "mysql")]
+    pub(crate) fn only(
+        parts: &'a ClaimParts<M, DB>,
+        limit: i64,
+        filter: Filter<'a, DB>,
+        which: Which,
+        lock: bool,
+    ) -> Self {
+        PickStmt {
+            which,
+            lock,
+            ..Self::locking(parts, limit, filter)
         }
     }
 }
@@ -391,24 +438,38 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for PickStmt<'_, M, DB> 
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("SELECT ");
         M::push_select(&mut out, &self.parts.select)?;
-        pick_from(&mut out, self.parts, self.filter, &self.limit)?;
-        out.push_sql(DB::SKIP_LOCKED);
+        pick_rows_from(&mut out, self.parts, self.filter, &self.limit, self.which)?;
+        if self.lock {
+            out.push_sql(DB::SKIP_LOCKED);
+        }
         Ok(())
     }
 }
 
 /// ` FROM t WHERE <claimable> [AND (filter)] ORDER BY … LIMIT $n`: which rows a claim takes.
 /// A limit of 1 is written inline (`LIMIT 1`): `claim_next`'s text then has no limit parameter.
+#[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) fn pick_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
     filter: Filter<'b, DB>,
     limit: &'b i64,
 ) -> QueryResult<()> {
+    pick_rows_from(out, parts, filter, limit, Which::Both)
+}
+
+/// [`pick_from`] of the rows `which` says.
+fn pick_rows_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    parts: &'b ClaimParts<M, DB>,
+    filter: Filter<'b, DB>,
+    limit: &'b i64,
+    which: Which,
+) -> QueryResult<()> {
     out.push_sql(" FROM ");
     M::push_table(out, &parts.table)?;
     out.push_sql(" WHERE ");
-    claimable_predicate(out, parts)?;
+    claimable_predicate(out, parts, which)?;
     and_filter(out, filter)?;
     order_by(out, M::ORDER)?;
     if *limit == 1 {
@@ -489,6 +550,16 @@ pub enum ByKey {
     MarkClaimed,
     /// `SELECT <model>`.
     ReadBack,
+    /// `UPDATE … SET <state> = <failed>`: exhausted stale claims the reap picked.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    Fail,
+    /// `SELECT <model> … AND <stale, rescuable> FOR UPDATE SKIP LOCKED`: lock the stale claims a
+    /// probe found, if they still are and nobody holds them.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    LockStale,
+    /// `SELECT <model> … AND <stale, out of attempts> FOR UPDATE SKIP LOCKED`: the reap's lock.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    LockExhausted,
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB> {
@@ -499,15 +570,42 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB>
                 M::push_table(&mut out, &self.parts.table)?;
                 claim_assignments(&mut out, self.parts)?;
             }
-            ByKey::ReadBack => {
+            ByKey::ReadBack | ByKey::LockStale | ByKey::LockExhausted => {
                 out.push_sql("SELECT ");
                 M::push_select(&mut out, &self.parts.select)?;
                 out.push_sql(" FROM ");
                 M::push_table(&mut out, &self.parts.table)?;
             }
+            ByKey::Fail => {
+                let Some(failed) = &self.parts.failed else {
+                    return Err(diesel::result::Error::QueryBuilderError(
+                        "reaping needs a failed state".into(),
+                    ));
+                };
+                out.push_sql("UPDATE ");
+                M::push_table(&mut out, &self.parts.table)?;
+                out.push_sql(" SET ");
+                out.push_identifier(M::STATE)?;
+                out.push_sql(" = ");
+                failed.push(&mut out);
+            }
         }
-        out.push_sql(" WHERE ");
-        self.rows.walk(&mut out)
+        out.push_sql(" WHERE (");
+        self.rows.walk(&mut out)?;
+        out.push_sql(")");
+        match self.step {
+            ByKey::LockStale => {
+                out.push_sql(" AND ");
+                claimable_predicate(&mut out, self.parts, Which::Stale)?;
+            }
+            ByKey::LockExhausted => {
+                out.push_sql(" AND ");
+                reap_predicate(&mut out, self.parts)?;
+            }
+            ByKey::MarkClaimed | ByKey::ReadBack | ByKey::Fail => return Ok(()),
+        }
+        out.push_sql(DB::SKIP_LOCKED);
+        Ok(())
     }
 }
 
@@ -517,34 +615,130 @@ struct ReapStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        let parts = self.0;
-        let (Some(claimed_at), Some(attempts), Some(cutoff), Some(max), Some(failed)) = (
-            M::CLAIMED_AT,
-            M::ATTEMPTS,
-            &parts.cutoff,
-            &parts.max_attempts,
-            &parts.failed,
-        ) else {
-            return Err(diesel::result::Error::QueryBuilderError(
-                "reaping needs claimed_at, attempts, a failed state, a timeout and max_attempts"
-                    .into(),
-            ));
-        };
         out.push_sql("UPDATE ");
-        M::push_table(&mut out, &parts.table)?;
+        M::push_table(&mut out, &self.0.table)?;
         out.push_sql(" SET ");
         out.push_identifier(M::STATE)?;
         out.push_sql(" = ");
-        failed.push(&mut out);
+        reap_failed(self.0)?.push(&mut out);
         out.push_sql(" WHERE ");
-        parts.claimed.push_eq(&mut out, M::STATE)?;
-        out.push_sql(" AND ");
-        claimed_before(&mut out, claimed_at, cutoff)?;
-        out.push_sql(" AND ");
-        out.push_identifier(attempts)?;
-        out.push_sql(" >= ");
-        DB::bind_i64(&mut out, max)
+        reap_predicate(&mut out, self.0)
     }
+}
+
+/// The probe of MySQL's reap: `SELECT <model> FROM t WHERE <reap predicate> LIMIT $n`, a plain
+/// read that locks nothing (see `reap_skip_locked`).
+#[cfg(feature = "mysql")]
+pub struct ReapProbeStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+    pub(crate) parts: &'a ClaimParts<M, DB>,
+    pub(crate) limit: i64,
+}
+
+#[cfg(feature = "mysql")]
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapProbeStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("SELECT ");
+        M::push_select(&mut out, &self.parts.select)?;
+        out.push_sql(" FROM ");
+        M::push_table(&mut out, &self.parts.table)?;
+        out.push_sql(" WHERE ");
+        reap_predicate(&mut out, self.parts)?;
+        out.push_sql(" LIMIT ");
+        DB::bind_i64(&mut out, &self.limit)
+    }
+}
+
+/// The state exhausted stale claims go to.
+fn reap_failed<M: ClaimSql<DB>, DB: SqlDialect>(
+    parts: &ClaimParts<M, DB>,
+) -> QueryResult<&StateLiteral> {
+    parts.failed.as_ref().ok_or_else(|| {
+        diesel::result::Error::QueryBuilderError("reaping needs a failed state".into())
+    })
+}
+
+/// `state = $claimed AND claimed_at < <cutoff> AND attempts >= $max`: stale claims that used up
+/// their attempts.
+fn reap_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    parts: &'b ClaimParts<M, DB>,
+) -> QueryResult<()> {
+    let (Some(claimed_at), Some(attempts), Some(cutoff), Some(max)) = (
+        M::CLAIMED_AT,
+        M::ATTEMPTS,
+        &parts.cutoff,
+        &parts.max_attempts,
+    ) else {
+        return Err(diesel::result::Error::QueryBuilderError(
+            "reaping needs claimed_at, attempts, a failed state, a timeout and max_attempts".into(),
+        ));
+    };
+    parts.claimed.push_eq(out, M::STATE)?;
+    out.push_sql(" AND ");
+    claimed_before(out, claimed_at, cutoff)?;
+    out.push_sql(" AND ");
+    out.push_identifier(attempts)?;
+    out.push_sql(" >= ");
+    DB::bind_i64(out, max)
+}
+
+/// How many exhausted stale claims one MySQL claim moves to the failed state at most; the rest
+/// go with the next claims.
+#[cfg(feature = "mysql")]
+const REAP_BATCH: i64 = 100;
+
+/// MySQL's [`reap`], in three statements that never wait for a row lock and lock nothing when
+/// there is nothing to reap: a plain read finds exhausted stale claims, `SELECT … WHERE <their
+/// keys> AND <still exhausted and stale> FOR UPDATE SKIP LOCKED` locks those nobody else holds,
+/// and [`ByKey::Fail`] fails exactly those. Run in the claim's transaction, before the claim.
+///
+/// A single `UPDATE … WHERE <reap predicate>` scan (what PostgreSQL and SQLite run) deadlocked
+/// on InnoDB with `complete`: it waits for the row a completion holds while holding index
+/// entries the completion needs next. A locking scan that skips locked rows still locks the
+/// index record that ends its range, which is often the next ready row, and the claim marking
+/// that row then waits for it: claims deadlocked with each other instead.
+#[cfg(feature = "mysql")]
+pub(crate) fn reap_skip_locked<M>(
+    conn: &mut diesel::MysqlConnection,
+    parts: &ClaimParts<M, diesel::mysql::Mysql>,
+) -> QueryResult<()>
+where
+    M: ClaimModel<diesel::MysqlConnection>,
+{
+    if !parts.needs_reap() {
+        return Ok(());
+    }
+    let probe = ReapProbeStmt {
+        parts,
+        limit: REAP_BATCH,
+    };
+    let found = M::load::<Dynamic>(conn, &probe)?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    let found = AnyPk::<M>::of(&found);
+    let lock = ByKeyStmt {
+        parts,
+        rows: &found,
+        step: ByKey::LockExhausted,
+    };
+    // A locking read: outside the statement cache (see `backend::Uncached`).
+    let locked = M::load::<Dynamic>(conn, &crate::backend::Uncached(lock))?;
+    if locked.is_empty() {
+        return Ok(());
+    }
+    let rows = AnyPk::<M>::of(&locked);
+    let fail = ByKeyStmt {
+        parts,
+        rows: &rows,
+        step: ByKey::Fail,
+    };
+    let reaped =
+        diesel::Connection::execute_returning_count(conn, &Exec::<_, Dynamic>::new(&fail))?;
+    if reaped > 0 {
+        crate::observe::rescued(crate::observe::table_name::<M::Table>(), reaped);
+    }
+    Ok(())
 }
 
 /// Moves stale claims that used up their attempts to the failed state, when the model asks for
@@ -762,6 +956,6 @@ pub struct ClaimablePredicate<M: ClaimSql<DB>, DB: SqlDialect>(pub(crate) ClaimP
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimablePredicate<M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        claimable_predicate(&mut out, &self.0)
+        claimable_predicate(&mut out, &self.0, Which::Both)
     }
 }
