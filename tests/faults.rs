@@ -7,9 +7,12 @@
 //! database gives its grant away.
 //! `waits`: a client frozen inside a semaphore's locked transaction holds up nobody past their
 //! deadline.
+//! `read_timeout`: MySQL, a reply that never reaches the client ends in `ConnectionLost`.
 
 mod errors;
 mod farm;
 mod holders;
+#[cfg(feature = "mysql")]
+mod read_timeout;
 mod scheduler;
 mod waits;

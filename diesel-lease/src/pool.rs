@@ -17,7 +17,8 @@ use crate::{BorrowConnection, LeaseConnection};
 ///
 /// On SQLite it sets `busy_timeout` (writers wait for the lock instead of failing with
 /// `SQLITE_BUSY`), `journal_mode = WAL` (readers never block the writer) and
-/// `synchronous = NORMAL`. On PostgreSQL and MySQL it does nothing.
+/// `synchronous = NORMAL`. On MySQL / MariaDB it sets the session's `wait_timeout` to
+/// [`mysql_idle_timeout`](Self::mysql_idle_timeout): see there. On PostgreSQL it does nothing.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -38,12 +39,27 @@ use crate::{BorrowConnection, LeaseConnection};
 pub struct ConnectionTuning {
     /// How long a SQLite writer waits for the write lock before giving up.
     pub busy_timeout: Duration,
+    /// MySQL / MariaDB: how long the server keeps a connection that sends nothing
+    /// (`wait_timeout`, whole seconds, at least 1; `None` keeps the server's, 8 hours by
+    /// default). Default: 10 minutes.
+    ///
+    /// This is the connection's read timeout, as far as one can be had: Diesel's
+    /// `MysqlConnection` sets no client-side read timeout and exposes no way to set one, so a
+    /// client that waits for a reply the server will never send (the server finished, or
+    /// dropped the statement, and went idle) would wait forever. The server, seeing an idle
+    /// session, closes it after this long; the waiting call then fails with
+    /// [`Error::ConnectionLost`](crate::Error::ConnectionLost) and the pool replaces the
+    /// connection. It does not help when the server or the network itself is gone (then the
+    /// operating system's TCP timeouts apply), and a connection your code keeps checked out
+    /// and idle for longer (inside a transaction, across a slow external call) is closed too.
+    pub mysql_idle_timeout: Option<Duration>,
 }
 
 impl Default for ConnectionTuning {
     fn default() -> Self {
         ConnectionTuning {
             busy_timeout: Duration::from_secs(30),
+            mysql_idle_timeout: Some(Duration::from_secs(600)),
         }
     }
 }

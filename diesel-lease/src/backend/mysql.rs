@@ -131,6 +131,18 @@ impl Dialect for MysqlConnection {
         f(self)
     }
 
+    fn tune(&mut self, tuning: &crate::pool::ConnectionTuning) -> QueryResult<()> {
+        let Some(idle) = tuning.mysql_idle_timeout else {
+            return Ok(());
+        };
+        // Whole seconds, at least 1 (0 is refused by the server); a number of our own, bound.
+        let seconds = idle.as_secs().clamp(1, 31_536_000);
+        diesel::sql_query("SET SESSION wait_timeout = ?")
+            .bind::<diesel::sql_types::Unsigned<diesel::sql_types::BigInt>, _>(seconds)
+            .execute(self)
+            .map(drop)
+    }
+
     fn claim_sql<M: ClaimSql<Mysql>>(parts: &ClaimParts<M, Mysql>, limit: i64) -> String {
         diesel::debug_query::<Mysql, _>(&PickStmt::locking(parts, limit, None)).to_string()
     }
