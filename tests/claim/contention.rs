@@ -61,6 +61,7 @@ backend_suite! {
         claim_batch_never_returns_more_than_n,
         killed_worker_rows_come_back_after_timeout,
         exhausted_stale_claims_go_to_failed,
+        stale_claims_and_ready_rows_in_each_backends_order,
         release_fail_and_filters,
     ];
 
@@ -250,6 +251,33 @@ backend_suite! {
         assert_eq!(ids, vec![(2, 3), (3, 1)]);
         let status: String = importjobs::table.find(1).select(importjobs::statuscode).first(&mut conn).unwrap();
         assert_eq!(status, "FAILED");
+    }
+
+    /// Row 1 is ready, row 2 a stale claim that may be rescued. PostgreSQL and SQLite take both
+    /// kinds in one claim order (row 1 first); MySQL picks stale claims before ready rows (its
+    /// two picks keep claims from deadlocking), so it rescues row 2 first. Either way the next
+    /// claim takes the other row, and nothing is taken twice.
+    pub(crate) fn stale_claims_and_ready_rows_in_each_backends_order(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 2);
+        let mut conn = db.conn();
+        let long_ago = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap();
+        diesel::update(importjobs::table.find(2i64))
+            .set((
+                importjobs::statuscode.eq("EXECUTIONINPROGRESS"),
+                importjobs::worker.eq("gone"),
+                importjobs::claimed_at.eq(long_ago),
+                importjobs::attempts.eq(1),
+            ))
+            .execute(&mut conn)
+            .unwrap();
+        let first = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        let expected_first = if <B as crate::common::TestBackend>::NAME == "mysql" { 2 } else { 1 };
+        assert_eq!(first.id, expected_first);
+        let second = ImportJob::claim_next(&mut conn).unwrap().expect("the other row");
+        assert_eq!(first.id + second.id, 3, "{} then {}", first.id, second.id);
+        assert!(ImportJob::claim_next(&mut conn).unwrap().is_none());
+        let rescued = if first.id == 2 { &first } else { &second };
+        assert_eq!(rescued.attempts, 2, "the rescue counted an attempt");
     }
 
     pub(crate) fn release_fail_and_filters(db: &TestDb<B>) {

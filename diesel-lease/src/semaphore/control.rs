@@ -407,7 +407,7 @@ where
                 self.table.walk_ast(out.reborrow())?;
                 out.push_sql(" (");
                 out.push_identifier(T::OWNER)?;
-                if let Some(col) = T::RESOURCE {
+                if let (Some(col), Some(_)) = (T::RESOURCE, self.resource) {
                     out.push_sql(", ");
                     out.push_identifier(col)?;
                 }
