@@ -48,7 +48,9 @@
 //! the ttl is removed by the next transaction on that resource, and the next in line proceeds.
 //!
 //! Waiters poll with exponential backoff capped at one second (one short transaction per
-//! second per idle waiter). A pool-backed waiter ([`Semaphore::acquire`], [`RwLock::read`],
+//! second per idle waiter). Where releases in other processes wake nobody (SQLite, MySQL), the
+//! waiter at the head of the queue also reads its own row every 20 ms, and a waiter behind it
+//! that saw the queue move polls next when the requests ahead of it should be gone. A pool-backed waiter ([`Semaphore::acquire`], [`RwLock::read`],
 //! [`RwLock::write`]) borrows a pool connection for each poll and gives it back before it
 //! sleeps, so waiters never hold the connections that the holders' heartbeats need: a pool of
 //! two serves a heartbeating holder and any number of waiters. A poll that gets no connection in

@@ -56,7 +56,8 @@ const FIRST_POLL: Duration = Duration::from_millis(5);
 /// How often the waiter at the head of a queue reads its own row between polls, where releases
 /// in other processes do not wake it (SQLite, MySQL): the releaser granted it already, in its
 /// own transaction, so noticing takes a read, not the resource's lock. Only the head does this;
-/// waiters behind it keep to their poll interval.
+/// a waiter behind it polls when the queue's pace says it should be the head ([`Pace`]), never
+/// more often than this, and once per interval while the queue stands still.
 const HEAD_CHECK: Duration = Duration::from_millis(20);
 
 /// One caller's request for a resource: everything the transactions need.
@@ -115,9 +116,11 @@ impl Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PollState {
     Granted,
-    /// Still waiting; `head`: no request ahead of it is waiting (it is admitted next).
+    /// Still waiting; `head`: no request ahead of it is waiting (it is admitted next);
+    /// `ahead`: how many waiting requests are ahead of it.
     Waiting {
         head: bool,
+        ahead: usize,
     },
     /// The request is gone: it expired while its owner did not poll.
     Lost,
@@ -193,6 +196,14 @@ fn at_head(queue: &[QueueEntry], admitted: &[i64], ticket: i64, permits: i32) ->
     admission::admit(&waiting, u32::try_from(permits).unwrap_or(0)).contains(&ticket)
 }
 
+/// How many requests ahead of `ticket` are waiting, once `admitted` are granted.
+fn waiting_ahead(queue: &[QueueEntry], admitted: &[i64], ticket: i64) -> usize {
+    queue
+        .iter()
+        .filter(|e| e.ticket < ticket && !e.granted && !admitted.contains(&e.ticket))
+        .count()
+}
+
 fn entries(queue: &[TicketRow]) -> Vec<QueueEntry> {
     queue.iter().map(TicketRow::entry).collect()
 }
@@ -242,6 +253,7 @@ fn enqueue(
         } else {
             PollState::Waiting {
                 head: at_head(&entries, &admitted, ticket, permits),
+                ahead: waiting_ahead(&entries, &admitted, ticket),
             }
         };
         if state != PollState::Granted && !keep_waiting {
@@ -278,6 +290,7 @@ fn poll(
                     } else {
                         PollState::Waiting {
                             head: at_head(&queue, &admitted, ticket, permits),
+                            ahead: waiting_ahead(&queue, &admitted, ticket),
                         }
                     }
                 }
@@ -423,15 +436,20 @@ fn wait<A: Access>(
     };
     // Waits for the resource's lock end at the deadline too.
     let lock_wait = || deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
-    let mut head = false;
+    let mut place = Place::default();
     if let Some(granted) = access
         .step(checkout(started), |sql| {
-            look(sql, req, pending, false, lock_wait(), &mut head)
+            look(sql, req, pending, false, lock_wait(), &mut place)
         })?
         .flatten()
     {
         return Ok(granted);
     }
+    // Where releases elsewhere do not wake this waiter (SQLite, MySQL), it learns that it became
+    // the head of the queue at a poll: when the queue moves, the next poll comes when the
+    // requests ahead are expected to be gone, not a whole interval later.
+    let mut pace = Pace::default();
+    pace.observe(Instant::now(), place.ahead.take());
     // Jittered while ramping up; clamped to the cap once grown past it, so an idle waiter
     // settles at exactly one poll per cap.
     let mut backoff = Backoff::new(FIRST_POLL, cap.saturating_mul(2));
@@ -444,19 +462,77 @@ fn wait<A: Access>(
             }
             delay = delay.min(deadline - now);
         }
-        let watch = pending.filter(|_| head && !access.notified_across_processes());
+        if !place.head && !access.notified_across_processes() {
+            if let Some(eta) = pace.until_head(now) {
+                delay = delay.min(eta.max(HEAD_CHECK));
+            }
+        }
+        let watch = pending.filter(|_| place.head && !access.notified_across_processes());
         let woken = match pause(access, req, watch, delay, &checkout)? {
             Pause::Granted(granted) => return Ok(granted),
             Pause::Slept { woken } => woken,
         };
         if let Some(granted) = access
             .step(checkout(Instant::now()), |sql| {
-                look(sql, req, pending, woken, lock_wait(), &mut head)
+                look(sql, req, pending, woken, lock_wait(), &mut place)
             })?
             .flatten()
         {
             return Ok(granted);
         }
+        pace.observe(Instant::now(), place.ahead.take());
+    }
+}
+
+/// What the last look told a waiter about its place in the queue.
+#[derive(Debug, Default)]
+struct Place {
+    /// Whether it is at the head (admitted next); kept as it was when a look could not tell.
+    head: bool,
+    /// How many waiting requests were ahead of it, when the look was a full poll.
+    ahead: Option<usize>,
+}
+
+/// How far back [`Pace`] looks at the queue's movement.
+const PACE_WINDOW: Duration = Duration::from_secs(3);
+
+/// How fast the requests ahead of a waiter leave, from its recent polls: when it will be the
+/// head. An idle queue (nothing moved) predicts nothing, and the waiter keeps to its interval.
+#[derive(Debug, Default)]
+struct Pace {
+    /// (when, waiting requests ahead), oldest first, within [`PACE_WINDOW`].
+    seen: std::collections::VecDeque<(Instant, usize)>,
+}
+
+impl Pace {
+    fn observe(&mut self, at: Instant, ahead: Option<usize>) {
+        let Some(ahead) = ahead else { return };
+        if self.seen.back().is_some_and(|&(_, last)| ahead > last) {
+            // Queued again at the back (its row expired): start over.
+            self.seen.clear();
+        }
+        self.seen.push_back((at, ahead));
+        while self.seen.len() > 2
+            && self
+                .seen
+                .front()
+                .is_some_and(|&(t, _)| at.duration_since(t) > PACE_WINDOW)
+        {
+            self.seen.pop_front();
+        }
+    }
+
+    /// How long from `now` until nobody is waiting ahead, at the pace seen; `None` when the
+    /// queue did not move.
+    fn until_head(&self, now: Instant) -> Option<Duration> {
+        let (&(t0, a0), &(t1, a1)) = (self.seen.front()?, self.seen.back()?);
+        let elapsed = t1.duration_since(t0).as_secs_f64();
+        if a1 >= a0 || elapsed <= 0.0 {
+            return None;
+        }
+        let per_request = elapsed / (a0 - a1) as f64;
+        let due = t1 + Duration::from_secs_f64(per_request * a1 as f64);
+        Some(due.saturating_duration_since(now))
     }
 }
 
@@ -512,13 +588,17 @@ fn look(
     pending: &mut Option<i64>,
     woken: bool,
     lock_wait: Option<Duration>,
-    head: &mut bool,
+    place: &mut Place,
 ) -> Result<Option<Granted>> {
     let mut sent_at = Instant::now();
     let Some(ticket) = *pending else {
         let (ticket, state) = enqueue(sql, req, true, lock_wait)?;
         *pending = Some(ticket);
-        return Ok(granted_or_waiting(state, Granted { ticket, sent_at }, head));
+        return Ok(granted_or_waiting(
+            state,
+            Granted { ticket, sent_at },
+            place,
+        ));
     };
     if woken {
         // Woken by a notification: whoever changed the queue already admitted whoever may
@@ -541,18 +621,23 @@ fn look(
         PollState::Lost => {
             // We stalled past the ttl and our request was removed: queue again at the back.
             *pending = None;
-            look(sql, req, pending, false, lock_wait, head)
+            look(sql, req, pending, false, lock_wait, place)
         }
-        state => Ok(granted_or_waiting(state, Granted { ticket, sent_at }, head)),
+        state => Ok(granted_or_waiting(
+            state,
+            Granted { ticket, sent_at },
+            place,
+        )),
     }
 }
 
-/// `Some(granted)` when `state` is granted; else records whether the waiter is at the head.
-fn granted_or_waiting(state: PollState, granted: Granted, head: &mut bool) -> Option<Granted> {
+/// `Some(granted)` when `state` is granted; else records the waiter's place in the queue.
+fn granted_or_waiting(state: PollState, granted: Granted, place: &mut Place) -> Option<Granted> {
     match state {
         PollState::Granted => Some(granted),
-        PollState::Waiting { head: at_head } => {
-            *head = at_head;
+        PollState::Waiting { head, ahead } => {
+            place.head = head;
+            place.ahead = Some(ahead);
             None
         }
         PollState::Lost => None,
@@ -578,4 +663,68 @@ fn give_up_at_deadline<A: Access>(
     }
     *pending = None;
     Err(Error::waited(&req.resource, started.elapsed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn pace_predicts_the_head_from_the_queues_movement() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        pace.observe(t0, Some(5));
+        assert_eq!(
+            pace.until_head(t0),
+            None,
+            "one look says nothing about the pace"
+        );
+        // Two requests left in 100 ms: the three ahead are gone 150 ms later.
+        pace.observe(t0 + 100 * MS, Some(3));
+        assert_eq!(pace.until_head(t0 + 100 * MS), Some(150 * MS));
+        assert_eq!(pace.until_head(t0 + 200 * MS), Some(50 * MS));
+        assert_eq!(pace.until_head(t0 + 400 * MS), Some(Duration::ZERO));
+        // A look without a count (a woken waiter's own-row check) changes nothing.
+        pace.observe(t0 + 120 * MS, None);
+        assert_eq!(pace.until_head(t0 + 100 * MS), Some(150 * MS));
+    }
+
+    #[test]
+    fn an_idle_queue_predicts_nothing() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        for i in 0..5 {
+            pace.observe(t0 + i * 1000 * MS, Some(4));
+        }
+        assert_eq!(pace.until_head(t0 + 5000 * MS), None);
+    }
+
+    #[test]
+    fn a_stalled_queue_forgets_its_old_pace() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        pace.observe(t0, Some(3));
+        pace.observe(t0 + 100 * MS, Some(2));
+        // Stalled since: each look stretches the pace, and once the movement is older than the
+        // window the waiter is back to its poll interval.
+        let stretched = |pace: &Pace, at| pace.until_head(at).unwrap_or(Duration::MAX);
+        pace.observe(t0 + 1000 * MS, Some(2));
+        assert!(stretched(&pace, t0 + 1000 * MS) > 1000 * MS);
+        for i in 2..=5 {
+            pace.observe(t0 + i * 1000 * MS, Some(2));
+        }
+        assert_eq!(pace.until_head(t0 + 5000 * MS), None);
+    }
+
+    #[test]
+    fn queued_again_at_the_back_starts_over() {
+        let t0 = Instant::now();
+        let mut pace = Pace::default();
+        pace.observe(t0, Some(3));
+        pace.observe(t0 + 100 * MS, Some(1));
+        pace.observe(t0 + 200 * MS, Some(7));
+        assert_eq!(pace.until_head(t0 + 200 * MS), None);
+    }
 }
