@@ -250,10 +250,15 @@ pub(crate) fn heartbeat_lost(name: &str, reason: &dyn std::fmt::Display) {
     let _ = (name, reason);
 }
 
+/// The message of the WARN event (target `diesel_lease`, fields `attempt` and `error`) emitted
+/// each time diesel-lease retries work that a deadlock or serialization failure rolled back:
+/// match on it to count the retries.
+pub const RETRIED_CONFLICT: &str = "deadlock or serialization failure, retrying";
+
 /// A deadlock or serialization failure rolled the work back; it is tried again.
 pub(crate) fn retried_conflict(attempt: u32, error: &dyn std::fmt::Display) {
     #[cfg(feature = "tracing")]
-    tracing::warn!(target: "diesel_lease", attempt, %error, "deadlock or serialization failure, retrying");
+    tracing::warn!(target: "diesel_lease", attempt, %error, "{}", RETRIED_CONFLICT);
     #[cfg(feature = "metrics")]
     metrics::counter!("diesel_lease_retries_total", "cause" => "deadlock").increment(1);
     let _ = (attempt, error);

@@ -26,7 +26,7 @@ use crate::models::*;
 const WORKERS: usize = 6;
 
 /// A tracing subscriber that counts diesel-lease's "retrying" events of deadlocks and
-/// serialization failures (`observe::retried_conflict`) and records nothing else.
+/// serialization failures (message `observe::RETRIED_CONFLICT`) and records nothing else.
 #[derive(Clone, Default)]
 struct RetryCount(Arc<AtomicUsize>);
 
@@ -44,7 +44,8 @@ impl tracing::Subscriber for RetryCount {
         impl tracing::field::Visit for Message {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
                 if field.name() == "message" {
-                    self.0 |= format!("{value:?}").contains("deadlock or serialization failure");
+                    self.0 |=
+                        format!("{value:?}").contains(diesel_lease::observe::RETRIED_CONFLICT);
                 }
             }
         }
@@ -192,4 +193,18 @@ fn mysql_claim_picks_are_not_cached() {
         );
     }
     crate::common::run::<crate::common::Mysql>("mysql_claim_picks_are_not_cached", body)
+}
+
+/// The farm's deadlock counter counts the library's retry event, written as the library writes
+/// it, and nothing else: a zero from it means no retry, not a counter that never matches.
+#[test]
+fn the_retry_counter_counts_retry_events_only() {
+    let retries = RetryCount::default();
+    {
+        let _counting = tracing::subscriber::set_default(retries.clone());
+        tracing::warn!(target: "diesel_lease", attempt = 1u32, error = "Deadlock found", "{}", diesel_lease::observe::RETRIED_CONFLICT);
+        tracing::warn!(target: "diesel_lease", name = "report", "held in the background, now lost");
+        tracing::warn!(target: "elsewhere", "{}", diesel_lease::observe::RETRIED_CONFLICT);
+    }
+    assert_eq!(retries.0.load(Ordering::Relaxed), 1);
 }
