@@ -99,9 +99,9 @@ use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Tt
 pub use crate::pool::DROP_WAIT;
 #[doc(hidden)]
 pub use control::{ControlOp, ControlOut, ControlTableOps};
-pub use control::{
-    ControlTable, ModeColumn, MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment,
-};
+pub use control::{ControlTable, ModeColumn};
+#[doc(hidden)]
+pub use control::{MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
 pub use lease_core::admission::Mode;
 pub use permit::{ManualPermit, Permit};
 pub use rwlock::RwLock;
