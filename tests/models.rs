@@ -5,7 +5,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 pub mod schema {
     // Seed 003: the IMPORTJOBS status table, plus the columns that make stale claims rescuable.
@@ -148,7 +148,7 @@ pub struct Test {
 /// Seed 002: `UPDATE action SET notified = now WHERE id = … AND notified IS NULL`.
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
 #[diesel(table_name = action)]
-#[claimable(guard = notified)]
+#[claimable(claim_if_null = notified)]
 pub struct Action {
     pub id: i64,
     pub notified: Option<NaiveDateTime>,
@@ -158,7 +158,7 @@ pub struct Action {
 /// `col1` from the external service's answer.
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
 #[diesel(table_name = table1)]
-#[claimable(guard = col1)]
+#[claimable(claim_if_null = col1)]
 pub struct Table1 {
     pub id: i64,
     pub col1: Option<String>,
@@ -167,7 +167,7 @@ pub struct Table1 {
 /// A guard on a composite primary key, set to a value rather than a time.
 #[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
 #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-#[claimable(guard = sent_by)]
+#[claimable(claim_if_null = sent_by)]
 pub struct Mailing {
     pub campaign_id: i32,
     pub user_id: i64,

@@ -13,6 +13,7 @@
 //! Every shape does no work per job: the numbers are the queue's own cost.
 
 use std::io::Write as _;
+use diesel_lease::prelude::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 pub(crate) mod schema {
     diesel::table! {
@@ -77,7 +77,7 @@ pub(crate) struct BenchJobBySeq {
 /// A row whose `done_at` is set at most once (`claim_if_null`).
 #[derive(Debug, Clone, Queryable, Selectable, Claimable)]
 #[diesel(table_name = bench_guards)]
-#[claimable(guard = done_at)]
+#[claimable(claim_if_null = done_at)]
 #[allow(dead_code)]
 pub(crate) struct BenchGuard {
     pub(crate) id: i64,

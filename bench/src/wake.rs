@@ -15,7 +15,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::PgConnection;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 use crate::measure::Sample;
 use crate::BenchResult;

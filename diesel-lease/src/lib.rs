@@ -10,7 +10,7 @@
 //! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable): `claim_next`, `claim_batch`, `complete` |
 //! | a row kept locked for your transaction, skipping locked ones | `lock_next`, `with_next_locked` |
 //! | this row locked if it still qualifies, waiting for its holder (seed 002) | `lock_by_pk_if_claimable`, `with_locked`, `lock_by_pk_if_null`, `with_locked_if_null` |
-//! | a side effect done at most once | `claim_if_null` (`#[claimable(guard = col)]`) |
+//! | a side effect done at most once | `claim_if_null` (`#[claimable(claim_if_null = col)]`) |
 //! | a follow-up row inserted once | `insert_once` (`#[claimable(insert_once)]`) |
 //! | one node of a farm running a scheduled job, on your own `job_status` table | `try_start_run` (`#[claimable(job(…))]`) |
 //! | a named lock that expires, with a fencing token per grant | [`lease::try_acquire`], [`LeaseGuard`] |
@@ -27,7 +27,7 @@
 //! ```
 //! # #[cfg(feature = "sqlite")] {
 //! use diesel::prelude::*;
-//! use diesel_lease::Claimable;
+//! use diesel_lease::prelude::*;
 //!
 //! diesel::table! {
 //!     importjobs (id) {
@@ -91,12 +91,14 @@ pub mod admin;
 pub mod backend;
 pub mod claim;
 pub mod clock;
+pub mod dsl;
 mod error;
 mod heartbeat;
 pub mod lease;
 pub mod observe;
 pub mod once;
 pub mod pool;
+pub mod prelude;
 pub mod semaphore;
 #[cfg(feature = "sqlite")]
 mod sqlite_writer;

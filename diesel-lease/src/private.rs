@@ -1,30 +1,22 @@
 //! The only path from `#[derive(Claimable)]` to the runtime: generated code names every runtime
 //! item as `::diesel_lease::__private::…`, so modules can move without touching the derive. Not
 //! public API: no stability promise, may change in any release.
+//!
+//! The derive only implements traits: the capability traits, the markers of optional columns and
+//! states, and the column-type checks below.
 
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
 
 pub use crate::claim::{
-    claim_batch, claim_batch_where, claim_batch_with, claim_next, finish, finish_batch, heartbeat,
-    lock_next, lock_next_where, with_next_locked, ClaimConnection, ClaimGuard, ClaimOptions,
-    Claimable, Finish, Keyed, SortOrder, StateLiteral,
-};
-pub use crate::claim::{
-    claim_next_wait, fail_or_retry, retry, RetryOutcome, RetryPolicy, TimeColumn,
-};
-pub use crate::claim::{
-    lock_by_pk_if_claimable, lock_by_pk_if_null, with_locked, with_locked_if_null,
-    ClaimableLockConnection, GuardLockConnection,
+    Claimable, HasAttempts, HasClaimedAt, HasDoneState, HasFailedState, Keyed, SortOrder,
+    StateLiteral, TimeColumn,
 };
 pub use crate::clock::TimestampType;
-pub use crate::lease::job::{
-    finish_run, try_start_run, JobConnection, JobLease, JobRun, JobRunOptions,
+pub use crate::lease::job::JobLease;
+pub use crate::once::{ClaimIfNull, InsertOnce, Returning};
+pub use crate::semaphore::{
+    ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn,
 };
-pub use crate::once::{
-    claim_if_null, insert_once, GuardConnection, Guarded, InsertOnceConnection, InsertReturning,
-    Returning,
-};
-pub use crate::semaphore::{ControlTable, ModeColumn, RwLock, Semaphore};
 
 /// Reads an owner field of a model (`String` or `Option<String>`).
 #[diagnostic::on_unimplemented(

@@ -15,6 +15,7 @@ use lease_core::{Backoff, RetryPolicy};
 use crate::claim::schedule::release_unstarted;
 use crate::claim::wait::Waiter;
 use crate::claim::{
+    HasAttempts, HasDoneState, HasFailedState,
     fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
     RetryOutcome,
 };
@@ -58,7 +59,8 @@ struct KeyLimit<M> {
 /// # #[cfg(feature = "sqlite")] {
 /// use std::sync::atomic::{AtomicBool, Ordering};
 /// use diesel::prelude::*;
-/// use diesel_lease::{worker::Worker, Claimable};
+/// use diesel_lease::worker::Worker;
+/// use diesel_lease::prelude::*;
 ///
 /// diesel::table! {
 ///     emails (id) { id -> BigInt, status -> Text, attempts -> Integer,
@@ -153,7 +155,7 @@ where
 
 impl<M, C> Worker<M, C>
 where
-    M: Claimable + Send + Sync,
+    M: Claimable + HasDoneState + HasFailedState + HasAttempts + Send + Sync,
     C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
 {
     /// A worker on `pool`: one thread, one row per claim, a grace period of 30 s, retries with
@@ -240,7 +242,6 @@ where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
-        self.check()?;
         let run = Run {
             worker: &self,
             stop,
@@ -266,20 +267,6 @@ where
             .report
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner))
-    }
-
-    fn check(&self) -> Result<()> {
-        if M::done_state().is_none() {
-            return Err(Error::Config(
-                "a Worker completes rows: add `done = …` to #[claimable(...)]".into(),
-            ));
-        }
-        if M::ATTEMPTS.is_none() || M::failed_state().is_none() {
-            return Err(Error::Config(
-                "a Worker retries failed rows and gives them up after their last attempt: add `attempts = <integer column>` and `failed = …` to #[claimable(...)]".into(),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -316,7 +303,7 @@ enum Done {
 
 impl<M, C> Run<'_, M, C>
 where
-    M: Claimable + Send + Sync,
+    M: Claimable + HasDoneState + HasFailedState + HasAttempts + Send + Sync,
     C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
 {
     fn stopping(&self) -> bool {

@@ -21,7 +21,7 @@ pub(crate) const KEYS: &[&str] = &[
     ORDER_BY,
     AVAILABLE_AT,
     ERROR,
-    GUARD,
+    CLAIM_IF_NULL,
     INSERT_ONCE,
     JOB,
     SEMAPHORE,
@@ -40,7 +40,7 @@ pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 pub(crate) const ORDER_BY: &str = "order_by";
 pub(crate) const AVAILABLE_AT: &str = "available_at";
 pub(crate) const ERROR: &str = "error";
-pub(crate) const GUARD: &str = "guard";
+pub(crate) const CLAIM_IF_NULL: &str = "claim_if_null";
 pub(crate) const INSERT_ONCE: &str = "insert_once";
 pub(crate) const RETURNING: &str = "returning";
 pub(crate) const JOB: &str = "job";
@@ -103,7 +103,7 @@ pub(crate) struct ClaimableAttrs {
     pub(crate) available_at: Option<Spanned<Ident>>,
     /// The last-error column.
     pub(crate) error: Option<Spanned<Ident>>,
-    pub(crate) guard: Option<Spanned<Ident>>,
+    pub(crate) claim_if_null: Option<Spanned<Ident>>,
     /// `insert_once`, optionally `insert_once(returning = Model)`.
     pub(crate) insert_once: Option<Spanned<Option<Path>>>,
     pub(crate) job: Option<Spanned<JobAttrs>>,
@@ -116,10 +116,10 @@ pub(crate) struct ClaimableAttrs {
 }
 
 impl ClaimableAttrs {
-    /// Claims, guards and job leases address rows by primary key; `insert_once` needs none (an
+    /// Claims, claim_if_null columns and job leases address rows by primary key; `insert_once` needs none (an
     /// insertable usually leaves its key to the database).
     pub(crate) fn needs_key(&self) -> bool {
-        self.state.is_some() || self.guard.is_some() || self.job.is_some()
+        self.state.is_some() || self.claim_if_null.is_some() || self.job.is_some()
     }
 }
 
@@ -201,7 +201,7 @@ fn format_help(key: &str) -> &'static str {
         ORDER_BY => "#[claimable(order_by(priority desc, id))]",
         AVAILABLE_AT => "#[claimable(available_at = run_at)]",
         ERROR => "#[claimable(error = last_error)]",
-        GUARD => "#[claimable(guard = notified)]",
+        CLAIM_IF_NULL => "#[claimable(claim_if_null = notified)]",
         JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
         SEMAPHORE => "#[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource, mode = access_type, shared = \"R\", exclusive = \"W\"))]",
         _ => "#[claimable(insert_once)]` or `#[claimable(insert_once(returning = Model))]",
@@ -324,7 +324,7 @@ impl ClaimableAttrs {
             OWNER => set(&mut self.owner, key, ident_value(meta)?),
             CLAIMED_AT => set(&mut self.claimed_at, key, ident_value(meta)?),
             ATTEMPTS => set(&mut self.attempts, key, ident_value(meta)?),
-            GUARD => set(&mut self.guard, key, ident_value(meta)?),
+            CLAIM_IF_NULL => set(&mut self.claim_if_null, key, ident_value(meta)?),
             AVAILABLE_AT => set(&mut self.available_at, key, ident_value(meta)?),
             ERROR => set(&mut self.error, key, ident_value(meta)?),
             CLAIMED => set(&mut self.claimed, key, expr_value(meta)?),

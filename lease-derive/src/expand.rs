@@ -1,12 +1,12 @@
-//! Code generation: thin wiring from the model's columns to diesel-lease's generic functions.
+//! Code generation: trait impls that describe the model's columns, nothing else.
+//!
+//! The derive adds no method to the user's type: it implements the capability traits
+//! (`Keyed`, `Claimable`, `ClaimIfNull`, `InsertOnce`, `JobLease`, `ControlTable`) and the
+//! marker traits that say which optional columns and states exist (`HasDoneState`, …). The
+//! operations are extension traits of `diesel_lease::dsl`, blanket-implemented over those.
 //!
 //! Every runtime item is named through `::diesel_lease::__private`, never through the module that
 //! defines it, so the runtime can move its modules without breaking the derive.
-//!
-//! Generated methods return `::diesel_lease::Result`, the crate's one error type: each body is
-//! `Result::map_err(<runtime call>, Into::into)`, which converts a runtime function's
-//! `diesel::QueryResult` and is the identity for one that already returns `diesel_lease::Result`.
-//! Only `with_next_locked` keeps the caller's error type.
 
 use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned};
@@ -17,100 +17,36 @@ use crate::model::{Claim, Model};
 pub(crate) fn expand(model: &Model) -> TokenStream {
     let keyed = (!model.pk.is_empty()).then(|| expand_keyed(model));
     let claim = model.claim.as_ref().map(|c| expand_claim(model, c));
-    let retry = model.claim.as_ref().map(|_| expand_retry(model));
-    let guard = model.guard.as_ref().map(|g| expand_guard(model, g));
+    let claim_if_null = model
+        .claim_if_null
+        .as_ref()
+        .map(|g| expand_claim_if_null(model, g));
     let insert_once = model
         .insert_once
         .as_ref()
         .map(|r| expand_insert_once(model, r.as_ref()));
     let job = model.job.as_ref().map(|j| expand_job(model, j));
     let semaphore = model.semaphore.as_ref().map(|s| expand_semaphore(model, s));
-    let key_lock = expand_key_lock(model);
     quote! {
         #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
         const _: () = {
             #keyed
             #claim
-            #retry
-            #guard
+            #claim_if_null
             #insert_once
             #job
             #semaphore
-            #key_lock
         };
     }
 }
 
-/// Seed 002's waiting lock by key: `lock_by_pk_if_claimable`/`with_locked` for a model with a
-/// state column, `lock_by_pk_if_null`/`with_locked_if_null` for one with a guard column.
-fn expand_key_lock(model: &Model) -> TokenStream {
-    let name = &model.name;
-    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
-    let pk_ty = quote!(<Self as ::diesel_lease::__private::Keyed>::Pk);
-    let conn = quote!(<C as ::diesel_lease::BorrowConnection>::Conn);
-    let mut methods = Vec::new();
-    if model.claim.is_some() {
-        methods.push(quote! {
-            /// Locks the row with primary key `pk` for the caller's transaction if it is in a
-            /// ready state, waiting (bounded by a lock timeout) for a transaction that holds it:
-            /// `SELECT … WHERE <pk> AND <ready> FOR UPDATE`. `None` when the row does not
-            /// qualify, also after the holder changed it. Call inside a transaction.
-            pub fn lock_by_pk_if_claimable<C>(conn: &mut C, pk: #pk_ty) -> ::diesel_lease::Result<::core::option::Option<Self>>
-            where
-                C: ::diesel_lease::BorrowConnection,
-                #conn: ::diesel_lease::__private::ClaimableLockConnection<Self>,
-            {
-                ::diesel_lease::__private::lock_by_pk_if_claimable::<Self, C>(conn, pk)
-            }
-
-            /// [`Self::lock_by_pk_if_claimable`] and `work` in one transaction: commit on `Ok`,
-            /// roll back on `Err`; `Ok(None)` without calling `work` when the row does not qualify.
-            pub fn with_locked<C, T, E, W>(conn: &mut C, pk: #pk_ty, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
-            where
-                C: ::diesel_lease::BorrowConnection,
-                #conn: ::diesel_lease::__private::ClaimableLockConnection<Self>,
-                E: ::core::convert::From<::diesel::result::Error>,
-                W: ::core::ops::FnOnce(&mut #conn, Self) -> ::core::result::Result<T, E>,
-            {
-                ::diesel_lease::__private::with_locked::<Self, C, T, E, W>(conn, pk, work)
-            }
-        });
-    }
-    if model.guard.is_some() {
-        methods.push(quote! {
-            /// Locks the row with primary key `pk` for the caller's transaction if its guard
-            /// column is still `NULL`, waiting (bounded by a lock timeout) for a transaction that
-            /// holds it: `SELECT … WHERE <pk> AND <guard> IS NULL FOR UPDATE`. `None` when the
-            /// guard is set, also by the holder waited for. Call inside a transaction.
-            pub fn lock_by_pk_if_null<C>(conn: &mut C, pk: #pk_ty) -> ::diesel_lease::Result<::core::option::Option<Self>>
-            where
-                C: ::diesel_lease::BorrowConnection,
-                #conn: ::diesel_lease::__private::GuardLockConnection<Self>,
-            {
-                ::diesel_lease::__private::lock_by_pk_if_null::<Self, C>(conn, pk)
-            }
-
-            /// [`Self::lock_by_pk_if_null`] and `work` in one transaction: commit on `Ok`, roll
-            /// back on `Err`; `Ok(None)` without calling `work` when the guard is set.
-            pub fn with_locked_if_null<C, T, E, W>(conn: &mut C, pk: #pk_ty, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
-            where
-                C: ::diesel_lease::BorrowConnection,
-                #conn: ::diesel_lease::__private::GuardLockConnection<Self>,
-                E: ::core::convert::From<::diesel::result::Error>,
-                W: ::core::ops::FnOnce(&mut #conn, Self) -> ::core::result::Result<T, E>,
-            {
-                ::diesel_lease::__private::with_locked_if_null::<Self, C, T, E, W>(conn, pk, work)
-            }
-        });
-    }
-    if methods.is_empty() || model.pk.is_empty() {
-        return quote!();
-    }
+/// `impl ::diesel_lease::__private::<Trait> for <model> {}`: a marker of what the model has.
+pub(crate) fn marker(model_name: &syn::Ident, generics: &syn::Generics, trait_name: &str) -> TokenStream {
+    let (impl_g, ty_g, where_g) = generics.split_for_impl();
+    let t = syn::Ident::new(trait_name, proc_macro2::Span::call_site());
     quote! {
         #[automatically_derived]
-        impl #impl_g #name #ty_g #where_g {
-            #(#methods)*
-        }
+        impl #impl_g ::diesel_lease::__private::#t for #model_name #ty_g #where_g {}
     }
 }
 
@@ -128,7 +64,7 @@ fn column_value(model: &Model, col: &syn::Ident) -> TokenStream {
     quote!(<#c as ::core::default::Default>::default())
 }
 
-fn expand_keyed(model: &Model) -> TokenStream {
+pub(crate) fn expand_keyed(model: &Model) -> TokenStream {
     let name = &model.name;
     let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
     let table = &model.table;
@@ -332,12 +268,15 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             quote!(::diesel_lease::__private::IntegerColumn),
         ));
     }
-    let conn_bound = quote!(
-        C: ::diesel_lease::BorrowConnection,
-        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::ClaimConnection<Self>,
-    );
-    let backend =
-        quote!(<<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend);
+    let markers = [
+        (c.done.is_some(), "HasDoneState"),
+        (c.failed.is_some(), "HasFailedState"),
+        (c.claimed_at.is_some(), "HasClaimedAt"),
+        (c.attempts.is_some(), "HasAttempts"),
+    ]
+    .into_iter()
+    .filter(|(has, _)| *has)
+    .map(|(_, t)| marker(name, &model.generics, t));
     quote! {
         #(#checks)*
 
@@ -379,184 +318,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             }
         }
 
-        #[automatically_derived]
-        impl #impl_g #name #ty_g #where_g {
-            /// Claims the next claimable row for this process (`FOR UPDATE SKIP LOCKED` on
-            /// PostgreSQL and MySQL, one write transaction on SQLite); `None` when none is left.
-            pub fn claim_next<C>(conn: &mut C) -> ::diesel_lease::Result<::core::option::Option<Self>>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::claim_next::<Self, C>(conn),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// Claims up to `n` rows (never more); `n = 0` returns an empty `Vec` without a query.
-            pub fn claim_batch<C>(conn: &mut C, n: usize) -> ::diesel_lease::Result<::std::vec::Vec<Self>>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::claim_batch::<Self, C>(conn, n),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// [`Self::claim_batch`] with an explicit owner or stale-claim timeout.
-            pub fn claim_batch_with<C>(
-                conn: &mut C,
-                n: usize,
-                options: &::diesel_lease::__private::ClaimOptions,
-            ) -> ::diesel_lease::Result<::std::vec::Vec<Self>>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::claim_batch_with::<Self, C>(conn, n, options),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// [`Self::claim_batch_with`] restricted to rows that also match `filter`.
-            pub fn claim_batch_where<C, F>(
-                conn: &mut C,
-                n: usize,
-                options: &::diesel_lease::__private::ClaimOptions,
-                filter: F,
-            ) -> ::diesel_lease::Result<::std::vec::Vec<Self>>
-            where
-                #conn_bound
-                F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
-                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>
-                    + ::diesel::query_builder::QueryId,
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::claim_batch_where::<Self, C, F>(conn, n, options, filter),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// Selects the next claimable row and keeps it locked until the caller's transaction
-            /// ends, skipping rows other transactions hold.
-            pub fn lock_next<C>(conn: &mut C) -> ::diesel_lease::Result<::core::option::Option<Self>>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::lock_next::<Self, C>(conn),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// [`Self::lock_next`] restricted to rows that also match `filter`.
-            pub fn lock_next_where<C, F>(conn: &mut C, filter: F) -> ::diesel_lease::Result<::core::option::Option<Self>>
-            where
-                #conn_bound
-                F: ::diesel::Expression<SqlType = ::diesel::sql_types::Bool>
-                    + ::diesel::AppearsOnTable<<Self as ::diesel_lease::__private::Keyed>::Table>
-                    + ::diesel::query_builder::QueryFragment<#backend>
-                    + ::diesel::query_builder::QueryId,
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::lock_next_where::<Self, C, F>(conn, filter),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// Locks the next claimable row and runs `work` on it in one transaction: commit on
-            /// `Ok`, roll back (row available again) on `Err`. `Ok(None)` when no row is available.
-            pub fn with_next_locked<C, T, E, W>(conn: &mut C, work: W) -> ::core::result::Result<::core::option::Option<T>, E>
-            where
-                #conn_bound
-                E: ::core::convert::From<::diesel::result::Error>,
-                W: ::core::ops::FnOnce(&mut <C as ::diesel_lease::BorrowConnection>::Conn, Self) -> ::core::result::Result<T, E>,
-            {
-                ::diesel_lease::__private::with_next_locked::<Self, C, T, E, W>(conn, work)
-            }
-
-            /// Marks this claimed row done if this worker still owns the claim; `false` when it
-            /// was rescued by another worker (or already finished).
-            pub fn complete<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Done),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// Marks this claimed row failed if this worker still owns the claim.
-            pub fn fail<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Failed),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// Hands this claimed row back (first ready state, owner cleared) if this worker
-            /// still owns the claim.
-            pub fn release<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::finish(self, conn, ::diesel_lease::__private::Finish::Ready),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// Marks the claimed `rows` done in one statement (per 200 rows), each only if this
-            /// worker still owns its claim: for each row in order, `true` when it was moved,
-            /// `false` when it was rescued by another worker (or already finished) and left alone.
-            pub fn complete_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
-            where
-                #conn_bound
-                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
-            {
-                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Done)
-            }
-
-            /// [`Self::complete_batch`], to the failed state.
-            pub fn fail_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
-            where
-                #conn_bound
-                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
-            {
-                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Failed)
-            }
-
-            /// [`Self::complete_batch`], back to the first ready state with the owner cleared.
-            pub fn release_batch<C>(conn: &mut C, rows: &[Self]) -> ::diesel_lease::Result<::std::vec::Vec<bool>>
-            where
-                #conn_bound
-                <Self as ::diesel_lease::__private::Keyed>::Pk: ::core::cmp::PartialEq,
-            {
-                ::diesel_lease::__private::finish_batch(rows, conn, ::diesel_lease::__private::Finish::Ready)
-            }
-
-            /// Moves this claimed row's `claimed_at` to the database's now if this worker still
-            /// owns the claim, so it is not rescued while its work runs; `false` when it was
-            /// rescued (stop the work).
-            pub fn heartbeat<C>(&self, conn: &mut C) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::diesel_lease::__private::heartbeat(self, conn)
-            }
-
-            /// Claims the next row through an r2d2 pool and guards it: the guard heartbeats
-            /// while the work runs and hands the row back if dropped unfinished.
-            pub fn claim_next_guarded<C>(
-                pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
-            ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::ClaimGuard<Self>>>
-            where
-                C: ::diesel_lease::LeaseConnection
-                    + ::diesel::r2d2::R2D2Connection
-                    + ::diesel_lease::__private::ClaimConnection<Self>,
-                Self: ::core::marker::Send + ::core::marker::Sync,
-            {
-                ::diesel_lease::__private::ClaimGuard::claim_next(pool)
-            }
-        }
+        #(#markers)*
     }
 }
 
@@ -582,119 +344,23 @@ fn schedule_consts(model: &Model, c: &Claim) -> TokenStream {
     quote!(#available_at #error)
 }
 
-/// Retries and waits: one-line calls of `claim/schedule.rs` and `claim/wait.rs`.
-fn expand_retry(model: &Model) -> TokenStream {
+fn expand_claim_if_null(model: &Model, col_ident: &syn::Ident) -> TokenStream {
     let name = &model.name;
     let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
-    let conn_bound = quote!(
-        C: ::diesel_lease::BorrowConnection,
-        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::ClaimConnection<Self>,
-    );
-    quote! {
-        #[automatically_derived]
-        impl #impl_g #name #ty_g #where_g {
-            /// Hands this claimed row back to be claimed again after `delay` (database clock;
-            /// needs `available_at` unless zero) if this worker still owns the claim.
-            pub fn retry<C>(&self, conn: &mut C, delay: ::core::time::Duration) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::diesel_lease::__private::retry(self, conn, delay)
-            }
-
-            /// After a failed run: retries the row after the policy's backoff, or moves it to the
-            /// failed state when this was its last attempt.
-            pub fn fail_or_retry<C>(
-                &self,
-                conn: &mut C,
-                policy: &::diesel_lease::__private::RetryPolicy,
-            ) -> ::diesel_lease::Result<::diesel_lease::__private::RetryOutcome>
-            where #conn_bound
-            {
-                ::diesel_lease::__private::fail_or_retry(self, conn, policy, ::core::option::Option::None)
-            }
-
-            /// [`Self::fail_or_retry`], storing `error` in the `error` column when one is mapped.
-            pub fn fail_or_retry_because<C>(
-                &self,
-                conn: &mut C,
-                policy: &::diesel_lease::__private::RetryPolicy,
-                error: &str,
-            ) -> ::diesel_lease::Result<::diesel_lease::__private::RetryOutcome>
-            where #conn_bound
-            {
-                ::diesel_lease::__private::fail_or_retry(self, conn, policy, ::core::option::Option::Some(error))
-            }
-
-            /// Claims the next row through an r2d2 pool, waiting up to `timeout` for one (woken
-            /// by `notify_ready` on PostgreSQL, polling elsewhere).
-            pub fn claim_next_wait<C>(
-                pool: &::diesel::r2d2::Pool<::diesel::r2d2::ConnectionManager<C>>,
-                timeout: ::core::time::Duration,
-            ) -> ::diesel_lease::Result<::core::option::Option<Self>>
-            where
-                C: ::diesel_lease::LeaseConnection
-                    + ::diesel::r2d2::R2D2Connection
-                    + ::diesel_lease::__private::ClaimConnection<Self>,
-            {
-                ::diesel_lease::__private::claim_next_wait(pool, timeout)
-            }
-        }
-    }
-}
-
-fn expand_guard(model: &Model, guard: &syn::Ident) -> TokenStream {
-    let name = &model.name;
-    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
-    let col = column(model, guard);
+    let col = column(model, col_ident);
     let check = type_check(
         model,
-        guard,
-        "guard_must_be_a_nullable_column",
+        col_ident,
+        "claim_if_null_column_must_be_nullable",
         quote!(::diesel_lease::__private::NullableColumn),
-    );
-    let conn_bound = quote!(
-        C: ::diesel_lease::BorrowConnection,
-        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::GuardConnection<Self, V>,
     );
     quote! {
         #check
 
         #[automatically_derived]
-        impl #impl_g ::diesel_lease::__private::Guarded for #name #ty_g #where_g {
-            type GuardSql = <#col as ::diesel::Expression>::SqlType;
-            const GUARD: &'static str = <#col as ::diesel::Column>::NAME;
-        }
-
-        #[automatically_derived]
-        impl #impl_g #name #ty_g #where_g {
-            /// Sets the guard column of this row to `value` (`diesel_lease::db_now` for the
-            /// database clock) if it is still `NULL`; `true` for exactly one caller.
-            pub fn claim_if_null<C, V>(&self, conn: &mut C, value: V) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::claim_if_null::<Self, C, V>(
-                        conn,
-                        <Self as ::diesel_lease::__private::Keyed>::pk(self),
-                        value,
-                    ),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// [`Self::claim_if_null`] for the row with primary key `pk` (a tuple for composite keys).
-            pub fn claim_if_null_by_pk<C, V>(
-                conn: &mut C,
-                pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
-                value: V,
-            ) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::claim_if_null::<Self, C, V>(conn, pk, value),
-                    ::core::convert::Into::into,
-                )
-            }
+        impl #impl_g ::diesel_lease::__private::ClaimIfNull for #name #ty_g #where_g {
+            type NullColumnSql = <#col as ::diesel::Expression>::SqlType;
+            const NULL_COLUMN: &'static str = <#col as ::diesel::Column>::NAME;
         }
     }
 }
@@ -703,36 +369,23 @@ fn expand_insert_once(model: &Model, returning: Option<&syn::Path>) -> TokenStre
     let name = &model.name;
     let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
     let table = &model.table;
-    let output = insert_once_row(returning);
-    let mode = match returning {
-        Some(r) => quote!(::diesel_lease::__private::Returning<#r>),
-        None => quote!(()),
-    };
+    let row = insert_once_row(returning);
+    let mode = insert_once_mode(returning);
     quote! {
         #[automatically_derived]
-        impl #impl_g #name #ty_g #where_g {
-            /// Inserts this row unless a unique constraint already holds an equal one:
-            /// `Inserted` (with the row where the backend returns it) or `AlreadyExists`. A
-            /// duplicate never aborts the caller's transaction.
-            pub fn insert_once<C>(
-                self,
-                conn: &mut C,
-            ) -> ::diesel_lease::Result<::diesel_lease::InsertOutcome<#output>>
-            where
-                C: ::diesel_lease::BorrowConnection,
-                <C as ::diesel_lease::BorrowConnection>::Conn:
-                    ::diesel_lease::__private::InsertOnceConnection<#table::table, Self, #mode>,
-                #mode: ::diesel_lease::__private::InsertReturning<
-                    <<C as ::diesel_lease::BorrowConnection>::Conn as ::diesel::Connection>::Backend,
-                    Output = #output,
-                >,
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::insert_once::<#mode, _, _, C>(conn, #table::table, self),
-                    ::core::convert::Into::into,
-                )
-            }
+        impl #impl_g ::diesel_lease::__private::InsertOnce for #name #ty_g #where_g {
+            type Table = #table::table;
+            type Mode = #mode;
+            type Row = #row;
         }
+    }
+}
+
+/// How `insert_once` reads the row back: `Returning<R>`, or `()` for nothing.
+pub(crate) fn insert_once_mode(returning: Option<&syn::Path>) -> TokenStream {
+    match returning {
+        Some(r) => quote!(::diesel_lease::__private::Returning<#r>),
+        None => quote!(()),
     }
 }
 
@@ -773,10 +426,6 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
             quote!(::diesel_lease::__private::NullableColumn),
         ),
     ];
-    let conn_bound = quote!(
-        C: ::diesel_lease::BorrowConnection,
-        <C as ::diesel_lease::BorrowConnection>::Conn: ::diesel_lease::__private::JobConnection<Self>,
-    );
     quote! {
         #(#checks)*
 
@@ -789,37 +438,6 @@ fn expand_job(model: &Model, job: &crate::attrs::JobAttrs) -> TokenStream {
             const NEXT_RUN: ::core::option::Option<&'static str> = #next_run_name;
         }
 
-        #[automatically_derived]
-        impl #impl_g #name #ty_g #where_g {
-            /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner
-            /// has been silent past the timeout, database clock): `Some(run)` for exactly one node.
-            pub fn try_start_run<C>(
-                conn: &mut C,
-                pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
-                options: &::diesel_lease::__private::JobRunOptions,
-            ) -> ::diesel_lease::Result<::core::option::Option<::diesel_lease::__private::JobRun>>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::try_start_run::<Self, C>(conn, pk, options),
-                    ::core::convert::Into::into,
-                )
-            }
-
-            /// Ends `run` of job `pk` if it is still this run; `false` when it was taken over.
-            pub fn finish_run<C>(
-                conn: &mut C,
-                pk: <Self as ::diesel_lease::__private::Keyed>::Pk,
-                run: &::diesel_lease::__private::JobRun,
-            ) -> ::diesel_lease::Result<bool>
-            where #conn_bound
-            {
-                ::core::result::Result::map_err(
-                    ::diesel_lease::__private::finish_run::<Self, C>(conn, pk, run),
-                    ::core::convert::Into::into,
-                )
-            }
-        }
     }
 }
 
@@ -895,46 +513,14 @@ fn expand_semaphore(model: &Model, sem: &crate::attrs::SemaphoreAttrs) -> TokenS
             quote!(::diesel_lease::__private::NotNullTextColumn),
         ));
     }
-    let sem_ty = quote!(::diesel_lease::__private::Semaphore);
-    let rw_ty = quote!(::diesel_lease::__private::RwLock);
-    let constructors = if sem.resource.is_some() {
-        let rw = sem.mode.is_some().then(|| {
-            quote! {
-                /// A reader/writer lock over `resource` whose requests are rows of this table
-                /// (readers and writers written with the `shared` / `exclusive` values).
-                pub fn rw_lock(resource: impl ::core::convert::Into<::std::string::String>) -> ::diesel_lease::Result<#rw_ty> {
-                    #rw_ty::in_control_table::<Self>(::core::option::Option::Some(resource.into()))
-                }
-            }
-        });
-        quote! {
-            /// A semaphore of `permits` holders over `resource` whose requests are rows of this
-            /// table (seed 001's control table). Every process using the resource must declare
-            /// the same count.
-            pub fn semaphore(resource: impl ::core::convert::Into<::std::string::String>, permits: u32) -> ::diesel_lease::Result<#sem_ty> {
-                #sem_ty::in_control_table::<Self>(::core::option::Option::Some(resource.into()), permits)
-            }
-            #rw
-        }
+    let resource_marker = if sem.resource.is_some() {
+        "ResourceColumn"
     } else {
-        let rw = sem.mode.is_some().then(|| {
-            quote! {
-                /// A reader/writer lock over the resource this table queues for (readers and
-                /// writers written with the `shared` / `exclusive` values).
-                pub fn rw_lock() -> ::diesel_lease::Result<#rw_ty> {
-                    #rw_ty::in_control_table::<Self>(::core::option::Option::None)
-                }
-            }
-        });
-        quote! {
-            /// A semaphore of `permits` holders over the one resource this table queues for
-            /// (seed 001's control table). Every process must declare the same count.
-            pub fn semaphore(permits: u32) -> ::diesel_lease::Result<#sem_ty> {
-                #sem_ty::in_control_table::<Self>(::core::option::Option::None, permits)
-            }
-            #rw
-        }
+        "OneResource"
     };
+    let markers = std::iter::once(resource_marker)
+        .chain(sem.mode.as_ref().map(|_| "HasModeColumn"))
+        .map(|t| marker(name, &model.generics, t));
     quote! {
         #(#checks)*
 
@@ -950,9 +536,6 @@ fn expand_semaphore(model: &Model, sem: &crate::attrs::SemaphoreAttrs) -> TokenS
             const EXPIRES_AT: &'static str = #expires_at;
         }
 
-        #[automatically_derived]
-        impl #impl_g #name #ty_g #where_g {
-            #constructors
-        }
+        #(#markers)*
     }
 }

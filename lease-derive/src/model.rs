@@ -43,7 +43,7 @@ pub(crate) struct Model {
     /// (column, field) of each primary-key part.
     pub(crate) pk: Vec<(Ident, Field)>,
     pub(crate) claim: Option<Claim>,
-    pub(crate) guard: Option<Ident>,
+    pub(crate) claim_if_null: Option<Ident>,
     pub(crate) insert_once: Option<Option<Path>>,
     pub(crate) job: Option<attrs::JobAttrs>,
     pub(crate) semaphore: Option<attrs::SemaphoreAttrs>,
@@ -62,10 +62,6 @@ impl Model {
         let StructAttrs {
             claimable, diesel, ..
         } = &attrs;
-        let table = diesel.table_name.clone().unwrap_or_else(|| {
-            let snake = to_snake_case(&input.ident.to_string());
-            Path::from(Ident::new(&format!("{snake}s"), input.ident.span()))
-        });
         let pk = primary_key(input, diesel)
             .into_iter()
             .filter(|_| claimable.needs_key())
@@ -77,15 +73,48 @@ impl Model {
         Ok(Model {
             name: input.ident.clone(),
             generics: input.generics.clone(),
-            table,
+            table: table_path(input, diesel),
             pk,
             claim: claim_settings(claimable, &fields),
-            guard: claimable.guard.as_ref().map(|g| g.value.clone()),
+            claim_if_null: claimable.claim_if_null.as_ref().map(|g| g.value.clone()),
             insert_once: claimable.insert_once.as_ref().map(|i| i.value.clone()),
             job: claimable.job.as_ref().map(|j| j.value.clone()),
             semaphore: claimable.semaphore.as_ref().map(|s| s.value.clone()),
         })
     }
+}
+
+impl Model {
+    /// What the fallback after an error builds on: the name, the table and the key when every
+    /// key column has a field (else none), and no capability.
+    pub(crate) fn skeleton(input: &DeriveInput, attrs: &StructAttrs) -> Model {
+        let fields = struct_fields(input).unwrap_or_default();
+        let pk = primary_key(input, &attrs.diesel)
+            .into_iter()
+            .map(|col| field(&fields, &col).map(|f| (col, f.clone())))
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default();
+        Model {
+            name: input.ident.clone(),
+            generics: input.generics.clone(),
+            table: table_path(input, &attrs.diesel),
+            pk,
+            claim: None,
+            claim_if_null: None,
+            insert_once: None,
+            job: None,
+            semaphore: None,
+        }
+    }
+}
+
+/// The model's Diesel table: `#[diesel(table_name = …)]`, else Diesel's default (the struct's
+/// name in snake case, plus `s`).
+fn table_path(input: &DeriveInput, diesel: &DieselStructAttrs) -> Path {
+    diesel.table_name.clone().unwrap_or_else(|| {
+        let snake = to_snake_case(&input.ident.to_string());
+        Path::from(Ident::new(&format!("{snake}s"), input.ident.span()))
+    })
 }
 
 /// The primary-key columns as Diesel reads them: `#[diesel(primary_key(…))]`, else `id`.

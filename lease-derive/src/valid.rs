@@ -31,7 +31,7 @@ pub(crate) fn check(
         if a.given.is_empty() && errors.is_empty() {
             errors.push(syn::Error::new(
                 span,
-                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `guard = …` (claim_if_null), `insert_once`, `job(…)` (job leases) or `semaphore(…)` (a control table), e.g. `#[claimable(guard = notified)]`",
+                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `claim_if_null = …`, `insert_once`, `job(…)` (job leases) or `semaphore(…)` (a control table), e.g. `#[claimable(claim_if_null = notified)]`",
             ));
         }
     }
@@ -39,7 +39,7 @@ pub(crate) fn check(
     crate::literal::check(a, errors);
 }
 
-/// Every primary-key column needs a field: claims, guards and job leases address rows by key.
+/// Every primary-key column needs a field: claims, claim_if_null columns and job leases address rows by key.
 fn check_primary_key(
     input: &DeriveInput,
     attrs: &StructAttrs,

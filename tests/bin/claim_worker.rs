@@ -12,6 +12,7 @@
 mod models;
 
 use std::io::Write;
+use diesel_lease::prelude::*;
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::error::Error;
+use diesel_lease::prelude::*;
 use std::io::Write;
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
 use diesel::prelude::*;
+use diesel_lease::prelude::*;
 
 use crate::common::TestDb;
 use crate::models::schema::importjobs;

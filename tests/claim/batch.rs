@@ -2,6 +2,7 @@
 //! rows still claimed by this worker in one statement and report the others, on seed 003's table.
 
 use std::collections::HashSet;
+use diesel_lease::prelude::*;
 use std::sync::Mutex;
 
 use chrono::NaiveDate;

@@ -2,6 +2,7 @@
 //! worker processes, all claiming from one table (seed 003).
 
 use std::collections::HashMap;
+use diesel_lease::prelude::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;

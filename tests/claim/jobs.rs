@@ -1,6 +1,7 @@
 //! Seed 000: a farm's scheduled job, leased on the user's own `job_status` table.
 
 use std::sync::{Barrier, Mutex};
+use diesel_lease::prelude::*;
 use std::time::Duration;
 
 use diesel::prelude::*;

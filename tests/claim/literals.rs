@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use diesel::prelude::*;
-use diesel_lease::{Claimable, LeaseConnection};
+use diesel_lease::LeaseConnection;
+use diesel_lease::prelude::*;
 
 use crate::common::TestDb;
 
@@ -176,7 +177,7 @@ backend_suite! {
 mod plan {
     use diesel::prelude::*;
     use diesel::sql_types::{BigInt, Text};
-    use diesel_lease::Claimable;
+    use diesel_lease::prelude::*;
 
     use crate::common::{Postgres, TestDb};
 

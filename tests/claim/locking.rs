@@ -2,6 +2,7 @@
 //! processes a locked row in a transaction.
 
 use std::collections::HashMap;
+use diesel_lease::prelude::*;
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 

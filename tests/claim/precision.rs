@@ -11,6 +11,7 @@
 //! no earlier than allowed.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use diesel_lease::prelude::*;
 
 use diesel::prelude::*;
 use diesel_lease::claim::ClaimOptions;

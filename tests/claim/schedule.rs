@@ -2,6 +2,7 @@
 //! letters, and waiting for rows (notifications on PostgreSQL, polling elsewhere).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use diesel_lease::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

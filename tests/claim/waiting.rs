@@ -4,6 +4,7 @@
 //! is bounded and ends in a typed timeout.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use diesel_lease::prelude::*;
 use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 

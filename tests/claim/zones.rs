@@ -12,6 +12,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_lease::claim::{ClaimConnection, ClaimOptions, Claimable, Keyed};
 use diesel_lease::lease::job::{self, JobConnection, JobLease, JobRunOptions};
+use diesel_lease::prelude::*;
 use diesel_lease::{BorrowConnection, OwnerId};
 
 use crate::common::{pick, TestBackend, TestDb};
@@ -220,7 +221,7 @@ mod timestamptz {
         use chrono::{DateTime, Utc};
         use diesel::connection::SimpleConnection;
         use diesel::prelude::*;
-        use diesel_lease::Claimable;
+        use diesel_lease::prelude::*;
 
         use crate::claim::zones::{
             assert_utc_now, claims_agree_across_zones, east_and_west, job_runs_agree_across_zones,
@@ -284,7 +285,7 @@ mod timestamptz {
 
         #[derive(Debug, Queryable, Selectable, Claimable)]
         #[diesel(table_name = zoned_action)]
-        #[claimable(guard = notified)]
+        #[claimable(claim_if_null = notified)]
         struct ZonedAction {
             id: i64,
             notified: Option<DateTime<Utc>>,
@@ -359,6 +360,7 @@ mod timestamp_column {
         use crate::claim::zones::{east_and_west, in_zone};
         use crate::common::{run, Mysql, TestDb};
         use crate::models::ImportJob;
+        use diesel_lease::prelude::*;
 
         fn sessions_at_utc_agree_other_zones_do_not(db: &TestDb<Mysql>) {
             db.conn()

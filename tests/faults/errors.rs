@@ -3,6 +3,7 @@
 //! deadlock between two transactions, a SQLite file locked by another writer.
 
 use std::sync::mpsc;
+use diesel_lease::prelude::*;
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;

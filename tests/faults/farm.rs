@@ -14,6 +14,7 @@
 //! both isolation levels: `DIESEL_LEASE_FARM_ROWS=20000 bash scripts/test.sh -- faults::farm`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use diesel_lease::prelude::*;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -4,6 +4,7 @@
 //! would give its grant to anybody else.
 
 use std::time::{Duration, Instant};
+use diesel_lease::prelude::*;
 
 use diesel::connection::SimpleConnection;
 use diesel_lease::claim::{ClaimGuard, ClaimOptions};

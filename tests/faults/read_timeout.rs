@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use diesel::Connection;
 use diesel_lease::pool::ConnectionTuning;
 use diesel_lease::Error;
+use diesel_lease::prelude::*;
 
 use crate::common::{Mysql, TestDb};
 use crate::models::ImportJob;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::common::TestDb;
+use diesel_lease::prelude::*;
 use metrics::{
     Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,

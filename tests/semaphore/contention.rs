@@ -6,6 +6,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel_lease::semaphore::{Mode, RwLock, Semaphore};
 use diesel_lease::{Error, OwnerId};
+use diesel_lease::prelude::*;
 
 use super::control_model::ProcessControl;
 use super::history::{replay, SemTestConn};

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel_lease::semaphore::RwLock;
-use diesel_lease::{Claimable, Error};
+use diesel_lease::Error;
+use diesel_lease::prelude::*;
 
 use super::control_model::ProcessControl;
 use super::history::SemTestConn;

@@ -2,7 +2,7 @@
 //! (queue position, requesting id, resource, access type, request time) plus the two the
 //! library adds (`granted`, `expires_at`). Shared by the suite and `semaphore-worker`.
 
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     process_control (queue_position) {

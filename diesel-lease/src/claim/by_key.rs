@@ -15,7 +15,7 @@
 //! the database write lock, which shuts out every other writer until the transaction ends.
 //!
 //! What "qualifies" means: a `Claimable` model's ready states (`lock_by_pk_if_claimable`,
-//! `with_locked`), or a `Guarded` model's guard column still `NULL` (`lock_by_pk_if_null`,
+//! `with_locked`), or a `ClaimIfNull` model's guard column still `NULL` (`lock_by_pk_if_null`,
 //! `with_locked_if_null`: seed 002's own `… AND col1 IS NULL FOR UPDATE`).
 #![allow(missing_debug_implementations)]
 
@@ -29,7 +29,7 @@ use diesel::{QueryResult, RunQueryDsl, SelectableHelper};
 use super::statements::{ClaimParts, ClaimSql, ClaimablePredicate};
 use super::{Claimable, Keyed};
 use crate::backend::{in_transaction, Dialect, SqlDialect};
-use crate::once::Guarded;
+use crate::once::ClaimIfNull;
 use crate::{BorrowConnection, Error, LeaseConnection, Result, Ttl};
 
 /// How long the generated `lock_by_pk_if_claimable`, `with_locked` and their `_if_null` forms
@@ -95,9 +95,9 @@ impl<M: Keyed + diesel::Selectable<DB>, DB: diesel::backend::Backend, P, Conn> R
 
 /// `<guard> IS NULL`: a guarded row qualifies while its guard is unset.
 #[doc(hidden)]
-pub struct GuardIsNull(&'static str);
+pub struct ColumnIsNull(&'static str);
 
-impl<DB: diesel::backend::Backend> QueryFragment<DB> for GuardIsNull {
+impl<DB: diesel::backend::Backend> QueryFragment<DB> for ColumnIsNull {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_identifier(self.0)?;
         out.push_sql(" IS NULL");
@@ -183,26 +183,26 @@ where
 }
 
 /// The bounds under which a connection can take seed 002's waiting lock on rows of a
-/// [`Guarded`] model `M`; you never implement it.
-pub trait GuardLockConnection<M: Guarded>: LeaseConnection {
+/// [`ClaimIfNull`] model `M`; you never implement it.
+pub trait NullLockConnection<M: ClaimIfNull>: LeaseConnection {
     /// Locks row `pk` if its guard is still `NULL`, waiting at most `wait` for its holder.
     #[doc(hidden)]
-    fn lock_unguarded_key(&mut self, pk: M::Pk, wait: Duration) -> QueryResult<Option<M>>;
+    fn lock_null_key(&mut self, pk: M::Pk, wait: Duration) -> QueryResult<Option<M>>;
 }
 
-impl<M, C> GuardLockConnection<M> for C
+impl<M, C> NullLockConnection<M> for C
 where
-    M: Guarded + diesel::Selectable<C::Backend>,
+    M: ClaimIfNull + diesel::Selectable<C::Backend>,
     C: LeaseConnection,
     WriteNothing<M>: QueryFragment<C::Backend>,
-    for<'a> KeyLockStmt<M, C::Backend, GuardIsNull>: LoadQuery<'a, C, M>,
+    for<'a> KeyLockStmt<M, C::Backend, ColumnIsNull>: LoadQuery<'a, C, M>,
 {
-    fn lock_unguarded_key(&mut self, pk: M::Pk, wait: Duration) -> QueryResult<Option<M>> {
+    fn lock_null_key(&mut self, pk: M::Pk, wait: Duration) -> QueryResult<Option<M>> {
         let stmt = KeyLockStmt {
             table: M::Table::default(),
             select: M::as_select(),
             pk: M::pk_filter(pk),
-            qualifies: GuardIsNull(M::GUARD),
+            qualifies: ColumnIsNull(M::NULL_COLUMN),
             _db: PhantomData,
         };
         lock_key(self, stmt, wait)
@@ -291,13 +291,13 @@ where
 /// # mod setup { include!("../doctest_pg.rs"); }
 /// # use setup::pg_connection;
 /// use diesel::prelude::*;
-/// use diesel_lease::Claimable;
+/// use diesel_lease::prelude::*;
 ///
 /// diesel::table! { table1 (id) { id -> BigInt, col1 -> Nullable<Text>, } }
 ///
 /// #[derive(Debug, Queryable, Selectable, Claimable)]
 /// #[diesel(table_name = table1)]
-/// #[claimable(guard = col1)]
+/// #[claimable(claim_if_null = col1)]
 /// struct Table1 {
 ///     id: i64,
 ///     col1: Option<String>,
@@ -322,9 +322,9 @@ where
 /// ```
 pub fn lock_by_pk_if_null<M, C>(conn: &mut C, pk: M::Pk) -> Result<Option<M>>
 where
-    M: Guarded,
+    M: ClaimIfNull,
     C: BorrowConnection,
-    C::Conn: GuardLockConnection<M>,
+    C::Conn: NullLockConnection<M>,
 {
     lock_by_pk_if_null_within(conn, pk, DEFAULT_LOCK_WAIT)
 }
@@ -333,13 +333,13 @@ where
 /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
 pub fn lock_by_pk_if_null_within<M, C>(conn: &mut C, pk: M::Pk, wait: Duration) -> Result<Option<M>>
 where
-    M: Guarded,
+    M: ClaimIfNull,
     C: BorrowConnection,
-    C::Conn: GuardLockConnection<M>,
+    C::Conn: NullLockConnection<M>,
 {
     let wait = lock_wait(wait)?;
     conn.borrow_connection()
-        .lock_unguarded_key(pk, wait)
+        .lock_null_key(pk, wait)
         .map_err(Error::from)
 }
 
@@ -347,15 +347,15 @@ where
 /// one transaction, as [`with_locked`].
 pub fn with_locked_if_null<M, C, T, E, W>(conn: &mut C, pk: M::Pk, work: W) -> Result<Option<T>, E>
 where
-    M: Guarded,
+    M: ClaimIfNull,
     C: BorrowConnection,
-    C::Conn: GuardLockConnection<M>,
+    C::Conn: NullLockConnection<M>,
     E: From<diesel::result::Error>,
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
     locked_transaction(
         conn.borrow_connection(),
-        |c, wait| c.lock_unguarded_key(pk, wait),
+        |c, wait| c.lock_null_key(pk, wait),
         work,
     )
 }

@@ -34,7 +34,7 @@ use crate::{BorrowConnection, Error, LeaseConnection, Result};
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use diesel::prelude::*;
-/// use diesel_lease::Claimable;
+/// use diesel_lease::prelude::*;
 ///
 /// diesel::table! {
 ///     reports (id) { id -> BigInt, status -> Text, worker -> Nullable<Text>,
@@ -111,6 +111,35 @@ where
             .next();
         row.map(|row| Self::start(pool, row, options, sent_at))
             .transpose()
+    }
+
+    /// Claims up to `n` rows through `pool` (see [`claim_batch`](super::claim_batch)) and guards
+    /// each of them.
+    pub fn claim_batch<C>(pool: &Pool<ConnectionManager<C>>, n: usize) -> Result<Vec<Self>>
+    where
+        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    {
+        Self::claim_batch_with(pool, n, &ClaimOptions::default())
+    }
+
+    /// [`claim_batch`](Self::claim_batch) with an explicit owner or claim timeout.
+    pub fn claim_batch_with<C>(
+        pool: &Pool<ConnectionManager<C>>,
+        n: usize,
+        options: &ClaimOptions,
+    ) -> Result<Vec<Self>>
+    where
+        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    {
+        let sent_at = Instant::now();
+        let rows = super::claim_batch_with::<M, _>(&mut pool.get()?, n, options)?;
+        // Every row gets its guard first: one that fails to start hands its own row back, and
+        // on such an error the guards already started drop with the `Vec`, handing theirs back.
+        let guards: Vec<Result<Self>> = rows
+            .into_iter()
+            .map(|row| Self::start(pool, row, options, sent_at))
+            .collect();
+        guards.into_iter().collect()
     }
 
     pub(crate) fn start<C>(

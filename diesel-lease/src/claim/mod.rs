@@ -30,7 +30,7 @@ pub(crate) mod wait;
 pub use by_key::{
     lock_by_pk_if_claimable, lock_by_pk_if_claimable_within, lock_by_pk_if_null,
     lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
-    GuardLockConnection, DEFAULT_LOCK_WAIT,
+    NullLockConnection, DEFAULT_LOCK_WAIT,
 };
 
 pub use crate::pool::DROP_WAIT;
@@ -56,7 +56,7 @@ pub enum SortOrder {
 }
 
 /// A model whose rows are addressed by primary key: the base of [`Claimable`] and
-/// [`Guarded`](crate::once::Guarded). Written by `#[derive(Claimable)]` from Diesel's own
+/// [`ClaimIfNull`](crate::once::ClaimIfNull). Written by `#[derive(Claimable)]` from Diesel's own
 /// `#[diesel(table_name, primary_key)]`.
 pub trait Keyed: Sized + 'static {
     /// The model's Diesel table.
@@ -131,6 +131,40 @@ pub trait Claimable: Keyed {
     /// The attempts stored in this row (`None` when unmapped or NULL).
     fn attempts(&self) -> Option<i64>;
 }
+
+/// A [`Claimable`] model with a done state (`done = …`): what `complete` needs.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no done state, so its claims cannot be completed",
+    label = "`complete` needs a done state",
+    note = "add `done = \"<state>\"` to `#[claimable(...)]` on `{Self}`"
+)]
+pub trait HasDoneState: Claimable {}
+
+/// A [`Claimable`] model with a failed state (`failed = …`): what `fail` and `fail_or_retry`
+/// need.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no failed state, so its claims cannot fail",
+    label = "this needs a failed state",
+    note = "add `failed = \"<state>\"` to `#[claimable(...)]` on `{Self}`"
+)]
+pub trait HasFailedState: Claimable {}
+
+/// A [`Claimable`] model with a claimed-at column (`claimed_at = …`): what `heartbeat` needs.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no claimed_at column, so a claim heartbeat has nothing to move",
+    label = "this needs a claimed_at column",
+    note = "add `claimed_at = <timestamp column>` to `#[claimable(...)]` on `{Self}`"
+)]
+pub trait HasClaimedAt: Claimable {}
+
+/// A [`Claimable`] model with an attempts column (`attempts = …`): what `fail_or_retry` and a
+/// [`Worker`](crate::worker::Worker) need.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no attempts column, so its failures cannot be counted",
+    label = "this needs an attempts column",
+    note = "add `attempts = <integer column>` to `#[claimable(...)]` on `{Self}`"
+)]
+pub trait HasAttempts: Claimable {}
 
 /// Per-call claim settings: who claims, and (overriding the derive's `timeout`) when a claim is stale.
 #[derive(Debug, Clone)]
@@ -426,7 +460,7 @@ where
 /// # mod setup { include!("../doctest_pg.rs"); }
 /// # use setup::pg_connection;
 /// use diesel::prelude::*;
-/// use diesel_lease::Claimable;
+/// use diesel_lease::prelude::*;
 ///
 /// diesel::table! { tasks (id) { id -> BigInt, done -> Bool, } }
 ///

@@ -70,7 +70,7 @@ pub(crate) fn ready_resource<M: ClaimSql<DB>, DB: SqlDialect>() -> Result<String
 /// # mod setup { include!("../doctest_pg.rs"); }
 /// # use setup::pg_connection;
 /// use diesel::prelude::*;
-/// use diesel_lease::Claimable;
+/// use diesel_lease::prelude::*;
 ///
 /// diesel::table! { mails (id) { id -> BigInt, status -> Text, } }
 ///

@@ -24,12 +24,24 @@ use crate::backend::{Dialect, SqlDialect};
 use crate::claim::Keyed;
 use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
 
-/// A model with a guard column: a nullable column that is set once (`#[claimable(guard = col)]`).
-pub trait Guarded: Keyed {
+/// A model with a guard column: a nullable column that is set once (`#[claimable(claim_if_null = col)]`).
+pub trait ClaimIfNull: Keyed {
     /// The SQL type of the guard column (always `Nullable<_>`).
-    type GuardSql: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType + 'static;
+    type NullColumnSql: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType + 'static;
     /// The guard column's name.
-    const GUARD: &'static str;
+    const NULL_COLUMN: &'static str;
+}
+
+/// A follow-up row inserted at most once (`#[claimable(insert_once)]` on an `Insertable`): a
+/// unique constraint of [`Table`](Self::Table) decides whether an equal row exists.
+pub trait InsertOnce: Sized {
+    /// The table the row goes to.
+    type Table: diesel::Table + Default;
+    /// How the inserted row is read back: `Returning<R>` (`insert_once(returning = R)`), or `()`
+    /// for nothing.
+    type Mode;
+    /// What `InsertOutcome::Inserted` carries: `Option<R>`'s `R`, or `()`.
+    type Row;
 }
 
 /// Sets a guard column to the database's current time: `row.claim_if_null(conn, db_now)`.
@@ -62,7 +74,7 @@ db_now_as!("postgres" => diesel::sql_types::Timestamptz, "mysql" => diesel::sql_
 /// `UPDATE t SET <guard> = <value> WHERE <pk> AND <guard> IS NULL`.
 #[doc(hidden)]
 #[allow(missing_debug_implementations)]
-pub struct GuardStmt<M: Guarded, E> {
+pub struct IfNullStmt<M: ClaimIfNull, E> {
     table: M::Table,
     pk: M::PkFilter,
     value: E,
@@ -70,7 +82,7 @@ pub struct GuardStmt<M: Guarded, E> {
 
 // The text is the model's constants and the value expression's: static when the value's is (a
 // bind or `db_now`), so Diesel prepares the guard once per connection.
-impl<M: Guarded, E: QueryId> QueryId for GuardStmt<M, E> {
+impl<M: ClaimIfNull, E: QueryId> QueryId for IfNullStmt<M, E> {
     type QueryId = crate::claim::statements::StmtId<
         M,
         crate::claim::statements::shape::Guard,
@@ -81,9 +93,9 @@ impl<M: Guarded, E: QueryId> QueryId for GuardStmt<M, E> {
     const HAS_STATIC_QUERY_ID: bool = E::HAS_STATIC_QUERY_ID;
 }
 
-impl<M, E, DB> QueryFragment<DB> for GuardStmt<M, E>
+impl<M, E, DB> QueryFragment<DB> for IfNullStmt<M, E>
 where
-    M: Guarded,
+    M: ClaimIfNull,
     M::Table: QueryFragment<DB>,
     M::PkFilter: QueryFragment<DB>,
     E: QueryFragment<DB>,
@@ -93,35 +105,35 @@ where
         out.push_sql("UPDATE ");
         self.table.walk_ast(out.reborrow())?;
         out.push_sql(" SET ");
-        out.push_identifier(M::GUARD)?;
+        out.push_identifier(M::NULL_COLUMN)?;
         out.push_sql(" = ");
         self.value.walk_ast(out.reborrow())?;
         out.push_sql(" WHERE ");
         self.pk.walk_ast(out.reborrow())?;
         out.push_sql(" AND ");
-        out.push_identifier(M::GUARD)?;
+        out.push_identifier(M::NULL_COLUMN)?;
         out.push_sql(" IS NULL");
         Ok(())
     }
 }
 
 /// The bounds under which a connection can set model `M`'s guard to `V`; you never implement it.
-pub trait GuardConnection<M: Guarded, V>: LeaseConnection {
+pub trait ClaimIfNullConnection<M: ClaimIfNull, V>: LeaseConnection {
     /// Runs the guard update; `true` when this caller changed the row.
     #[doc(hidden)]
-    fn set_guard(&mut self, pk: M::Pk, value: V) -> QueryResult<bool>;
+    fn set_if_null(&mut self, pk: M::Pk, value: V) -> QueryResult<bool>;
 }
 
-impl<M, V, C> GuardConnection<M, V> for C
+impl<M, V, C> ClaimIfNullConnection<M, V> for C
 where
-    M: Guarded,
+    M: ClaimIfNull,
     C: LeaseConnection,
-    V: AsExpression<M::GuardSql>,
-    V::Expression: Expression<SqlType = M::GuardSql> + QueryId,
-    GuardStmt<M, V::Expression>: QueryFragment<C::Backend>,
+    V: AsExpression<M::NullColumnSql>,
+    V::Expression: Expression<SqlType = M::NullColumnSql> + QueryId,
+    IfNullStmt<M, V::Expression>: QueryFragment<C::Backend>,
 {
-    fn set_guard(&mut self, pk: M::Pk, value: V) -> QueryResult<bool> {
-        let stmt = GuardStmt::<M, _> {
+    fn set_if_null(&mut self, pk: M::Pk, value: V) -> QueryResult<bool> {
+        let stmt = IfNullStmt::<M, _> {
             table: M::Table::default(),
             pk: M::pk_filter(pk),
             value: value.as_expression(),
@@ -138,14 +150,14 @@ where
 /// database's clock, or any value of the column's type.
 pub fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> Result<bool>
 where
-    M: Guarded,
+    M: ClaimIfNull,
     C: BorrowConnection,
-    C::Conn: GuardConnection<M, V>,
+    C::Conn: ClaimIfNullConnection<M, V>,
 {
     let conn = conn.borrow_connection();
     let table = table_name::<M::Table>();
     let op = op!(Guard, table, kind_of(conn), table = table);
-    let set = conn.set_guard(pk, value).map_err(Error::from);
+    let set = conn.set_if_null(pk, value).map_err(Error::from);
     op.finish(set, |&won| {
         (if won { "set" } else { "already set" }, u64::from(won))
     })

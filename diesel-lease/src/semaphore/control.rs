@@ -57,6 +57,32 @@ pub trait ControlTable: 'static {
     const EXPIRES_AT: &'static str;
 }
 
+/// A [`ControlTable`] with a resource column: each value of it is a resource of its own
+/// (`Model::semaphore(resource, permits)`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no resource column: its control table queues for one resource",
+    label = "call it without a resource",
+    note = "add `resource = <text column>` to `semaphore(...)` to queue for many resources in one table"
+)]
+pub trait ResourceColumn: ControlTable {}
+
+/// A [`ControlTable`] without a resource column: the table queues for one resource
+/// (`Model::semaphore(permits)`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has a resource column: say which resource",
+    label = "pass the resource first",
+    note = "a control table with `resource = …` serves many resources"
+)]
+pub trait OneResource: ControlTable {}
+
+/// A [`ControlTable`] with an access-type column (`mode = …`): what a reader/writer lock needs.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` has no access-type column, so it cannot tell readers from writers",
+    label = "`rw_lock` needs `mode = …`",
+    note = "add `mode = <text column>, shared = \"R\", exclusive = \"W\"` to `semaphore(...)`"
+)]
+pub trait HasModeColumn: ControlTable {}
+
 /// The access-type column of a control table, and what its values mean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModeColumn {

@@ -99,7 +99,7 @@ use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Tt
 pub use crate::pool::DROP_WAIT;
 #[doc(hidden)]
 pub use control::{ControlOp, ControlOut, ControlTableOps};
-pub use control::{ControlTable, ModeColumn};
+pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 #[doc(hidden)]
 pub use control::{MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
 pub use lease_core::admission::Mode;

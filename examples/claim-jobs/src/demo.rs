@@ -7,6 +7,7 @@ use std::time::Instant;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
+use diesel_lease::prelude::*;
 
 use super::{importjobs, BoxError, ImportJob, DDL, JOBS, WORKERS};
 

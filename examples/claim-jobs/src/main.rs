@@ -14,7 +14,7 @@
 use std::process::ExitCode;
 
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 mod schema {
     diesel::table! {

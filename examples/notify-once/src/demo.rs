@@ -7,6 +7,7 @@ use std::sync::Barrier;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
+use diesel_lease::prelude::*;
 use diesel_lease::{db_now, InsertOutcome};
 
 use super::{action, notification, task_log, Action, BoxError, NewNotification, Notification};

@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 mod schema {
     diesel::table! {
@@ -50,7 +50,7 @@ use schema::{action, notification, task_log};
 /// An action whose notification email goes out at most once: `notified` is the guard.
 #[derive(Debug, Queryable, Selectable, Claimable)]
 #[diesel(table_name = action)]
-#[claimable(guard = notified)]
+#[claimable(claim_if_null = notified)]
 struct Action {
     id: i64,
     notified: Option<NaiveDateTime>,

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
+use diesel_lease::prelude::*;
 
 use super::{test, BoxError, Test, DDL, FLAKY_ROW, ROWS, WORKERS};
 

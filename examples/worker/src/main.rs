@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 mod schema {
     diesel::table! {

@@ -1,5 +1,5 @@
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     jobs (id) {

@@ -2,7 +2,8 @@
 //! `insert_once`'s row when those parsed, so calls that need them to infer types add no errors:
 //! only the two attribute errors below.
 use diesel::prelude::*;
-use diesel_lease::{Claimable, InsertOutcome};
+use diesel_lease::InsertOutcome;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     notification (id) {

@@ -2,7 +2,7 @@
 //! methods it would generate, so the code that calls them adds no "no function or associated item
 //! named `claim_next`" errors.
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     jobs (id) {

@@ -1,5 +1,5 @@
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     jobs (id) {
@@ -14,7 +14,7 @@ diesel::table! {
 
 #[derive(Queryable, Selectable, Claimable)]
 #[diesel(table_name = jobs)]
-#[claimable(guard = notified, owner = worker, timeout_secs = 60)]
+#[claimable(claim_if_null = notified, owner = worker, timeout_secs = 60)]
 pub struct Job {
     pub id: i64,
     pub status: String,

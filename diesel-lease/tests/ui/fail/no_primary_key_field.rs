@@ -1,5 +1,5 @@
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     jobs (job_id) {
@@ -10,7 +10,7 @@ diesel::table! {
 
 #[derive(Queryable, Selectable, Claimable)]
 #[diesel(table_name = jobs)]
-#[claimable(guard = notified)]
+#[claimable(claim_if_null = notified)]
 pub struct Job {
     pub job_id: i64,
     pub notified: Option<chrono::NaiveDateTime>,

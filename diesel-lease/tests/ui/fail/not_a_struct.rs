@@ -1,7 +1,7 @@
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 #[derive(Claimable)]
-#[claimable(guard = notified)]
+#[claimable(claim_if_null = notified)]
 pub enum Job {
     A,
 }

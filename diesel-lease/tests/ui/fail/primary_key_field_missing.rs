@@ -1,4 +1,4 @@
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     mailing (campaign_id, user_id) {
@@ -10,7 +10,7 @@ diesel::table! {
 
 #[derive(Claimable)]
 #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-#[claimable(guard = sent_by)]
+#[claimable(claim_if_null = sent_by)]
 pub struct Mailing {
     pub campaign_id: i32,
     pub sent_by: Option<String>,

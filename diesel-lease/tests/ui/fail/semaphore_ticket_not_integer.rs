@@ -1,4 +1,4 @@
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     process_control (queue_position) {

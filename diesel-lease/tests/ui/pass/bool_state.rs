@@ -1,6 +1,6 @@
 //! Seed 004: a `processed` boolean, claimed or locked.
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     test (id) {

@@ -1,7 +1,7 @@
 //! Struct fields named differently from their columns (`#[diesel(column_name = …)]`): the
 //! attribute names columns, as `table!` does.
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     importjobs (job_id) {

@@ -1,6 +1,7 @@
 //! Seed 002's follow-up row, inserted once, without reading it back.
 use diesel::prelude::*;
-use diesel_lease::{Claimable, InsertOutcome};
+use diesel_lease::InsertOutcome;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     notification (id) {

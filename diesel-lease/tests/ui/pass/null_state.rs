@@ -1,6 +1,6 @@
 //! Seed 002: `col1 IS NULL` qualifies a row; a claim sets it. `None` is SQL NULL everywhere.
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     table1 (id) {

@@ -1,7 +1,7 @@
 //! Claims in a chosen order: highest priority first, then oldest.
 use diesel::prelude::*;
 use diesel_lease::claim::ClaimOptions;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     jobs (id) {

@@ -1,5 +1,5 @@
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     jobs (id) {
@@ -14,7 +14,7 @@ diesel::table! {
 
 #[derive(Queryable, Selectable, Claimable)]
 #[diesel(table_name = jobs)]
-#[claimable(guard = notified_at)]
+#[claimable(claim_if_null = status)]
 pub struct Job {
     pub id: i64,
     pub status: String,

@@ -1,6 +1,6 @@
 //! Seed 002 on a composite key: one mailing per (campaign, user), sent at most once.
 use diesel::prelude::*;
-use diesel_lease::Claimable;
+use diesel_lease::prelude::*;
 
 diesel::table! {
     mailing (campaign_id, user_id) {
@@ -12,7 +12,7 @@ diesel::table! {
 
 #[derive(Debug, Queryable, Selectable, Claimable)]
 #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-#[claimable(guard = sent_by)]
+#[claimable(claim_if_null = sent_by)]
 pub struct Mailing {
     pub campaign_id: i32,
     pub user_id: i64,

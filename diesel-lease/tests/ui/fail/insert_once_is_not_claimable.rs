@@ -1,0 +1,22 @@
+//! Each capability is its own trait: a model that is only a follow-up insert cannot be claimed.
+use diesel::prelude::*;
+use diesel_lease::prelude::*;
+
+diesel::table! {
+    notification (id) {
+        id -> BigInt,
+        action_id -> BigInt,
+    }
+}
+
+#[derive(Insertable, Claimable)]
+#[diesel(table_name = notification)]
+#[claimable(insert_once)]
+pub struct NewNotification {
+    pub action_id: i64,
+}
+
+fn main() {
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    let _ = NewNotification::claim_next(&mut conn);
+}

@@ -1,0 +1,59 @@
+//! The derive adds no inherent methods: a model's own `complete` and `release` stay the user's,
+//! and the library's operations are still there through their trait.
+use diesel::prelude::*;
+use diesel_lease::prelude::*;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+        worker -> Nullable<Text>,
+    }
+}
+
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready = "new", claimed = "running", done = "done", owner = worker)]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+    pub worker: Option<String>,
+}
+
+impl Job {
+    /// The application's own notion of "complete".
+    pub fn complete(&self) -> bool {
+        self.status == "done"
+    }
+
+    /// And of "release".
+    pub fn release(&self) -> &str {
+        &self.status
+    }
+}
+
+/// Generic code over any claimable model with a done state.
+fn drain<M, C>(conn: &mut C) -> diesel_lease::Result<usize>
+where
+    M: diesel_lease::claim::HasDoneState,
+    C: diesel_lease::BorrowConnection,
+    C::Conn: diesel_lease::claim::ClaimConnection<M>,
+{
+    let mut done = 0;
+    while let Some(row) = M::claim_next(conn)? {
+        if ClaimDsl::complete(&row, conn)? {
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
+fn main() {
+    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+    if let Ok(Some(job)) = Job::claim_next(&mut conn) {
+        let _mine: bool = job.complete();
+        let _theirs: diesel_lease::Result<bool> = ClaimDsl::complete(&job, &mut conn);
+        let _status: &str = job.release();
+    }
+    let _ = drain::<Job, _>(&mut conn);
+}
