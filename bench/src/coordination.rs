@@ -38,7 +38,7 @@ pub(crate) fn mutex_cycles<C>(
 where
     C: LeaseConnection + R2D2Connection + Send + 'static,
 {
-    let sem = Semaphore::mutex(resource)?;
+    let sem = Semaphore::mutex(resource);
     let conns = (0..contenders)
         .map(|_| pool.get())
         .collect::<Result<Vec<_>, _>>()?;

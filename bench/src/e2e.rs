@@ -12,8 +12,8 @@
 //!
 //! Every shape does no work per job: the numbers are the queue's own cost.
 
-use std::io::Write as _;
 use diesel_lease::prelude::*;
+use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use diesel::r2d2::R2D2Connection;
 use diesel::{MysqlConnection, PgConnection, RunQueryDsl, SqliteConnection};
+use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::LeaseConnection;
 
@@ -71,7 +72,7 @@ where
     C: LeaseConnection + R2D2Connection + QuestionCounter,
 {
     let pool = diesel_lease::pool::build_pool::<C>(&args.url, 2)?;
-    let mutex = Semaphore::mutex(RESOURCE)?;
+    let mutex = Semaphore::mutex(RESOURCE);
     if args.child {
         let mut out = std::io::stdout();
         for _ in 0..args.rounds {

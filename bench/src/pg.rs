@@ -1,7 +1,7 @@
 //! The PostgreSQL measurements: diesel-lease's calls against the hand-written SQL they replace.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use diesel_lease::prelude::*;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use diesel::connection::SimpleConnection;
 use diesel::pg::Pg;

@@ -1,9 +1,9 @@
 //! The SQLite measurements: `claim_next` on a database file in WAL mode.
 
 use diesel::connection::SimpleConnection;
-use diesel_lease::prelude::*;
 use diesel::prelude::*;
 use diesel::sql_types::BigInt;
+use diesel_lease::prelude::*;
 
 use crate::measure::{self, Sample, Window};
 use crate::model::*;

@@ -27,9 +27,8 @@ use diesel::sql_types::Bool;
 use diesel::Connection;
 
 use crate::claim::{
-    self, ClaimConnection, ClaimGuard, ClaimOptions, ClaimableLockConnection, Finish,
-    NullLockConnection, HasAttempts, HasClaimedAt, HasDoneState, HasFailedState, RetryOutcome,
-    RetryPolicy,
+    self, ClaimConnection, ClaimGuard, ClaimOptions, ClaimableLockConnection, Finish, HasAttempts,
+    HasClaimedAt, HasDoneState, HasFailedState, NullLockConnection, RetryOutcome, RetryPolicy,
 };
 use crate::lease::job::{self, JobConnection, JobRun, JobRunOptions};
 use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertReturning};
@@ -182,7 +181,10 @@ pub trait ClaimDsl: Claimable {
     /// is there, within milliseconds of a [`notify_ready`](Self::notify_ready) (PostgreSQL, with
     /// the pool's [`WaiterWakeups`](crate::pool::WaiterWakeups)), else at the next poll. `None`
     /// when the timeout passed without a row. No connection is held while it sleeps.
-    fn claim_next_wait<C>(pool: &Pool<ConnectionManager<C>>, timeout: Duration) -> Result<Option<Self>>
+    fn claim_next_wait<C>(
+        pool: &Pool<ConnectionManager<C>>,
+        timeout: Duration,
+    ) -> Result<Option<Self>>
     where
         C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
     {
@@ -276,7 +278,11 @@ pub trait ClaimDsl: Claimable {
     /// [`lock_by_pk_if_claimable`](Self::lock_by_pk_if_claimable) and `work` in one
     /// transaction: commit on `Ok`, roll back on `Err`; `Ok(None)` without calling `work` when
     /// the row does not qualify.
-    fn with_locked<C, T, E, W>(conn: &mut C, pk: Self::Pk, work: W) -> std::result::Result<Option<T>, E>
+    fn with_locked<C, T, E, W>(
+        conn: &mut C,
+        pk: Self::Pk,
+        work: W,
+    ) -> std::result::Result<Option<T>, E>
     where
         C: BorrowConnection,
         C::Conn: ClaimableLockConnection<Self>,
@@ -578,7 +584,11 @@ impl<M: InsertOnce> InsertOnceDsl for M {}
 pub trait JobLeaseDsl: JobLease {
     /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner has been
     /// silent past the timeout): `Some(run)` for exactly one node.
-    fn try_start_run<C>(conn: &mut C, pk: Self::Pk, options: &JobRunOptions) -> Result<Option<JobRun>>
+    fn try_start_run<C>(
+        conn: &mut C,
+        pk: Self::Pk,
+        options: &JobRunOptions,
+    ) -> Result<Option<JobRun>>
     where
         C: BorrowConnection,
         C::Conn: JobConnection<Self>,
@@ -603,12 +613,12 @@ impl<M: JobLease> JobLeaseDsl for M {}
 pub trait ControlTableDsl: ControlTable + ResourceColumn + Sized {
     /// A semaphore of `permits` holders over `resource`. Every process using the resource must
     /// declare the same count.
-    fn semaphore(resource: impl Into<String>, permits: u32) -> Result<Semaphore> {
+    fn semaphore(resource: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::in_control_table::<Self>(Some(resource.into()), permits)
     }
 
     /// A reader/writer lock over `resource` (needs `mode(…)`).
-    fn rw_lock(resource: impl Into<String>) -> Result<RwLock>
+    fn rw_lock(resource: impl Into<String>) -> RwLock
     where
         Self: HasModeColumn,
     {
@@ -622,12 +632,12 @@ impl<T: ControlTable + ResourceColumn> ControlTableDsl for T {}
 pub trait OneResourceControlTableDsl: ControlTable + OneResource + Sized {
     /// A semaphore of `permits` holders over the table's one resource. Every process must
     /// declare the same count.
-    fn semaphore(permits: u32) -> Result<Semaphore> {
+    fn semaphore(permits: u32) -> Semaphore {
         Semaphore::in_control_table::<Self>(None, permits)
     }
 
     /// A reader/writer lock over the table's one resource (needs `mode(…)`).
-    fn rw_lock() -> Result<RwLock>
+    fn rw_lock() -> RwLock
     where
         Self: HasModeColumn,
     {
@@ -636,4 +646,3 @@ pub trait OneResourceControlTableDsl: ControlTable + OneResource + Sized {
 }
 
 impl<T: ControlTable + OneResource> OneResourceControlTableDsl for T {}
-

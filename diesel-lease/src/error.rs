@@ -111,6 +111,15 @@ pub enum Error {
         /// The permit's ticket.
         ticket: i64,
     },
+    /// A claim is not this worker's any more: its heartbeat found it rescued by another worker
+    /// (or finished), or no heartbeat succeeded before the claim timeout. Stop the work.
+    #[error(
+        "the claim of a row of `{table}` was lost: it was rescued by another worker or finished"
+    )]
+    ClaimLost {
+        /// The claimed row's table.
+        table: String,
+    },
     /// The background heartbeat thread could not be started (the process is out of threads or
     /// memory); what was granted was given back, nothing is held.
     #[error("could not start the heartbeat thread: {0}; nothing is held")]

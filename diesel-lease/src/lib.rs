@@ -94,6 +94,7 @@ pub mod clock;
 pub mod dsl;
 mod error;
 mod heartbeat;
+mod held;
 pub mod lease;
 pub mod observe;
 pub mod once;
@@ -108,6 +109,7 @@ pub use backend::{run_migrations, BackendKind, BorrowConnection, LeaseConnection
 pub use claim::Claimable;
 pub use error::{Error, Result};
 pub use heartbeat::{LostReason, LostSignal};
+pub use held::Held;
 pub use lease::{Lease, LeaseGuard, LeaseOptions};
 pub use lease_core::{
     Backoff, ClaimStamp, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl,

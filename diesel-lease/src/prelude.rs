@@ -8,4 +8,4 @@ pub use crate::dsl::{
     ClaimDsl, ClaimIfNullDsl, ControlTableDsl, InsertOnceDsl, JobLeaseDsl,
     OneResourceControlTableDsl,
 };
-pub use crate::Claimable;
+pub use crate::{Claimable, Held};

@@ -14,9 +14,7 @@ pub use crate::claim::{
 pub use crate::clock::TimestampType;
 pub use crate::lease::job::JobLease;
 pub use crate::once::{ClaimIfNull, InsertOnce, Returning};
-pub use crate::semaphore::{
-    ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn,
-};
+pub use crate::semaphore::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 
 /// Reads an owner field of a model (`String` or `Option<String>`).
 #[diagnostic::on_unimplemented(

@@ -15,9 +15,8 @@ use lease_core::{Backoff, RetryPolicy};
 use crate::claim::schedule::release_unstarted;
 use crate::claim::wait::Waiter;
 use crate::claim::{
-    HasAttempts, HasDoneState, HasFailedState,
     fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
-    RetryOutcome,
+    HasAttempts, HasDoneState, HasFailedState, RetryOutcome,
 };
 use crate::semaphore::Semaphore;
 use crate::{Error, LeaseConnection, Result};
@@ -434,7 +433,7 @@ where
             None => None,
             Some(k) => {
                 let name = format!("{}:{}={}", self.resource, k.column, (k.key)(&row));
-                match Semaphore::new(name, k.max)?.try_acquire(&w.pool)? {
+                match Semaphore::new(name, k.max).try_acquire(&w.pool)? {
                     Some(permit) => Some(permit),
                     None => {
                         // Another worker's row of this key got the last permit: hand it back.

@@ -41,7 +41,11 @@ pub(crate) fn expand(model: &Model) -> TokenStream {
 }
 
 /// `impl ::diesel_lease::__private::<Trait> for <model> {}`: a marker of what the model has.
-pub(crate) fn marker(model_name: &syn::Ident, generics: &syn::Generics, trait_name: &str) -> TokenStream {
+pub(crate) fn marker(
+    model_name: &syn::Ident,
+    generics: &syn::Generics,
+    trait_name: &str,
+) -> TokenStream {
     let (impl_g, ty_g, where_g) = generics.split_for_impl();
     let t = syn::Ident::new(trait_name, proc_macro2::Span::call_site());
     quote! {

@@ -36,8 +36,13 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
     // may be the one whose key is misspelled.
     let keyed = (!skeleton.pk.is_empty()).then(|| {
         let keyed = expand::expand_keyed(&skeleton);
-        let markers = ["HasDoneState", "HasFailedState", "HasClaimedAt", "HasAttempts"]
-            .map(|t| expand::marker(name, generics, t));
+        let markers = [
+            "HasDoneState",
+            "HasFailedState",
+            "HasClaimedAt",
+            "HasAttempts",
+        ]
+        .map(|t| expand::marker(name, generics, t));
         quote! {
             #keyed
 

@@ -291,7 +291,10 @@ fn fallback_uses_the_key_and_row_types_that_parsed() {
     assert!(flat.contains("forNewMailing<'a>"), "{code}");
     assert!(flat.contains("typePk=(i32,i64);"), "{code}");
     assert!(flat.contains("typeRow=Mailing;"), "{code}");
-    assert!(flat.contains("typeMode=::diesel_lease::__private::Returning<Mailing>;"), "{code}");
+    assert!(
+        flat.contains("typeMode=::diesel_lease::__private::Returning<Mailing>;"),
+        "{code}"
+    );
 }
 
 /// The fallback must implement every trait the derive can, or a call to an operation of a
@@ -349,7 +352,10 @@ fn the_derive_adds_no_inherent_methods() {
     });
     let impls = impls(&tokens);
     assert!(impls.len() >= 5, "{impls:?}");
-    assert!(impls.iter().all(Option::is_some), "an inherent impl: {tokens}");
+    assert!(
+        impls.iter().all(Option::is_some),
+        "an inherent impl: {tokens}"
+    );
 }
 
 #[test]

@@ -11,8 +11,8 @@
 #[path = "../models.rs"]
 mod models;
 
-use std::io::Write;
 use diesel_lease::prelude::*;
+use std::io::Write;
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};

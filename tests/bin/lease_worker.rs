@@ -100,7 +100,13 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
                 "EXTEND {}",
                 outcome(held.extend(&mut conn, ms(ttl)))
             ));
-            say(format!("RELEASE {}", outcome(held.release(&mut conn))));
+            // A release of a lost lease reports `false`; the protocol keeps its word for it.
+            let released = match held.release(&mut conn) {
+                Ok(true) => "ok".to_string(),
+                Ok(false) => "LeaseLost".to_string(),
+                Err(e) => format!("{e}"),
+            };
+            say(format!("RELEASE {released}"));
         }
         ["take", name, ttl, timeout] => {
             let mut conn = connect::<C>(url);

@@ -9,8 +9,8 @@
 //! - `wait <timeout_ms>`: acquire with that timeout, print `GOT <ticket>` or `TIMEOUT`.
 #![allow(clippy::unwrap_used)]
 
-use std::error::Error;
 use diesel_lease::prelude::*;
+use std::error::Error;
 use std::io::Write;
 use std::time::Duration;
 
@@ -56,9 +56,9 @@ where
         return Err("missing arguments".into());
     };
     let ms = |s: &str| -> Res<Duration> { Ok(Duration::from_millis(s.parse()?)) };
-    let sem = Semaphore::new(resource.as_str(), permits.parse()?)?
-        .with_ttl(ms(ttl_ms)?)?
-        .with_max_poll_interval(ms(max_poll_ms)?)?;
+    let sem = Semaphore::new(resource.as_str(), permits.parse()?)
+        .with_ttl(ms(ttl_ms)?)
+        .with_max_poll_interval(ms(max_poll_ms)?);
     let pool = diesel_lease::pool::build_pool::<C>(url, 3)?;
     let mut out = std::io::stdout();
     match (command.as_str(), extra) {
@@ -66,19 +66,19 @@ where
             let control = kind.starts_with("control");
             let (sem, rw) = if control {
                 (
-                    ProcessControl::semaphore(resource.as_str(), permits.parse()?)?,
-                    ProcessControl::rw_lock(resource.as_str())?,
+                    ProcessControl::semaphore(resource.as_str(), permits.parse()?),
+                    ProcessControl::rw_lock(resource.as_str()),
                 )
             } else {
-                (sem, RwLock::new(resource.as_str())?)
+                (sem, RwLock::new(resource.as_str()))
             };
             let sem = sem
-                .with_ttl(ms(ttl_ms)?)?
-                .with_max_poll_interval(ms(max_poll_ms)?)?;
+                .with_ttl(ms(ttl_ms)?)
+                .with_max_poll_interval(ms(max_poll_ms)?);
             let rw = rw
-                .with_max_readers(permits.parse()?)?
-                .with_ttl(ms(ttl_ms)?)?
-                .with_max_poll_interval(ms(max_poll_ms)?)?;
+                .with_max_readers(permits.parse()?)
+                .with_ttl(ms(ttl_ms)?)
+                .with_max_poll_interval(ms(max_poll_ms)?);
             let rw_kind = kind == "rw" || kind == "control-rw";
             for _ in 0..iterations.parse::<u32>()? {
                 let permit = if rw_kind && rand::random_bool(0.3) {

@@ -44,7 +44,7 @@ backend_suite! {
         assert!(ImportJob::claim_batch(&mut conn, 0).unwrap().is_empty());
         let zero = diesel_lease::claim::ClaimOptions::default().timeout(std::time::Duration::ZERO);
         assert!(
-            matches!(zero, Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))),
+            matches!(ImportJob::claim_batch_with(&mut conn, 1, &zero), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))),
             "a zero claim timeout must be a typed error"
         );
         let rest = ImportJob::claim_batch(&mut conn, 5).unwrap();

@@ -1,8 +1,8 @@
 //! Batch completion (issue 12.2): `complete_batch` / `fail_batch` / `release_batch` change the
 //! rows still claimed by this worker in one statement and report the others, on seed 003's table.
 
-use std::collections::HashSet;
 use diesel_lease::prelude::*;
+use std::collections::HashSet;
 use std::sync::Mutex;
 
 use chrono::NaiveDate;
@@ -48,7 +48,7 @@ backend_suite! {
             .set(importjobs::claimed_at.eq(long_ago))
             .execute(&mut conn)
             .unwrap();
-        let rescuer = owner("worker-b").timeout(std::time::Duration::from_secs(600)).unwrap();
+        let rescuer = owner("worker-b").timeout(std::time::Duration::from_secs(600));
         let rescued = ImportJob::claim_batch_with(&mut conn, 1, &rescuer).unwrap();
         assert_eq!(rescued.iter().map(|r| (r.id, r.attempts)).collect::<Vec<_>>(), vec![(3, 2)]);
 

@@ -1,8 +1,8 @@
 //! Exactly-once under contention: real threads with their own pooled connections and real
 //! worker processes, all claiming from one table (seed 003).
 
-use std::collections::HashMap;
 use diesel_lease::prelude::*;
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -204,13 +204,13 @@ backend_suite! {
 
         // Fresh claims are not rescued: a generous timeout keeps this check independent of how
         // long the loaded machine took between the worker's claim and this line.
-        let patient = ClaimOptions::default().timeout(Duration::from_secs(60)).unwrap();
+        let patient = ClaimOptions::default().timeout(Duration::from_secs(60));
         assert!(
             ImportJob::claim_batch_with(&mut conn, 10, &patient).unwrap().is_empty(),
             "claims were rescued before their timeout"
         );
         let timeout = Duration::from_secs(2);
-        let rescuer = ClaimOptions::default().timeout(timeout).unwrap();
+        let rescuer = ClaimOptions::default().timeout(timeout);
         std::thread::sleep(timeout + Duration::from_millis(800));
         let rescued = ImportJob::claim_batch_with(&mut conn, 10, &rescuer).unwrap();
         let mut ids: Vec<i64> = rescued.iter().map(|r| r.id).collect();

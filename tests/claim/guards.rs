@@ -1,7 +1,7 @@
 //! Seed 002: at-most-once guards (`claim_if_null`) and unique follow-up inserts (`insert_once`).
 
-use std::sync::{Barrier, Mutex};
 use diesel_lease::prelude::*;
+use std::sync::{Barrier, Mutex};
 
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::prelude::*;

@@ -50,7 +50,7 @@ backend_suite! {
     }
 
     fn timeout(d: Duration) -> ClaimOptions {
-        ClaimOptions::default().timeout(d).unwrap()
+        ClaimOptions::default().timeout(d)
     }
 
     fn status(db: &TestDb<B>, id: i64) -> String {

@@ -1,7 +1,7 @@
 //! Seed 000: a farm's scheduled job, leased on the user's own `job_status` table.
 
-use std::sync::{Barrier, Mutex};
 use diesel_lease::prelude::*;
+use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
 use diesel::prelude::*;
@@ -13,9 +13,7 @@ use crate::models::schema::job_status;
 use crate::models::*;
 
 pub(super) fn node(name: &str, timeout: Duration) -> JobRunOptions {
-    JobRunOptions::new(timeout)
-        .unwrap()
-        .holder(OwnerId::new(name).unwrap())
+    JobRunOptions::new(timeout).holder(OwnerId::new(name).unwrap())
 }
 
 backend_suite! {
@@ -104,13 +102,22 @@ backend_suite! {
         job_table(db);
         let mut conn = db.conn();
         let interval = Duration::from_millis(1500);
-        let a = node("node-a", Duration::from_secs(60)).every(interval).unwrap();
-        let b = node("node-b", Duration::from_secs(60)).every(interval).unwrap();
+        let a = node("node-a", Duration::from_secs(60)).every(interval);
+        let b = node("node-b", Duration::from_secs(60)).every(interval);
         let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &a).unwrap().expect("due");
         assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
         assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap().is_none(), "ran again before next_run");
         std::thread::sleep(interval + Duration::from_millis(300));
         assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap().is_some(), "did not run once due");
-        assert!(JobRunOptions::new(Duration::ZERO).is_err());
+        let zero = JobRunOptions::new(Duration::ZERO);
+        assert!(matches!(
+            JobStatus::try_start_run(&mut conn, "stock-prices".into(), &zero),
+            Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
+        ));
+        let zero_interval = JobRunOptions::new(Duration::from_secs(5)).every(Duration::ZERO);
+        assert!(matches!(
+            JobStatus::try_start_run(&mut conn, "stock-prices".into(), &zero_interval),
+            Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
+        ));
     }
 }

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use diesel::prelude::*;
-use diesel_lease::LeaseConnection;
 use diesel_lease::prelude::*;
+use diesel_lease::LeaseConnection;
 
 use crate::common::TestDb;
 

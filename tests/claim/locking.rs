@@ -1,8 +1,8 @@
 //! Seed 004: the locked finder (`@Lock(PESSIMISTIC_WRITE)` + skip-locked) and the helper that
 //! processes a locked row in a transaction.
 
-use std::collections::HashMap;
 use diesel_lease::prelude::*;
+use std::collections::HashMap;
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
@@ -127,8 +127,7 @@ backend_suite! {
     pub(crate) fn a_timeout_without_claimed_at_is_an_error(db: &TestDb<B>) {
         seed_test_rows(db, 1);
         let options = diesel_lease::claim::ClaimOptions::default()
-            .timeout(Duration::from_secs(5))
-            .unwrap();
+            .timeout(Duration::from_secs(5));
         let err = Test::claim_batch_with(&mut db.conn(), 1, &options).unwrap_err();
         assert!(err.to_string().contains("claimed_at"), "{err}");
         let processed: bool = test::table.find(1).select(test::processed).first(&mut db.conn()).unwrap();

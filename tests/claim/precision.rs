@@ -10,8 +10,8 @@
 //! database-clock interval between them, so `elapsed >= limit` holds whenever the database acted
 //! no earlier than allowed.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use diesel_lease::prelude::*;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use diesel::prelude::*;
 use diesel_lease::claim::ClaimOptions;
@@ -106,7 +106,7 @@ backend_suite! {
         seed_000_table(db);
         let mut conn = db.conn();
         let interval = Duration::from_secs(1);
-        let me = node("node-a", Duration::from_secs(60)).every(interval).unwrap();
+        let me = node("node-a", Duration::from_secs(60)).every(interval);
         at_a_third_past_a_second();
         let start = Instant::now();
         let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
@@ -135,7 +135,6 @@ backend_suite! {
             ClaimOptions::default()
                 .owner(OwnerId::new(name).unwrap())
                 .timeout(timeout)
-                .unwrap()
         };
         let (dead, rescuer) = (options("dead-worker"), options("rescuer"));
         at_a_third_past_a_second();

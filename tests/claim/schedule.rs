@@ -1,8 +1,8 @@
 //! Issue 13: rows that wait for their time (database clock), retries with backoff, dead
 //! letters, and waiting for rows (notifications on PostgreSQL, polling elsewhere).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use diesel_lease::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,8 @@
 //! for the first (it does not skip it), and then sees that the row no longer qualifies; the wait
 //! is bounded and ends in a typed timeout.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use diesel_lease::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 

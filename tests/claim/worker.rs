@@ -128,7 +128,7 @@ backend_suite! {
         let runs = AtomicUsize::new(0);
         // Claims older than 600 ms are rescued; the run takes 2 s, and an idle second thread
         // polls with the same timeout all along.
-        let options = ClaimOptions::default().timeout(Duration::from_millis(600)).unwrap();
+        let options = ClaimOptions::default().timeout(Duration::from_millis(600));
         let worker = Worker::new(db.pool(6)).concurrency(2).claim_options(options);
         let report = run_until_settled(worker, |_, _t: &Task| {
             runs.fetch_add(1, Ordering::SeqCst);

@@ -53,7 +53,7 @@ where
 {
     let mut options = ClaimOptions::default();
     if let Some(t) = timeout {
-        options = options.timeout(t).unwrap();
+        options = options.timeout(t);
     }
     diesel_lease::claim::claim_batch_with::<M, _>(conn, 1, &options)
         .unwrap()
@@ -98,9 +98,7 @@ where
 }
 
 fn node(name: &str, timeout: Duration) -> JobRunOptions {
-    JobRunOptions::new(timeout)
-        .unwrap()
-        .holder(OwnerId::new(name).unwrap())
+    JobRunOptions::new(timeout).holder(OwnerId::new(name).unwrap())
 }
 
 fn start<M, C>(conn: &mut C, job: &str, options: &JobRunOptions) -> Option<job::JobRun>
@@ -124,10 +122,7 @@ where
 {
     let five_min = Duration::from_secs(300);
     let (e, w) = (node("east", five_min), node("west", five_min));
-    let (e_every, w_every) = (
-        e.clone().every(five_min).unwrap(),
-        w.clone().every(five_min).unwrap(),
-    );
+    let (e_every, w_every) = (e.clone().every(five_min), w.clone().every(five_min));
     let west_run = start::<M, _>(west, "a", &w_every).expect("a is due");
     let east_run = start::<M, _>(east, "b", &e_every).expect("b is due");
     assert!(

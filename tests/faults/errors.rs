@@ -2,8 +2,8 @@
 //! another session, the server's own timeouts, a session terminated by an administrator, a
 //! deadlock between two transactions, a SQLite file locked by another writer.
 
-use std::sync::mpsc;
 use diesel_lease::prelude::*;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;

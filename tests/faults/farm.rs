@@ -13,8 +13,8 @@
 //! `DIESEL_LEASE_FARM_ROWS` (default 2,000) scales it; the 20,000-row MariaDB farm at
 //! both isolation levels: `DIESEL_LEASE_FARM_ROWS=20000 bash scripts/test.sh -- faults::farm`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use diesel_lease::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -3,8 +3,8 @@
 //! terminated and the database refuses new ones) reports itself lost *before* the database
 //! would give its grant to anybody else.
 
-use std::time::{Duration, Instant};
 use diesel_lease::prelude::*;
+use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel_lease::claim::{ClaimGuard, ClaimOptions};
@@ -79,14 +79,12 @@ backend_suite! {
         let guard = LeaseGuard::try_acquire(&pool, "report", &lease_options).unwrap().expect("free");
         timed_drop("lease guard", Box::new(guard));
         let permit = Semaphore::mutex("api")
-            .unwrap()
             .with_drop_wait(WAIT)
-            .unwrap()
             .try_acquire(&pool)
             .unwrap()
             .expect("free");
         timed_drop("permit", Box::new(permit));
-        let claim_options = ClaimOptions::default().drop_wait(WAIT).unwrap();
+        let claim_options = ClaimOptions::default().drop_wait(WAIT);
         let claim = ClaimGuard::<ImportJob>::claim_next_with(&pool, &claim_options)
             .unwrap()
             .expect("a row");
@@ -99,15 +97,22 @@ backend_suite! {
             LeaseGuard::try_acquire(&pool, "report", &LeaseOptions::new(TTL).drop_wait(Duration::ZERO)),
             Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
         ));
-        assert!(Semaphore::mutex("api").unwrap().with_drop_wait(Duration::ZERO).is_err());
-        assert!(ClaimOptions::default().drop_wait(Duration::ZERO).is_err());
+        assert!(matches!(
+            Semaphore::mutex("api").with_drop_wait(Duration::ZERO).try_acquire(&pool),
+            Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
+        ));
+        let zero_wait = ClaimOptions::default().drop_wait(Duration::ZERO);
+        assert!(matches!(
+            ImportJob::claim_next_with(&mut pool.get().unwrap(), &zero_wait),
+            Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
+        ));
     }
 
     /// The same for a semaphore permit: lost before its row can be removed.
     pub(crate) fn a_starved_permit_knows_it_lost_before_its_row_expires(db: &TestDb<B>) {
         db.migrate();
         let pool = db.pool(1);
-        let mutex = Semaphore::mutex("partner-api").unwrap().with_ttl(TTL).unwrap();
+        let mutex = Semaphore::mutex("partner-api").with_ttl(TTL);
         let sent = Instant::now();
         let permit = mutex.try_acquire(&pool).unwrap().expect("free");
         let ticket = permit.ticket();
@@ -121,7 +126,7 @@ backend_suite! {
             "the row was gone before the holder knew ({lost_after:?}): {queue:?}"
         );
         assert!(lost_after < TTL, "lost only after {lost_after:?}");
-        assert!(!permit.is_held());
+        assert!(permit.is_lost());
         assert!(permit.ensure_held().is_err());
         // Dropping it while the pool is still exhausted returns within DROP_WAIT.
         let dropping = Instant::now();

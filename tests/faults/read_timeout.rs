@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use diesel::Connection;
 use diesel_lease::pool::ConnectionTuning;
-use diesel_lease::Error;
 use diesel_lease::prelude::*;
+use diesel_lease::Error;
 
 use crate::common::{Mysql, TestDb};
 use crate::models::ImportJob;

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use diesel_lease::lease::schedule::{every, run_exclusive, with_lock};
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::prelude::*;
 use diesel_lease::{Error, OwnerId};
 
 use super::support::exec;
@@ -21,7 +22,7 @@ fn guard_releases_on_drop<B: TestBackend>(db: &TestDb<B>) {
             .unwrap()
             .expect("free");
         assert_eq!(guard.token().get(), 1);
-        assert!(guard.is_valid().unwrap());
+        assert!(guard.confirm_held().unwrap());
         assert!(LeaseGuard::try_acquire(&pool, "job", &opts(60_000))
             .unwrap()
             .is_none());
@@ -48,7 +49,7 @@ fn keep_alive_holds_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
         std::thread::sleep(ms(100));
     }
     assert!(!guard.is_lost());
-    assert!(guard.is_valid().unwrap());
+    assert!(guard.confirm_held().unwrap());
     guard.release().unwrap();
 }
 
@@ -81,9 +82,13 @@ fn keep_alive_marks_the_guard_lost_when_taken_over<B: TestBackend>(db: &TestDb<B
         guard.extend(ms(900)),
         Err(Error::LeaseLost { .. })
     ));
-    assert!(matches!(guard.release(), Err(Error::LeaseLost { .. })));
+    assert!(matches!(guard.ensure_held(), Err(Error::LeaseLost { .. })));
     assert!(
-        stolen.is_valid(&mut c).unwrap(),
+        !guard.release().unwrap(),
+        "a lost guard's release reports the loss"
+    );
+    assert!(
+        stolen.confirm_held(&mut c).unwrap(),
         "the loser did not disturb the new holder"
     );
 }

@@ -20,7 +20,7 @@ fn creates_a_lock<B: TestBackend>(db: &TestDb<B>) {
     assert!(record.is_held());
     assert_eq!(record.holder, OwnerId::process_default().as_str());
     assert_eq!(record.token, held.token());
-    assert!(held.is_valid(&mut c).unwrap());
+    assert!(held.confirm_held(&mut c).unwrap());
 }
 
 fn second_acquire_of_held_lock_fails<B: TestBackend>(db: &TestDb<B>) {
@@ -147,7 +147,7 @@ fn extend_several_times<B: TestBackend>(db: &TestDb<B>) {
             .unwrap()
             .is_none());
     }
-    assert!(held.is_valid(&mut a).unwrap());
+    assert!(held.confirm_held(&mut a).unwrap());
     held.release(&mut a).unwrap();
     assert!(lease::try_acquire(&mut b, "job", &opts(5_000))
         .unwrap()
@@ -169,7 +169,7 @@ fn cannot_extend_unlocked_lock<B: TestBackend>(db: &TestDb<B>) {
         held.release(&mut c),
         Err(Error::LeaseNotHeld { .. })
     ));
-    assert!(!held.is_valid(&mut c).unwrap());
+    assert!(!held.confirm_held(&mut c).unwrap());
 }
 
 fn cannot_extend_expired_lock<B: TestBackend>(db: &TestDb<B>) {
@@ -179,7 +179,7 @@ fn cannot_extend_expired_lock<B: TestBackend>(db: &TestDb<B>) {
         .unwrap()
         .expect("free");
     std::thread::sleep(ms(300));
-    assert!(!held.is_valid(&mut c).unwrap());
+    assert!(!held.confirm_held(&mut c).unwrap());
     match held.extend(&mut c, ms(5_000)) {
         Err(Error::LeaseLost {
             holder: None,
@@ -189,7 +189,11 @@ fn cannot_extend_expired_lock<B: TestBackend>(db: &TestDb<B>) {
         other => panic!("expected LeaseLost, got {other:?}"),
     }
     assert!(held.is_lost());
-    assert!(matches!(held.release(&mut c), Err(Error::LeaseLost { .. })));
+    assert!(matches!(held.ensure_held(), Err(Error::LeaseLost { .. })));
+    assert!(
+        !held.release(&mut c).unwrap(),
+        "a lost lease's release reports the loss"
+    );
 }
 
 fn cannot_extend_or_release_after_losing_it<B: TestBackend>(db: &TestDb<B>) {
@@ -215,12 +219,12 @@ fn cannot_extend_or_release_after_losing_it<B: TestBackend>(db: &TestDb<B>) {
         }
         other => panic!("expected LeaseLost, got {other:?}"),
     }
-    assert!(matches!(
-        first.release(&mut a),
-        Err(Error::LeaseLost { .. })
-    ));
+    assert!(
+        !first.release(&mut a).unwrap(),
+        "a lost lease's release reports the loss"
+    );
     // The loser's calls changed nothing for the new holder.
-    assert!(second.is_valid(&mut b).unwrap());
+    assert!(second.confirm_held(&mut b).unwrap());
     second.release(&mut b).unwrap();
 }
 

@@ -144,7 +144,7 @@ fn a_workers_lease_is_listed_and_a_forced_release_fences_it<B: TestBackend>(db: 
 fn a_forced_ticket_release_takes_the_permit_away<B: TestBackend>(db: &TestDb<B>) {
     ok(db, &["migrate"]);
     let mut holder_conn = db.conn();
-    let semaphore = Semaphore::new("exports", 2).unwrap();
+    let semaphore = Semaphore::new("exports", 2);
     let held = semaphore
         .acquire_on(&mut holder_conn, Duration::from_secs(10))
         .unwrap();

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::prelude::*;
 use diesel_lease::{admin, Error};
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::fmt::MakeWriter;

@@ -4,9 +4,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
+use diesel_lease::prelude::*;
 use diesel_lease::semaphore::{Mode, RwLock, Semaphore};
 use diesel_lease::{Error, OwnerId};
-use diesel_lease::prelude::*;
 
 use super::control_model::ProcessControl;
 use super::history::{replay, SemTestConn};
@@ -60,27 +60,17 @@ where
         .collect();
     let (rw, sem) = if control {
         (
-            ProcessControl::rw_lock(resource).unwrap(),
-            ProcessControl::semaphore(resource, permits).unwrap(),
+            ProcessControl::rw_lock(resource),
+            ProcessControl::semaphore(resource, permits),
         )
     } else {
-        (
-            RwLock::new(resource).unwrap(),
-            Semaphore::new(resource, permits).unwrap(),
-        )
+        (RwLock::new(resource), Semaphore::new(resource, permits))
     };
     let rw = rw
         .with_max_readers(permits)
-        .unwrap()
         .with_ttl(TTL)
-        .unwrap()
-        .with_max_poll_interval(POLL)
-        .unwrap();
-    let sem = sem
-        .with_ttl(TTL)
-        .unwrap()
-        .with_max_poll_interval(POLL)
-        .unwrap();
+        .with_max_poll_interval(POLL);
+    let sem = sem.with_ttl(TTL).with_max_poll_interval(POLL);
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let (pool, rw, sem) = (&pool, &rw, &sem);
@@ -166,7 +156,7 @@ where
 /// two holders, and the late, lower ticket waits until the holder is gone.
 fn commit_order_race_never_admits_two<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 8);
-    let mutex = Semaphore::mutex("race").unwrap().with_ttl(TTL).unwrap();
+    let mutex = Semaphore::mutex("race").with_ttl(TTL);
     // Make sure the resource row exists, like in a running system.
     mutex
         .try_acquire(&pool)
@@ -247,11 +237,8 @@ where
     );
     let make = |owner: &str| {
         Semaphore::mutex("slow")
-            .unwrap()
             .with_ttl(TTL)
-            .unwrap()
             .with_max_poll_interval(POLL)
-            .unwrap()
             .with_owner(OwnerId::new(owner).unwrap())
     };
     let (slow, fast) = (make("slow"), make("fast"));
@@ -285,11 +272,8 @@ fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
     const WAITERS: usize = 6;
     let pool = setup(db, WAITERS as u32 + 4);
     let mutex = Semaphore::mutex("fifo")
-        .unwrap()
         .with_ttl(TTL)
-        .unwrap()
-        .with_max_poll_interval(POLL)
-        .unwrap();
+        .with_max_poll_interval(POLL);
     let holder = mutex.acquire(&pool, LONG).unwrap();
     let order = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -321,11 +305,8 @@ fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
 fn writer_is_not_starved_by_readers<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 14);
     let rw = RwLock::new("list")
-        .unwrap()
         .with_ttl(TTL)
-        .unwrap()
-        .with_max_poll_interval(POLL)
-        .unwrap();
+        .with_max_poll_interval(POLL);
     let r1 = rw.read(&pool, LONG).unwrap();
     let r2 = rw.read(&pool, LONG).unwrap();
     let order = Mutex::new(Vec::new());
@@ -369,11 +350,8 @@ fn writer_is_not_starved_by_readers<B: TestBackend>(db: &TestDb<B>) {
 fn waiting_writer_timeout_lets_readers_in<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 10);
     let rw = RwLock::new("doc")
-        .unwrap()
         .with_ttl(TTL)
-        .unwrap()
-        .with_max_poll_interval(POLL)
-        .unwrap();
+        .with_max_poll_interval(POLL);
     let r1 = rw.read(&pool, LONG).unwrap();
     std::thread::scope(|s| {
         let (pool_ref, rw_ref) = (&pool, &rw);

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
+use diesel_lease::prelude::*;
 use diesel_lease::semaphore::RwLock;
 use diesel_lease::Error;
-use diesel_lease::prelude::*;
 
 use super::control_model::ProcessControl;
 use super::history::SemTestConn;
@@ -40,9 +40,7 @@ where
     control_table(db);
     let me = diesel_lease::OwnerId::new("Process A").unwrap();
     let etl = ProcessControl::semaphore("etl", 2)
-        .unwrap()
         .with_ttl(TTL)
-        .unwrap()
         .with_owner(me.clone());
     let a = etl.try_acquire(&pool).unwrap().expect("free");
     let b = etl.acquire(&pool, LONG).unwrap();
@@ -56,7 +54,7 @@ where
     );
     assert_eq!(count::<B>(&mut conn, "1 = 1"), 2);
     // Another resource in the same table has its own queue and limit.
-    let report = ProcessControl::rw_lock("report").unwrap().with_owner(me);
+    let report = ProcessControl::rw_lock("report").with_owner(me);
     let writer = report.try_write(&pool).unwrap().expect("free");
     assert!(
         report.try_read(&pool).unwrap().is_none(),
@@ -97,10 +95,7 @@ where
 fn seed_style_insert_never_makes_two_holders<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 8);
     control_table(db);
-    let mutex = ProcessControl::semaphore("race", 1)
-        .unwrap()
-        .with_ttl(TTL)
-        .unwrap();
+    let mutex = ProcessControl::semaphore("race", 1).with_ttl(TTL);
     mutex
         .try_acquire(&pool)
         .unwrap()
@@ -159,7 +154,7 @@ fn seed_style_insert_never_makes_two_holders<B: TestBackend>(db: &TestDb<B>) {
 fn a_dead_holder_is_cleaned_up<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 4);
     control_table(db);
-    let mutex = ProcessControl::semaphore("cleanup", 1).unwrap();
+    let mutex = ProcessControl::semaphore("cleanup", 1);
     mutex
         .try_acquire(&pool)
         .unwrap()
@@ -213,7 +208,7 @@ fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
            requesting_id VARCHAR(255) NOT NULL, \
            granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0)",
     );
-    let mutex = BasicControl::semaphore(1).unwrap();
+    let mutex = BasicControl::semaphore(1);
     assert_eq!(mutex.resource(), "basic_control");
     let held = mutex.acquire(&pool, LONG).unwrap();
     let waiter = std::thread::scope(|s| {
@@ -229,7 +224,7 @@ fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
     drop(waiter);
 
     // A writer needs an access-type column: refused, and nothing is left behind.
-    let rw = RwLock::in_control_table::<BasicControl>(None).unwrap();
+    let rw = RwLock::in_control_table::<BasicControl>(None);
     match rw.try_write(&pool) {
         Err(Error::Database(e)) => assert!(e.to_string().contains("access-type"), "{e}"),
         other => panic!("expected a refusal, got {other:?}"),

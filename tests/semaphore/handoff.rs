@@ -9,6 +9,7 @@
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
 
+use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 
 use super::{queue, setup, wait_until, worker};
@@ -24,11 +25,8 @@ const NOTICED_WITHIN: Duration = Duration::from_millis(400);
 
 fn mutex(resource: &str) -> Semaphore {
     Semaphore::mutex(resource)
-        .unwrap()
         .with_ttl(TTL)
-        .unwrap()
         .with_max_poll_interval(MAX_POLL)
-        .unwrap()
 }
 
 fn a_waiter_in_another_process_notices_a_release_at_once<B: TestBackend>(db: &TestDb<B>) {

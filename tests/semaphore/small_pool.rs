@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use diesel_lease::prelude::*;
 use diesel_lease::semaphore::{QueuedRequest, Semaphore};
 
 use super::{setup, wait_until, LONG};
@@ -14,7 +15,7 @@ const WATCH: Duration = Duration::from_millis(3_500);
 
 /// `resource`'s queue, read on `conn` (a connection of the test's own, outside the pool).
 fn queue_on<B: TestBackend>(conn: &mut B::Conn, resource: &str) -> Vec<QueuedRequest> {
-    Semaphore::mutex(resource).unwrap().queue(conn).unwrap()
+    Semaphore::mutex(resource).queue(conn).unwrap()
 }
 
 /// A pool of 2, a holder with a 1 s ttl heartbeating through it, and 3 waiters polling through
@@ -24,10 +25,7 @@ fn holder_keeps_its_permit_while_waiters_share_the_pool<B: TestBackend>(db: &Tes
     const WAITERS: usize = 3;
     let pool = setup(db, 2);
     let mut watcher = db.conn();
-    let mutex = Semaphore::mutex("small-pool")
-        .unwrap()
-        .with_ttl(Duration::from_secs(1))
-        .unwrap();
+    let mutex = Semaphore::mutex("small-pool").with_ttl(Duration::from_secs(1));
     let holder = mutex.acquire(&pool, LONG).unwrap();
     let granted = Mutex::new(Vec::new());
     let waiting = std::thread::scope(|s| {
@@ -54,7 +52,7 @@ fn holder_keeps_its_permit_while_waiters_share_the_pool<B: TestBackend>(db: &Tes
         let until = Instant::now() + WATCH;
         let mut looks = 0;
         while Instant::now() < until {
-            assert!(holder.is_held(), "the holder was lost after {looks} looks");
+            assert!(!holder.is_lost(), "the holder was lost after {looks} looks");
             let q = queue_on::<B>(&mut watcher, "small-pool");
             let tickets: Vec<i64> = q.iter().map(|r| r.ticket).collect();
             assert_eq!(tickets, queued, "a request expired or re-queued: {q:?}");
@@ -63,7 +61,7 @@ fn holder_keeps_its_permit_while_waiters_share_the_pool<B: TestBackend>(db: &Tes
             looks += 1;
             std::thread::sleep(Duration::from_millis(50));
         }
-        assert!(holder.is_held());
+        assert!(!holder.is_lost());
         holder.release().unwrap();
         waiting
     });
@@ -83,6 +81,7 @@ mod listener {
 
     use diesel::connection::SimpleConnection;
     use diesel::PgConnection;
+    use diesel_lease::prelude::*;
     use diesel_lease::semaphore::Semaphore;
 
     use super::super::history::SemTestConn;
@@ -106,10 +105,7 @@ mod listener {
 
     /// A mutex whose waiters, after ramping up, poll at most every 10 s.
     fn slow_polling(resource: &str) -> Semaphore {
-        Semaphore::mutex(resource)
-            .unwrap()
-            .with_max_poll_interval(Duration::from_secs(10))
-            .unwrap()
+        Semaphore::mutex(resource).with_max_poll_interval(Duration::from_secs(10))
     }
 
     /// Queues `waiters` one after the other behind the holder of `mutex`, lets their polls
@@ -187,10 +183,8 @@ mod listener {
 
         // 2. Terminate the listener and keep it from reconnecting: a waiter still gets the
         // permit, by polling (every 200 ms here).
-        let polling = Semaphore::mutex("fallback")
-            .unwrap()
-            .with_max_poll_interval(Duration::from_millis(200))
-            .unwrap();
+        let polling =
+            Semaphore::mutex("fallback").with_max_poll_interval(Duration::from_millis(200));
         let holder = polling.acquire(&pool, LONG).unwrap();
         let mut watcher = db.conn();
         std::thread::scope(|s| {

@@ -6,6 +6,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
+use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::{BackendKind, Error};
 
@@ -28,11 +29,8 @@ fn first_line(child: &mut Child) -> String {
 fn killed_holder_is_replaced_after_its_ttl<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 6);
     let mutex = Semaphore::mutex("killed")
-        .unwrap()
         .with_ttl(Duration::from_millis(1500))
-        .unwrap()
-        .with_max_poll_interval(POLL)
-        .unwrap();
+        .with_max_poll_interval(POLL);
     let mut child = worker(db, &["hold", "killed", "1", "1500", "50"]);
     let line = first_line(&mut child);
     assert!(line.starts_with("HELD "), "worker said {line:?}");
@@ -65,11 +63,8 @@ fn killed_holder_is_replaced_after_its_ttl<B: TestBackend>(db: &TestDb<B>) {
 fn waiters_that_give_up_leave_no_ticket<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 6);
     let mutex = Semaphore::mutex("waiters")
-        .unwrap()
         .with_ttl(Duration::from_millis(1500))
-        .unwrap()
-        .with_max_poll_interval(POLL)
-        .unwrap();
+        .with_max_poll_interval(POLL);
     let held = mutex.acquire(&pool, LONG).unwrap();
     let timeout = Duration::from_millis(300);
     match mutex.acquire(&pool, timeout) {
@@ -130,7 +125,7 @@ where
            FOR EACH ROW UPDATE sem_polls SET n = n + IF(NEW.granted, 0, 1);",
     );
     // Default settings: polls back off to one per second.
-    let mutex = Semaphore::mutex("idle").unwrap();
+    let mutex = Semaphore::mutex("idle");
     let held = mutex.acquire(&pool, LONG).unwrap();
     let started = Instant::now();
     assert!(matches!(
@@ -166,10 +161,7 @@ fn release_notifies_waiters<B: TestBackend>(db: &TestDb<B>) {
         .batch_execute("LISTEN diesel_lease_semaphores")
         .unwrap();
     // Polls up to 10 s apart: a prompt hand-over is the notification's doing.
-    let mutex = Semaphore::mutex("notify")
-        .unwrap()
-        .with_max_poll_interval(Duration::from_secs(10))
-        .unwrap();
+    let mutex = Semaphore::mutex("notify").with_max_poll_interval(Duration::from_secs(10));
     let held = mutex.acquire(&pool, LONG).unwrap();
     std::thread::scope(|s| {
         let (pool_ref, mutex_ref) = (&pool, &mutex);

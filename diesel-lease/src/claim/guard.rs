@@ -7,21 +7,24 @@ use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
-use super::{finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish};
+use super::{
+    finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish, HasDoneState,
+    HasFailedState,
+};
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, LeaseConnection, Result};
+use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
 
 /// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
 ///
 /// While the guard lives, a background heartbeat moves the row's `claimed_at` to the database's
 /// now every timeout/3, so the claim is not rescued while its work runs. Finish it with
-/// [`complete`](Self::complete), [`fail`](Self::fail) or [`release`](Self::release); a guard
+/// [`complete`](Self::complete), [`fail`](Self::fail) or [`release`](Held::release); a guard
 /// dropped unfinished — the work returned early or panicked — hands the row back (first ready
 /// state) so another worker can take it at once.
 ///
-/// The guard is *lost* — [`is_lost`](Self::is_lost) turns true, [`lost_signal`](Self::lost_signal)
+/// The guard is *lost* — [`is_lost`](Held::is_lost) turns true, [`lost_signal`](Held::lost_signal)
 /// fires — when a heartbeat finds the claim rescued or finished by someone else, or when no
 /// heartbeat succeeded before the local deadline (the instant the claim or the last successful
 /// heartbeat was sent, plus the timeout, minus a tenth of it): a worker cut off from the database
@@ -188,34 +191,51 @@ where
         &self.row
     }
 
+    /// Marks the row done if this worker still owns the claim (see
+    /// [`finish`](super::finish)); `false` when it was rescued.
+    pub fn complete(mut self) -> Result<bool>
+    where
+        M: HasDoneState,
+    {
+        self.finish(Finish::Done, None)
+    }
+
+    /// Marks the row failed if this worker still owns the claim.
+    pub fn fail(mut self) -> Result<bool>
+    where
+        M: HasFailedState,
+    {
+        self.finish(Finish::Failed, None)
+    }
+}
+
+impl<M: Claimable> Held for ClaimGuard<M> {
     /// Whether this worker must consider the claim lost (see the type's docs).
-    pub fn is_lost(&self) -> bool {
+    fn is_lost(&self) -> bool {
         matches!(
             self.local.lost_reason(),
             Some(LostReason::Expired | LostReason::Gone)
         )
     }
 
-    /// A handle that fires when the claim is lost (or finished): poll it or block on it from the
-    /// work to cancel that work.
-    pub fn lost_signal(&self) -> LostSignal {
+    /// Fires when the claim is lost (or finished).
+    fn lost_signal(&self) -> LostSignal {
         self.local.lost_signal()
     }
 
-    /// Marks the row done if this worker still owns the claim (see
-    /// [`finish`](super::finish)); `false` when it was rescued.
-    pub fn complete(mut self) -> Result<bool> {
-        self.finish(Finish::Done, None)
-    }
-
-    /// Marks the row failed if this worker still owns the claim.
-    pub fn fail(mut self) -> Result<bool> {
-        self.finish(Finish::Failed, None)
+    /// [`Error::ClaimLost`] once lost.
+    fn ensure_held(&self) -> Result<()> {
+        if self.is_lost() {
+            return Err(Error::ClaimLost {
+                table: crate::observe::table_name::<M::Table>().to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Hands the row back (first ready state, owner cleared) if this worker still owns the
-    /// claim.
-    pub fn release(mut self) -> Result<bool> {
+    /// claim; `false` when it was rescued or finished meanwhile.
+    fn release(mut self) -> Result<bool> {
         self.finish(Finish::Ready, None)
     }
 }

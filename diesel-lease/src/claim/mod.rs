@@ -170,7 +170,7 @@ pub trait HasAttempts: Claimable {}
 #[derive(Debug, Clone)]
 pub struct ClaimOptions {
     owner: OwnerId,
-    timeout: Option<crate::Ttl>,
+    timeout: Option<std::time::Duration>,
     drop_wait: std::time::Duration,
 }
 
@@ -193,21 +193,42 @@ impl ClaimOptions {
 
     /// Treats claims older than `timeout` (database clock) as abandoned.
     ///
-    /// Zero is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration);
-    /// claiming with a timeout on a model without a `claimed_at` column is an error.
-    pub fn timeout(mut self, timeout: std::time::Duration) -> crate::Result<Self> {
-        self.timeout = Some(crate::Ttl::new("claim timeout", timeout)?);
-        Ok(self)
+    /// Checked when a claim uses the options: zero is refused then with
+    /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration), and so is a timeout on a
+    /// model without a `claimed_at` column ([`Error::Config`]).
+    pub fn timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// How long dropping an unfinished [`ClaimGuard`] waits at most, in all, for its heartbeat to
     /// stop and for a pool connection to hand the row back with (default [`DROP_WAIT`]); without
-    /// one in time the claim is left to time out. Zero is refused with
-    /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
-    pub fn drop_wait(mut self, wait: std::time::Duration) -> crate::Result<Self> {
-        crate::Ttl::new("drop wait", wait)?;
+    /// one in time the claim is left to time out. Zero is refused (when a claim uses the
+    /// options) with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    pub fn drop_wait(mut self, wait: std::time::Duration) -> Self {
         self.drop_wait = wait;
-        Ok(self)
+        self
+    }
+
+    /// The one check of the settings, before a claim sends any SQL.
+    fn check<M: Claimable>(&self) -> Result<()> {
+        if let Some(timeout) = self.timeout {
+            crate::Ttl::new("claim timeout", timeout)?;
+            if M::CLAIMED_AT.is_none() {
+                // A timeout nothing can measure would silently never rescue anything.
+                return Err(Error::Config(
+                    "ClaimOptions::timeout needs a claimed_at column: add `claimed_at = <timestamp column>` to #[claimable(...)]".into(),
+                ));
+            }
+            if M::OWNER.is_none() && M::ATTEMPTS.is_none() {
+                // A rescued claim's stale worker must not be able to complete it.
+                return Err(Error::Config(
+                    "ClaimOptions::timeout lets another worker rescue a claim, which needs a fence: add `owner = <text column>` or `attempts = <integer column>` to #[claimable(...)]".into(),
+                ));
+            }
+        }
+        crate::Ttl::new("drop wait", self.drop_wait)?;
+        Ok(())
     }
 
     pub(crate) fn drop_wait_limit(&self) -> std::time::Duration {
@@ -221,7 +242,7 @@ impl ClaimOptions {
 
     pub(crate) fn timeout_micros<M: Claimable>(&self) -> Option<i64> {
         self.timeout
-            .map(crate::Ttl::as_micros)
+            .map(|t| i64::try_from(t.as_micros()).unwrap_or(i64::MAX))
             .or(M::CLAIM_TIMEOUT_MICROS)
     }
 }
@@ -286,18 +307,7 @@ where
         options: &ClaimOptions,
         filter: Filter<'_, C::Backend>,
     ) -> Result<Vec<M>> {
-        if options.timeout.is_some() && M::CLAIMED_AT.is_none() {
-            // A timeout nothing can measure would silently never rescue anything.
-            return Err(Error::Config(
-                "ClaimOptions::timeout needs a claimed_at column: add `claimed_at = <timestamp column>` to #[claimable(...)]".into(),
-            ));
-        }
-        if options.timeout.is_some() && M::OWNER.is_none() && M::ATTEMPTS.is_none() {
-            // A rescued claim's stale worker must not be able to complete it.
-            return Err(Error::Config(
-                "ClaimOptions::timeout lets another worker rescue a claim, which needs a fence: add `owner = <text column>` or `attempts = <integer column>` to #[claimable(...)]".into(),
-            ));
-        }
+        options.check::<M>()?;
         // Every claim writes its own stamp: a rescue (even by this process) makes it differ.
         let stamp = ClaimStamp::new(&options.owner);
         let parts = ClaimParts::<M, C::Backend>::new(stamp.as_str(), options.timeout_micros::<M>());

@@ -10,7 +10,7 @@ use lease_core::FencingToken;
 use super::{Lease, LeaseOptions};
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, LeaseConnection, Result};
+use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
 
 /// A lease taken through an r2d2 pool. It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
@@ -18,9 +18,9 @@ use crate::{BorrowConnection, Error, LeaseConnection, Result};
 /// default [`DROP_WAIT`](crate::pool::DROP_WAIT)).
 ///
 /// With [`LeaseOptions::keep_alive`], a background heartbeat extends the lease by its ttl every
-/// ttl/3. The guard is *lost* — [`is_lost`](Self::is_lost) turns true,
-/// [`lost_signal`](Self::lost_signal) fires and [`extend`](Self::extend)/[`release`](Self::release)
-/// return [`Error::LeaseLost`](crate::Error::LeaseLost) — when an extension finds the lease
+/// ttl/3. The guard is *lost* ([`Held`]: [`is_lost`](Held::is_lost) turns true,
+/// [`lost_signal`](Held::lost_signal) fires, [`extend`](Self::extend) returns
+/// [`Error::LeaseLost`](crate::Error::LeaseLost) and [`release`](Held::release) `false`) when an extension finds the lease
 /// expired or granted to someone else, *or* when no extension succeeded before the local
 /// deadline (see [`Lease::is_lost`]): a holder cut off from the database (pool exhausted, network
 /// down, server busy) knows it lost before the database gives the lease to another node.
@@ -155,24 +155,11 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
         &self.name
     }
 
-    /// Whether this holder must consider the lease lost: an extension found it expired or taken
-    /// over, or its local deadline passed without a successful extension (see
-    /// [`Lease::is_lost`]). Long jobs should check this between steps, or wait on
-    /// [`lost_signal`](Self::lost_signal), and stop when it turns true.
-    pub fn is_lost(&self) -> bool {
-        lock(&self.lease).is_lost()
-    }
-
-    /// A handle that fires when the lease is lost: poll it or block on it from the protected
-    /// work to cancel that work.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.signal.clone()
-    }
-
-    /// Whether the lease still holds, asked of the database.
-    pub fn is_valid(&self) -> Result<bool> {
+    /// Whether the lease still holds, asked of the database (its clock decides expiry); see
+    /// [`Held::ensure_held`] for what this holder believes without asking.
+    pub fn confirm_held(&self) -> Result<bool> {
         let mut conn = self.pool.get()?;
-        lock(&self.lease).is_valid(&mut conn)
+        lock(&self.lease).confirm_held(&mut conn)
     }
 
     /// Moves the expiry to `ttl` from now (see [`Lease::extend`]); later keep-alive extensions
@@ -182,18 +169,33 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
         lock(&self.lease).extend(&mut conn, ttl)
     }
 
-    /// Stops the keep-alive and releases the lease (see [`Lease::release`]).
-    /// [`Error::LeaseLost`](crate::Error::LeaseLost) if it was lost meanwhile.
-    pub fn release(mut self) -> Result<()> {
-        self.finished = true;
-        self.finish(None)
-    }
-
     /// Stops the heartbeat (waiting at most `wait` for it) and releases the lease with a
     /// connection lent within `wait` (or the pool's own timeout when `None`).
-    fn finish(&mut self, wait: Option<Duration>) -> Result<()> {
+    fn finish(&mut self, wait: Option<Duration>) -> Result<bool> {
         let mut conn = stop_then_lend(self.heartbeat.take(), &self.pool, wait)?;
         lock(&self.lease).release(&mut conn)
+    }
+}
+
+impl<C: LeaseConnection + R2D2Connection> Held for LeaseGuard<C> {
+    /// See [`Lease::is_lost`].
+    fn is_lost(&self) -> bool {
+        lock(&self.lease).is_lost()
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        self.signal.clone()
+    }
+
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) once lost.
+    fn ensure_held(&self) -> Result<()> {
+        lock(&self.lease).ensure_held()
+    }
+
+    /// Stops the keep-alive and releases the lease (see [`Lease::release`]).
+    fn release(mut self) -> Result<bool> {
+        self.finished = true;
+        self.finish(None)
     }
 }
 

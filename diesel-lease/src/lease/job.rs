@@ -51,26 +51,27 @@ pub trait JobLease: Keyed {
 #[derive(Debug, Clone)]
 pub struct JobRunOptions {
     holder: OwnerId,
-    timeout: Ttl,
-    interval: Option<Ttl>,
+    timeout: std::time::Duration,
+    interval: Option<std::time::Duration>,
 }
 
 impl JobRunOptions {
     /// A run older than `timeout` (database clock) is considered dead and may be taken over.
     ///
-    /// A zero timeout is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
-    pub fn new(timeout: std::time::Duration) -> Result<Self> {
-        Ok(JobRunOptions {
+    /// The settings are checked when a run is started: a zero timeout or interval is refused
+    /// then with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    pub fn new(timeout: std::time::Duration) -> Self {
+        JobRunOptions {
             holder: OwnerId::process_default().clone(),
-            timeout: Ttl::new("job run timeout", timeout)?,
+            timeout,
             interval: None,
-        })
+        }
     }
 
     /// After a run starts, the job is next due `interval` later (`next_run = now + interval`).
-    pub fn every(mut self, interval: std::time::Duration) -> Result<Self> {
-        self.interval = Some(Ttl::new("job interval", interval)?);
-        Ok(self)
+    pub fn every(mut self, interval: std::time::Duration) -> Self {
+        self.interval = Some(interval);
+        self
     }
 
     /// Runs as `holder` instead of the process default identity.
@@ -234,7 +235,7 @@ impl JobRun {
 }
 
 /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner is dead):
-/// `Some(run)` for exactly one node. What the generated `Model::try_start_run` calls.
+/// `Some(run)` for exactly one node. What [`JobLeaseDsl::try_start_run`](crate::dsl::JobLeaseDsl::try_start_run) calls.
 pub fn try_start_run<M, C>(
     conn: &mut C,
     pk: M::Pk,
@@ -245,15 +246,21 @@ where
     C: BorrowConnection,
     C::Conn: JobConnection<M>,
 {
+    // The options' one check, before any SQL.
+    let timeout = Ttl::new("job run timeout", options.timeout)?;
+    let interval = options
+        .interval
+        .map(|i| Ttl::new("job interval", i))
+        .transpose()?;
     let stamp = ClaimStamp::new(&options.holder);
     let started = conn.borrow_connection().start_run(StartRunStmt {
         table: M::Table::default(),
         pk: M::pk_filter(pk),
         holder: stamp.as_str().to_owned(),
         now: DbNow::new(),
-        dead_before: DbNowOffset::ago(options.timeout.as_micros()),
+        dead_before: DbNowOffset::ago(timeout.as_micros()),
         due_by: DbNow::new(),
-        next_run: options.interval.map(|i| DbNowOffset::new(i.as_micros())),
+        next_run: interval.map(|i| DbNowOffset::new(i.as_micros())),
     })?;
     Ok(started.then_some(JobRun { stamp }))
 }

@@ -466,7 +466,7 @@ impl Lease {
 
     /// Whether this grant still holds, asked of the database (its clock decides expiry).
     /// `false` after release, expiry or takeover.
-    pub fn is_valid(&self, conn: &mut impl BorrowConnection) -> Result<bool> {
+    pub fn confirm_held(&self, conn: &mut impl BorrowConnection) -> Result<bool> {
         if self.state != State::Held {
             return Ok(false);
         }
@@ -490,7 +490,7 @@ impl Lease {
     ///     .unwrap()
     ///     .unwrap();
     /// lease.extend(&mut conn, Duration::from_secs(60)).unwrap();
-    /// assert!(lease.is_valid(&mut conn).unwrap());
+    /// assert!(lease.confirm_held(&mut conn).unwrap());
     /// lease.release(&mut conn).unwrap();
     /// # }
     /// ```
@@ -523,10 +523,14 @@ impl Lease {
     /// is later ([`LeaseOptions::at_least_for`]). The row and its token stay, so the next grant
     /// gets a larger token.
     ///
-    /// [`Error::LeaseLost`] if the grant had expired or was taken over — the protected work ran
-    /// (partly) unprotected; [`Error::LeaseNotHeld`] if it was already released.
-    pub fn release(&mut self, conn: &mut impl BorrowConnection) -> Result<()> {
-        self.check_held()?;
+    /// `true` when the grant was still held; `false` when it had expired or was taken over —
+    /// the protected work ran (partly) unprotected. [`Error::LeaseNotHeld`] if it was already
+    /// released.
+    pub fn release(&mut self, conn: &mut impl BorrowConnection) -> Result<bool> {
+        match self.check_held() {
+            Err(Error::LeaseLost { .. }) => return Ok(false),
+            checked => checked?,
+        }
         let conn = conn.borrow_connection();
         let op = op!(
             LeaseRelease,
@@ -543,10 +547,22 @@ impl Lease {
         })? {
             self.state = State::Released;
             self.local.mark_lost(LostReason::Released);
-            Ok(())
+            Ok(true)
         } else {
-            Err(self.mark_lost(conn))
+            self.mark_lost(conn);
+            Ok(false)
         }
+    }
+
+    /// `Ok(())` while this holder believes it holds the lease (see [`is_lost`](Self::is_lost));
+    /// [`Error::LeaseLost`] once lost, [`Error::LeaseNotHeld`] after release.
+    pub fn ensure_held(&self) -> Result<()> {
+        if self.is_lost() {
+            if let State::Held = self.state {
+                return Err(self.lost_error(None));
+            }
+        }
+        self.check_held()
     }
 
     fn check_held(&self) -> Result<()> {

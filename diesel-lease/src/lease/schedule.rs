@@ -24,7 +24,7 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use lease_core::{Backoff, FencingToken, Ttl};
 
 use crate::lease::{LeaseGuard, LeaseOptions};
-use crate::{Error, LeaseConnection, Result};
+use crate::{Error, Held, LeaseConnection, Result};
 
 /// Runs `job` if the lease `name` can be taken now; `Ok(None)` without running it if another
 /// node holds it. The lease is released when the job returns (and on unwinding, by the guard).
@@ -67,7 +67,7 @@ where
         return Ok(None);
     };
     let out = job(&guard);
-    guard.release()?;
+    release_or_lost(guard)?;
     Ok(Some(out))
 }
 
@@ -104,8 +104,24 @@ where
 {
     let guard = LeaseGuard::acquire(pool, name, &LeaseOptions::new(ttl), ttl)?;
     let out = f();
-    guard.release()?;
+    release_or_lost(guard)?;
     Ok(out)
+}
+
+/// Releases `guard`; [`Error::LeaseLost`] when it had been lost while the work ran, which the
+/// caller of a run-and-release helper must hear about (the work ran, partly, unprotected).
+fn release_or_lost<C: LeaseConnection + R2D2Connection>(guard: LeaseGuard<C>) -> Result<()> {
+    let lost = guard.ensure_held().err();
+    let (name, token) = (guard.name().to_owned(), guard.token());
+    if guard.release()? {
+        return Ok(());
+    }
+    Err(lost.unwrap_or(Error::LeaseLost {
+        name,
+        token,
+        holder: None,
+        holder_token: None,
+    }))
 }
 
 /// A periodic job's schedule: once per `interval` across the farm (see [`Every`]).
@@ -259,7 +275,7 @@ impl Every {
             guard: &guard,
             due_at_micros,
         });
-        guard.release()?;
+        release_or_lost(guard)?;
         Ok(Some(out))
     }
 

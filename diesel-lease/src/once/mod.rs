@@ -27,7 +27,9 @@ use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
 /// A model with a guard column: a nullable column that is set once (`#[claimable(claim_if_null = col)]`).
 pub trait ClaimIfNull: Keyed {
     /// The SQL type of the guard column (always `Nullable<_>`).
-    type NullColumnSql: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType + 'static;
+    type NullColumnSql: diesel::sql_types::SqlType
+        + diesel::expression::TypedExpressionType
+        + 'static;
     /// The guard column's name.
     const NULL_COLUMN: &'static str;
 }

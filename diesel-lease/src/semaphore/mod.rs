@@ -18,7 +18,7 @@
 //! diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
 //!
 //! // At most 3 imports against the partner API at once, farm-wide.
-//! let imports = Semaphore::new("partner-api", 3).unwrap();
+//! let imports = Semaphore::new("partner-api", 3);
 //! let permit = imports.acquire(&pool, Duration::from_secs(60)).unwrap();
 //! // ... call the partner API; the permit heartbeats in the background ...
 //! permit.release().unwrap(); // or just drop it
@@ -44,7 +44,7 @@
 //! ("How it works, and why two holders never happen").
 //!
 //! Holders heartbeat while they hold (every ttl/3, from a background thread for a pool-backed
-//! [`Permit`]); waiters refresh their row on every poll. A row whose owner stops for longer than
+//! [`PermitGuard`]); waiters refresh their row on every poll. A row whose owner stops for longer than
 //! the ttl is removed by the next transaction on that resource, and the next in line proceeds.
 //!
 //! Waiters poll with exponential backoff capped at one second (one short transaction per
@@ -69,7 +69,7 @@
 //! # Limits
 //!
 //! A holder that stalls longer than the ttl (a long GC pause, a suspended VM) loses its permit
-//! while it still believes it holds it; [`Permit::is_held`] says so after the next heartbeat.
+//! while it still believes it holds it; [`PermitGuard::is_held`] says so after the next heartbeat.
 //! Choose a ttl far above any pause you expect.
 //!
 //! Called inside an open transaction of the caller's, every function here fails with
@@ -103,7 +103,7 @@ pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, Resource
 #[doc(hidden)]
 pub use control::{MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
 pub use lease_core::admission::Mode;
-pub use permit::{ManualPermit, Permit};
+pub use permit::{Permit, PermitGuard};
 pub use rwlock::RwLock;
 
 /// The longest resource name the built-in table stores, in bytes.
@@ -138,7 +138,7 @@ pub const DEFAULT_MAX_POLL: Duration = Duration::from_secs(1);
 /// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 4).unwrap();
 /// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
 ///
-/// let mutex = Semaphore::mutex("schema-change").unwrap();
+/// let mutex = Semaphore::mutex("schema-change");
 /// let held = mutex.try_acquire(&pool).unwrap().expect("nobody else holds it");
 /// assert!(mutex.try_acquire(&pool).unwrap().is_none()); // busy: try_acquire never waits
 /// drop(held); // released
@@ -148,8 +148,11 @@ pub const DEFAULT_MAX_POLL: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone)]
 pub struct Semaphore {
     resource: String,
-    permits: i32,
-    ttl: Ttl,
+    /// As given; checked (with the other settings) when a request is made.
+    permits: u32,
+    /// What `permits` is called in an error: `permits`, or a lock's `max readers`.
+    permits_name: &'static str,
+    ttl: Duration,
     owner: OwnerId,
     max_poll: Duration,
     drop_wait: Duration,
@@ -160,20 +163,22 @@ pub struct Semaphore {
 impl Semaphore {
     /// A semaphore of `permits` holders over `resource`.
     ///
-    /// Fails with [`InvalidInput::EmptyName`] / [`InvalidInput::NameTooLong`] for a bad name,
-    /// [`InvalidInput::Zero`] for zero permits and [`InvalidInput::TooLarge`] above `i32::MAX`.
-    pub fn new(resource: impl Into<String>, permits: u32) -> Result<Self> {
-        let resource = resource.into();
-        lease_core::validate_name("resource", &resource, MAX_RESOURCE_LEN)?;
-        Ok(Semaphore {
-            resource,
-            permits: permits_value("permits", permits)?,
-            ttl: Ttl::new("ttl", DEFAULT_TTL)?,
+    /// Like every setter of this type, it only records what it is given: the settings are
+    /// checked when a permit is asked for ([`acquire`](Self::acquire), …), which then fails with
+    /// [`InvalidInput::EmptyName`] / [`InvalidInput::NameTooLong`] for a bad name,
+    /// [`InvalidInput::Zero`] for zero permits, [`InvalidInput::TooLarge`] above `i32::MAX` and
+    /// [`InvalidInput::ZeroDuration`] for a zero ttl, poll interval or drop wait.
+    pub fn new(resource: impl Into<String>, permits: u32) -> Self {
+        Semaphore {
+            resource: resource.into(),
+            permits,
+            permits_name: "permits",
+            ttl: DEFAULT_TTL,
             owner: OwnerId::process_default().clone(),
             max_poll: DEFAULT_MAX_POLL,
             drop_wait: DROP_WAIT,
             table: None,
-        })
+        }
     }
 
     /// A semaphore of `permits` holders whose requests are rows of your control table `T`
@@ -184,39 +189,32 @@ impl Semaphore {
     /// then serves one resource). The queue is serialized by a row of the library's
     /// `diesel_lease_semaphores` named `<table>#<resource>` (also what
     /// [`resource`](Self::resource) returns), so the library's migrations must have run.
-    /// Fails like [`new`](Self::new), and with [`InvalidInput::EmptyName`] when `T` has a
-    /// resource column but no resource was given.
+    /// Checked like [`new`](Self::new) when used; `resource` is `Some` exactly when `T` has a
+    /// resource column (the extension traits that call this make sure of it).
     #[doc(hidden)]
-    pub fn in_control_table<T: ControlTable>(
-        resource: Option<String>,
-        permits: u32,
-    ) -> Result<Self> {
+    pub fn in_control_table<T: ControlTable>(resource: Option<String>, permits: u32) -> Self {
         let (key, stored) = match (T::RESOURCE, resource) {
-            (Some(_), Some(resource)) => {
-                lease_core::validate_name("resource", &resource, MAX_RESOURCE_LEN)?;
-                (format!("{}#{resource}", T::NAME), Some(resource))
-            }
-            (Some(_), None) => return Err(InvalidInput::EmptyName { what: "resource" }.into()),
-            (None, _) => (T::NAME.to_owned(), None),
+            (Some(_), Some(resource)) => (format!("{}#{resource}", T::NAME), Some(resource)),
+            (_, _) => (T::NAME.to_owned(), None),
         };
-        let mut sem = Self::new(key, permits)?;
+        let mut sem = Self::new(key, permits);
         sem.table = Some(ControlTarget {
             ops: std::sync::Arc::new(control::OpsOf::<T>::new()),
             resource: stored,
         });
-        Ok(sem)
+        sem
     }
 
     /// A mutex: a semaphore with one permit.
-    pub fn mutex(resource: impl Into<String>) -> Result<Self> {
+    pub fn mutex(resource: impl Into<String>) -> Self {
         Self::new(resource, 1)
     }
 
     /// How long a holder or waiter stays in the queue after its last heartbeat (default
-    /// [`DEFAULT_TTL`]). Pool-backed permits heartbeat every ttl/3. Fails for a zero ttl.
-    pub fn with_ttl(mut self, ttl: Duration) -> Result<Self> {
-        self.ttl = Ttl::new("ttl", ttl)?;
-        Ok(self)
+    /// [`DEFAULT_TTL`]). Pool-backed permits heartbeat every ttl/3. Zero is refused when used.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
     }
 
     /// Who the requests are recorded as (default: [`OwnerId::process_default`]).
@@ -228,23 +226,22 @@ impl Semaphore {
     /// The longest pause between two polls of a waiter (default [`DEFAULT_MAX_POLL`], and never
     /// more than ttl/3). Lower values hand a freed permit over sooner on SQLite and MySQL at the
     /// cost of more queries; PostgreSQL waiters are woken by notifications anyway (pool-backed
-    /// ones when their pool has [`WaiterWakeups`](crate::pool::WaiterWakeups)). Fails for zero.
-    pub fn with_max_poll_interval(mut self, max: Duration) -> Result<Self> {
-        Ttl::new("max poll interval", max)?;
+    /// ones when their pool has [`WaiterWakeups`](crate::pool::WaiterWakeups)). Zero is refused
+    /// when used.
+    pub fn with_max_poll_interval(mut self, max: Duration) -> Self {
         self.max_poll = max;
-        Ok(self)
+        self
     }
 
-    /// How long dropping a [`Permit`] waits at most, in all, for its heartbeat to stop and for
+    /// How long dropping a [`PermitGuard`] waits at most, in all, for its heartbeat to stop and for
     /// a pool connection to release it with (default [`DROP_WAIT`]). The same bound applies to
     /// what must not hang on a cut-off database: [`try_acquire`](Self::try_acquire), a release,
     /// and taking a request back at the deadline (waits for a connection and for the
-    /// resource's lock). A permit that cannot be released in time expires after its ttl. Fails
-    /// for zero.
-    pub fn with_drop_wait(mut self, wait: Duration) -> Result<Self> {
-        Ttl::new("drop wait", wait)?;
+    /// resource's lock). A permit that cannot be released in time expires after its ttl. Zero
+    /// is refused when used.
+    pub fn with_drop_wait(mut self, wait: Duration) -> Self {
         self.drop_wait = wait;
-        Ok(self)
+        self
     }
 
     /// The resource name.
@@ -254,21 +251,21 @@ impl Semaphore {
 
     /// How many holders the resource admits at once.
     pub fn permits(&self) -> u32 {
-        self.permits.unsigned_abs()
+        self.permits
     }
 
     /// The ttl of requests.
     pub fn ttl(&self) -> Duration {
-        self.ttl.as_duration()
+        self.ttl
     }
 
     /// Waits up to `timeout` for a permit, using connections from `pool`.
     ///
     /// Permits are granted in request order. While waiting it borrows a pool connection for
     /// each poll (waiting at most until the deadline for one) and gives it back in between; a
-    /// poll that gets none in time is skipped. The returned [`Permit`] heartbeats from a
+    /// poll that gets none in time is skipped. The returned [`PermitGuard`] heartbeats from a
     /// background thread, borrowing a pool connection for each beat every ttl/3, and is released
-    /// when dropped or by [`Permit::release`]. On PostgreSQL the waiter is woken by the pool's
+    /// when dropped or by [`PermitGuard::release`]. On PostgreSQL the waiter is woken by the pool's
     /// listener (see the [module docs](self)).
     ///
     /// A zero `timeout` tries once, with a connection that is free at once. At the deadline it
@@ -279,32 +276,35 @@ impl Semaphore {
         &self,
         pool: &Pool<ConnectionManager<C>>,
         timeout: Duration,
-    ) -> Result<Permit<C>>
+    ) -> Result<PermitGuard<C>>
     where
         C: LeaseConnection + R2D2Connection,
     {
-        pooled(pool, self.request(Mode::Shared), timeout, self.max_poll)
+        pooled(pool, self.request(Mode::Shared)?, timeout, self.max_poll)
     }
 
     /// Takes a permit if one is free right now and nobody is queued ahead; never waits.
     /// `Ok(None)` when busy (nothing is left queued).
-    pub fn try_acquire<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<Permit<C>>>
+    pub fn try_acquire<C>(
+        &self,
+        pool: &Pool<ConnectionManager<C>>,
+    ) -> Result<Option<PermitGuard<C>>>
     where
         C: LeaseConnection + R2D2Connection,
     {
-        pooled_try(pool, self.request(Mode::Shared))
+        pooled_try(pool, self.request(Mode::Shared)?)
     }
 
     /// Like [`acquire`](Self::acquire), on a connection you own, which it uses for the whole
-    /// wait (on PostgreSQL it `LISTEN`s on it). The [`ManualPermit`] does not heartbeat or
-    /// release itself; call [`ManualPermit::heartbeat`] within every ttl and
-    /// [`ManualPermit::release`] when done.
+    /// wait (on PostgreSQL it `LISTEN`s on it). The [`Permit`] does not heartbeat or
+    /// release itself; call [`Permit::heartbeat`] within every ttl and
+    /// [`Permit::release`] when done.
     pub fn acquire_on(
         &self,
         conn: &mut impl BorrowConnection,
         timeout: Duration,
-    ) -> Result<ManualPermit> {
-        manual(conn, self.request(Mode::Shared), timeout, self.max_poll)
+    ) -> Result<Permit> {
+        manual(conn, self.request(Mode::Shared)?, timeout, self.max_poll)
     }
 
     /// The resource's queue in ticket order: holders and waiters, as the database has them now
@@ -316,16 +316,22 @@ impl Semaphore {
         queue_of(conn, &self.resource, self.table.as_ref())
     }
 
-    fn request(&self, mode: Mode) -> Request {
-        Request {
+    /// The request this semaphore makes, once its settings are checked: the one place they are.
+    fn request(&self, mode: Mode) -> Result<Request> {
+        match self.table.as_ref().and_then(|t| t.resource.as_deref()) {
+            Some(resource) => lease_core::validate_name("resource", resource, MAX_RESOURCE_LEN)?,
+            None => lease_core::validate_name("resource", &self.resource, MAX_RESOURCE_LEN)?,
+        }
+        Ttl::new("max poll interval", self.max_poll)?;
+        Ok(Request {
             resource: self.resource.clone(),
-            permits: self.permits,
+            permits: permits_value(self.permits_name, self.permits)?,
             owner: self.owner.as_str().to_string(),
             mode,
-            ttl: self.ttl,
-            drop_wait: self.drop_wait,
+            ttl: Ttl::new("ttl", self.ttl)?,
+            drop_wait: Ttl::new("drop wait", self.drop_wait)?.as_duration(),
             table: self.table.clone(),
-        }
+        })
     }
 }
 
@@ -348,7 +354,7 @@ fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
     })
 }
 
-fn pooled_try<C>(pool: &Pool<ConnectionManager<C>>, req: Request) -> Result<Option<Permit<C>>>
+fn pooled_try<C>(pool: &Pool<ConnectionManager<C>>, req: Request) -> Result<Option<PermitGuard<C>>>
 where
     C: LeaseConnection + R2D2Connection,
 {
@@ -359,7 +365,7 @@ where
         })
     });
     match op.finish(granted, granted_outcome)? {
-        Some(granted) => Permit::start(pool.clone(), req, granted).map(Some),
+        Some(granted) => PermitGuard::start(pool.clone(), req, granted).map(Some),
         None => Ok(None),
     }
 }
@@ -409,14 +415,14 @@ fn pooled<C>(
     req: Request,
     timeout: Duration,
     max_poll: Duration,
-) -> Result<Permit<C>>
+) -> Result<PermitGuard<C>>
 where
     C: LeaseConnection + R2D2Connection,
 {
     let op = acquire_op(C::KIND, &req);
     let granted = protocol::acquire(&mut FromPool::new(pool, &req), &req, timeout, max_poll);
     let granted = op.finish(granted, granted_outcome)?;
-    Permit::start(pool.clone(), req, granted)
+    PermitGuard::start(pool.clone(), req, granted)
 }
 
 fn manual(
@@ -424,7 +430,7 @@ fn manual(
     req: Request,
     timeout: Duration,
     max_poll: Duration,
-) -> Result<ManualPermit> {
+) -> Result<Permit> {
     let conn = conn.borrow_connection();
     let op = acquire_op(crate::observe::kind_of(conn), &req);
     let granted = protocol::acquire(
@@ -434,7 +440,7 @@ fn manual(
         max_poll,
     );
     let granted = op.finish(granted, granted_outcome)?;
-    Ok(ManualPermit {
+    Ok(Permit {
         req,
         ticket: granted.ticket,
     })

@@ -1,5 +1,5 @@
-//! Held permits: [`Permit`] (pool-backed, heartbeats itself, released on drop) and
-//! [`ManualPermit`] (on a connection you manage).
+//! Held permits: [`PermitGuard`] (pool-backed, heartbeats itself, released on drop) and
+//! [`Permit`] (on a connection you manage).
 
 use std::fmt;
 use std::time::Duration;
@@ -10,34 +10,34 @@ use super::protocol::{self, Granted, Request};
 use super::{statements_of, Mode};
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, LeaseConnection, Result};
+use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
 
 /// A held permit (or read/write lock) whose connections come from a pool.
 ///
 /// While it lives, a background heartbeat extends it every ttl/3. It is released when dropped
 /// (waiting at most [`Semaphore::with_drop_wait`](super::Semaphore::with_drop_wait), by default
-/// [`DROP_WAIT`](crate::pool::DROP_WAIT)), or by [`release`](Self::release), which reports
+/// [`DROP_WAIT`](crate::pool::DROP_WAIT)), or by [`release`](Held::release), which reports
 /// whether it was still held.
 ///
-/// It is *lost* — [`is_held`](Self::is_held) turns `false` and [`lost_signal`](Self::lost_signal)
+/// It is *lost* — [`is_lost`](Held::is_lost) turns `true` and [`lost_signal`](Held::lost_signal)
 /// fires — when a heartbeat finds its row gone (it expired and the next in line got in), or when
 /// no heartbeat succeeded before its local deadline: the instant the last successful grant or
 /// heartbeat was sent, plus the ttl, minus a tenth of it. The database never removes the row
 /// before that deadline, so a holder cut off from the database (pool exhausted, network down)
 /// stops believing it holds the permit before anybody else can enter.
 #[must_use = "the permit is released as soon as it is dropped"]
-pub struct Permit<C>
+pub struct PermitGuard<C>
 where
     C: LeaseConnection + R2D2Connection,
 {
     pool: Pool<ConnectionManager<C>>,
-    held: ManualPermit,
+    held: Permit,
     local: HolderState,
     heartbeat: Option<Heartbeat<Error>>,
     released: bool,
 }
 
-impl<C> Permit<C>
+impl<C> PermitGuard<C>
 where
     C: LeaseConnection + R2D2Connection,
 {
@@ -49,9 +49,9 @@ where
         let ttl = req.ttl.as_duration();
         let local = HolderState::new(granted.sent_at, ttl, default_margin(ttl));
         let beat = heartbeat_beat(pool.clone(), req.clone(), granted.ticket);
-        let mut permit = Permit {
+        let mut permit = PermitGuard {
             pool,
-            held: ManualPermit {
+            held: Permit {
                 req,
                 ticket: granted.ticket,
             },
@@ -84,36 +84,38 @@ where
         self.held.mode()
     }
 
-    /// `false` once the permit is lost (see the type's docs); stop the protected work then.
-    pub fn is_held(&self) -> bool {
-        !self.local.is_lost()
-    }
-
-    /// A handle that fires when the permit is lost: poll it or block on it from the protected
-    /// work to cancel that work.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.local.lost_signal()
-    }
-
-    /// [`Error::PermitNotHeld`] once the permit is lost; `Ok(())` otherwise.
-    pub fn ensure_held(&self) -> Result<()> {
-        self.held.still_held(self.is_held())
-    }
-
-    /// Releases the permit and lets the next in line in. [`Error::PermitNotHeld`] if it had
-    /// already expired and been removed.
-    pub fn release(mut self) -> Result<()> {
-        self.finish(None)
-    }
-
     /// Stops the heartbeat (waiting at most `wait` for it) and deletes the permit's row with a
     /// connection lent within `wait` (or the pool's own timeout when `None`).
-    fn finish(&mut self, wait: Option<Duration>) -> Result<()> {
+    fn finish(&mut self, wait: Option<Duration>) -> Result<bool> {
         self.released = true;
         let mut conn = stop_then_lend(self.heartbeat.take(), &self.pool, wait)?;
         let released = self.held.release(&mut conn);
         self.local.mark_lost(LostReason::Released);
         released
+    }
+}
+
+impl<C> Held for PermitGuard<C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    fn is_lost(&self) -> bool {
+        self.local.is_lost()
+    }
+
+    fn lost_signal(&self) -> LostSignal {
+        self.local.lost_signal()
+    }
+
+    /// [`Error::PermitNotHeld`] once lost.
+    fn ensure_held(&self) -> Result<()> {
+        self.held.still_held(!self.is_lost())
+    }
+
+    /// Releases the permit and lets the next in line in; `false` when it had already expired
+    /// and been removed.
+    fn release(mut self) -> Result<bool> {
+        self.finish(None)
     }
 }
 
@@ -139,7 +141,7 @@ fn heartbeat_beat<S: ConnectionSource>(
     }
 }
 
-impl<C> Drop for Permit<C>
+impl<C> Drop for PermitGuard<C>
 where
     C: LeaseConnection + R2D2Connection,
 {
@@ -151,16 +153,16 @@ where
     }
 }
 
-impl<C> fmt::Debug for Permit<C>
+impl<C> fmt::Debug for PermitGuard<C>
 where
     C: LeaseConnection + R2D2Connection,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit")
+        f.debug_struct("PermitGuard")
             .field("resource", &self.resource())
             .field("ticket", &self.ticket())
             .field("mode", &self.mode())
-            .field("held", &self.is_held())
+            .field("lost", &self.is_lost())
             .finish()
     }
 }
@@ -180,22 +182,22 @@ where
 /// let mut conn = SqliteConnection::establish(&dir.path().join("app.db").display().to_string()).unwrap();
 /// diesel_lease::run_migrations(&mut conn).unwrap();
 ///
-/// let sem = Semaphore::new("reports", 2).unwrap();
+/// let sem = Semaphore::new("reports", 2);
 /// let permit = sem.acquire_on(&mut conn, Duration::from_secs(5)).unwrap();
 /// permit.heartbeat(&mut conn).unwrap();
-/// permit.release(&mut conn).unwrap();
+/// assert!(permit.release(&mut conn).unwrap());
 /// // Releasing twice is reported, and changes nothing.
-/// assert!(matches!(permit.release(&mut conn), Err(diesel_lease::Error::PermitNotHeld { .. })));
+/// assert!(!permit.release(&mut conn).unwrap());
 /// # }
 /// ```
 #[derive(Debug)]
 #[must_use = "the permit stays held until released or expired"]
-pub struct ManualPermit {
+pub struct Permit {
     pub(super) req: Request,
     pub(super) ticket: i64,
 }
 
-impl ManualPermit {
+impl Permit {
     fn not_held(&self) -> Error {
         Error::PermitNotHeld {
             resource: self.req.resource.clone(),
@@ -237,9 +239,9 @@ impl ManualPermit {
         self.still_held(held)
     }
 
-    /// Releases the permit and lets the next in line in. [`Error::PermitNotHeld`] when it was already
-    /// released or had expired; nothing else changes then.
-    pub fn release(&self, conn: &mut impl BorrowConnection) -> Result<()> {
+    /// Releases the permit and lets the next in line in: `true` when it was still held, `false`
+    /// when it was already released or had expired (nothing else changes then).
+    pub fn release(&self, conn: &mut impl BorrowConnection) -> Result<bool> {
         let conn = conn.borrow_connection();
         let op = crate::observe::op!(
             SemaphoreRelease,
@@ -252,10 +254,9 @@ impl ManualPermit {
         let released = self.req.on(statements_of(conn), |sql| {
             protocol::release(sql, &self.req, self.ticket)
         });
-        let found = op.finish(released, |&found| {
+        op.finish(released, |&found| {
             (if found { "released" } else { "lost" }, 0)
-        })?;
-        self.still_held(found)
+        })
     }
 
     /// `Ok` when the statement found the permit's row, [`Error::PermitNotHeld`] otherwise.

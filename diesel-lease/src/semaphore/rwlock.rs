@@ -5,8 +5,7 @@ use std::time::Duration;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use super::{
-    manual, permits_value, pooled, pooled_try, queue_of, ManualPermit, Mode, Permit, QueuedRequest,
-    Semaphore,
+    manual, pooled, pooled_try, queue_of, Mode, Permit, PermitGuard, QueuedRequest, Semaphore,
 };
 use crate::{BorrowConnection, LeaseConnection, OwnerId, Result};
 
@@ -32,7 +31,7 @@ use crate::{BorrowConnection, LeaseConnection, OwnerId, Result};
 /// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 4).unwrap();
 /// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
 ///
-/// let list = RwLock::new("work-list").unwrap();
+/// let list = RwLock::new("work-list");
 /// let r1 = list.read(&pool, Duration::from_secs(5)).unwrap();
 /// let r2 = list.read(&pool, Duration::from_secs(5)).unwrap(); // readers share
 /// assert!(list.try_write(&pool).unwrap().is_none()); // the writer waits for them
@@ -49,10 +48,10 @@ pub struct RwLock {
 
 impl RwLock {
     /// A reader/writer lock over `resource` with any number of readers.
-    pub fn new(resource: impl Into<String>) -> Result<Self> {
-        Ok(RwLock {
-            inner: Semaphore::new(resource, i32::MAX.unsigned_abs())?,
-        })
+    pub fn new(resource: impl Into<String>) -> Self {
+        RwLock {
+            inner: Semaphore::new(resource, i32::MAX.unsigned_abs()),
+        }
     }
 
     /// A reader/writer lock whose requests are rows of your control table `T`, which needs an
@@ -60,23 +59,24 @@ impl RwLock {
     /// the derive generates `T::rw_lock(...)`, which calls this. See
     /// [`Semaphore::in_control_table`].
     #[doc(hidden)]
-    pub fn in_control_table<T: super::ControlTable>(resource: Option<String>) -> Result<Self> {
-        Ok(RwLock {
-            inner: Semaphore::in_control_table::<T>(resource, i32::MAX.unsigned_abs())?,
-        })
+    pub fn in_control_table<T: super::ControlTable>(resource: Option<String>) -> Self {
+        RwLock {
+            inner: Semaphore::in_control_table::<T>(resource, i32::MAX.unsigned_abs()),
+        }
     }
 
-    /// Admits at most `readers` readers at once (fails for zero).
-    pub fn with_max_readers(mut self, readers: u32) -> Result<Self> {
-        self.inner.permits = permits_value("max readers", readers)?;
-        Ok(self)
+    /// Admits at most `readers` readers at once (zero is refused when used).
+    pub fn with_max_readers(mut self, readers: u32) -> Self {
+        self.inner.permits = readers;
+        self.inner.permits_name = "max readers";
+        self
     }
 
     /// See [`Semaphore::with_ttl`].
-    pub fn with_ttl(self, ttl: Duration) -> Result<Self> {
-        Ok(RwLock {
-            inner: self.inner.with_ttl(ttl)?,
-        })
+    pub fn with_ttl(self, ttl: Duration) -> Self {
+        RwLock {
+            inner: self.inner.with_ttl(ttl),
+        }
     }
 
     /// See [`Semaphore::with_owner`].
@@ -87,17 +87,17 @@ impl RwLock {
     }
 
     /// See [`Semaphore::with_max_poll_interval`].
-    pub fn with_max_poll_interval(self, max: Duration) -> Result<Self> {
-        Ok(RwLock {
-            inner: self.inner.with_max_poll_interval(max)?,
-        })
+    pub fn with_max_poll_interval(self, max: Duration) -> Self {
+        RwLock {
+            inner: self.inner.with_max_poll_interval(max),
+        }
     }
 
     /// See [`Semaphore::with_drop_wait`].
-    pub fn with_drop_wait(self, wait: Duration) -> Result<Self> {
-        Ok(RwLock {
-            inner: self.inner.with_drop_wait(wait)?,
-        })
+    pub fn with_drop_wait(self, wait: Duration) -> Self {
+        RwLock {
+            inner: self.inner.with_drop_wait(wait),
+        }
     }
 
     /// The resource name.
@@ -106,7 +106,11 @@ impl RwLock {
     }
 
     /// Waits up to `timeout` to read (shared); see [`Semaphore::acquire`].
-    pub fn read<C>(&self, pool: &Pool<ConnectionManager<C>>, timeout: Duration) -> Result<Permit<C>>
+    pub fn read<C>(
+        &self,
+        pool: &Pool<ConnectionManager<C>>,
+        timeout: Duration,
+    ) -> Result<PermitGuard<C>>
     where
         C: LeaseConnection + R2D2Connection,
     {
@@ -118,20 +122,20 @@ impl RwLock {
         &self,
         pool: &Pool<ConnectionManager<C>>,
         timeout: Duration,
-    ) -> Result<Permit<C>>
+    ) -> Result<PermitGuard<C>>
     where
         C: LeaseConnection + R2D2Connection,
     {
         pooled(
             pool,
-            self.inner.request(Mode::Exclusive),
+            self.inner.request(Mode::Exclusive)?,
             timeout,
             self.inner.max_poll,
         )
     }
 
     /// Reads if possible right now; never waits.
-    pub fn try_read<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<Permit<C>>>
+    pub fn try_read<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<PermitGuard<C>>>
     where
         C: LeaseConnection + R2D2Connection,
     {
@@ -139,11 +143,11 @@ impl RwLock {
     }
 
     /// Writes if possible right now; never waits.
-    pub fn try_write<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<Permit<C>>>
+    pub fn try_write<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<PermitGuard<C>>>
     where
         C: LeaseConnection + R2D2Connection,
     {
-        pooled_try(pool, self.inner.request(Mode::Exclusive))
+        pooled_try(pool, self.inner.request(Mode::Exclusive)?)
     }
 
     /// Waits up to `timeout` for `mode` on a connection you own; see [`Semaphore::acquire_on`].
@@ -152,8 +156,13 @@ impl RwLock {
         conn: &mut impl BorrowConnection,
         mode: Mode,
         timeout: Duration,
-    ) -> Result<ManualPermit> {
-        manual(conn, self.inner.request(mode), timeout, self.inner.max_poll)
+    ) -> Result<Permit> {
+        manual(
+            conn,
+            self.inner.request(mode)?,
+            timeout,
+            self.inner.max_poll,
+        )
     }
 
     /// The lock's queue; see [`Semaphore::queue`].

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use diesel::r2d2::R2D2Connection;
 use diesel::{PgConnection, SqliteConnection};
 use diesel_lease::pool::build_pool;
+use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::{LeaseConnection, OwnerId};
 
@@ -48,7 +49,7 @@ fn main() -> Res {
 /// The semaphore every process declares: same name, same permit count.
 fn partner_api() -> Res<Semaphore> {
     // Hand a freed permit over within 100 ms on SQLite (PostgreSQL wakes waiters at once).
-    Ok(Semaphore::new(RESOURCE, PERMITS)?.with_max_poll_interval(Duration::from_millis(100))?)
+    Ok(Semaphore::new(RESOURCE, PERMITS).with_max_poll_interval(Duration::from_millis(100)))
 }
 
 /// One worker: wait for a permit, "call the API" for a while, release, repeat.
