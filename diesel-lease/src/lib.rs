@@ -5,14 +5,17 @@
 //! MySQL/MariaDB get the strongest correct equivalent of every feature (see the README's support
 //! matrix).
 //!
+//! `#[derive(Claimable)]` only implements traits that describe your model's columns; the
+//! operations are extension traits, brought in by `use diesel_lease::prelude::*;` (see [`dsl`]).
+//!
 //! | you want | use |
 //! |---|---|
-//! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable): `claim_next`, `claim_batch`, `complete` |
-//! | a row kept locked for your transaction, skipping locked ones | `lock_next`, `with_next_locked` |
-//! | this row locked if it still qualifies, waiting for its holder (seed 002) | `lock_by_pk_if_claimable`, `with_locked`, `lock_by_pk_if_null`, `with_locked_if_null` |
-//! | a side effect done at most once | `claim_if_null` (`#[claimable(claim_if_null = col)]`) |
-//! | a follow-up row inserted once | `insert_once` (`#[claimable(insert_once)]`) |
-//! | one node of a farm running a scheduled job, on your own `job_status` table | `try_start_run` (`#[claimable(job(…))]`) |
+//! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable) and [`ClaimDsl`](dsl::ClaimDsl): `claim_next`, `claim_batch`, `complete` |
+//! | a row kept locked for your transaction, skipping locked ones | [`ClaimDsl`](dsl::ClaimDsl): `lock_next`, `with_next_locked` |
+//! | this row locked if it still qualifies, waiting for its holder (seed 002) | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`ClaimIfNullDsl`](dsl::ClaimIfNullDsl)) |
+//! | a side effect done at most once | [`ClaimIfNullDsl::claim_if_null`](dsl::ClaimIfNullDsl::claim_if_null) (`#[claimable(claim_if_null = col)]`) |
+//! | a follow-up row inserted once | [`InsertOnceDsl::insert_once`](dsl::InsertOnceDsl::insert_once) (`#[claimable(insert_once)]`) |
+//! | one node of a farm running a scheduled job, on your own `job_status` table | [`JobLeaseDsl::try_start_run`](dsl::JobLeaseDsl::try_start_run) (`#[claimable(job(…))]`) |
 //! | a named lock that expires, with a fencing token per grant | [`lease::try_acquire`], [`LeaseGuard`] |
 //! | a job run once per interval across the farm | [`lease::schedule::every`], [`lease::schedule::run_exclusive`], [`lease::schedule::with_lock`] |
 //! | at most N holders, in request order; readers/writers | [`semaphore::Semaphore`], [`semaphore::RwLock`] |
@@ -67,6 +70,13 @@
 //! With `#[claimable(insert_once)]` on an `Insertable`, `insert_once(conn)` returns
 //! [`InsertOutcome::Inserted`] or [`InsertOutcome::AlreadyExists`]; a duplicate is an ordinary
 //! outcome and never aborts your PostgreSQL transaction (`ON CONFLICT DO NOTHING`).
+//!
+//! # Holders
+//!
+//! What a background heartbeat keeps — a [`LeaseGuard`], a
+//! [`PermitGuard`](semaphore::PermitGuard), a [`ClaimGuard`](claim::ClaimGuard) — shares the
+//! [`Held`] trait; their manual counterparts ([`Lease`], [`Permit`](semaphore::Permit), a claimed
+//! row) are kept on a connection of yours.
 //!
 //! # Connections
 //!

@@ -32,7 +32,7 @@ use crate::backend::{in_transaction, Dialect, SqlDialect};
 use crate::once::ClaimIfNull;
 use crate::{BorrowConnection, Error, LeaseConnection, Result, Ttl};
 
-/// How long the generated `lock_by_pk_if_claimable`, `with_locked` and their `_if_null` forms
+/// How long `lock_by_pk_if_claimable`, `with_locked` and their `_if_null` forms
 /// wait for a concurrent holder of the row before [`Error::Timeout`]: 30 seconds. The `_within`
 /// functions of this module take another bound. MySQL/MariaDB count the lock wait in whole
 /// seconds (rounded up).
@@ -215,8 +215,8 @@ fn lock_wait(wait: Duration) -> Result<Duration> {
 
 /// Locks the row with primary key `pk` for the caller's transaction if it is in a ready state,
 /// waiting (up to [`DEFAULT_LOCK_WAIT`]) for a transaction that holds it; `None` when the row
-/// does not qualify, including when the holder changed it while this call waited. What the
-/// generated `Model::lock_by_pk_if_claimable(conn, pk)` calls.
+/// does not qualify, including when the holder changed it while this call waited. What
+/// `ClaimDsl::lock_by_pk_if_claimable(conn, pk)` calls.
 ///
 /// Call it inside a transaction (or use [`with_locked`]): outside one it is refused with
 /// Diesel's `NotInTransaction` (as [`Error::Database`]), because the lock would end at once. A

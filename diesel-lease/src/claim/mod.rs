@@ -388,7 +388,7 @@ fn limit(n: usize) -> i64 {
 
 /// Claims the next claimable row for this process, or `None` when no unclaimed, unlocked row is left.
 ///
-/// What the generated `Model::claim_next(conn)` calls. One statement on PostgreSQL and SQLite,
+/// What [`ClaimDsl::claim_next`](crate::dsl::ClaimDsl::claim_next) calls. One statement on PostgreSQL and SQLite,
 /// one short transaction on MySQL; see the [crate docs](crate#claim-the-next-row).
 pub fn claim_next<M, C>(conn: &mut C) -> Result<Option<M>>
 where

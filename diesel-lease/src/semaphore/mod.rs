@@ -69,7 +69,7 @@
 //! # Limits
 //!
 //! A holder that stalls longer than the ttl (a long GC pause, a suspended VM) loses its permit
-//! while it still believes it holds it; [`PermitGuard::is_held`] says so after the next heartbeat.
+//! while it still believes it holds it; [`is_lost`](crate::Held::is_lost) says so after the next heartbeat.
 //! Choose a ttl far above any pause you expect.
 //!
 //! Called inside an open transaction of the caller's, every function here fails with
@@ -265,7 +265,7 @@ impl Semaphore {
     /// each poll (waiting at most until the deadline for one) and gives it back in between; a
     /// poll that gets none in time is skipped. The returned [`PermitGuard`] heartbeats from a
     /// background thread, borrowing a pool connection for each beat every ttl/3, and is released
-    /// when dropped or by [`PermitGuard::release`]. On PostgreSQL the waiter is woken by the pool's
+    /// when dropped or by [`release`](crate::Held::release). On PostgreSQL the waiter is woken by the pool's
     /// listener (see the [module docs](self)).
     ///
     /// A zero `timeout` tries once, with a connection that is free at once. At the deadline it

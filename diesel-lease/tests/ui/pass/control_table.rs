@@ -32,7 +32,7 @@ pub struct ProcessControl {
 
 fn main() {
     let pool = diesel_lease::pool::build_pool::<diesel::SqliteConnection>(":memory:", 1).unwrap();
-    let sem = ProcessControl::semaphore("etl", 3).unwrap();
-    let rw = ProcessControl::rw_lock("report").unwrap();
+    let sem = ProcessControl::semaphore("etl", 3);
+    let rw = ProcessControl::rw_lock("report");
     let _ = (sem.try_acquire(&pool), rw.try_write(&pool));
 }
