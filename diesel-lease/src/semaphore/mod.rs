@@ -10,6 +10,7 @@
 //! # #[cfg(feature = "sqlite")] {
 //! use std::time::Duration;
 //! use diesel::SqliteConnection;
+//! use diesel_lease::prelude::*;
 //! use diesel_lease::semaphore::Semaphore;
 //!
 //! let dir = tempfile::tempdir().unwrap();

@@ -24,6 +24,7 @@ use crate::{BorrowConnection, LeaseConnection, OwnerId, Result};
 /// # #[cfg(feature = "sqlite")] {
 /// use std::time::Duration;
 /// use diesel::SqliteConnection;
+/// use diesel_lease::prelude::*;
 /// use diesel_lease::semaphore::RwLock;
 ///
 /// let dir = tempfile::tempdir().unwrap();
