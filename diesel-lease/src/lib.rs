@@ -110,6 +110,9 @@ pub mod observe;
 pub mod once;
 pub mod pool;
 pub mod prelude;
+// The README's snippets, compiled (see `tests/readme.rs`).
+#[cfg(all(doctest, feature = "sqlite", feature = "postgres"))]
+mod readme;
 pub mod semaphore;
 #[cfg(feature = "sqlite")]
 mod sqlite_writer;
