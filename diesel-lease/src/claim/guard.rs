@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use super::{finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish};
+use crate::claim::ClaimDialect;
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, LeaseConnection, Result};
+use crate::{BorrowConnection, Error, Result};
 
 /// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
 ///
@@ -92,7 +93,7 @@ where
     /// Claims the next row through `pool` (see [`claim_next`](super::claim_next)) and guards it.
     pub fn claim_next<C>(pool: &Pool<ConnectionManager<C>>) -> Result<Option<Self>>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         Self::claim_next_with(pool, &ClaimOptions::default())
     }
@@ -103,7 +104,7 @@ where
         options: &ClaimOptions,
     ) -> Result<Option<Self>>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let sent_at = Instant::now();
         let row = super::claim_batch_with::<M, _>(&mut pool.get()?, 1, options)?
@@ -120,7 +121,7 @@ where
         sent_at: Instant,
     ) -> Result<Self>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let timeout = options
             .timeout_micros::<M>()
@@ -193,7 +194,7 @@ where
 
 impl<M> ClaimGuard<M> {
     /// Stops the heartbeat (within the drop wait) so that the caller can finish the row with a
-    /// statement of its own ([`Worker`](crate::worker::Worker): a retry); then
+    /// statement of its own (`worker::Worker`: a retry); then
     /// [`finished_elsewhere`](Self::finished_elsewhere), or the drop hands the row back.
     pub(crate) fn stop_heartbeat(&mut self) {
         if let Some(heartbeat) = self.heartbeat.take() {

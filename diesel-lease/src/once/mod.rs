@@ -9,9 +9,16 @@
 //!   from `RETURNING` (PostgreSQL, SQLite) or, on MySQL, from a read by the generated
 //!   `AUTO_INCREMENT` value in the same transaction ([`InsertedRowStmt`]).
 
+mod dialect;
+#[cfg(feature = "mysql")]
+mod mysql;
+
+pub use dialect::InsertOnceDialect;
+
 use std::marker::PhantomData;
 
-use crate::observe::{kind_of, op, table_name};
+use crate::backend::kind_of;
+use crate::observe::{op, table_name};
 use crate::Error;
 use diesel::backend::Backend;
 use diesel::expression::{AsExpression, Expression};
@@ -21,8 +28,8 @@ use diesel::query_source::QuerySource;
 use diesel::{Connection, Insertable, QueryResult, RunQueryDsl, SelectableHelper, Table};
 
 use crate::backend::{Dialect, SqlDialect};
-use crate::claim::Keyed;
-use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
+use crate::model::Keyed;
+use crate::{BorrowConnection, InsertOutcome, Result};
 
 /// A model with a guard column: a nullable column that is set once (`#[claimable(guard = col)]`).
 pub trait Guarded: Keyed {
@@ -59,6 +66,11 @@ impl AsExpression<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>> for
 }
 db_now_as!("postgres" => diesel::sql_types::Timestamptz, "mysql" => diesel::sql_types::Datetime);
 
+/// The query id of [`GuardStmt`]: the model and the value's query id fix its text.
+#[doc(hidden)]
+#[allow(missing_debug_implementations)]
+pub struct GuardStmtId<M, E>(PhantomData<(M, E)>);
+
 /// `UPDATE t SET <guard> = <value> WHERE <pk> AND <guard> IS NULL`.
 #[doc(hidden)]
 #[allow(missing_debug_implementations)]
@@ -71,13 +83,7 @@ pub struct GuardStmt<M: Guarded, E> {
 // The text is the model's constants and the value expression's: static when the value's is (a
 // bind or `db_now`), so Diesel prepares the guard once per connection.
 impl<M: Guarded, E: QueryId> QueryId for GuardStmt<M, E> {
-    type QueryId = crate::claim::statements::StmtId<
-        M,
-        crate::claim::statements::shape::Guard,
-        E::QueryId,
-        false,
-        false,
-    >;
+    type QueryId = GuardStmtId<M, E::QueryId>;
     const HAS_STATIC_QUERY_ID: bool = E::HAS_STATIC_QUERY_ID;
 }
 
@@ -106,7 +112,7 @@ where
 }
 
 /// The bounds under which a connection can set model `M`'s guard to `V`; you never implement it.
-pub trait GuardConnection<M: Guarded, V>: LeaseConnection {
+pub trait GuardConnection<M: Guarded, V>: Dialect {
     /// Runs the guard update; `true` when this caller changed the row.
     #[doc(hidden)]
     fn set_guard(&mut self, pk: M::Pk, value: V) -> QueryResult<bool>;
@@ -115,7 +121,7 @@ pub trait GuardConnection<M: Guarded, V>: LeaseConnection {
 impl<M, V, C> GuardConnection<M, V> for C
 where
     M: Guarded,
-    C: LeaseConnection,
+    C: Dialect,
     V: AsExpression<M::GuardSql>,
     V::Expression: Expression<SqlType = M::GuardSql> + QueryId,
     GuardStmt<M, V::Expression>: QueryFragment<C::Backend>,
@@ -197,7 +203,7 @@ pub trait InsertReturning<DB: Backend> {
 }
 
 /// The bounds under which a connection can insert `V` into `T` once; you never implement it.
-pub trait InsertOnceConnection<T, V, R: InsertReturning<Self::Backend>>: LeaseConnection {
+pub trait InsertOnceConnection<T, V, R: InsertReturning<Self::Backend>>: InsertOnceDialect {
     #[doc(hidden)]
     fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>>;
 }
@@ -206,7 +212,7 @@ impl<T, V, R, C, DB> InsertOnceConnection<T, V, R> for C
 where
     T: QueryId + 'static,
     V::Values: QueryId,
-    C: LeaseConnection + Connection<Backend = DB>,
+    C: InsertOnceDialect + Connection<Backend = DB>,
     DB: diesel::backend::Backend,
     T: Table,
     V: Insertable<T>,
@@ -215,7 +221,7 @@ where
     T::FromClause: QueryFragment<DB>,
 {
     fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>> {
-        Dialect::insert_once::<_, R>(self, diesel::insert_into(table).values(values))
+        InsertOnceDialect::insert_once::<_, R>(self, diesel::insert_into(table).values(values))
     }
 }
 

@@ -27,7 +27,7 @@
 //!
 //! # Lease or semaphore?
 //!
-//! - A **lease** ([`crate::lease`]) is for work that must run *once*, by anybody: if somebody
+//! - A **lease** (`lease`) is for work that must run *once*, by anybody: if somebody
 //!   else holds it, skip (the nightly report, a singleton scheduler).
 //! - A **semaphore** is for work that must run *every time*, but not too much at once: if the
 //!   resource is busy, wait your turn (imports limited to 3 at once, one migration at a time).
@@ -78,8 +78,8 @@
 
 mod access;
 mod control;
-pub(crate) mod listener;
-mod local;
+#[cfg(feature = "mysql")]
+mod mysql;
 mod permit;
 pub(crate) mod protocol;
 mod rwlock;
@@ -93,8 +93,9 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use self::access::{FromPool, OwnConnection};
 use self::protocol::{ControlTarget, Request};
+use self::statements::SemaphoreDialect;
 use self::statements::SemaphoreStatements;
-use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Ttl};
+use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
 pub use crate::pool::DROP_WAIT;
 #[doc(hidden)]
@@ -281,7 +282,7 @@ impl Semaphore {
         timeout: Duration,
     ) -> Result<Permit<C>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled(pool, self.request(Mode::Shared), timeout, self.max_poll)
     }
@@ -290,7 +291,7 @@ impl Semaphore {
     /// `Ok(None)` when busy (nothing is left queued).
     pub fn try_acquire<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<Permit<C>>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled_try(pool, self.request(Mode::Shared))
     }
@@ -301,7 +302,7 @@ impl Semaphore {
     /// [`ManualPermit::release`] when done.
     pub fn acquire_on(
         &self,
-        conn: &mut impl BorrowConnection,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
         timeout: Duration,
     ) -> Result<ManualPermit> {
         manual(conn, self.request(Mode::Shared), timeout, self.max_poll)
@@ -312,7 +313,10 @@ impl Semaphore {
     ///
     /// On a control table the table has no request or grant times: `requested_at_micros` is 0
     /// and `granted_at_micros` `None`.
-    pub fn queue(&self, conn: &mut impl BorrowConnection) -> Result<Vec<QueuedRequest>> {
+    pub fn queue(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
+    ) -> Result<Vec<QueuedRequest>> {
         queue_of(conn, &self.resource, self.table.as_ref())
     }
 
@@ -329,8 +333,8 @@ impl Semaphore {
     }
 }
 
-/// The protocol's statements on `conn` (every [`LeaseConnection`] has them).
-fn statements_of<C: LeaseConnection>(conn: &mut C) -> &mut dyn SemaphoreStatements {
+/// The protocol's statements on `conn` (every [`SemaphoreDialect`] has them).
+fn statements_of<C: SemaphoreDialect>(conn: &mut C) -> &mut dyn SemaphoreStatements {
     conn
 }
 
@@ -350,9 +354,9 @@ fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
 
 fn pooled_try<C>(pool: &Pool<ConnectionManager<C>>, req: Request) -> Result<Option<Permit<C>>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
-    let op = acquire_op(C::KIND, &req);
+    let op = acquire_op(crate::backend::kind::<C>(), &req);
     let granted = pool.get().map_err(crate::Error::from).and_then(|mut conn| {
         req.on(statements_of(&mut *conn), |sql| {
             protocol::try_once(sql, &req)
@@ -411,28 +415,23 @@ fn pooled<C>(
     max_poll: Duration,
 ) -> Result<Permit<C>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
-    let op = acquire_op(C::KIND, &req);
+    let op = acquire_op(crate::backend::kind::<C>(), &req);
     let granted = protocol::acquire(&mut FromPool::new(pool, &req), &req, timeout, max_poll);
     let granted = op.finish(granted, granted_outcome)?;
     Permit::start(pool.clone(), req, granted)
 }
 
 fn manual(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
     req: Request,
     timeout: Duration,
     max_poll: Duration,
 ) -> Result<ManualPermit> {
     let conn = conn.borrow_connection();
-    let op = acquire_op(crate::observe::kind_of(conn), &req);
-    let granted = protocol::acquire(
-        &mut OwnConnection::new(statements_of(conn), &req),
-        &req,
-        timeout,
-        max_poll,
-    );
+    let op = acquire_op(crate::backend::kind_of(conn), &req);
+    let granted = protocol::acquire(&mut OwnConnection::new(conn, &req), &req, timeout, max_poll);
     let granted = op.finish(granted, granted_outcome)?;
     Ok(ManualPermit {
         req,
@@ -442,7 +441,7 @@ fn manual(
 
 /// The queue of `resource`; `table`: the user's control table its requests are rows of.
 pub(crate) fn queue_of(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
     resource: &str,
     table: Option<&ControlTarget>,
 ) -> Result<Vec<QueuedRequest>> {
@@ -486,8 +485,8 @@ pub struct QueuedRequest {
 }
 
 /// Releases ticket `ticket` of `resource` whoever holds it, as its owner's release would (the
-/// operator's forced release, [`crate::admin::force_release_ticket`]). Whether the row existed.
-pub(crate) fn release_ticket<C: LeaseConnection>(
+/// operator's forced release, `admin::force_release_ticket`). Whether the row existed.
+pub(crate) fn release_ticket<C: SemaphoreDialect>(
     conn: &mut C,
     resource: &str,
     permits: i32,

@@ -10,7 +10,8 @@ use super::protocol::{self, Granted, Request};
 use super::{statements_of, Mode};
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, LeaseConnection, Result};
+use crate::semaphore::statements::SemaphoreDialect;
+use crate::{BorrowConnection, Error, Result};
 
 /// A held permit (or read/write lock) whose connections come from a pool.
 ///
@@ -28,7 +29,7 @@ use crate::{BorrowConnection, Error, LeaseConnection, Result};
 #[must_use = "the permit is released as soon as it is dropped"]
 pub struct Permit<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     pool: Pool<ConnectionManager<C>>,
     held: ManualPermit,
@@ -39,7 +40,7 @@ where
 
 impl<C> Permit<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     pub(super) fn start(
         pool: Pool<ConnectionManager<C>>,
@@ -118,7 +119,7 @@ where
 }
 
 /// The heartbeat's beat: push the permit's expiry with a connection lent within the budget.
-fn heartbeat_beat<S: ConnectionSource>(
+fn heartbeat_beat<S: ConnectionSource<Connection: SemaphoreDialect>>(
     source: S,
     req: Request,
     ticket: i64,
@@ -141,7 +142,7 @@ fn heartbeat_beat<S: ConnectionSource>(
 
 impl<C> Drop for Permit<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     fn drop(&mut self) {
         if !self.released {
@@ -153,7 +154,7 @@ where
 
 impl<C> fmt::Debug for Permit<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
@@ -220,7 +221,10 @@ impl ManualPermit {
 
     /// Pushes the permit's expiry to now + ttl. [`Error::PermitNotHeld`] if it already expired and was
     /// removed (stop the protected work) or was released.
-    pub fn heartbeat(&self, conn: &mut impl BorrowConnection) -> Result<()> {
+    pub fn heartbeat(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
+    ) -> Result<()> {
         let held = self
             .req
             .on(statements_of(conn.borrow_connection()), |sql| {
@@ -239,12 +243,12 @@ impl ManualPermit {
 
     /// Releases the permit and lets the next in line in. [`Error::PermitNotHeld`] when it was already
     /// released or had expired; nothing else changes then.
-    pub fn release(&self, conn: &mut impl BorrowConnection) -> Result<()> {
+    pub fn release(&self, conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>) -> Result<()> {
         let conn = conn.borrow_connection();
         let op = crate::observe::op!(
             SemaphoreRelease,
             "",
-            crate::observe::kind_of(conn),
+            crate::backend::kind_of(conn),
             resource = self.resource(),
             owner = self.req.owner.as_str(),
             ticket = self.ticket,

@@ -8,7 +8,8 @@ use super::{
     manual, permits_value, pooled, pooled_try, queue_of, ManualPermit, Mode, Permit, QueuedRequest,
     Semaphore,
 };
-use crate::{BorrowConnection, LeaseConnection, OwnerId, Result};
+use crate::semaphore::statements::SemaphoreDialect;
+use crate::{BorrowConnection, OwnerId, Result};
 
 /// A reader/writer lock over a named resource, shared by every process using the database.
 ///
@@ -108,7 +109,7 @@ impl RwLock {
     /// Waits up to `timeout` to read (shared); see [`Semaphore::acquire`].
     pub fn read<C>(&self, pool: &Pool<ConnectionManager<C>>, timeout: Duration) -> Result<Permit<C>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         self.inner.acquire(pool, timeout)
     }
@@ -120,7 +121,7 @@ impl RwLock {
         timeout: Duration,
     ) -> Result<Permit<C>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled(
             pool,
@@ -133,7 +134,7 @@ impl RwLock {
     /// Reads if possible right now; never waits.
     pub fn try_read<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<Permit<C>>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         self.inner.try_acquire(pool)
     }
@@ -141,7 +142,7 @@ impl RwLock {
     /// Writes if possible right now; never waits.
     pub fn try_write<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<Permit<C>>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled_try(pool, self.inner.request(Mode::Exclusive))
     }
@@ -149,7 +150,7 @@ impl RwLock {
     /// Waits up to `timeout` for `mode` on a connection you own; see [`Semaphore::acquire_on`].
     pub fn acquire_on(
         &self,
-        conn: &mut impl BorrowConnection,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
         mode: Mode,
         timeout: Duration,
     ) -> Result<ManualPermit> {
@@ -157,7 +158,10 @@ impl RwLock {
     }
 
     /// The lock's queue; see [`Semaphore::queue`].
-    pub fn queue(&self, conn: &mut impl BorrowConnection) -> Result<Vec<QueuedRequest>> {
+    pub fn queue(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
+    ) -> Result<Vec<QueuedRequest>> {
         queue_of(conn, self.inner.resource(), self.inner.table.as_ref())
     }
 }
