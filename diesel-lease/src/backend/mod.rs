@@ -34,7 +34,7 @@ mod postgres;
 mod sqlite;
 
 pub(crate) mod sealed {
-    /// Seals [`LeaseConnection`](super::LeaseConnection) and the dialect traits.
+    /// Seals the raw connection types and the dialect traits.
     pub trait Sealed {}
 }
 
