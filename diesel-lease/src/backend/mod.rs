@@ -1,15 +1,16 @@
-//! The connections diesel-lease runs on, and everything that differs between their backends.
-//!
-//! Operations (claims, guards, leases, semaphores) are written once, against two sealed traits
-//! that each backend implements in its own file (`postgres.rs`, `sqlite.rs`, `mysql.rs`):
+//! The ground floor: the connections diesel-lease runs on, and what differs between their
+//! backends that is no operation's own.
 //!
 //! - [`SqlDialect`], on Diesel's backend type (`Pg`, `Sqlite`, `Mysql`): how SQL text differs —
-//!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division.
-//! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, the
-//!   statements that need a feature one backend lacks (`UPDATE … RETURNING`, `ON CONFLICT`,
-//!   `LISTEN/NOTIFY`), and how the server's errors are sorted into [`crate::Error`].
+//!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division, binds.
+//! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, bounded
+//!   lock waits, connection tuning, migrations — and, beside them, how the server's errors are
+//!   sorted into [`crate::Error`] and which conflicts are retried ([`retry_conflicts`]).
 //!
-//! A new backend implements both in a new file; a new operation is written once against them.
+//! Nothing here knows an operation. Each operation (claims, leases, semaphores, insert-once,
+//! admin) has its own trait on top of [`Dialect`], implemented per backend in the operation's
+//! own folder; notifications are `notify/`'s. One file per backend here: `postgres.rs`,
+//! `sqlite.rs`, `mysql.rs`.
 
 use std::marker::PhantomData;
 use std::time::Duration;
