@@ -5,7 +5,7 @@
 //!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division, binds.
 //! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, bounded
 //!   lock waits, connection tuning, migrations — and, beside them, how the server's errors are
-//!   sorted into [`crate::Error`] and which conflicts are retried ([`retry_conflicts`]).
+//!   sorted into [`crate::Error`] and which conflicts are retried (`retry_conflicts`).
 //!
 //! Nothing here knows an operation. Each operation (claims, leases, semaphores, insert-once,
 //! admin) has its own trait on top of [`Dialect`], implemented per backend in the operation's

@@ -26,9 +26,9 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::QueryResult;
 
 use crate::backend::SqlDialect;
-use crate::model::Keyed;
 use crate::clock::{DbNow, DbNowOffset, TimestampType};
 use crate::lease::statements::LeaseStatements;
+use crate::model::Keyed;
 use lease_core::ClaimStamp;
 
 use crate::{BorrowConnection, OwnerId, Result, Ttl};
