@@ -40,7 +40,9 @@
 use lease_core::{validate_name, FencingToken};
 
 use crate::backend::{refuse_nested, Dialect};
+use crate::lease::statements::LeaseStatements;
 use crate::lease::{LeaseRecord, MAX_NAME_LEN};
+use crate::semaphore::statements::SemaphoreDialect;
 use crate::semaphore::QueuedRequest;
 use crate::{BorrowConnection, Error, Result};
 
@@ -87,7 +89,7 @@ pub type TicketInfo = (String, String, String, bool, i32);
 
 /// The typed statements of this module on one backend (implemented for every connection type).
 #[doc(hidden)]
-pub trait AdminStatements {
+pub trait AdminStatements: LeaseStatements + SemaphoreDialect {
     /// Every lease: name and its row with the database's time.
     fn admin_leases(&mut self)
         -> diesel::QueryResult<Vec<(String, crate::lease::statements::Row)>>;
@@ -197,7 +199,7 @@ fn record(row: crate::lease::statements::Row) -> LeaseRecord {
 }
 
 /// Every lease of the built-in table, by name, as the database holds it now (held or not).
-pub fn leases(conn: &mut impl BorrowConnection) -> Result<Vec<LeaseEntry>> {
+pub fn leases(conn: &mut impl BorrowConnection<Conn: AdminStatements>) -> Result<Vec<LeaseEntry>> {
     Ok(conn
         .borrow_connection()
         .admin_leases()?
@@ -215,7 +217,7 @@ pub fn leases(conn: &mut impl BorrowConnection) -> Result<Vec<LeaseEntry>> {
 ///
 /// [`Error::TokensExhausted`] when the token is at `i64::MAX` (it cannot move on).
 pub fn force_release_lease(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: AdminStatements>,
     name: &str,
 ) -> Result<Option<LeaseRecord>> {
     validate_name("lease", name, MAX_NAME_LEN)?;
@@ -232,7 +234,9 @@ pub fn force_release_lease(
 }
 
 /// Every semaphore and reader/writer lock, with its queue in ticket order.
-pub fn semaphores(conn: &mut impl BorrowConnection) -> Result<Vec<SemaphoreEntry>> {
+pub fn semaphores(
+    conn: &mut impl BorrowConnection<Conn: AdminStatements>,
+) -> Result<Vec<SemaphoreEntry>> {
     let raw = conn.borrow_connection();
     let resources = raw.admin_semaphores()?;
     let read_at_micros = raw.admin_now()?;
@@ -252,7 +256,7 @@ pub fn semaphores(conn: &mut impl BorrowConnection) -> Result<Vec<SemaphoreEntry
 /// Removes semaphore ticket `ticket` (held or waiting), whoever owns it, and admits whoever is
 /// next in line, in one locked transaction like a release. `None` when there is no such ticket.
 pub fn force_release_ticket(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: AdminStatements>,
     ticket: i64,
 ) -> Result<Option<ReleasedTicket>> {
     let conn = conn.borrow_connection();
@@ -271,6 +275,6 @@ pub fn force_release_ticket(
 }
 
 /// The database clock, µs since 1970 (to show ages in the database's own time).
-pub fn db_now_micros(conn: &mut impl BorrowConnection) -> Result<i64> {
+pub fn db_now_micros(conn: &mut impl BorrowConnection<Conn: AdminStatements>) -> Result<i64> {
     Ok(conn.borrow_connection().admin_now()?)
 }

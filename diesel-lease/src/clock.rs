@@ -102,27 +102,8 @@ pub struct DbNowOffset<ST> {
     _st: PhantomData<ST>,
 }
 
-/// A signed duration in the forms the backends take it: microseconds to bind (PostgreSQL,
-/// MySQL) and a `strftime` modifier (SQLite).
 #[doc(hidden)]
-#[derive(Debug, Clone, QueryId)]
-pub struct Offset {
-    /// The offset in microseconds.
-    pub micros: i64,
-    /// The same offset as a SQLite date modifier, such as `-300.000000 seconds`.
-    pub sqlite_modifier: String,
-}
-
-impl Offset {
-    pub(crate) fn new(micros: i64) -> Self {
-        let sign = if micros < 0 { '-' } else { '+' };
-        let abs = micros.unsigned_abs();
-        Offset {
-            micros,
-            sqlite_modifier: format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000),
-        }
-    }
-}
+pub use crate::backend::Offset;
 
 impl<ST> DbNow<ST> {
     /// The current database time.
@@ -206,43 +187,6 @@ impl<DB: SqlDialect> QueryFragment<DB> for NowPlus {
         out.push_sql(")");
         Ok(())
     }
-}
-
-/// One unit of the precision a stored timestamp apparently has, in microseconds, from `fraction`
-/// (SQL for its microseconds within the second, 0-999999):
-/// `CASE WHEN f % 10 <> 0 THEN 1 WHEN f % 100 <> 0 THEN 10 … WHEN f <> 0 THEN 100000 ELSE 1000000 END`.
-///
-/// A column of precision `p` stores multiples of 10^-p s, so the unit read from the value's
-/// trailing zeros is never smaller than the column's: a whole-second column always gives 1 s, a
-/// microsecond column 1 µs (and, for the one value in ten whose last digit happens to be zero,
-/// more: later, never earlier). The real instant behind a truncated or rounded value is below
-/// the value plus this unit, so `value + unit <= deadline` never acts early, without reading the
-/// column's declared precision from the catalog.
-// Used by the backends whose columns have a precision (PostgreSQL, MySQL).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) fn push_apparent_unit<DB: diesel::backend::Backend>(
-    out: &mut AstPass<'_, '_, DB>,
-    fraction: &dyn Fn(&mut AstPass<'_, '_, DB>) -> QueryResult<()>,
-) -> QueryResult<()> {
-    out.push_sql("CASE");
-    for (modulus, unit) in [
-        ("10", "1"),
-        ("100", "10"),
-        ("1000", "100"),
-        ("10000", "1000"),
-        ("100000", "10000"),
-    ] {
-        out.push_sql(" WHEN ");
-        fraction(out)?;
-        out.push_sql(" % ");
-        out.push_sql(modulus);
-        out.push_sql(" <> 0 THEN ");
-        out.push_sql(unit);
-    }
-    out.push_sql(" WHEN ");
-    fraction(out)?;
-    out.push_sql(" <> 0 THEN 100000 ELSE 1000000 END");
-    Ok(())
 }
 
 /// The clock's SQL per backend and per column type: UTC wall-clock time for `timestamp`

@@ -159,15 +159,6 @@ impl Error {
     }
 }
 
-/// Errors from Diesel are sorted by the backend's [`Dialect`](crate::backend::Dialect); this
-/// conversion is for errors whose backend is unknown (connection set-up, pools). It sorts by
-/// what Diesel itself knows: a closed connection and a serialization failure.
-impl From<diesel::result::Error> for Error {
-    fn from(e: diesel::result::Error) -> Self {
-        crate::backend::classify_common(e)
-    }
-}
-
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 /// How long dropping a [`Heartbeat`] waits for its thread to end. The thread may be inside a
 /// database call; after this it is left to finish that call on its own (it calls the beat no
 /// more), so a drop never blocks for longer.
-pub(crate) const DROP_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const THREAD_STOP_WAIT: Duration = Duration::from_millis(100);
 
 /// The shortest pause between two beats, so a zero period cannot spin.
 const MIN_PAUSE: Duration = Duration::from_millis(1);
@@ -546,7 +546,7 @@ impl<E> Heartbeat<E> {
 
 impl<E> Drop for Heartbeat<E> {
     fn drop(&mut self) {
-        self.shutdown(DROP_WAIT);
+        self.shutdown(THREAD_STOP_WAIT);
     }
 }
 
@@ -1017,7 +1017,7 @@ mod tests {
         drop(heartbeat);
         let waited = started.elapsed();
         assert!(
-            waited >= DROP_WAIT && waited < DROP_WAIT + SLACK,
+            waited >= THREAD_STOP_WAIT && waited < THREAD_STOP_WAIT + SLACK,
             "{waited:?}"
         );
 

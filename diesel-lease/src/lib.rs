@@ -101,11 +101,15 @@ pub mod admin;
 pub mod backend;
 pub mod claim;
 pub mod clock;
+mod connection;
 pub mod dsl;
 mod error;
 mod heartbeat;
 mod held;
 pub mod lease;
+mod model;
+#[doc(hidden)]
+pub mod notify;
 pub mod observe;
 pub mod once;
 pub mod pool;
@@ -118,8 +122,9 @@ pub mod semaphore;
 mod sqlite_writer;
 pub mod worker;
 
-pub use backend::{run_migrations, BackendKind, BorrowConnection, LeaseConnection};
+pub use backend::{run_migrations, BackendKind, BorrowConnection};
 pub use claim::Claimable;
+pub use connection::LeaseConnection;
 pub use error::{Error, Result};
 pub use heartbeat::{LostReason, LostSignal};
 pub use held::Held;

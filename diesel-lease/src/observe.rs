@@ -64,7 +64,7 @@ pub(crate) struct Op {
 
 /// Starts an operation: `op!(Claim, label, backend, table = …, owner = …)`. `label` is a
 /// `&'static str` for the metrics (the table name, or `""`), `backend` a
-/// [`BackendKind`](crate::BackendKind); the fields are tracing fields, evaluated only when a
+/// [`BackendKind`](lease_core::BackendKind); the fields are tracing fields, evaluated only when a
 /// subscriber wants the span.
 macro_rules! op {
     ($kind:ident, $label:expr, $backend:expr $(, $field:ident = $value:expr)* $(,)?) => {{
@@ -282,11 +282,6 @@ pub(crate) fn schedule_retry(name: &str, error: &dyn std::fmt::Display) {
     let _ = (name, error);
 }
 
-/// The backend of a connection (for [`op!`]).
-pub(crate) fn kind_of<C: crate::backend::Dialect>(_: &C) -> crate::BackendKind {
-    C::KIND
-}
-
 /// The table name of a Diesel `table!` type (`app::schema::jobs::table` → `jobs`): no allocation,
 /// for span fields and metric labels.
 pub(crate) fn table_name<T: ?Sized>() -> &'static str {
@@ -304,7 +299,7 @@ pub fn overhead(n: u64) -> std::time::Duration {
         let op = op!(
             Claim,
             "bench_jobs",
-            crate::BackendKind::Postgres,
+            lease_core::BackendKind::Postgres,
             table = "bench_jobs",
             owner = "overhead",
         );

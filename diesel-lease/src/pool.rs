@@ -10,8 +10,9 @@ use diesel::r2d2::{
     ConnectionManager, CustomizeConnection, HandleEvent, Pool, PooledConnection, R2D2Connection,
 };
 
-use crate::semaphore::listener::Listener;
-use crate::{BorrowConnection, LeaseConnection};
+use crate::backend::{BorrowConnection, Dialect};
+use crate::notify::listener::Listener;
+use crate::notify::Notifications;
 
 /// An r2d2 connection customizer that prepares each new connection for concurrent use.
 ///
@@ -58,7 +59,7 @@ pub struct ConnectionTuning {
 impl Default for ConnectionTuning {
     fn default() -> Self {
         ConnectionTuning {
-            busy_timeout: Duration::from_secs(30),
+            busy_timeout: crate::backend::DEFAULT_BUSY_TIMEOUT,
             mysql_idle_timeout: Some(Duration::from_secs(600)),
         }
     }
@@ -66,14 +67,14 @@ impl Default for ConnectionTuning {
 
 impl ConnectionTuning {
     /// Applies the tuning to one connection (what the pool does for every new connection).
-    pub fn apply<C: LeaseConnection>(&self, conn: &mut C) -> diesel::QueryResult<()> {
-        conn.tune(self)
+    pub fn apply<C: Dialect>(&self, conn: &mut C) -> diesel::QueryResult<()> {
+        conn.tune(self.busy_timeout, self.mysql_idle_timeout)
     }
 }
 
 impl<C> CustomizeConnection<C, diesel::r2d2::Error> for ConnectionTuning
 where
-    C: LeaseConnection + R2D2Connection,
+    C: Dialect + R2D2Connection,
 {
     fn on_acquire(&self, conn: &mut C) -> Result<(), diesel::r2d2::Error> {
         self.apply(conn).map_err(diesel::r2d2::Error::QueryError)
@@ -84,7 +85,7 @@ where
 /// [`WaiterWakeups`] installed.
 pub fn build_pool<C>(url: &str, max_size: u32) -> crate::Result<Pool<ConnectionManager<C>>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: Notifications + R2D2Connection,
 {
     Ok(Pool::builder()
         .max_size(max_size)
@@ -96,8 +97,8 @@ where
 /// An r2d2 event handler that gives the pool's semaphore waiters one shared listener connection
 /// (PostgreSQL; on SQLite and MySQL it does nothing).
 ///
-/// A waiter ([`Semaphore::acquire`](crate::semaphore::Semaphore::acquire),
-/// [`RwLock::read`](crate::semaphore::RwLock::read)/[`write`](crate::semaphore::RwLock::write))
+/// A waiter (`semaphore::Semaphore::acquire`,
+/// `semaphore::RwLock::read`/`write`, `claim::claim_next_wait`)
 /// borrows a pool connection for each poll and gives it back in between. On PostgreSQL it is woken
 /// between polls by `NOTIFY`, received by one listener per pool: a background thread with its own
 /// connection to `url`, opened outside the pool (it shows in `pg_stat_activity` as
@@ -137,7 +138,7 @@ impl WaiterWakeups {
     /// The handler for a pool of `C` connections to `url`. Nothing starts until a waiter waits.
     pub fn new<C>(url: impl Into<String>) -> Self
     where
-        C: LeaseConnection + R2D2Connection,
+        C: Notifications + R2D2Connection,
     {
         WaiterWakeups {
             listener: C::NOTIFICATIONS.then(|| Arc::new(Listener::new::<C>(url.into()))),
@@ -176,7 +177,7 @@ pub(crate) fn lend_with_listener<C>(
     wait: Duration,
 ) -> crate::Result<(Pooled<C>, Option<Arc<Listener>>)>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: Dialect + R2D2Connection,
 {
     CHECKED_OUT.with(|slot| slot.borrow_mut().take());
     let conn = pool.lend(wait)?;
@@ -189,9 +190,8 @@ where
 /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
 /// heartbeat to stop, then for a pool connection to end the grant with. A grant that cannot be
 /// ended in time expires at its ttl (a claim: at its timeout) anyway. The default of
-/// [`LeaseOptions::drop_wait`](crate::lease::LeaseOptions::drop_wait),
-/// [`ClaimOptions::drop_wait`](crate::claim::ClaimOptions::drop_wait) and
-/// [`Semaphore::with_drop_wait`](crate::semaphore::Semaphore::with_drop_wait).
+/// `lease::LeaseOptions::drop_wait`, `claim::ClaimOptions::drop_wait` and
+/// `semaphore::Semaphore::with_drop_wait`.
 pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// What a holder does when it ends: stops its heartbeat, then lends a connection to end the
@@ -220,7 +220,7 @@ pub(crate) fn stop_then_lend<S: ConnectionSource>(
 /// what the database already gave away.
 pub trait ConnectionSource: Clone + Send + Sync + 'static {
     /// The raw connection the pool lends.
-    type Connection: LeaseConnection;
+    type Connection: Dialect;
     /// A lent connection; returned to the pool when dropped.
     type Lent: BorrowConnection<Conn = Self::Connection>;
     /// Lends a connection, waiting at most `wait` for one.
@@ -229,7 +229,7 @@ pub trait ConnectionSource: Clone + Send + Sync + 'static {
 
 impl<C> ConnectionSource for Pool<ConnectionManager<C>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: Dialect + R2D2Connection,
 {
     type Connection = C;
     type Lent = PooledConnection<ConnectionManager<C>>;

@@ -1,16 +1,18 @@
-//! The connections diesel-lease runs on, and everything that differs between their backends.
-//!
-//! Operations (claims, guards, leases, semaphores) are written once, against two sealed traits
-//! that each backend implements in its own file (`postgres.rs`, `sqlite.rs`, `mysql.rs`):
+//! The ground floor: the connections diesel-lease runs on, and what differs between their
+//! backends that is no operation's own.
 //!
 //! - [`SqlDialect`], on Diesel's backend type (`Pg`, `Sqlite`, `Mysql`): how SQL text differs —
-//!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division.
-//! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, the
-//!   statements that need a feature one backend lacks (`UPDATE … RETURNING`, `ON CONFLICT`,
-//!   `LISTEN/NOTIFY`), and how the server's errors are sorted into [`crate::Error`].
+//!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division, binds.
+//! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, bounded
+//!   lock waits, connection tuning, migrations — and, beside them, how the server's errors are
+//!   sorted into [`crate::Error`] and which conflicts are retried (`retry_conflicts`).
 //!
-//! A new backend implements both in a new file; a new operation is written once against them.
+//! Nothing here knows an operation. Each operation (claims, leases, semaphores, insert-once,
+//! admin) has its own trait on top of [`Dialect`], implemented per backend in the operation's
+//! own folder; notifications are `notify/`'s. One file per backend here: `postgres.rs`,
+//! `sqlite.rs`, `mysql.rs`.
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use diesel::backend::Backend;
@@ -21,14 +23,8 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::{Connection, QueryResult};
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness};
 pub use lease_core::BackendKind;
-use lease_core::{Backoff, InsertOutcome};
+use lease_core::Backoff;
 
-use crate::claim::statements::{
-    load_shaped, reap, shape, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter,
-};
-use crate::lease::statements::LeaseStatements;
-use crate::once::RunInsertOnce;
-use crate::semaphore::statements::SemaphoreStatements;
 use crate::Error;
 
 #[cfg(feature = "mysql")]
@@ -39,28 +35,8 @@ mod postgres;
 mod sqlite;
 
 pub(crate) mod sealed {
-    /// Seals [`LeaseConnection`](super::LeaseConnection) and the dialect traits.
+    /// Seals the raw connection types and the dialect traits.
     pub trait Sealed {}
-}
-
-/// A raw Diesel connection of a backend diesel-lease supports: `PgConnection`, `SqliteConnection`
-/// or `MysqlConnection`, each behind its Cargo feature.
-///
-/// Sealed: the backend-specific SQL of every operation is written and tested for these three.
-pub trait LeaseConnection: Dialect {
-    /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: READ
-    /// COMMITTED on PostgreSQL and MySQL (so InnoDB takes no gap locks and `SKIP LOCKED` claims
-    /// do not deadlock on the index they update), `BEGIN IMMEDIATE` after this process's writer
-    /// turn on SQLite (so the write lock is taken up front and concurrent writers wait on the
-    /// busy timeout instead of failing). Inside an open transaction it becomes a savepoint of the
-    /// caller's transaction, at the caller's isolation level.
-    fn write_transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
-    where
-        F: FnOnce(&mut Self) -> Result<T, E>,
-        E: From<DieselError>,
-    {
-        self.write_tx(f)
-    }
 }
 
 /// How SQL text differs between backends (implemented for `Pg`, `Sqlite` and `Mysql`).
@@ -94,7 +70,7 @@ pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed 
     #[doc(hidden)]
     fn push_now_offset<'b>(
         out: &mut AstPass<'_, 'b, Self>,
-        offset: &'b crate::clock::Offset,
+        offset: &'b Offset,
         with_time_zone: bool,
     ) -> QueryResult<()>;
 
@@ -103,23 +79,10 @@ pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed 
     /// column's precision: a `DATETIME` or `timestamp(0)` column truncates (MariaDB) or rounds
     /// (MySQL 8, PostgreSQL) what diesel-lease writes to whole seconds, so its value can be up
     /// to one unit of its precision earlier than the real time. The default is the column itself:
-    /// SQLite stores the text written, unchanged. The unit: `clock::push_apparent_unit`.
+    /// SQLite stores the text written, unchanged. The unit: `push_apparent_unit`.
     #[doc(hidden)]
     fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
         out.push_identifier(column)
-    }
-
-    /// The claim in one statement: `UPDATE` the rows `stmt` picks and return them. Backends
-    /// without `UPDATE … RETURNING` (MySQL) keep this default, which refuses, and claim in
-    /// several statements instead (their `Dialect::claim_rows`).
-    #[doc(hidden)]
-    fn push_claim<'b, M: ClaimSql<Self>>(
-        _out: &mut AstPass<'_, 'b, Self>,
-        _stmt: &'b ClaimStmt<'_, M, Self>,
-    ) -> QueryResult<()> {
-        Err(DieselError::QueryBuilderError(
-            "this backend has no UPDATE … RETURNING; its claims use several statements".into(),
-        ))
     }
 
     /// Integer column `column` as a `BIGINT` (a control table's ticket may be an `INT`).
@@ -143,6 +106,65 @@ pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed 
     /// Binds a nullable text value.
     #[doc(hidden)]
     fn bind_opt_str<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b Option<String>) -> QueryResult<()>;
+}
+
+/// A signed duration in the forms the backends take it: microseconds to bind (PostgreSQL,
+/// MySQL) and a `strftime` modifier (SQLite).
+#[doc(hidden)]
+#[derive(Debug, Clone, QueryId)]
+pub struct Offset {
+    /// The offset in microseconds.
+    pub micros: i64,
+    /// The same offset as a SQLite date modifier, such as `-300.000000 seconds`.
+    pub sqlite_modifier: String,
+}
+
+impl Offset {
+    pub(crate) fn new(micros: i64) -> Self {
+        let sign = if micros < 0 { '-' } else { '+' };
+        let abs = micros.unsigned_abs();
+        Offset {
+            micros,
+            sqlite_modifier: format!("{sign}{}.{:06} seconds", abs / 1_000_000, abs % 1_000_000),
+        }
+    }
+}
+
+/// One unit of the precision a stored timestamp apparently has, in microseconds, from `fraction`
+/// (SQL for its microseconds within the second, 0-999999):
+/// `CASE WHEN f % 10 <> 0 THEN 1 WHEN f % 100 <> 0 THEN 10 … WHEN f <> 0 THEN 100000 ELSE 1000000 END`.
+///
+/// A column of precision `p` stores multiples of 10^-p s, so the unit read from the value's
+/// trailing zeros is never smaller than the column's: a whole-second column always gives 1 s, a
+/// microsecond column 1 µs (and, for the one value in ten whose last digit happens to be zero,
+/// more: later, never earlier). The real instant behind a truncated or rounded value is below
+/// the value plus this unit, so `value + unit <= deadline` never acts early, without reading the
+/// column's declared precision from the catalog.
+// Used by the backends whose columns have a precision (PostgreSQL, MySQL).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn push_apparent_unit<DB: diesel::backend::Backend>(
+    out: &mut AstPass<'_, '_, DB>,
+    fraction: &dyn Fn(&mut AstPass<'_, '_, DB>) -> QueryResult<()>,
+) -> QueryResult<()> {
+    out.push_sql("CASE");
+    for (modulus, unit) in [
+        ("10", "1"),
+        ("100", "10"),
+        ("1000", "100"),
+        ("10000", "1000"),
+        ("100000", "10000"),
+    ] {
+        out.push_sql(" WHEN ");
+        fraction(out)?;
+        out.push_sql(" % ");
+        out.push_sql(modulus);
+        out.push_sql(" <> 0 THEN ");
+        out.push_sql(unit);
+    }
+    out.push_sql(" WHEN ");
+    fraction(out)?;
+    out.push_sql(" <> 0 THEN 100000 ELSE 1000000 END");
+    Ok(())
 }
 
 /// Implements the bind helpers of [`SqlDialect`] (the same on every backend).
@@ -184,27 +206,22 @@ pub trait Dialect:
     Connection<Backend: SqlDialect, TransactionManager = AnsiTransactionManager>
     + LoadConnection
     + MigrationHarness<Self::Backend>
-    + LeaseStatements
-    + SemaphoreStatements
-    + crate::admin::AdminStatements
     + Send
     + Sized
     + 'static
     + sealed::Sealed
 {
-    /// Which backend this connection talks to.
-    const KIND: BackendKind;
-
     /// The built-in tables' migrations for this backend.
     #[doc(hidden)]
     const MIGRATIONS: EmbeddedMigrations;
 
-    /// Whether the backend delivers [`SemaphoreStatements::notify`] to listening connections
-    /// (then a pool's waiters share one listener connection; elsewhere they only poll).
-    #[doc(hidden)]
-    const NOTIFICATIONS: bool = false;
-
-    /// The backend's write transaction; see [`LeaseConnection::write_transaction`].
+    /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: READ
+    /// COMMITTED on PostgreSQL and MySQL (so InnoDB takes no gap locks and `SKIP LOCKED` claims
+    /// do not deadlock on the index they update), `BEGIN IMMEDIATE` after this process's writer
+    /// turn on SQLite (so the write lock is taken up front and concurrent writers wait on the
+    /// busy timeout instead of failing). Inside an open transaction it becomes a savepoint of the
+    /// caller's transaction, at the caller's isolation level. Public as
+    /// `LeaseConnection::write_transaction`.
     #[doc(hidden)]
     fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
@@ -238,70 +255,15 @@ pub trait Dialect:
         f(self)
     }
 
-    /// Applies [`ConnectionTuning`](crate::pool::ConnectionTuning) to a new connection.
+    /// Prepares a new connection for concurrent use (what `pool::ConnectionTuning` applies):
+    /// SQLite's `busy_timeout` (and WAL), MySQL's idle timeout (`None`: the server's).
     #[doc(hidden)]
-    fn tune(&mut self, _tuning: &crate::pool::ConnectionTuning) -> QueryResult<()> {
+    fn tune(
+        &mut self,
+        _busy_timeout: Duration,
+        _mysql_idle_timeout: Option<Duration>,
+    ) -> QueryResult<()> {
         Ok(())
-    }
-
-    /// The SQL of [`Dialect::claim_rows`]'s claim statement, with its bind values (Diesel's
-    /// `debug_query` format), for review and tests. On MySQL: the statement that picks the rows.
-    #[doc(hidden)]
-    fn claim_sql<M: ClaimSql<Self::Backend>>(
-        parts: &ClaimParts<M, Self::Backend>,
-        limit: i64,
-    ) -> String;
-
-    /// Claims up to `limit` rows, reaping exhausted stale claims first when the model asks for it
-    /// (same transaction). By default one `UPDATE … RETURNING` statement in the shape of
-    /// [`SqlDialect::push_claim`], as one autocommit write when there is nothing to reap.
-    #[doc(hidden)]
-    /// `F` is the filter's query id ([`NoFilter`] when `filter` is `None`).
-    fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
-        &mut self,
-        parts: &ClaimParts<M, Self::Backend>,
-        limit: i64,
-        filter: Filter<'_, Self::Backend>,
-    ) -> QueryResult<Vec<M>> {
-        let stmt = ClaimStmt::new(parts, limit, filter);
-        let load = |c: &mut Self| {
-            load_shaped::<M, Self, shape::Claim, F>(c, &stmt, parts.rescues(), limit == 1)
-        };
-        if !parts.needs_reap() {
-            return self.single_write(load);
-        }
-        self.write_tx(|c| {
-            reap(c, parts)?;
-            load(c)
-        })
-    }
-
-    /// Finishes the rows of a batch that are still this worker's claims and returns them (as
-    /// they are now). By default one `UPDATE … RETURNING`.
-    #[doc(hidden)]
-    fn finish_rows<M: ClaimModel<Self>>(
-        &mut self,
-        rows: &[crate::claim::batch::BatchRow<M>],
-        to: crate::claim::Finish,
-    ) -> QueryResult<Vec<M>> {
-        crate::claim::batch::update_returning(self, rows, to)
-    }
-
-    /// Selects up to `limit` claimable rows and keeps them locked for the caller's transaction,
-    /// skipping locked ones.
-    #[doc(hidden)]
-    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
-        &mut self,
-        parts: &ClaimParts<M, Self::Backend>,
-        limit: i64,
-        filter: Filter<'_, Self::Backend>,
-    ) -> QueryResult<Vec<M>> {
-        load_shaped::<M, Self, shape::Pick, F>(
-            self,
-            &crate::claim::statements::PickStmt::locking(parts, limit, filter),
-            parts.rescues(),
-            limit == 1,
-        )
     }
 
     /// Runs `f` (a statement that may wait for a lock) with the backend's lock wait bounded by
@@ -328,17 +290,6 @@ pub trait Dialect:
         Ok(())
     }
 
-    /// Installs on `table` a trigger that announces inserted rows to listening waiters
-    /// (`claim/wait.rs`); where the backend has no notifications it does nothing (the waiters
-    /// poll).
-    #[doc(hidden)]
-    fn install_ready_trigger(
-        &mut self,
-        _table: &dyn QueryFragment<Self::Backend>,
-    ) -> QueryResult<()> {
-        Ok(())
-    }
-
     /// [`write_tx`](Dialect::write_tx) for work that starts with a bounded waiting lock (seed
     /// 002's `with_locked`), in the caller's error type and also inside the caller's transaction:
     /// where the transaction itself waits for the lock (SQLite's writer turn and `BEGIN
@@ -352,32 +303,26 @@ pub trait Dialect:
     {
         self.write_tx(f)
     }
-
-    /// Inserts a row a unique constraint lets exist once; a duplicate is `AlreadyExists` and
-    /// leaves the caller's transaction usable.
-    #[doc(hidden)]
-    fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
-    where
-        I: QueryFragment<Self::Backend> + QueryId,
-        R: RunInsertOnce<Self, I>,
-    {
-        R::run(self, insert)
-    }
 }
 
-/// Anything that can lend a [`LeaseConnection`]: the raw connection itself, or an r2d2
+/// How long a SQLite writer waits for the write lock by default (a connection that set none,
+/// and `pool::ConnectionTuning`'s default).
+pub(crate) const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Anything that can lend a raw connection (a `LeaseConnection`): the raw connection itself, or an r2d2
 /// `PooledConnection` of one. Every diesel-lease entry point takes `&mut impl BorrowConnection`,
 /// so `&mut conn` works whether `conn` came from `establish` or from a pool.
 pub trait BorrowConnection {
-    /// The raw connection type.
-    type Conn: LeaseConnection;
+    /// The raw connection type (every operation adds what it needs of it; `LeaseConnection`
+    /// has it all).
+    type Conn: Dialect;
     /// The raw connection.
     fn borrow_connection(&mut self) -> &mut Self::Conn;
 }
 
 impl<C> BorrowConnection for PooledConnection<ConnectionManager<C>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: Dialect + R2D2Connection,
 {
     type Conn = C;
     fn borrow_connection(&mut self) -> &mut C {
@@ -450,6 +395,36 @@ impl<Q: diesel::query_builder::Query> diesel::query_builder::Query for Uncached<
 impl<Q: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for Uncached<Q> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.unsafe_to_cache_prepared();
+        self.0.walk_ast(out)
+    }
+}
+
+/// The query id of a statement whose text the types do not fix: Diesel then builds its SQL on
+/// every call (and may still cache the prepared statement by text).
+#[derive(Debug)]
+pub struct Dynamic;
+
+impl QueryId for Dynamic {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+/// Any write statement, executable (Diesel's `execute` needs a `QueryId`), with query id `K`.
+pub(crate) struct Exec<'a, DB, K = Dynamic>(pub(crate) &'a dyn QueryFragment<DB>, PhantomData<K>);
+
+impl<'a, DB, K> Exec<'a, DB, K> {
+    pub(crate) fn new(stmt: &'a dyn QueryFragment<DB>) -> Self {
+        Exec(stmt, PhantomData)
+    }
+}
+
+impl<DB, K: QueryId> QueryId for Exec<'_, DB, K> {
+    type QueryId = K::QueryId;
+    const HAS_STATIC_QUERY_ID: bool = K::HAS_STATIC_QUERY_ID;
+}
+
+impl<DB: diesel::backend::Backend, K> QueryFragment<DB> for Exec<'_, DB, K> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.0.walk_ast(out)
     }
 }
@@ -535,6 +510,15 @@ pub(crate) fn classify_common(e: DieselError) -> Error {
     }
 }
 
+/// Errors from Diesel are sorted by the backend's [`Dialect`]; this
+/// conversion is for errors whose backend is unknown (connection set-up, pools). It sorts by
+/// what Diesel itself knows: a closed connection and a serialization failure.
+impl From<diesel::result::Error> for Error {
+    fn from(e: diesel::result::Error) -> Self {
+        classify_common(e)
+    }
+}
+
 /// The kind of the first pattern `message` contains.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 fn first_match(patterns: &[(&str, Kind)], message: &str) -> Option<Kind> {
@@ -563,13 +547,23 @@ fn classify_message(message: &str) -> Option<Kind> {
     None
 }
 
+/// The backend of a connection (for [`op!`](crate::observe::op)).
+pub(crate) fn kind_of<C: Dialect>(_: &C) -> BackendKind {
+    kind::<C>()
+}
+
+/// The backend of connection type `C`.
+pub(crate) fn kind<C: Dialect>() -> BackendKind {
+    <C::Backend as SqlDialect>::KIND
+}
+
 /// Creates or updates diesel-lease's built-in tables (leases, semaphores) on this connection.
 ///
 /// Idempotent: already-applied migrations are skipped. Uses Diesel's own
 /// `__diesel_schema_migrations` bookkeeping table, so it coexists with the application's
 /// migrations.
 pub fn run_migrations(conn: &mut impl BorrowConnection) -> crate::Result<()> {
-    fn run<C: LeaseConnection>(conn: &mut C) -> crate::Result<()> {
+    fn run<C: Dialect>(conn: &mut C) -> crate::Result<()> {
         conn.run_pending_migrations(C::MIGRATIONS)
             .map(|_| ())
             .map_err(|source| Error::Migration { source })

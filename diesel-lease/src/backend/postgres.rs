@@ -1,25 +1,16 @@
 //! PostgreSQL: the reference backend. Row locks with `FOR UPDATE SKIP LOCKED`, `RETURNING`,
 //! `ON CONFLICT`, `LISTEN/NOTIFY`; one statement per claim and per lease grant.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::pg::Pg;
 use diesel::prelude::*;
-use diesel::query_builder::{AstPass, QueryFragment};
+use diesel::query_builder::AstPass;
 use diesel::result::Error as DieselError;
 use diesel::PgConnection;
 use diesel_migrations::EmbeddedMigrations;
 
-use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
-use crate::claim::statements::{
-    claim_assignments, column_list, pick_from, qualified, ClaimParts, ClaimSql, ClaimStmt, Dynamic,
-    Exec,
-};
-use crate::clock::Offset;
-use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};
-use crate::semaphore::statements::{
-    insert_returning_statements, semaphore_statements, SemaphoreStatements,
-};
+use super::{raw_connection, BackendKind, Dialect, Kind, Offset, SqlDialect};
 
 raw_connection!(PgConnection);
 impl super::sealed::Sealed for Pg {}
@@ -62,7 +53,7 @@ impl SqlDialect for Pg {
         out.push_sql("(");
         out.push_identifier(column)?;
         out.push_sql(" + ");
-        crate::clock::push_apparent_unit(out, &|out| {
+        super::push_apparent_unit(out, &|out| {
             out.push_sql("(CAST(EXTRACT(MICROSECONDS FROM ");
             out.push_identifier(column)?;
             out.push_sql(") AS BIGINT) % 1000000)");
@@ -72,65 +63,12 @@ impl SqlDialect for Pg {
         Ok(())
     }
 
-    /// The claim in one statement:
-    /// `WITH picked AS (SELECT pk … ORDER BY … LIMIT $n FOR UPDATE SKIP LOCKED)
-    ///  UPDATE t SET … FROM picked WHERE t.pk = picked.pk RETURNING …`.
-    /// The CTE is evaluated once, so the statement never claims more than `$n` rows (an
-    /// `IN (subquery)` may be re-run by the planner and claim more).
-    fn push_claim<'b, M: ClaimSql<Pg>>(
-        out: &mut AstPass<'_, 'b, Pg>,
-        stmt: &'b ClaimStmt<'_, M, Pg>,
-    ) -> QueryResult<()> {
-        out.push_sql("WITH ");
-        out.push_identifier("picked")?;
-        out.push_sql(" AS (SELECT ");
-        column_list(out, M::PK)?;
-        pick_from(out, stmt.parts, stmt.filter, &stmt.limit)?;
-        out.push_sql(" FOR UPDATE SKIP LOCKED) UPDATE ");
-        M::push_table(out, &stmt.parts.table)?;
-        claim_assignments(out, stmt.parts)?;
-        out.push_sql(" FROM ");
-        out.push_identifier("picked")?;
-        out.push_sql(" WHERE ");
-        for (i, pk) in M::PK.iter().enumerate() {
-            if i > 0 {
-                out.push_sql(" AND ");
-            }
-            qualified(out, stmt.parts, pk)?;
-            out.push_sql(" = ");
-            out.push_identifier("picked")?;
-            out.push_sql(".");
-            out.push_identifier(pk)?;
-        }
-        out.push_sql(" RETURNING ");
-        M::push_select(out, &stmt.parts.select)
-    }
-
     super::binds!();
 }
 
-/// The channel the pools' listeners hear: semaphore changes (the payload is the resource name)
-/// and claim rows that became ready (`claim:` and the table, as Diesel quotes it).
-macro_rules! channel {
-    () => {
-        "diesel_lease_semaphores"
-    };
-}
-const CHANNEL: &str = channel!();
-const LISTEN: &str = concat!("LISTEN ", channel!());
-const UNLISTEN: &str = concat!("UNLISTEN ", channel!());
-
-/// How often a listening connection looks for a notification that arrived. Local (reads the
-/// socket buffer), no query.
-const NOTIFICATION_CHECK: Duration = Duration::from_millis(2);
-
-impl LeaseConnection for PgConnection {}
-
 impl Dialect for PgConnection {
-    const KIND: BackendKind = BackendKind::Postgres;
     const MIGRATIONS: EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/postgres");
-    const NOTIFICATIONS: bool = true;
 
     fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
@@ -157,10 +95,6 @@ impl Dialect for PgConnection {
         })
     }
 
-    fn claim_sql<M: ClaimSql<Pg>>(parts: &ClaimParts<M, Pg>, limit: i64) -> String {
-        diesel::debug_query::<Pg, _>(&ClaimStmt::new(parts, limit, None)).to_string()
-    }
-
     fn bounded_lock_wait<T>(
         &mut self,
         wait: Duration,
@@ -181,16 +115,6 @@ impl Dialect for PgConnection {
         set_lock_timeout(self, &previous)?;
         Ok(value)
     }
-
-    fn install_ready_trigger(&mut self, table: &dyn QueryFragment<Pg>) -> QueryResult<()> {
-        self.transaction(|c| {
-            diesel::sql_query(READY_FUNCTION).execute(c)?;
-            for step in [TriggerStep::Drop, TriggerStep::Create] {
-                c.execute_returning_count(&Exec::<_, Dynamic>::new(&ReadyTrigger { table, step }))?;
-            }
-            Ok(())
-        })
-    }
 }
 
 /// `max_wait` as a `lock_timeout` value: whole milliseconds, at least 1 (0 means "no limit").
@@ -205,123 +129,6 @@ fn set_lock_timeout(c: &mut PgConnection, value: &str) -> QueryResult<()> {
         .bind::<diesel::sql_types::Text, _>(value)
         .execute(c)
         .map(drop)
-}
-
-impl LeaseStatements for PgConnection {
-    lease_statements!();
-
-    grant_by_upsert!(Pg);
-}
-
-impl SemaphoreStatements for PgConnection {
-    semaphore_statements!(.for_update());
-
-    insert_returning_statements!();
-
-    fn control(
-        &mut self,
-        ops: &dyn crate::semaphore::ControlTableOps,
-        resource: Option<&str>,
-        op: crate::semaphore::ControlOp<'_>,
-    ) -> QueryResult<crate::semaphore::ControlOut> {
-        ops.on_pg(self, resource, op)
-    }
-
-    fn notifications(&self) -> bool {
-        true
-    }
-
-    fn notify(&mut self, resource: &str) -> QueryResult<()> {
-        diesel::sql_query("SELECT pg_notify($1, $2)")
-            .bind::<diesel::sql_types::Text, _>(CHANNEL)
-            .bind::<diesel::sql_types::Text, _>(resource)
-            .execute(self)
-            .map(drop)
-    }
-
-    fn listen(&mut self, on: bool) -> QueryResult<()> {
-        diesel::sql_query(if on { LISTEN } else { UNLISTEN }).execute(self)?;
-        if !on {
-            // Drop what arrived meanwhile, so a pooled connection goes back clean.
-            for notification in self.notifications_iter() {
-                notification?;
-            }
-        }
-        Ok(())
-    }
-
-    fn wait_for_notifications(&mut self, max: Duration) -> QueryResult<Vec<String>> {
-        let deadline = Instant::now() + max;
-        loop {
-            // Reads what the socket already holds; no query, no round trip.
-            let mut notified = Vec::new();
-            for notification in self.notifications_iter() {
-                let notification = notification?;
-                if notification.channel == CHANNEL {
-                    notified.push(notification.payload);
-                }
-            }
-            let now = Instant::now();
-            if !notified.is_empty() || now >= deadline {
-                return Ok(notified);
-            }
-            std::thread::sleep(NOTIFICATION_CHECK.min(deadline - now));
-        }
-    }
-
-    fn name_session(&mut self, name: &str) -> QueryResult<()> {
-        diesel::sql_query("SELECT set_config('application_name', $1, false)")
-            .bind::<diesel::sql_types::Text, _>(name)
-            .execute(self)
-            .map(drop)
-    }
-}
-
-/// The trigger function behind [`Dialect::install_ready_trigger`]: after an insert, one
-/// notification on the listeners' channel per way a claim model may name the table (bare, and
-/// schema-qualified), each quoted as Diesel quotes identifiers, which is how waiters name it.
-const READY_FUNCTION: &str = concat!(
-    r#"CREATE OR REPLACE FUNCTION diesel_lease_notify_ready() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('"#,
-    channel!(),
-    r#"', 'claim:"' || replace(TG_TABLE_NAME, '"', '""') || '"');
-    PERFORM pg_notify('"#,
-    channel!(),
-    r#"', 'claim:"' || replace(TG_TABLE_SCHEMA, '"', '""') || '"."'
-        || replace(TG_TABLE_NAME, '"', '""') || '"');
-    RETURN NULL;
-END $$"#
-);
-
-#[derive(Clone, Copy)]
-enum TriggerStep {
-    Drop,
-    Create,
-}
-
-/// `DROP TRIGGER IF EXISTS diesel_lease_ready ON t` or `CREATE TRIGGER diesel_lease_ready AFTER
-/// INSERT ON t FOR EACH STATEMENT …` (once per statement: a bulk insert wakes the waiters once).
-struct ReadyTrigger<'a> {
-    table: &'a dyn QueryFragment<Pg>,
-    step: TriggerStep,
-}
-
-impl QueryFragment<Pg> for ReadyTrigger<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        match self.step {
-            TriggerStep::Drop => out.push_sql("DROP TRIGGER IF EXISTS diesel_lease_ready ON "),
-            TriggerStep::Create => {
-                out.push_sql("CREATE TRIGGER diesel_lease_ready AFTER INSERT ON ")
-            }
-        }
-        self.table.walk_ast(out.reborrow())?;
-        if let TriggerStep::Create = self.step {
-            out.push_sql(" FOR EACH STATEMENT EXECUTE FUNCTION diesel_lease_notify_ready()");
-        }
-        Ok(())
-    }
 }
 
 /// PostgreSQL's primary messages for the errors a caller can act on (SQLSTATE in brackets;

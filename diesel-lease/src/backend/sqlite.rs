@@ -6,22 +6,13 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::result::Error as DieselError;
 use diesel::sqlite::Sqlite;
 use diesel::SqliteConnection;
 use diesel_migrations::EmbeddedMigrations;
 
-use super::{raw_connection, BackendKind, Dialect, Kind, LeaseConnection, SqlDialect};
-use crate::claim::statements::{
-    claim_assignments, column_list, load_shaped, pick_from, shape, ClaimModel, ClaimParts,
-    ClaimSql, ClaimStmt, Dynamic, Exec, Filter, NoFilter, StmtId, WriteLockStmt,
-};
-use crate::clock::Offset;
-use crate::lease::statements::{grant_by_upsert, lease_statements, LeaseStatements};
-use crate::semaphore::statements::{
-    insert_returning_statements, semaphore_statements, SemaphoreStatements,
-};
+use super::{raw_connection, BackendKind, Dialect, Dynamic, Exec, Kind, Offset, SqlDialect};
 
 raw_connection!(SqliteConnection);
 impl super::sealed::Sealed for Sqlite {}
@@ -57,31 +48,10 @@ impl SqlDialect for Sqlite {
         Ok(())
     }
 
-    /// The claim in one statement, safe because SQLite has one writer at a time (the caller holds
-    /// `BEGIN IMMEDIATE`): `UPDATE t SET … WHERE (pk) IN (SELECT pk … LIMIT $n) RETURNING …`.
-    fn push_claim<'b, M: ClaimSql<Sqlite>>(
-        out: &mut AstPass<'_, 'b, Sqlite>,
-        stmt: &'b ClaimStmt<'_, M, Sqlite>,
-    ) -> QueryResult<()> {
-        out.push_sql("UPDATE ");
-        M::push_table(out, &stmt.parts.table)?;
-        claim_assignments(out, stmt.parts)?;
-        out.push_sql(" WHERE (");
-        column_list(out, M::PK)?;
-        out.push_sql(") IN (SELECT ");
-        column_list(out, M::PK)?;
-        pick_from(out, stmt.parts, stmt.filter, &stmt.limit)?;
-        out.push_sql(") RETURNING ");
-        M::push_select(out, &stmt.parts.select)
-    }
-
     super::binds!();
 }
 
-impl LeaseConnection for SqliteConnection {}
-
 impl Dialect for SqliteConnection {
-    const KIND: BackendKind = BackendKind::Sqlite;
     const MIGRATIONS: EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/sqlite");
 
@@ -108,17 +78,13 @@ impl Dialect for SqliteConnection {
         }
     }
 
-    fn claim_sql<M: ClaimSql<Sqlite>>(parts: &ClaimParts<M, Sqlite>, limit: i64) -> String {
-        diesel::debug_query::<Sqlite, _>(&ClaimStmt::new(parts, limit, None)).to_string()
-    }
-
     fn single_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
-        self.write_transaction(f)
+        self.write_tx(f)
     }
 
-    fn tune(&mut self, tuning: &crate::pool::ConnectionTuning) -> QueryResult<()> {
+    fn tune(&mut self, busy_timeout: Duration, _: Option<Duration>) -> QueryResult<()> {
         // The pragma takes an integer literal: formatted from our own u128, never user text.
-        let ms = tuning.busy_timeout.as_millis().min(i32::MAX as u128);
+        let ms = busy_timeout.as_millis().min(i32::MAX as u128);
         self.batch_execute(&format!(
             "PRAGMA busy_timeout = {ms}; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
         ))
@@ -150,26 +116,6 @@ impl Dialect for SqliteConnection {
     {
         immediate_within(self, wait, f)
     }
-
-    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
-        &mut self,
-        parts: &ClaimParts<M, Self::Backend>,
-        limit: i64,
-        filter: Filter<'_, Sqlite>,
-    ) -> QueryResult<Vec<M>> {
-        // No row locks: a write that matches nothing takes the database write lock, which then
-        // shuts out every other writer until the caller's transaction ends.
-        self.execute_returning_count(&Exec::<
-            _,
-            StmtId<M, shape::WriteLock, NoFilter, false, false>,
-        >::new(&WriteLockStmt(parts)))?;
-        load_shaped::<M, Self, shape::Pick, F>(
-            self,
-            &crate::claim::statements::PickStmt::locking(parts, limit, filter),
-            parts.rescues(),
-            limit == 1,
-        )
-    }
 }
 
 /// `BEGIN IMMEDIATE` after this process's writer turn, both waits bounded by `max_wait` together
@@ -194,11 +140,10 @@ where
 
 /// A SQLite connection without a busy timeout fails at once with "database is locked" when
 /// another connection writes; every diesel-lease write waits instead. A timeout the application
-/// set (e.g. with [`ConnectionTuning`](crate::pool::ConnectionTuning)) is left alone.
+/// set (e.g. with `pool::ConnectionTuning`) is left alone.
 fn ensure_busy_timeout(c: &mut SqliteConnection) -> QueryResult<()> {
     if busy_timeout(c)? == 0 {
-        let default = crate::pool::ConnectionTuning::default().busy_timeout;
-        set_busy_timeout(c, super::lock_wait_millis(default))?;
+        set_busy_timeout(c, super::lock_wait_millis(super::DEFAULT_BUSY_TIMEOUT))?;
     }
     Ok(())
 }
@@ -222,27 +167,6 @@ fn set_busy_timeout(c: &mut SqliteConnection, ms: i64) -> QueryResult<()> {
     let ms = ms.min(i64::from(i32::MAX));
     // An integer we own, not user text: PRAGMA takes no bind parameters.
     c.batch_execute(&format!("PRAGMA busy_timeout = {ms}"))
-}
-
-impl LeaseStatements for SqliteConnection {
-    lease_statements!();
-
-    grant_by_upsert!(Sqlite);
-}
-
-impl SemaphoreStatements for SqliteConnection {
-    fn control(
-        &mut self,
-        ops: &dyn crate::semaphore::ControlTableOps,
-        resource: Option<&str>,
-        op: crate::semaphore::ControlOp<'_>,
-    ) -> QueryResult<crate::semaphore::ControlOut> {
-        ops.on_sqlite(self, resource, op)
-    }
-
-    semaphore_statements!();
-
-    insert_returning_statements!();
 }
 
 /// SQLite's messages for the errors a caller can act on.

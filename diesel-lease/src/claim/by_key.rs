@@ -29,8 +29,9 @@ use diesel::{QueryResult, RunQueryDsl, SelectableHelper};
 use super::statements::{ClaimParts, ClaimSql, ClaimablePredicate};
 use super::{Claimable, Keyed};
 use crate::backend::{in_transaction, Dialect, SqlDialect};
+use crate::claim::ClaimDialect;
 use crate::once::ClaimIfNull;
-use crate::{BorrowConnection, Error, LeaseConnection, Result, Ttl};
+use crate::{BorrowConnection, Error, Result, Ttl};
 
 /// How long `lock_by_pk_if_claimable`, `with_locked` and their `_if_null` forms
 /// wait for a concurrent holder of the row before [`Error::Timeout`]: 30 seconds. The `_within`
@@ -156,7 +157,7 @@ where
 
 /// The bounds under which a connection can take seed 002's waiting lock on rows of a
 /// [`Claimable`] model `M`; you never implement it.
-pub trait ClaimableLockConnection<M: Claimable>: LeaseConnection {
+pub trait ClaimableLockConnection<M: Claimable>: ClaimDialect {
     /// Locks row `pk` if it is in a ready state, waiting at most `wait` for its holder.
     #[doc(hidden)]
     fn lock_claimable_key(&mut self, pk: M::Pk, wait: Duration) -> QueryResult<Option<M>>;
@@ -165,7 +166,7 @@ pub trait ClaimableLockConnection<M: Claimable>: LeaseConnection {
 impl<M, C> ClaimableLockConnection<M> for C
 where
     M: Claimable + ClaimSql<C::Backend> + diesel::Selectable<C::Backend>,
-    C: LeaseConnection,
+    C: ClaimDialect,
     WriteNothing<M>: QueryFragment<C::Backend>,
     for<'a> KeyLockStmt<M, C::Backend, ClaimablePredicate<M, C::Backend>>: LoadQuery<'a, C, M>,
 {
@@ -184,7 +185,7 @@ where
 
 /// The bounds under which a connection can take seed 002's waiting lock on rows of a
 /// [`ClaimIfNull`] model `M`; you never implement it.
-pub trait NullLockConnection<M: ClaimIfNull>: LeaseConnection {
+pub trait NullLockConnection<M: ClaimIfNull>: ClaimDialect {
     /// Locks row `pk` if its guard is still `NULL`, waiting at most `wait` for its holder.
     #[doc(hidden)]
     fn lock_null_key(&mut self, pk: M::Pk, wait: Duration) -> QueryResult<Option<M>>;
@@ -193,7 +194,7 @@ pub trait NullLockConnection<M: ClaimIfNull>: LeaseConnection {
 impl<M, C> NullLockConnection<M> for C
 where
     M: ClaimIfNull + diesel::Selectable<C::Backend>,
-    C: LeaseConnection,
+    C: ClaimDialect,
     WriteNothing<M>: QueryFragment<C::Backend>,
     for<'a> KeyLockStmt<M, C::Backend, ColumnIsNull>: LoadQuery<'a, C, M>,
 {
@@ -368,7 +369,7 @@ fn locked_transaction<M, C, T, E, W>(
     work: W,
 ) -> Result<Option<T>, E>
 where
-    C: LeaseConnection,
+    C: ClaimDialect,
     E: From<diesel::result::Error>,
     W: FnOnce(&mut C, M) -> Result<T, E>,
 {

@@ -11,10 +11,11 @@ use super::{
     finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish, HasDoneState,
     HasFailedState,
 };
+use crate::claim::ClaimDialect;
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
+use crate::{BorrowConnection, Error, Held, Result};
 
 /// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
 ///
@@ -95,7 +96,7 @@ where
     /// Claims the next row through `pool` (see [`claim_next`](super::claim_next)) and guards it.
     pub fn claim_next<C>(pool: &Pool<ConnectionManager<C>>) -> Result<Option<Self>>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         Self::claim_next_with(pool, &ClaimOptions::default())
     }
@@ -106,7 +107,7 @@ where
         options: &ClaimOptions,
     ) -> Result<Option<Self>>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let sent_at = Instant::now();
         let row = super::claim_batch_with::<M, _>(&mut pool.get()?, 1, options)?
@@ -120,7 +121,7 @@ where
     /// each of them.
     pub fn claim_batch<C>(pool: &Pool<ConnectionManager<C>>, n: usize) -> Result<Vec<Self>>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         Self::claim_batch_with(pool, n, &ClaimOptions::default())
     }
@@ -132,7 +133,7 @@ where
         options: &ClaimOptions,
     ) -> Result<Vec<Self>>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let sent_at = Instant::now();
         let rows = super::claim_batch_with::<M, _>(&mut pool.get()?, n, options)?;
@@ -152,7 +153,7 @@ where
         sent_at: Instant,
     ) -> Result<Self>
     where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let timeout = options
             .timeout_micros::<M>()
@@ -242,7 +243,7 @@ impl<M: Claimable> Held for ClaimGuard<M> {
 
 impl<M> ClaimGuard<M> {
     /// Stops the heartbeat (within the drop wait) so that the caller can finish the row with a
-    /// statement of its own ([`Worker`](crate::worker::Worker): a retry); then
+    /// statement of its own (`worker::Worker`: a retry); then
     /// [`finished_elsewhere`](Self::finished_elsewhere), or the drop hands the row back.
     pub(crate) fn stop_heartbeat(&mut self) {
         if let Some(heartbeat) = self.heartbeat.take() {

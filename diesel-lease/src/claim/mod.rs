@@ -10,15 +10,17 @@ use diesel::query_builder::{QueryFragment, QueryId};
 use diesel::sql_types::{Bool, SingleValue, SqlType};
 use diesel::Connection;
 
+use crate::backend::kind_of;
 use crate::backend::{retry_conflicts, Dialect};
-use crate::observe::{kind_of, op, table_name};
+use crate::observe::{op, table_name};
 use lease_core::ClaimStamp;
 
-use crate::{BorrowConnection, Error, LeaseConnection, OwnerId, Result};
+use crate::{BorrowConnection, Error, OwnerId, Result};
 
 #[doc(hidden)]
 pub mod batch;
 mod by_key;
+mod dialect;
 mod guard;
 mod literal;
 mod per_key;
@@ -27,13 +29,22 @@ pub(crate) mod schedule;
 pub mod statements;
 pub(crate) mod wait;
 
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+
 pub use by_key::{
     lock_by_pk_if_claimable, lock_by_pk_if_claimable_within, lock_by_pk_if_null,
     lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
     NullLockConnection, DEFAULT_LOCK_WAIT,
 };
 
+pub use crate::model::Keyed;
 pub use crate::pool::DROP_WAIT;
+pub use dialect::{ClaimDialect, ClaimSqlDialect};
 pub use guard::ClaimGuard;
 pub use lease_core::RetryPolicy;
 pub use literal::StateLiteral;
@@ -53,24 +64,6 @@ pub enum SortOrder {
     Asc,
     /// Descending.
     Desc,
-}
-
-/// A model whose rows are addressed by primary key: the base of [`Claimable`] and
-/// [`ClaimIfNull`](crate::once::ClaimIfNull). Written by `#[derive(Claimable)]` from Diesel's own
-/// `#[diesel(table_name, primary_key)]`.
-pub trait Keyed: Sized + 'static {
-    /// The model's Diesel table.
-    type Table: diesel::Table + Default + Copy + QueryId + Send + 'static;
-    /// The primary key's Rust value (`i64`, or a tuple for composite keys).
-    type Pk: Send + 'static;
-    /// `pk = $value` (composite: `a = $1 AND b = $2`) as a typed Diesel expression.
-    type PkFilter: Expression<SqlType = Bool> + AppearsOnTable<Self::Table> + Send + 'static;
-    /// Primary-key column names, in key order.
-    const PK: &'static [&'static str];
-    /// This row's primary key.
-    fn pk(&self) -> Self::Pk;
-    /// `pk = $pk` as a Diesel expression.
-    fn pk_filter(pk: Self::Pk) -> Self::PkFilter;
 }
 
 /// A model whose rows can be claimed: the description `#[derive(Claimable)]` writes.
@@ -248,8 +241,8 @@ impl ClaimOptions {
 }
 
 /// The bounds under which a connection can run claims of model `M`. Implemented for every
-/// [`LeaseConnection`] whose backend can read `M`; you never implement it.
-pub trait ClaimConnection<M: Claimable>: LeaseConnection {
+/// [`ClaimDialect`] whose backend can read `M`; you never implement it.
+pub trait ClaimConnection<M: Claimable>: ClaimDialect {
     /// Claims up to `limit` (≥ 1) rows matching the model's claimable predicate and `filter`.
     /// `F` is the filter's query id ([`NoFilter`](statements::NoFilter) when `filter` is `None`).
     #[doc(hidden)]
@@ -299,7 +292,7 @@ pub trait ClaimConnection<M: Claimable>: LeaseConnection {
 impl<M, C> ClaimConnection<M> for C
 where
     M: Claimable + ClaimModel<C>,
-    C: LeaseConnection,
+    C: ClaimDialect,
 {
     fn claim_matching<F: QueryId>(
         &mut self,
@@ -315,15 +308,18 @@ where
         let op = op!(
             Claim,
             table,
-            C::KIND,
+            kind_of(self),
             table = table,
             owner = stamp.as_str(),
             limit = limit
         );
         // A deadlock or serialization failure rolled the claim back whole: nothing was
         // claimed, so trying again is safe.
-        let claimed =
-            retry_conflicts(|| Ok(Dialect::claim_rows::<M, F>(self, &parts, limit, filter)?));
+        let claimed = retry_conflicts(|| {
+            Ok(ClaimDialect::claim_rows::<M, F>(
+                self, &parts, limit, filter,
+            )?)
+        });
         op.finish(claimed, |rows| ("claimed", rows.len() as u64))
     }
 
@@ -333,7 +329,7 @@ where
         filter: Filter<'_, C::Backend>,
     ) -> diesel::QueryResult<Vec<M>> {
         let parts = ClaimParts::<M, C::Backend>::new("", None);
-        Dialect::lock_rows::<M, F>(self, &parts, limit, filter)
+        ClaimDialect::lock_rows::<M, F>(self, &parts, limit, filter)
     }
 
     fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool> {
@@ -348,10 +344,10 @@ where
 
     fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<M>> {
         if crate::backend::in_transaction(self)? {
-            return Ok(Dialect::finish_rows(self, rows, to)?);
+            return Ok(ClaimDialect::finish_rows(self, rows, to)?);
         }
         // Rolled back whole by a deadlock (MySQL: the whole transaction): safe to run again.
-        retry_conflicts(|| Ok(Dialect::finish_rows(self, rows, to)?))
+        retry_conflicts(|| Ok(ClaimDialect::finish_rows(self, rows, to)?))
     }
 
     fn ready_resource() -> Result<String> {
@@ -359,7 +355,7 @@ where
     }
 
     fn install_ready_trigger(&mut self) -> Result<()> {
-        Ok(Dialect::install_ready_trigger(
+        Ok(ClaimDialect::install_ready_trigger(
             self,
             &wait::TableOf::<M>::new(),
         )?)
@@ -545,7 +541,7 @@ where
     E: From<diesel::result::Error>,
     W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
 {
-    conn.borrow_connection().write_transaction(|conn| {
+    Dialect::write_tx(conn.borrow_connection(), |conn| {
         match conn.lock_matching::<NoFilter>(1, None)?.into_iter().next() {
             Some(row) => work(conn, row).map(Some),
             None => Ok(None),

@@ -2,7 +2,7 @@
 //! claimed rows.
 //!
 //! A filter alone is not exact (two claims at READ COMMITTED both count `max - 1` and both
-//! claim), so the [`Worker`](crate::worker::Worker) also takes a semaphore permit per key before
+//! claim), so the `worker::Worker` also takes a semaphore permit per key before
 //! it starts a row; the filter keeps workers from claiming rows they would only hand back.
 
 use diesel::query_builder::{AstPass, QueryFragment};

@@ -143,14 +143,8 @@ impl<M: 'static, S: 'static, F: QueryId, const RESCUE: bool, const ONE: bool> Qu
     const HAS_STATIC_QUERY_ID: bool = F::HAS_STATIC_QUERY_ID;
 }
 
-/// The query id of a statement whose text the types do not fix: Diesel then builds its SQL on
-/// every call (and may still cache the prepared statement by text).
-pub struct Dynamic;
-
-impl QueryId for Dynamic {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
+pub use crate::backend::Dynamic;
+pub(crate) use crate::backend::Exec;
 
 /// The filter id of a statement without a caller filter.
 pub struct NoFilter;
@@ -480,7 +474,7 @@ fn pick_rows_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     DB::bind_i64(out, limit)
 }
 
-/// The claim in one statement, in the backend's shape ([`SqlDialect::push_claim`]): update the
+/// The claim in one statement, in the backend's shape ([`ClaimSqlDialect::push_claim`](super::ClaimSqlDialect::push_claim)): update the
 /// rows `pick_from` selects and return them.
 // Read by the backends that claim in one statement (PostgreSQL, SQLite).
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
@@ -500,7 +494,7 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ClaimStmt<'a, M, DB> {
     }
 }
 
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimStmt<'_, M, DB> {
+impl<M: ClaimSql<DB>, DB: super::ClaimSqlDialect> QueryFragment<DB> for ClaimStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         DB::push_claim(&mut out, self)
     }
@@ -682,65 +676,6 @@ fn reap_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     DB::bind_i64(out, max)
 }
 
-/// How many exhausted stale claims one MySQL claim moves to the failed state at most; the rest
-/// go with the next claims.
-#[cfg(feature = "mysql")]
-const REAP_BATCH: i64 = 100;
-
-/// MySQL's [`reap`], in three statements that never wait for a row lock and lock nothing when
-/// there is nothing to reap: a plain read finds exhausted stale claims, `SELECT … WHERE <their
-/// keys> AND <still exhausted and stale> FOR UPDATE SKIP LOCKED` locks those nobody else holds,
-/// and [`ByKey::Fail`] fails exactly those. Run in the claim's transaction, before the claim.
-///
-/// A single `UPDATE … WHERE <reap predicate>` scan (what PostgreSQL and SQLite run) deadlocked
-/// on InnoDB with `complete`: it waits for the row a completion holds while holding index
-/// entries the completion needs next. A locking scan that skips locked rows still locks the
-/// index record that ends its range, which is often the next ready row, and the claim marking
-/// that row then waits for it: claims deadlocked with each other instead.
-#[cfg(feature = "mysql")]
-pub(crate) fn reap_skip_locked<M>(
-    conn: &mut diesel::MysqlConnection,
-    parts: &ClaimParts<M, diesel::mysql::Mysql>,
-) -> QueryResult<()>
-where
-    M: ClaimModel<diesel::MysqlConnection>,
-{
-    if !parts.needs_reap() {
-        return Ok(());
-    }
-    let probe = ReapProbeStmt {
-        parts,
-        limit: REAP_BATCH,
-    };
-    let found = M::load::<Dynamic>(conn, &probe)?;
-    if found.is_empty() {
-        return Ok(());
-    }
-    let found = AnyPk::<M>::of(&found);
-    let lock = ByKeyStmt {
-        parts,
-        rows: &found,
-        step: ByKey::LockExhausted,
-    };
-    // A locking read: outside the statement cache (see `backend::Uncached`).
-    let locked = M::load::<Dynamic>(conn, &crate::backend::Uncached(lock))?;
-    if locked.is_empty() {
-        return Ok(());
-    }
-    let rows = AnyPk::<M>::of(&locked);
-    let fail = ByKeyStmt {
-        parts,
-        rows: &rows,
-        step: ByKey::Fail,
-    };
-    let reaped =
-        diesel::Connection::execute_returning_count(conn, &Exec::<_, Dynamic>::new(&fail))?;
-    if reaped > 0 {
-        crate::observe::rescued(crate::observe::table_name::<M::Table>(), reaped);
-    }
-    Ok(())
-}
-
 /// Moves stale claims that used up their attempts to the failed state, when the model asks for
 /// it; run in the claim's transaction, before the claim.
 pub(crate) fn reap<M, C>(conn: &mut C, parts: &ClaimParts<M, C::Backend>) -> QueryResult<()>
@@ -758,27 +693,6 @@ where
         }
     }
     Ok(())
-}
-
-/// SQLite's stand-in for a row lock: a write that matches nothing still takes the database's
-/// write lock, which then shuts out every other writer until the transaction ends.
-#[cfg(feature = "sqlite")]
-pub(crate) struct WriteLockStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(
-    pub(crate) &'a ClaimParts<M, DB>,
-);
-
-#[cfg(feature = "sqlite")]
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M, DB> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("UPDATE ");
-        M::push_table(&mut out, &self.0.table)?;
-        out.push_sql(" SET ");
-        out.push_identifier(M::STATE)?;
-        out.push_sql(" = ");
-        out.push_identifier(M::STATE)?;
-        out.push_sql(" WHERE 1 = 0");
-        Ok(())
-    }
 }
 
 /// Owner-checked change of one claimed row:
@@ -909,26 +823,6 @@ impl<M: Claimable> FinishStmt<M> {
             // Its text depends on which of not-before and error it writes.
             Change::Retry(_) => conn.execute_returning_count(&Exec::<_, Dynamic>::new(self)),
         }
-    }
-}
-
-/// Any write statement, executable (Diesel's `execute` needs a `QueryId`), with query id `K`.
-pub(crate) struct Exec<'a, DB, K = Dynamic>(pub(crate) &'a dyn QueryFragment<DB>, PhantomData<K>);
-
-impl<'a, DB, K> Exec<'a, DB, K> {
-    pub(crate) fn new(stmt: &'a dyn QueryFragment<DB>) -> Self {
-        Exec(stmt, PhantomData)
-    }
-}
-
-impl<DB, K: QueryId> QueryId for Exec<'_, DB, K> {
-    type QueryId = K::QueryId;
-    const HAS_STATIC_QUERY_ID: bool = K::HAS_STATIC_QUERY_ID;
-}
-
-impl<DB: diesel::backend::Backend, K> QueryFragment<DB> for Exec<'_, DB, K> {
-    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        self.0.walk_ast(out)
     }
 }
 

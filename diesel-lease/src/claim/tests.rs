@@ -5,8 +5,9 @@
 use diesel::prelude::*;
 
 use super::statements::{ClaimParts, ClaimSql};
+use super::ClaimDialect;
 use super::Claimable;
-use crate::backend::{Dialect, SqlDialect};
+use crate::backend::SqlDialect;
 // The owner-checked statements are pinned on PostgreSQL only.
 #[cfg(feature = "postgres")]
 use super::statements::FinishStmt;

@@ -18,9 +18,10 @@ use lease_core::Backoff;
 use super::statements::ClaimSql;
 use super::{limit, ClaimConnection, ClaimOptions, Claimable};
 use crate::backend::SqlDialect;
-use crate::semaphore::listener::{Mark, Registration};
-use crate::semaphore::statements::SemaphoreStatements;
-use crate::{BorrowConnection, LeaseConnection, Result};
+use crate::claim::ClaimDialect;
+use crate::notify::listener::{Mark, Registration};
+use crate::notify::Notifications;
+use crate::{BorrowConnection, Result};
 
 /// The longest pause between two polls of an idle waiter: each costs the database at most one
 /// claim query per second.
@@ -58,7 +59,7 @@ pub(crate) fn ready_resource<M: ClaimSql<DB>, DB: SqlDialect>() -> Result<String
     Ok(format!("claim:{}", sql.finish()))
 }
 
-/// Wakes the waiters of model `M` ([`claim_next_wait`], [`Worker`](crate::worker::Worker)) on
+/// Wakes the waiters of model `M` ([`claim_next_wait`], `worker::Worker`) on
 /// every pool's listener: call it after inserting rows, or after making rows ready by an
 /// update. Inside a transaction the notification is sent when it commits (PostgreSQL), so
 /// waiters never look before the rows are visible.
@@ -101,7 +102,7 @@ where
     C::Conn: ClaimConnection<M>,
 {
     let resource = <C::Conn as ClaimConnection<M>>::ready_resource()?;
-    Ok(conn.borrow_connection().notify(&resource)?)
+    Ok(Notifications::notify(conn.borrow_connection(), &resource)?)
 }
 
 /// Installs (or replaces) on `M`'s table a trigger that does what [`notify_ready`] does after
@@ -115,7 +116,7 @@ where
     C: BorrowConnection,
     C::Conn: ClaimConnection<M>,
 {
-    conn.borrow_connection().install_ready_trigger()
+    <C::Conn as ClaimConnection<M>>::install_ready_trigger(conn.borrow_connection())
 }
 
 /// Claims the next row through `pool`, waiting up to `timeout` for one: at once when a row is
@@ -131,7 +132,7 @@ pub fn claim_next_wait<M, C>(
 ) -> Result<Option<M>>
 where
     M: Claimable,
-    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
 {
     claim_batch_wait(pool, 1, &ClaimOptions::default(), timeout).map(|rows| rows.into_iter().next())
 }
@@ -146,7 +147,7 @@ pub fn claim_batch_wait<M, C>(
 ) -> Result<Vec<M>>
 where
     M: Claimable,
-    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
 {
     if n == 0 {
         return Ok(Vec::new());
@@ -187,7 +188,7 @@ impl Waiter {
         claim: &mut dyn FnMut(&mut C) -> Result<Vec<M>>,
     ) -> Result<Vec<M>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: ClaimDialect + R2D2Connection,
     {
         loop {
             if stop() {

@@ -9,8 +9,9 @@ use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
+use crate::lease::statements::LeaseStatements;
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
+use crate::{BorrowConnection, Error, Held, Result};
 
 /// A lease taken through an r2d2 pool. It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
@@ -45,7 +46,7 @@ use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
 /// assert!(LeaseGuard::try_acquire(&pool, "compaction", &options).unwrap().is_some());
 /// # }
 /// ```
-pub struct LeaseGuard<C: LeaseConnection + R2D2Connection> {
+pub struct LeaseGuard<C: LeaseStatements + R2D2Connection> {
     pool: Pool<ConnectionManager<C>>,
     lease: Arc<Mutex<Lease>>,
     token: FencingToken,
@@ -57,7 +58,7 @@ pub struct LeaseGuard<C: LeaseConnection + R2D2Connection> {
     drop_wait: Duration,
 }
 
-impl<C: LeaseConnection + R2D2Connection> fmt::Debug for LeaseGuard<C> {
+impl<C: LeaseStatements + R2D2Connection> fmt::Debug for LeaseGuard<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseGuard")
             .field("name", &self.name)
@@ -73,7 +74,7 @@ fn lock(lease: &Mutex<Lease>) -> MutexGuard<'_, Lease> {
     lease.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
+impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     /// Tries once to take the lease `name` (see [`try_acquire`](super::try_acquire)).
     pub fn try_acquire(
         pool: &Pool<ConnectionManager<C>>,
@@ -177,7 +178,7 @@ impl<C: LeaseConnection + R2D2Connection> LeaseGuard<C> {
     }
 }
 
-impl<C: LeaseConnection + R2D2Connection> Held for LeaseGuard<C> {
+impl<C: LeaseStatements + R2D2Connection> Held for LeaseGuard<C> {
     /// See [`Lease::is_lost`].
     fn is_lost(&self) -> bool {
         lock(&self.lease).is_lost()
@@ -200,7 +201,7 @@ impl<C: LeaseConnection + R2D2Connection> Held for LeaseGuard<C> {
 }
 
 /// The heartbeat's beat: extend by the current ttl with a connection lent within the budget.
-fn extend_beat<S: ConnectionSource>(
+fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
     source: S,
     lease: Arc<Mutex<Lease>>,
 ) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
@@ -219,7 +220,7 @@ fn extend_beat<S: ConnectionSource>(
     }
 }
 
-impl<C: LeaseConnection + R2D2Connection> Drop for LeaseGuard<C> {
+impl<C: LeaseStatements + R2D2Connection> Drop for LeaseGuard<C> {
     fn drop(&mut self) {
         if !self.finished {
             // Nothing to report to: an unreleased lease expires at its ttl anyway.

@@ -26,11 +26,12 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::QueryResult;
 
 use crate::backend::SqlDialect;
-use crate::claim::Keyed;
 use crate::clock::{DbNow, DbNowOffset, TimestampType};
+use crate::lease::statements::LeaseStatements;
+use crate::model::Keyed;
 use lease_core::ClaimStamp;
 
-use crate::{BorrowConnection, LeaseConnection, OwnerId, Result, Ttl};
+use crate::{BorrowConnection, OwnerId, Result, Ttl};
 
 /// A model with a farm job's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
 pub trait JobLease: Keyed {
@@ -192,7 +193,7 @@ where
 }
 
 /// The bounds under which a connection can run model `M`'s job lease; you never implement it.
-pub trait JobConnection<M: JobLease>: LeaseConnection {
+pub trait JobConnection<M: JobLease>: LeaseStatements {
     #[doc(hidden)]
     fn start_run(&mut self, stmt: StartRunStmt<M>) -> QueryResult<bool>;
     #[doc(hidden)]
@@ -202,7 +203,7 @@ pub trait JobConnection<M: JobLease>: LeaseConnection {
 impl<M, C> JobConnection<M> for C
 where
     M: JobLease,
-    C: LeaseConnection,
+    C: LeaseStatements,
     StartRunStmt<M>: QueryFragment<C::Backend>,
     FinishRunStmt<M>: QueryFragment<C::Backend>,
     C::Backend: Backend,

@@ -63,12 +63,16 @@ use std::time::{Duration, Instant};
 
 use lease_core::{validate_name, Backoff, FencingToken, InvalidInput, OwnerId, Ttl};
 
+use crate::backend::kind_of;
 use crate::heartbeat::{default_margin, HolderState, LostReason, LostSignal};
-use crate::observe::{kind_of, op};
-use crate::{BorrowConnection, Error, LeaseConnection, Result};
+use crate::lease::statements::LeaseStatements;
+use crate::observe::op;
+use crate::{BorrowConnection, Error, Result};
 
 mod guard;
 pub mod job;
+#[cfg(feature = "mysql")]
+mod mysql;
 pub mod schedule;
 pub(crate) mod schema;
 #[doc(hidden)]
@@ -260,7 +264,7 @@ enum State {
 /// # }
 /// ```
 pub fn try_acquire(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
     name: &str,
     options: &LeaseOptions,
 ) -> Result<Option<Lease>> {
@@ -305,7 +309,7 @@ pub fn try_acquire(
 /// # }
 /// ```
 pub fn acquire(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
     name: &str,
     options: &LeaseOptions,
     timeout: Duration,
@@ -342,7 +346,7 @@ pub(crate) fn retry_until_granted(
 }
 
 /// Grants `name` (periodically when `interval` is set); returns the lease and the new `next_run`.
-pub(crate) fn grant<C: LeaseConnection>(
+pub(crate) fn grant<C: LeaseStatements>(
     conn: &mut C,
     name: &str,
     checked: &Checked,
@@ -352,7 +356,7 @@ pub(crate) fn grant<C: LeaseConnection>(
     let op = op!(
         LeaseAcquire,
         "",
-        C::KIND,
+        crate::backend::kind::<C>(),
         name = name,
         owner = checked.holder.as_str()
     );
@@ -403,7 +407,7 @@ pub(crate) fn grant<C: LeaseConnection>(
 /// assert!(sql.contains("julianday('now')"));
 /// # }
 /// ```
-pub fn acquire_sql<C: LeaseConnection>(name: &str, options: &LeaseOptions) -> Result<String> {
+pub fn acquire_sql<C: LeaseStatements>(name: &str, options: &LeaseOptions) -> Result<String> {
     let checked = options.check(name)?;
     Ok(statements::grant_sql::<C>(&statements::Grant {
         name,
@@ -466,7 +470,10 @@ impl Lease {
 
     /// Whether this grant still holds, asked of the database (its clock decides expiry).
     /// `false` after release, expiry or takeover.
-    pub fn confirm_held(&self, conn: &mut impl BorrowConnection) -> Result<bool> {
+    pub fn confirm_held(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
+    ) -> Result<bool> {
         if self.state != State::Held {
             return Ok(false);
         }
@@ -494,7 +501,11 @@ impl Lease {
     /// lease.release(&mut conn).unwrap();
     /// # }
     /// ```
-    pub fn extend(&mut self, conn: &mut impl BorrowConnection, ttl: Duration) -> Result<()> {
+    pub fn extend(
+        &mut self,
+        conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
+        ttl: Duration,
+    ) -> Result<()> {
         let ttl = Ttl::new("ttl", ttl)?;
         self.check_held()?;
         let conn = conn.borrow_connection();
@@ -526,7 +537,10 @@ impl Lease {
     /// `true` when the grant was still held; `false` when it had expired or was taken over —
     /// the protected work ran (partly) unprotected. [`Error::LeaseNotHeld`] if it was already
     /// released.
-    pub fn release(&mut self, conn: &mut impl BorrowConnection) -> Result<bool> {
+    pub fn release(
+        &mut self,
+        conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
+    ) -> Result<bool> {
         match self.check_held() {
             Err(Error::LeaseLost { .. }) => return Ok(false),
             checked => checked?,
@@ -587,7 +601,7 @@ impl Lease {
 
     /// Records that the grant is gone (reading from the database who holds it now) and returns
     /// the error for it.
-    fn mark_lost<C: LeaseConnection>(&mut self, conn: &mut C) -> Error {
+    fn mark_lost<C: LeaseStatements>(&mut self, conn: &mut C) -> Error {
         // A failed read only loses the detail of who took over, not the fact that we lost.
         let now = match record(conn, &self.name) {
             Ok(Some(row)) if row.token != self.token => Some((row.holder, row.token)),
@@ -648,12 +662,15 @@ impl LeaseRecord {
 /// held.release(&mut conn).unwrap();
 /// # }
 /// ```
-pub fn inspect(conn: &mut impl BorrowConnection, name: &str) -> Result<Option<LeaseRecord>> {
+pub fn inspect(
+    conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
+    name: &str,
+) -> Result<Option<LeaseRecord>> {
     validate_name("lease", name, MAX_NAME_LEN)?;
     record(conn.borrow_connection(), name)
 }
 
-fn record<C: LeaseConnection>(conn: &mut C, name: &str) -> Result<Option<LeaseRecord>> {
+fn record<C: LeaseStatements>(conn: &mut C, name: &str) -> Result<Option<LeaseRecord>> {
     Ok(statements::inspect(conn, name)?.map(
         |(holder, token, acquired_at, expires_at, next_run, now)| LeaseRecord {
             holder,

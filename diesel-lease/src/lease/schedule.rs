@@ -23,8 +23,9 @@ use chrono::{DateTime, Utc};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use lease_core::{Backoff, FencingToken, Ttl};
 
+use crate::lease::statements::LeaseStatements;
 use crate::lease::{LeaseGuard, LeaseOptions};
-use crate::{Error, Held, LeaseConnection, Result};
+use crate::{Error, Held, Result};
 
 /// Runs `job` if the lease `name` can be taken now; `Ok(None)` without running it if another
 /// node holds it. The lease is released when the job returns (and on unwinding, by the guard).
@@ -61,7 +62,7 @@ pub fn run_exclusive<C, T>(
     job: impl FnOnce(&LeaseGuard<C>) -> T,
 ) -> Result<Option<T>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: LeaseStatements + R2D2Connection,
 {
     let Some(guard) = LeaseGuard::try_acquire(pool, name, options)? else {
         return Ok(None);
@@ -100,7 +101,7 @@ pub fn with_lock<C, T>(
     f: impl FnOnce() -> T,
 ) -> Result<T>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: LeaseStatements + R2D2Connection,
 {
     let guard = LeaseGuard::acquire(pool, name, &LeaseOptions::new(ttl), ttl)?;
     let out = f();
@@ -110,7 +111,7 @@ where
 
 /// Releases `guard`; [`Error::LeaseLost`] when it had been lost while the work ran, which the
 /// caller of a run-and-release helper must hear about (the work ran, partly, unprotected).
-fn release_or_lost<C: LeaseConnection + R2D2Connection>(guard: LeaseGuard<C>) -> Result<()> {
+fn release_or_lost<C: LeaseStatements + R2D2Connection>(guard: LeaseGuard<C>) -> Result<()> {
     let lost = guard.ensure_held().err();
     let (name, token) = (guard.name().to_owned(), guard.token());
     if guard.release()? {
@@ -185,12 +186,12 @@ impl std::fmt::Debug for Every {
 }
 
 /// One occurrence of a periodic job, handed to the job.
-pub struct Occurrence<'a, C: LeaseConnection + R2D2Connection> {
+pub struct Occurrence<'a, C: LeaseStatements + R2D2Connection> {
     guard: &'a LeaseGuard<C>,
     due_at_micros: i64,
 }
 
-impl<C: LeaseConnection + R2D2Connection> std::fmt::Debug for Occurrence<'_, C> {
+impl<C: LeaseStatements + R2D2Connection> std::fmt::Debug for Occurrence<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Occurrence")
             .field("guard", self.guard)
@@ -199,7 +200,7 @@ impl<C: LeaseConnection + R2D2Connection> std::fmt::Debug for Occurrence<'_, C> 
     }
 }
 
-impl<C: LeaseConnection + R2D2Connection> Occurrence<'_, C> {
+impl<C: LeaseStatements + R2D2Connection> Occurrence<'_, C> {
     /// The fencing token of this run.
     pub fn token(&self) -> FencingToken {
         self.guard.token()
@@ -259,7 +260,7 @@ impl Every {
         job: impl FnOnce(&Occurrence<'_, C>) -> T,
     ) -> Result<Option<T>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: LeaseStatements + R2D2Connection,
     {
         let interval = Ttl::new("interval", self.interval)?;
         let options = self.lease_options();
@@ -319,7 +320,7 @@ impl Every {
         mut job: impl FnMut(&Occurrence<'_, C>),
     ) -> Result<u64>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: LeaseStatements + R2D2Connection,
     {
         let poll = self
             .poll

@@ -6,7 +6,8 @@
 //! only. Every time is the database's ([`DbNowMicros`]); the client binds durations, never instants.
 //!
 //! The statements that read the same on every backend are written once, in the macros
-//! `lease_statements!` and `grant_by_upsert!`, and expanded in each backend's file; MySQL,
+//! `lease_statements!` and `grant_by_upsert!`, and expanded below for PostgreSQL and SQLite; MySQL
+//! (`mysql.rs`),
 //! which has no `ON CONFLICT`, grants with `mysql_takeover!` and `mysql_insert!`.
 
 use diesel::expression::{
@@ -17,11 +18,12 @@ use diesel::sql_types::{BigInt, Nullable};
 use diesel::QueryResult;
 
 use super::schema::diesel_lease_leases as l;
+use crate::backend::Dialect;
 use crate::backend::{refuse_nested, SqlDialect};
 use crate::clock::expression;
 #[allow(unused_imports)]
 use crate::clock::DbNowMicros;
-use crate::{LeaseConnection, Result};
+use crate::Result;
 
 /// What one acquisition asks for. `interval` is set for a periodic job (see `schedule`).
 #[derive(Debug, Clone, Copy)]
@@ -231,7 +233,7 @@ pub(crate) mod dsl {
 
 /// The lease statements of one backend: a grant in the backend's own shape, the rest written once
 /// (`lease_statements!`). Called through the functions below, never directly.
-pub trait LeaseStatements {
+pub trait LeaseStatements: Dialect {
     /// Grants the lease if it is free (never used, expired, or released), in one statement on
     /// PostgreSQL and SQLite and in the fewest safe statements on MySQL.
     #[doc(hidden)]
@@ -349,23 +351,21 @@ macro_rules! grant_by_upsert {
         }
     };
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use grant_by_upsert;
 
 /// Grants the lease (see [`LeaseStatements::lease_grant`]). Refused inside the caller's
 /// transaction: a grant must commit at once to be seen by the others.
-pub(crate) fn grant<C: LeaseConnection>(conn: &mut C, g: &Grant<'_>) -> Result<Option<Granted>> {
+pub(crate) fn grant<C: LeaseStatements>(conn: &mut C, g: &Grant<'_>) -> Result<Option<Granted>> {
     refuse_nested(conn)?;
     Ok(conn.single_write(|c| c.lease_grant(g))?)
 }
 
 /// The SQL [`grant`] sends on backend `C`, with its bind values (for review and tests).
-pub(crate) fn grant_sql<C: LeaseConnection>(g: &Grant<'_>) -> String {
+pub(crate) fn grant_sql<C: LeaseStatements>(g: &Grant<'_>) -> String {
     C::lease_grant_sql(g)
 }
 
 /// Extends a valid grant (see [`LeaseStatements::lease_extend`]).
-pub(crate) fn extend<C: LeaseConnection>(
+pub(crate) fn extend<C: LeaseStatements>(
     conn: &mut C,
     name: &str,
     token: i64,
@@ -376,7 +376,7 @@ pub(crate) fn extend<C: LeaseConnection>(
 }
 
 /// Releases a valid grant (see [`LeaseStatements::lease_release`]).
-pub(crate) fn release<C: LeaseConnection>(
+pub(crate) fn release<C: LeaseStatements>(
     conn: &mut C,
     name: &str,
     token: i64,
@@ -387,11 +387,25 @@ pub(crate) fn release<C: LeaseConnection>(
 }
 
 /// Whether the grant is still valid by the database's clock.
-pub(crate) fn is_valid<C: LeaseConnection>(conn: &mut C, name: &str, token: i64) -> Result<bool> {
+pub(crate) fn is_valid<C: LeaseStatements>(conn: &mut C, name: &str, token: i64) -> Result<bool> {
     Ok(conn.lease_is_valid(name, token)?)
 }
 
 /// The lease's row and the database's current time.
-pub(crate) fn inspect<C: LeaseConnection>(conn: &mut C, name: &str) -> Result<Option<Row>> {
+pub(crate) fn inspect<C: LeaseStatements>(conn: &mut C, name: &str) -> Result<Option<Row>> {
     Ok(conn.lease_inspect(name)?)
+}
+
+#[cfg(feature = "postgres")]
+impl LeaseStatements for diesel::PgConnection {
+    lease_statements!();
+
+    grant_by_upsert!(diesel::pg::Pg);
+}
+
+#[cfg(feature = "sqlite")]
+impl LeaseStatements for diesel::SqliteConnection {
+    lease_statements!();
+
+    grant_by_upsert!(diesel::sqlite::Sqlite);
 }

@@ -9,9 +9,16 @@
 //!   from `RETURNING` (PostgreSQL, SQLite) or, on MySQL, from a read by the generated
 //!   `AUTO_INCREMENT` value in the same transaction ([`InsertedRowStmt`]).
 
+mod dialect;
+#[cfg(feature = "mysql")]
+mod mysql;
+
+pub use dialect::InsertOnceDialect;
+
 use std::marker::PhantomData;
 
-use crate::observe::{kind_of, op, table_name};
+use crate::backend::kind_of;
+use crate::observe::{op, table_name};
 use crate::Error;
 use diesel::backend::Backend;
 use diesel::expression::{AsExpression, Expression};
@@ -21,8 +28,8 @@ use diesel::query_source::QuerySource;
 use diesel::{Connection, Insertable, QueryResult, RunQueryDsl, SelectableHelper, Table};
 
 use crate::backend::{Dialect, SqlDialect};
-use crate::claim::Keyed;
-use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
+use crate::model::Keyed;
+use crate::{BorrowConnection, InsertOutcome, Result};
 
 /// A model with a guard column: a nullable column that is set once (`#[claimable(claim_if_null = col)]`).
 pub trait ClaimIfNull: Keyed {
@@ -73,6 +80,11 @@ impl AsExpression<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>> for
 }
 db_now_as!("postgres" => diesel::sql_types::Timestamptz, "mysql" => diesel::sql_types::Datetime);
 
+/// The query id of [`IfNullStmt`]: the model and the value's query id fix its text.
+#[doc(hidden)]
+#[allow(missing_debug_implementations)]
+pub struct IfNullStmtId<M, E>(PhantomData<(M, E)>);
+
 /// `UPDATE t SET <guard> = <value> WHERE <pk> AND <guard> IS NULL`.
 #[doc(hidden)]
 #[allow(missing_debug_implementations)]
@@ -85,13 +97,7 @@ pub struct IfNullStmt<M: ClaimIfNull, E> {
 // The text is the model's constants and the value expression's: static when the value's is (a
 // bind or `db_now`), so Diesel prepares the guard once per connection.
 impl<M: ClaimIfNull, E: QueryId> QueryId for IfNullStmt<M, E> {
-    type QueryId = crate::claim::statements::StmtId<
-        M,
-        crate::claim::statements::shape::Guard,
-        E::QueryId,
-        false,
-        false,
-    >;
+    type QueryId = IfNullStmtId<M, E::QueryId>;
     const HAS_STATIC_QUERY_ID: bool = E::HAS_STATIC_QUERY_ID;
 }
 
@@ -120,7 +126,7 @@ where
 }
 
 /// The bounds under which a connection can set model `M`'s guard to `V`; you never implement it.
-pub trait ClaimIfNullConnection<M: ClaimIfNull, V>: LeaseConnection {
+pub trait ClaimIfNullConnection<M: ClaimIfNull, V>: Dialect {
     /// Runs the guard update; `true` when this caller changed the row.
     #[doc(hidden)]
     fn set_if_null(&mut self, pk: M::Pk, value: V) -> QueryResult<bool>;
@@ -129,7 +135,7 @@ pub trait ClaimIfNullConnection<M: ClaimIfNull, V>: LeaseConnection {
 impl<M, V, C> ClaimIfNullConnection<M, V> for C
 where
     M: ClaimIfNull,
-    C: LeaseConnection,
+    C: Dialect,
     V: AsExpression<M::NullColumnSql>,
     V::Expression: Expression<SqlType = M::NullColumnSql> + QueryId,
     IfNullStmt<M, V::Expression>: QueryFragment<C::Backend>,
@@ -211,7 +217,7 @@ pub trait InsertReturning<DB: Backend> {
 }
 
 /// The bounds under which a connection can insert `V` into `T` once; you never implement it.
-pub trait InsertOnceConnection<T, V, R: InsertReturning<Self::Backend>>: LeaseConnection {
+pub trait InsertOnceConnection<T, V, R: InsertReturning<Self::Backend>>: InsertOnceDialect {
     #[doc(hidden)]
     fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>>;
 }
@@ -220,7 +226,7 @@ impl<T, V, R, C, DB> InsertOnceConnection<T, V, R> for C
 where
     T: QueryId + 'static,
     V::Values: QueryId,
-    C: LeaseConnection + Connection<Backend = DB>,
+    C: InsertOnceDialect + Connection<Backend = DB>,
     DB: diesel::backend::Backend,
     T: Table,
     V: Insertable<T>,
@@ -229,7 +235,7 @@ where
     T::FromClause: QueryFragment<DB>,
 {
     fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>> {
-        Dialect::insert_once::<_, R>(self, diesel::insert_into(table).values(values))
+        InsertOnceDialect::insert_once::<_, R>(self, diesel::insert_into(table).values(values))
     }
 }
 

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
-use super::listener::{Listener, Mark, Registration};
-use super::local::Subscription;
 use super::protocol::{on_table, ControlTarget, Request};
-use super::statements::SemaphoreStatements;
+use super::statements::{SemaphoreDialect, SemaphoreStatements};
 use super::statements_of;
-use crate::{LeaseConnection, Result};
+use crate::notify::listener::{Listener, Mark, Registration};
+use crate::notify::local::Subscription;
+use crate::Result;
 
 /// Where the steps of one wait run, and how it sleeps between them.
 pub(super) trait Access {
@@ -41,55 +41,55 @@ pub(super) trait Access {
 
 /// A wait on the caller's connection: it stays checked out (and `LISTEN`s, on PostgreSQL) for
 /// the whole wait, as the caller chose by passing it.
-pub(super) struct OwnConnection<'a> {
-    sql: &'a mut dyn SemaphoreStatements,
+pub(super) struct OwnConnection<'a, C: SemaphoreDialect> {
+    conn: &'a mut C,
     /// The user's control table, if the requests live there.
     table: Option<ControlTarget>,
     /// This process's wake-ups, where the backend has no notifications.
     local: Option<Subscription>,
 }
 
-impl<'a> OwnConnection<'a> {
-    pub(super) fn new(sql: &'a mut dyn SemaphoreStatements, req: &Request) -> Self {
+impl<'a, C: SemaphoreDialect> OwnConnection<'a, C> {
+    pub(super) fn new(conn: &'a mut C, req: &Request) -> Self {
         OwnConnection {
-            sql,
+            conn,
             table: req.table.clone(),
             local: None,
         }
     }
 }
 
-impl Access for OwnConnection<'_> {
+impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
     fn step<T>(
         &mut self,
         _wait: Duration,
         step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
     ) -> Result<Option<T>> {
-        on_table(self.table.as_ref(), &mut *self.sql, step).map(Some)
+        on_table(self.table.as_ref(), statements_of(&mut *self.conn), step).map(Some)
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {
-        if !self.sql.notifications() {
+        if !C::NOTIFICATIONS {
             self.local = Some(Subscription::new(resource));
         }
-        Ok(self.sql.listen(true)?)
+        Ok(self.conn.listen(true)?)
     }
 
     fn unlisten(&mut self) {
         self.local = None;
         // Hygiene for pooled connections only; a failure here does not change who holds what.
-        let _ = self.sql.listen(false);
+        let _ = self.conn.listen(false);
     }
 
     fn sleep(&mut self, resource: &str, max: Duration) -> Result<bool> {
         match &mut self.local {
             Some(local) => Ok(local.sleep(max)),
-            None => Ok(self.sql.wait_for_wakeup(resource, max)?),
+            None => Ok(self.conn.wait_for_wakeup(resource, max)?),
         }
     }
 
     fn notified_across_processes(&self) -> bool {
-        self.sql.notifications()
+        C::NOTIFICATIONS
     }
 }
 
@@ -98,7 +98,7 @@ impl Access for OwnConnection<'_> {
 /// listener ([`Listener`]) when the pool has one, and plainly otherwise.
 pub(super) struct FromPool<'a, C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     pool: &'a Pool<ConnectionManager<C>>,
     /// The user's control table, if the requests live there.
@@ -115,7 +115,7 @@ where
 
 impl<'a, C> FromPool<'a, C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     pub(super) fn new(pool: &'a Pool<ConnectionManager<C>>, req: &Request) -> Self {
         FromPool {
@@ -144,7 +144,7 @@ where
 
 impl<C> Access for FromPool<'_, C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     fn step<T>(
         &mut self,

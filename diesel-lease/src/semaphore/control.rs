@@ -682,10 +682,6 @@ impl SemaphoreStatements for OnControlTable<'_> {
         self.count(ControlOp::Delete { ticket, owner })
     }
 
-    fn notifications(&self) -> bool {
-        self.inner.notifications()
-    }
-
     fn is_granted(&mut self, ticket: i64, owner: &str) -> QueryResult<bool> {
         match self.control(ControlOp::IsGranted { ticket, owner })? {
             ControlOut::Flag(b) => Ok(b),
@@ -695,22 +691,6 @@ impl SemaphoreStatements for OnControlTable<'_> {
 
     fn notify(&mut self, key: &str) -> QueryResult<()> {
         self.inner.notify(key)
-    }
-
-    fn listen(&mut self, on: bool) -> QueryResult<()> {
-        self.inner.listen(on)
-    }
-
-    fn wait_for_notifications(&mut self, max: Duration) -> QueryResult<Vec<String>> {
-        self.inner.wait_for_notifications(max)
-    }
-
-    fn wait_for_wakeup(&mut self, key: &str, max: Duration) -> QueryResult<bool> {
-        self.inner.wait_for_wakeup(key, max)
-    }
-
-    fn name_session(&mut self, name: &str) -> QueryResult<()> {
-        self.inner.name_session(name)
     }
 
     fn control(

@@ -28,7 +28,7 @@
 //!
 //! # Lease or semaphore?
 //!
-//! - A **lease** ([`crate::lease`]) is for work that must run *once*, by anybody: if somebody
+//! - A **lease** (`lease`) is for work that must run *once*, by anybody: if somebody
 //!   else holds it, skip (the nightly report, a singleton scheduler).
 //! - A **semaphore** is for work that must run *every time*, but not too much at once: if the
 //!   resource is busy, wait your turn (imports limited to 3 at once, one migration at a time).
@@ -79,8 +79,8 @@
 
 mod access;
 mod control;
-pub(crate) mod listener;
-mod local;
+#[cfg(feature = "mysql")]
+mod mysql;
 mod permit;
 pub(crate) mod protocol;
 mod rwlock;
@@ -94,8 +94,9 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use self::access::{FromPool, OwnConnection};
 use self::protocol::{ControlTarget, Request};
+use self::statements::SemaphoreDialect;
 use self::statements::SemaphoreStatements;
-use crate::{BorrowConnection, InvalidInput, LeaseConnection, OwnerId, Result, Ttl};
+use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
 pub use crate::pool::DROP_WAIT;
 #[doc(hidden)]
@@ -279,7 +280,7 @@ impl Semaphore {
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled(pool, self.request(Mode::Shared)?, timeout, self.max_poll)
     }
@@ -291,7 +292,7 @@ impl Semaphore {
         pool: &Pool<ConnectionManager<C>>,
     ) -> Result<Option<PermitGuard<C>>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled_try(pool, self.request(Mode::Shared)?)
     }
@@ -302,7 +303,7 @@ impl Semaphore {
     /// [`Permit::release`] when done.
     pub fn acquire_on(
         &self,
-        conn: &mut impl BorrowConnection,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
         timeout: Duration,
     ) -> Result<Permit> {
         manual(conn, self.request(Mode::Shared)?, timeout, self.max_poll)
@@ -313,7 +314,10 @@ impl Semaphore {
     ///
     /// On a control table the table has no request or grant times: `requested_at_micros` is 0
     /// and `granted_at_micros` `None`.
-    pub fn queue(&self, conn: &mut impl BorrowConnection) -> Result<Vec<QueuedRequest>> {
+    pub fn queue(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
+    ) -> Result<Vec<QueuedRequest>> {
         queue_of(conn, &self.resource, self.table.as_ref())
     }
 
@@ -336,8 +340,8 @@ impl Semaphore {
     }
 }
 
-/// The protocol's statements on `conn` (every [`LeaseConnection`] has them).
-fn statements_of<C: LeaseConnection>(conn: &mut C) -> &mut dyn SemaphoreStatements {
+/// The protocol's statements on `conn` (every [`SemaphoreDialect`] has them).
+fn statements_of<C: SemaphoreDialect>(conn: &mut C) -> &mut dyn SemaphoreStatements {
     conn
 }
 
@@ -357,9 +361,9 @@ fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
 
 fn pooled_try<C>(pool: &Pool<ConnectionManager<C>>, req: Request) -> Result<Option<PermitGuard<C>>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
-    let op = acquire_op(C::KIND, &req);
+    let op = acquire_op(crate::backend::kind::<C>(), &req);
     let granted = pool.get().map_err(crate::Error::from).and_then(|mut conn| {
         req.on(statements_of(&mut *conn), |sql| {
             protocol::try_once(sql, &req)
@@ -418,28 +422,23 @@ fn pooled<C>(
     max_poll: Duration,
 ) -> Result<PermitGuard<C>>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
-    let op = acquire_op(C::KIND, &req);
+    let op = acquire_op(crate::backend::kind::<C>(), &req);
     let granted = protocol::acquire(&mut FromPool::new(pool, &req), &req, timeout, max_poll);
     let granted = op.finish(granted, granted_outcome)?;
     PermitGuard::start(pool.clone(), req, granted)
 }
 
 fn manual(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
     req: Request,
     timeout: Duration,
     max_poll: Duration,
 ) -> Result<Permit> {
     let conn = conn.borrow_connection();
-    let op = acquire_op(crate::observe::kind_of(conn), &req);
-    let granted = protocol::acquire(
-        &mut OwnConnection::new(statements_of(conn), &req),
-        &req,
-        timeout,
-        max_poll,
-    );
+    let op = acquire_op(crate::backend::kind_of(conn), &req);
+    let granted = protocol::acquire(&mut OwnConnection::new(conn, &req), &req, timeout, max_poll);
     let granted = op.finish(granted, granted_outcome)?;
     Ok(Permit {
         req,
@@ -449,7 +448,7 @@ fn manual(
 
 /// The queue of `resource`; `table`: the user's control table its requests are rows of.
 pub(crate) fn queue_of(
-    conn: &mut impl BorrowConnection,
+    conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
     resource: &str,
     table: Option<&ControlTarget>,
 ) -> Result<Vec<QueuedRequest>> {
@@ -493,8 +492,8 @@ pub struct QueuedRequest {
 }
 
 /// Releases ticket `ticket` of `resource` whoever holds it, as its owner's release would (the
-/// operator's forced release, [`crate::admin::force_release_ticket`]). Whether the row existed.
-pub(crate) fn release_ticket<C: LeaseConnection>(
+/// operator's forced release, `admin::force_release_ticket`). Whether the row existed.
+pub(crate) fn release_ticket<C: SemaphoreDialect>(
     conn: &mut C,
     resource: &str,
     permits: i32,

@@ -10,7 +10,8 @@ use super::protocol::{self, Granted, Request};
 use super::{statements_of, Mode};
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
-use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
+use crate::semaphore::statements::SemaphoreDialect;
+use crate::{BorrowConnection, Error, Held, Result};
 
 /// A held permit (or read/write lock) whose connections come from a pool.
 ///
@@ -28,7 +29,7 @@ use crate::{BorrowConnection, Error, Held, LeaseConnection, Result};
 #[must_use = "the permit is released as soon as it is dropped"]
 pub struct PermitGuard<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     pool: Pool<ConnectionManager<C>>,
     held: Permit,
@@ -39,7 +40,7 @@ where
 
 impl<C> PermitGuard<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     pub(super) fn start(
         pool: Pool<ConnectionManager<C>>,
@@ -97,7 +98,7 @@ where
 
 impl<C> Held for PermitGuard<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     fn is_lost(&self) -> bool {
         self.local.is_lost()
@@ -120,7 +121,7 @@ where
 }
 
 /// The heartbeat's beat: push the permit's expiry with a connection lent within the budget.
-fn heartbeat_beat<S: ConnectionSource>(
+fn heartbeat_beat<S: ConnectionSource<Connection: SemaphoreDialect>>(
     source: S,
     req: Request,
     ticket: i64,
@@ -143,7 +144,7 @@ fn heartbeat_beat<S: ConnectionSource>(
 
 impl<C> Drop for PermitGuard<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     fn drop(&mut self) {
         if !self.released {
@@ -155,7 +156,7 @@ where
 
 impl<C> fmt::Debug for PermitGuard<C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: SemaphoreDialect + R2D2Connection,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitGuard")
@@ -222,7 +223,10 @@ impl Permit {
 
     /// Pushes the permit's expiry to now + ttl. [`Error::PermitNotHeld`] if it already expired and was
     /// removed (stop the protected work) or was released.
-    pub fn heartbeat(&self, conn: &mut impl BorrowConnection) -> Result<()> {
+    pub fn heartbeat(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
+    ) -> Result<()> {
         let held = self
             .req
             .on(statements_of(conn.borrow_connection()), |sql| {
@@ -241,12 +245,15 @@ impl Permit {
 
     /// Releases the permit and lets the next in line in: `true` when it was still held, `false`
     /// when it was already released or had expired (nothing else changes then).
-    pub fn release(&self, conn: &mut impl BorrowConnection) -> Result<bool> {
+    pub fn release(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
+    ) -> Result<bool> {
         let conn = conn.borrow_connection();
         let op = crate::observe::op!(
             SemaphoreRelease,
             "",
-            crate::observe::kind_of(conn),
+            crate::backend::kind_of(conn),
             resource = self.resource(),
             owner = self.req.owner.as_str(),
             ticket = self.ticket,

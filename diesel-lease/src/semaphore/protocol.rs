@@ -179,7 +179,7 @@ fn admit_and_grant(
         s.notify(&req.resource)?;
         // Before commit: a woken waiter's first statement touches its own row, which this
         // transaction holds until it commits, so it sees the grant.
-        super::local::wake(&req.resource);
+        crate::notify::local::wake(&req.resource);
     }
     Ok(admitted)
 }

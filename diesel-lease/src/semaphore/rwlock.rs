@@ -7,7 +7,8 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use super::{
     manual, pooled, pooled_try, queue_of, Mode, Permit, PermitGuard, QueuedRequest, Semaphore,
 };
-use crate::{BorrowConnection, LeaseConnection, OwnerId, Result};
+use crate::semaphore::statements::SemaphoreDialect;
+use crate::{BorrowConnection, OwnerId, Result};
 
 /// A reader/writer lock over a named resource, shared by every process using the database.
 ///
@@ -113,7 +114,7 @@ impl RwLock {
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         self.inner.acquire(pool, timeout)
     }
@@ -125,7 +126,7 @@ impl RwLock {
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled(
             pool,
@@ -138,7 +139,7 @@ impl RwLock {
     /// Reads if possible right now; never waits.
     pub fn try_read<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<PermitGuard<C>>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         self.inner.try_acquire(pool)
     }
@@ -146,7 +147,7 @@ impl RwLock {
     /// Writes if possible right now; never waits.
     pub fn try_write<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<PermitGuard<C>>>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: SemaphoreDialect + R2D2Connection,
     {
         pooled_try(pool, self.inner.request(Mode::Exclusive)?)
     }
@@ -154,7 +155,7 @@ impl RwLock {
     /// Waits up to `timeout` for `mode` on a connection you own; see [`Semaphore::acquire_on`].
     pub fn acquire_on(
         &self,
-        conn: &mut impl BorrowConnection,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
         mode: Mode,
         timeout: Duration,
     ) -> Result<Permit> {
@@ -167,7 +168,10 @@ impl RwLock {
     }
 
     /// The lock's queue; see [`Semaphore::queue`].
-    pub fn queue(&self, conn: &mut impl BorrowConnection) -> Result<Vec<QueuedRequest>> {
+    pub fn queue(
+        &self,
+        conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
+    ) -> Result<Vec<QueuedRequest>> {
         queue_of(conn, self.inner.resource(), self.inner.table.as_ref())
     }
 }

@@ -1,17 +1,19 @@
 //! The statements of the semaphore protocol.
 //!
 //! [`SemaphoreStatements`] is object safe, so the protocol (`protocol.rs`) is plain code over
-//! `&mut dyn SemaphoreStatements`; every [`Dialect`](crate::backend::Dialect) implements it. The
-//! statements that read the same on every backend are written once, in `semaphore_statements!`;
-//! the ones that differ (the insert that returns the ticket, notifications) are in each
-//! `backend/*.rs`.
+//! `&mut dyn SemaphoreStatements`; every connection implements it, below (PostgreSQL, SQLite)
+//! and in `mysql.rs`. The statements that read the same on every backend are written once, in
+//! `semaphore_statements!`; the ones that differ (the insert that returns the ticket) in
+//! `insert_returning_statements!` and `mysql.rs`. Notifications are the ground floor's
+//! ([`Notifications`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::prelude::*;
 
 use super::control::{ControlOp, ControlOut, ControlTableOps};
 use super::schema::diesel_lease_semaphore_tickets as tickets;
+use crate::notify::Notifications;
 use crate::Ttl;
 use lease_core::admission::{Mode, QueueEntry};
 
@@ -92,49 +94,14 @@ pub trait SemaphoreStatements {
     /// Deletes a request; returns the number of rows deleted.
     #[doc(hidden)]
     fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize>;
-    /// Whether the backend delivers [`notify`](Self::notify) to other connections.
-    #[doc(hidden)]
-    fn notifications(&self) -> bool {
-        false
-    }
     /// Whether request `ticket` of `owner` is granted (`false` when it is gone), read without
     /// the resource's lock.
     #[doc(hidden)]
     fn is_granted(&mut self, ticket: i64, owner: &str) -> QueryResult<bool>;
-    /// Tells waiters of `resource` that its queue changed (delivered at commit). Nothing where
-    /// the backend has no notifications.
+    /// Tells waiters of `resource` that its queue changed (delivered at commit):
+    /// [`Notifications::notify`] on the connection.
     #[doc(hidden)]
-    fn notify(&mut self, _resource: &str) -> QueryResult<()> {
-        Ok(())
-    }
-    /// Starts (`true`) or stops listening for [`SemaphoreStatements::notify`].
-    #[doc(hidden)]
-    fn listen(&mut self, _on: bool) -> QueryResult<()> {
-        Ok(())
-    }
-    /// Waits up to `max` for notifications and returns the resources notified (empty when none
-    /// came). Where the backend has no notifications it just sleeps. An error means the
-    /// connection broke.
-    #[doc(hidden)]
-    fn wait_for_notifications(&mut self, max: Duration) -> QueryResult<Vec<String>> {
-        std::thread::sleep(max);
-        Ok(Vec::new())
-    }
-    /// Sleeps up to `max`, returning early (`true`) when `resource` was notified.
-    #[doc(hidden)]
-    fn wait_for_wakeup(&mut self, resource: &str, max: Duration) -> QueryResult<bool> {
-        let deadline = Instant::now() + max;
-        loop {
-            let notified =
-                self.wait_for_notifications(deadline.saturating_duration_since(Instant::now()))?;
-            if notified.iter().any(|r| r == resource) {
-                return Ok(true);
-            }
-            if Instant::now() >= deadline {
-                return Ok(false);
-            }
-        }
-    }
+    fn notify(&mut self, resource: &str) -> QueryResult<()>;
     /// Runs a request statement on the user's control table `ops` (see `control.rs`): each
     /// backend hands its own connection to the `ops` method of its type.
     #[doc(hidden)]
@@ -144,12 +111,6 @@ pub trait SemaphoreStatements {
         resource: Option<&str>,
         op: ControlOp<'_>,
     ) -> QueryResult<ControlOut>;
-    /// Names the session where the server shows it to operators (PostgreSQL's
-    /// `application_name`); nothing elsewhere.
-    #[doc(hidden)]
-    fn name_session(&mut self, _name: &str) -> QueryResult<()> {
-        Ok(())
-    }
 }
 
 /// The values of a new waiting request (everything but the ticket).
@@ -178,6 +139,10 @@ macro_rules! semaphore_statements {
             body: &mut crate::semaphore::statements::Body<'_>,
         ) -> crate::Result<()> {
             crate::backend::Dialect::write_tx_within(self, max_wait, |c| body(c))
+        }
+
+        fn notify(&mut self, resource: &str) -> diesel::QueryResult<()> {
+            crate::notify::Notifications::notify(self, resource)
         }
 
         fn lock_resource(&mut self, resource: &str) -> diesel::QueryResult<Option<i32>> {
@@ -317,5 +282,40 @@ macro_rules! insert_returning_statements {
         }
     };
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) use insert_returning_statements;
+
+/// What the semaphore operations need of a connection: the protocol's statements
+/// ([`SemaphoreStatements`], object safe) and the backend's notifications. Blanket-implemented.
+pub trait SemaphoreDialect: Notifications + SemaphoreStatements {}
+impl<C: Notifications + SemaphoreStatements> SemaphoreDialect for C {}
+
+#[cfg(feature = "postgres")]
+impl SemaphoreStatements for diesel::PgConnection {
+    semaphore_statements!(.for_update());
+
+    insert_returning_statements!();
+
+    fn control(
+        &mut self,
+        ops: &dyn ControlTableOps,
+        resource: Option<&str>,
+        op: ControlOp<'_>,
+    ) -> QueryResult<ControlOut> {
+        ops.on_pg(self, resource, op)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl SemaphoreStatements for diesel::SqliteConnection {
+    semaphore_statements!();
+
+    insert_returning_statements!();
+
+    fn control(
+        &mut self,
+        ops: &dyn ControlTableOps,
+        resource: Option<&str>,
+        op: ControlOp<'_>,
+    ) -> QueryResult<ControlOut> {
+        ops.on_sqlite(self, resource, op)
+    }
+}

@@ -1,8 +1,8 @@
-//! One listener connection per pool, shared by the pool's semaphore waiters.
+//! One listener connection per pool, shared by the pool's waiters (semaphores, claims).
 //!
 //! A pool-backed waiter borrows a connection for each poll and gives it back in between, so it
-//! cannot `LISTEN` on it. Instead each pool built with [`build_pool`](crate::pool::build_pool)
-//! (or given a [`WaiterWakeups`](crate::pool::WaiterWakeups)) owns one [`Listener`]: a thread
+//! cannot `LISTEN` on it. Instead each pool built with `pool::build_pool`
+//! (or given a `pool::WaiterWakeups`) owns one [`Listener`]: a thread
 //! with a dedicated connection that `LISTEN`s on the semaphore channel and wakes the waiters of a
 //! notified resource through that resource's condvar. Waiters sleep on the condvar for their poll
 //! delay instead of reading a socket.
@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use diesel::r2d2::R2D2Connection;
 use lease_core::Backoff;
 
-use crate::LeaseConnection;
+use super::Notifications;
 
 /// The listener connection's `application_name` (and the thread's name).
 pub(crate) const LISTENER_NAME: &str = "diesel-lease listener";
@@ -112,7 +112,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 impl Listener {
     /// A listener for a pool of `C` connections to `url`; its thread starts with the first
     /// waiter.
-    pub(crate) fn new<C: LeaseConnection + R2D2Connection>(url: String) -> Self {
+    pub(crate) fn new<C: Notifications + R2D2Connection>(url: String) -> Self {
         Listener {
             shared: Arc::new(Shared {
                 url,
@@ -306,7 +306,7 @@ impl Shared {
 
 /// The thread: connect, `LISTEN` while anybody waits, pass notifications on, reconnect when the
 /// connection breaks, end when nobody waited for [`LINGER`] or the listener was dropped.
-fn run<C: LeaseConnection + R2D2Connection>(shared: Arc<Shared>) {
+fn run<C: Notifications + R2D2Connection>(shared: Arc<Shared>) {
     let mut conn: Option<C> = None;
     let mut listening = false;
     let mut reconnect = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
@@ -371,7 +371,7 @@ fn run<C: LeaseConnection + R2D2Connection>(shared: Arc<Shared>) {
 }
 
 /// A new connection to `url`, named for operators; `None` if that failed (retried later).
-fn connect<C: LeaseConnection>(url: &str) -> Option<C> {
+fn connect<C: Notifications>(url: &str) -> Option<C> {
     let mut conn = C::establish(url).ok()?;
     conn.name_session(LISTENER_NAME).ok()?;
     Some(conn)

@@ -21,7 +21,7 @@ fn resources() -> MutexGuard<'static, Option<HashMap<String, Entry>>> {
 }
 
 /// Wakes this process's waiters of `resource`, if it has any.
-pub(super) fn wake(resource: &str) {
+pub(crate) fn wake(resource: &str) {
     let mut resources = resources();
     if let Some(entry) = resources.as_mut().and_then(|r| r.get_mut(resource)) {
         entry.generation += 1;
@@ -31,14 +31,14 @@ pub(super) fn wake(resource: &str) {
 
 /// One waiter's place: created before its request is queued, so no wake-up is missed.
 #[derive(Debug)]
-pub(super) struct Subscription {
+pub(crate) struct Subscription {
     resource: String,
     /// The generation this waiter has seen.
     seen: u64,
 }
 
 impl Subscription {
-    pub(super) fn new(resource: &str) -> Self {
+    pub(crate) fn new(resource: &str) -> Self {
         let mut resources = resources();
         let entry = resources
             .get_or_insert_with(HashMap::new)
@@ -55,7 +55,7 @@ impl Subscription {
     }
 
     /// Sleeps up to `max`; `true` (at once) when the resource was woken since the last call.
-    pub(super) fn sleep(&mut self, max: Duration) -> bool {
+    pub(crate) fn sleep(&mut self, max: Duration) -> bool {
         let deadline = Instant::now() + max;
         let mut resources = resources();
         loop {

@@ -1,0 +1,156 @@
+//! MySQL's claims: no `UPDATE … RETURNING`, so a claim reaps, picks (stale claims by a plain read
+//! and a lock by key, then ready rows with `FOR UPDATE SKIP LOCKED`), marks, and reads back in
+//! one READ COMMITTED transaction; a batch completion locks the rows still ours, then changes
+//! exactly those.
+
+use diesel::mysql::Mysql;
+use diesel::prelude::*;
+use diesel::query_builder::QueryId;
+use diesel::MysqlConnection;
+
+use super::dialect::{ClaimDialect, ClaimSqlDialect};
+use super::statements::{
+    shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Dynamic, Exec, Filter,
+    NoFilter, PickStmt, ReapProbeStmt, StmtId, Which,
+};
+use crate::backend::{Dialect, Uncached};
+
+impl ClaimSqlDialect for Mysql {}
+
+impl ClaimDialect for MysqlConnection {
+    fn claim_sql<M: ClaimSql<Mysql>>(parts: &ClaimParts<M, Mysql>, limit: i64) -> String {
+        diesel::debug_query::<Mysql, _>(&PickStmt::locking(parts, limit, None)).to_string()
+    }
+
+    fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
+        &mut self,
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+        filter: Filter<'_, Mysql>,
+    ) -> QueryResult<Vec<M>> {
+        // No UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
+        self.write_tx(|c| {
+            // Never waits for a row lock: see `reap_skip_locked`.
+            reap_skip_locked(c, parts)?;
+            // Stale claims first (rescues go before new work), then ready rows, each picked on
+            // its own: one pick of both (an `OR`) may be planned as a sort of every match, whose
+            // locking read keeps the index entries of rows other claims are marking. Stale
+            // claims are found by a plain read, then locked by key: a locking range scan keeps
+            // the index record that ends its range, often the next ready row, which the claim
+            // marking that row then waits for (claims deadlocked with each other). Locking
+            // reads run outside the statement cache, whatever their query id: see `Uncached`.
+            let mut picked = Vec::new();
+            if parts.cutoff.is_some() {
+                let probe = PickStmt::only(parts, limit, filter, Which::Stale, false);
+                let stale = M::load::<Dynamic>(c, &probe)?;
+                if !stale.is_empty() {
+                    let stale = AnyPk::<M>::of(&stale);
+                    let lock = ByKeyStmt {
+                        parts,
+                        rows: &stale,
+                        step: ByKey::LockStale,
+                    };
+                    picked = M::load::<Dynamic>(c, &Uncached(lock))?;
+                }
+            }
+            let left = limit - i64::try_from(picked.len()).unwrap_or(limit);
+            if left > 0 {
+                let ready = PickStmt::only(parts, left, filter, Which::Ready, true);
+                picked.extend(M::load::<Dynamic>(c, &Uncached(ready))?);
+            }
+            if picked.is_empty() {
+                return Ok(picked);
+            }
+            let rows = AnyPk::<M>::of(&picked);
+            let by_key = |step| ByKeyStmt {
+                parts,
+                rows: &rows,
+                step,
+            };
+            let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
+            if picked.len() == 1 {
+                // One row (every `claim_next`): the text is fixed, prepare it once.
+                type One<M, const S: u8> = StmtId<M, shape::ByKeyOne<S>, NoFilter, false, false>;
+                c.execute_returning_count(&Exec::<_, One<M, 0>>::new(&mark))?;
+                return M::load::<One<M, 1>>(c, &read);
+            }
+            c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
+            M::load::<Dynamic>(c, &read)
+        })
+    }
+
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
+        &mut self,
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+        filter: Filter<'_, Mysql>,
+    ) -> QueryResult<Vec<M>> {
+        M::load::<Dynamic>(self, &Uncached(PickStmt::locking(parts, limit, filter)))
+    }
+
+    fn finish_rows<M: ClaimModel<Self>>(
+        &mut self,
+        rows: &[super::batch::BatchRow<M>],
+        to: super::Finish,
+    ) -> QueryResult<Vec<M>> {
+        // No UPDATE … RETURNING: lock the rows still ours, then change exactly those.
+        self.write_tx(|c| super::batch::lock_then_update(c, rows, to))
+    }
+}
+
+/// How many exhausted stale claims one MySQL claim moves to the failed state at most; the rest
+/// go with the next claims.
+const REAP_BATCH: i64 = 100;
+
+/// MySQL's [`reap`], in three statements that never wait for a row lock and lock nothing when
+/// there is nothing to reap: a plain read finds exhausted stale claims, `SELECT … WHERE <their
+/// keys> AND <still exhausted and stale> FOR UPDATE SKIP LOCKED` locks those nobody else holds,
+/// and [`ByKey::Fail`] fails exactly those. Run in the claim's transaction, before the claim.
+///
+/// A single `UPDATE … WHERE <reap predicate>` scan (what PostgreSQL and SQLite run) deadlocked
+/// on InnoDB with `complete`: it waits for the row a completion holds while holding index
+/// entries the completion needs next. A locking scan that skips locked rows still locks the
+/// index record that ends its range, which is often the next ready row, and the claim marking
+/// that row then waits for it: claims deadlocked with each other instead.
+fn reap_skip_locked<M>(
+    conn: &mut diesel::MysqlConnection,
+    parts: &ClaimParts<M, diesel::mysql::Mysql>,
+) -> QueryResult<()>
+where
+    M: ClaimModel<diesel::MysqlConnection>,
+{
+    if !parts.needs_reap() {
+        return Ok(());
+    }
+    let probe = ReapProbeStmt {
+        parts,
+        limit: REAP_BATCH,
+    };
+    let found = M::load::<Dynamic>(conn, &probe)?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    let found = AnyPk::<M>::of(&found);
+    let lock = ByKeyStmt {
+        parts,
+        rows: &found,
+        step: ByKey::LockExhausted,
+    };
+    // A locking read: outside the statement cache (see `Uncached`).
+    let locked = M::load::<Dynamic>(conn, &Uncached(lock))?;
+    if locked.is_empty() {
+        return Ok(());
+    }
+    let rows = AnyPk::<M>::of(&locked);
+    let fail = ByKeyStmt {
+        parts,
+        rows: &rows,
+        step: ByKey::Fail,
+    };
+    let reaped =
+        diesel::Connection::execute_returning_count(conn, &Exec::<_, Dynamic>::new(&fail))?;
+    if reaped > 0 {
+        crate::observe::rescued(crate::observe::table_name::<M::Table>(), reaped);
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! SQLite's claims: one `UPDATE … WHERE pk IN (SELECT … LIMIT n) RETURNING` under the database
+//! write lock, which also stands in for row locks.
+
+use diesel::prelude::*;
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+use diesel::sqlite::Sqlite;
+use diesel::SqliteConnection;
+
+use super::dialect::{ClaimDialect, ClaimSqlDialect};
+use super::statements::{
+    claim_assignments, column_list, load_shaped, pick_from, shape, ClaimModel, ClaimParts,
+    ClaimSql, ClaimStmt, Exec, Filter, NoFilter, PickStmt, StmtId,
+};
+use crate::backend::SqlDialect;
+
+impl ClaimSqlDialect for Sqlite {
+    /// The claim in one statement, safe because SQLite has one writer at a time (the caller holds
+    /// `BEGIN IMMEDIATE`): `UPDATE t SET … WHERE (pk) IN (SELECT pk … LIMIT $n) RETURNING …`.
+    fn push_claim<'b, M: ClaimSql<Sqlite>>(
+        out: &mut AstPass<'_, 'b, Sqlite>,
+        stmt: &'b ClaimStmt<'_, M, Sqlite>,
+    ) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        M::push_table(out, &stmt.parts.table)?;
+        claim_assignments(out, stmt.parts)?;
+        out.push_sql(" WHERE (");
+        column_list(out, M::PK)?;
+        out.push_sql(") IN (SELECT ");
+        column_list(out, M::PK)?;
+        pick_from(out, stmt.parts, stmt.filter, &stmt.limit)?;
+        out.push_sql(") RETURNING ");
+        M::push_select(out, &stmt.parts.select)
+    }
+}
+
+impl ClaimDialect for SqliteConnection {
+    fn claim_sql<M: ClaimSql<Sqlite>>(parts: &ClaimParts<M, Sqlite>, limit: i64) -> String {
+        diesel::debug_query::<Sqlite, _>(&ClaimStmt::new(parts, limit, None)).to_string()
+    }
+
+    fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
+        &mut self,
+        parts: &ClaimParts<M, Self::Backend>,
+        limit: i64,
+        filter: Filter<'_, Sqlite>,
+    ) -> QueryResult<Vec<M>> {
+        // No row locks: a write that matches nothing takes the database write lock, which then
+        // shuts out every other writer until the caller's transaction ends.
+        self.execute_returning_count(&Exec::<
+            _,
+            StmtId<M, shape::WriteLock, NoFilter, false, false>,
+        >::new(&WriteLockStmt(parts)))?;
+        load_shaped::<M, Self, shape::Pick, F>(
+            self,
+            &PickStmt::locking(parts, limit, filter),
+            parts.rescues(),
+            limit == 1,
+        )
+    }
+}
+
+/// SQLite's stand-in for a row lock: a write that matches nothing still takes the database's
+/// write lock, which then shuts out every other writer until the transaction ends.
+struct WriteLockStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
+
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M, DB> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        M::push_table(&mut out, &self.0.table)?;
+        out.push_sql(" SET ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" = ");
+        out.push_identifier(M::STATE)?;
+        out.push_sql(" WHERE 1 = 0");
+        Ok(())
+    }
+}
