@@ -273,8 +273,3 @@ pub fn force_release_ticket(
         was_granted,
     }))
 }
-
-/// The database clock, µs since 1970 (to show ages in the database's own time).
-pub fn db_now_micros(conn: &mut impl BorrowConnection<Conn: AdminStatements>) -> Result<i64> {
-    Ok(conn.borrow_connection().admin_now()?)
-}

@@ -124,6 +124,7 @@ pub mod worker;
 
 pub use backend::{run_migrations, BackendKind, BorrowConnection};
 pub use claim::Claimable;
+pub use clock::db_now;
 pub use connection::LeaseConnection;
 pub use error::{Error, Result};
 pub use heartbeat::{LostReason, LostSignal};
@@ -134,4 +135,3 @@ pub use lease_core::{
 };
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;
-pub use once::db_now;

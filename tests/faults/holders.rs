@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel_lease::claim::{ClaimGuard, ClaimOptions};
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions, DROP_WAIT};
+use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::pool::DROP_WAIT;
 use diesel_lease::semaphore::Semaphore;
 
 use crate::common::TestDb;

@@ -43,7 +43,6 @@ pub use by_key::{
 };
 
 pub use crate::model::Keyed;
-pub use crate::pool::DROP_WAIT;
 pub use dialect::{ClaimDialect, ClaimSqlDialect};
 pub use guard::ClaimGuard;
 pub use lease_core::RetryPolicy;
@@ -172,7 +171,7 @@ impl Default for ClaimOptions {
         ClaimOptions {
             owner: OwnerId::process_default().clone(),
             timeout: None,
-            drop_wait: DROP_WAIT,
+            drop_wait: crate::pool::DROP_WAIT,
         }
     }
 }
@@ -195,7 +194,7 @@ impl ClaimOptions {
     }
 
     /// How long dropping an unfinished [`ClaimGuard`] waits at most, in all, for its heartbeat to
-    /// stop and for a pool connection to hand the row back with (default [`DROP_WAIT`]); without
+    /// stop and for a pool connection to hand the row back with (default [`DROP_WAIT`](crate::pool::DROP_WAIT)); without
     /// one in time the claim is left to time out. Zero is refused (when a claim uses the
     /// options) with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
     pub fn drop_wait(mut self, wait: std::time::Duration) -> Self {

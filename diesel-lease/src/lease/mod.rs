@@ -78,7 +78,6 @@ pub(crate) mod schema;
 #[doc(hidden)]
 pub mod statements;
 
-pub use crate::pool::DROP_WAIT;
 pub use guard::LeaseGuard;
 
 /// The longest lease name, in bytes (the `name` column is `VARCHAR(255)`).
@@ -127,7 +126,7 @@ impl LeaseOptions {
             keep_alive: false,
             poll_min: Duration::from_millis(5),
             poll_max: Duration::from_millis(500),
-            drop_wait: DROP_WAIT,
+            drop_wait: crate::pool::DROP_WAIT,
         }
     }
 
@@ -161,7 +160,7 @@ impl LeaseOptions {
     }
 
     /// How long dropping a [`LeaseGuard`] waits at most, in all, for its keep-alive to stop and
-    /// for a pool connection to release the lease with (default [`DROP_WAIT`]). A drop that
+    /// for a pool connection to release the lease with (default [`DROP_WAIT`](crate::pool::DROP_WAIT)). A drop that
     /// gets no connection in time leaves the lease to expire at its ttl. Zero is refused (by
     /// the acquire) with [`InvalidInput::ZeroDuration`].
     pub fn drop_wait(mut self, wait: Duration) -> Self {

@@ -53,33 +53,6 @@ pub trait InsertOnce: Sized {
     type Row;
 }
 
-/// Sets a guard column to the database's current time: `row.claim_if_null(conn, db_now)`.
-///
-/// Works for nullable `Timestamp` columns (and `Timestamptz` on PostgreSQL, `Datetime` on MySQL).
-#[derive(Debug, Clone, Copy, Default)]
-#[allow(non_camel_case_types)]
-pub struct db_now;
-
-macro_rules! db_now_as {
-    ($($feature:literal => $st:ty),*) => {$(
-        #[cfg(feature = $feature)]
-        impl AsExpression<diesel::sql_types::Nullable<$st>> for db_now {
-            type Expression = crate::clock::DbNow<diesel::sql_types::Nullable<$st>>;
-            fn as_expression(self) -> Self::Expression {
-                crate::clock::DbNow::new()
-            }
-        }
-    )*};
-}
-impl AsExpression<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>> for db_now {
-    type Expression =
-        crate::clock::DbNow<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>>;
-    fn as_expression(self) -> Self::Expression {
-        crate::clock::DbNow::new()
-    }
-}
-db_now_as!("postgres" => diesel::sql_types::Timestamptz, "mysql" => diesel::sql_types::Datetime);
-
 /// The query id of [`IfNullStmt`]: the model and the value's query id fix its text.
 #[doc(hidden)]
 #[allow(missing_debug_implementations)]
@@ -154,7 +127,7 @@ where
 ///
 /// Returns `true` for exactly one caller however many race
 /// (`UPDATE action SET notified = now WHERE id = … AND notified IS NULL`); `false` when the guard
-/// was already set, including when it was set to the same value. `value` is [`db_now`] for the
+/// was already set, including when it was set to the same value. `value` is [`db_now`](crate::db_now) for the
 /// database's clock, or any value of the column's type.
 pub fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> Result<bool>
 where
