@@ -155,6 +155,8 @@ pub struct Semaphore {
     drop_wait: Duration,
     /// The user's control table the requests are rows of; `None`: the built-in tables.
     table: Option<ControlTarget>,
+    /// Whether the resource's row goes when its queue empties (see [`Self::removed_when_idle`]).
+    remove_when_idle: bool,
 }
 
 impl Semaphore {
@@ -173,6 +175,7 @@ impl Semaphore {
             max_poll: DEFAULT_MAX_POLL,
             drop_wait: DROP_WAIT,
             table: None,
+            remove_when_idle: false,
         })
     }
 
@@ -245,6 +248,15 @@ impl Semaphore {
         Ttl::new("drop wait", wait)?;
         self.drop_wait = wait;
         Ok(self)
+    }
+
+    /// Deletes the resource's row in `diesel_lease_semaphores` whenever a release leaves its
+    /// queue empty (the next user creates it again), for resources named after data, such as
+    /// the [`Worker`](crate::worker::Worker)'s one semaphore per key value: without it the
+    /// table keeps a row for every name ever used.
+    pub(crate) fn removed_when_idle(mut self) -> Self {
+        self.remove_when_idle = true;
+        self
     }
 
     /// The resource name.
@@ -325,6 +337,7 @@ impl Semaphore {
             ttl: self.ttl,
             drop_wait: self.drop_wait,
             table: self.table.clone(),
+            remove_when_idle: self.remove_when_idle,
         }
     }
 }
@@ -504,6 +517,7 @@ pub(crate) fn release_ticket<C: LeaseConnection>(
         ttl: Ttl::new("ttl", DEFAULT_TTL)?,
         drop_wait: DROP_WAIT,
         table: None,
+        remove_when_idle: false,
     };
     protocol::release(statements_of(conn), &req, ticket)
 }
