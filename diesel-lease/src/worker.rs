@@ -214,7 +214,8 @@ where
     /// holds even when two claims race. `key` reads the column's value from a row.
     ///
     /// The semaphores live in diesel-lease's tables: run [`run_migrations`](crate::run_migrations)
-    /// first.
+    /// first. A key's semaphore row is deleted when its last permit is released (the next row of
+    /// that key creates it again), so the table does not keep a row per key value ever seen.
     pub fn limit_per_key<Col>(
         mut self,
         _column: Col,
@@ -433,7 +434,11 @@ where
             None => None,
             Some(k) => {
                 let name = format!("{}:{}={}", self.resource, k.column, (k.key)(&row));
-                match Semaphore::new(name, k.max).try_acquire(&w.pool)? {
+                // One semaphore per key value: its row goes when the key's last permit does.
+                match Semaphore::new(name, k.max)
+                    .removed_when_idle()
+                    .try_acquire(&w.pool)?
+                {
                     Some(permit) => Some(permit),
                     None => {
                         // Another worker's row of this key got the last permit: hand it back.

@@ -1,12 +1,16 @@
 //! State values as SQL constants (issue 12.1, issue 15.1): a `NULL` state (`None`) is compared with
 //! `IS NULL` and written with `SET col = NULL`, on seed 002's own `table1 (id, col1)`; on
 //! PostgreSQL a claim is prepared once per connection and planned on the user's partial index.
+//! A worker's per-key limit counts the claimed rows of a key with `IS NULL` too (issue 20.2).
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 use diesel_lease::prelude::*;
+use diesel_lease::worker::Worker;
 use diesel_lease::LeaseConnection;
 
 use crate::common::TestDb;
@@ -19,8 +23,18 @@ pub(crate) mod schema {
             col1 -> Nullable<Text>,
         }
     }
+
+    // A worker's queue whose claimed state is NULL, with a key to limit per.
+    diesel::table! {
+        keyed_jobs (id) {
+            id -> BigInt,
+            status -> Nullable<Text>,
+            tenant -> Text,
+            attempts -> Integer,
+        }
+    }
 }
-use schema::table1;
+use schema::{keyed_jobs, table1};
 
 /// Seed 002 as a new user writes it: a row qualifies while `col1 IS NULL`.
 #[derive(Debug, Queryable, Selectable, Claimable)]
@@ -50,6 +64,27 @@ pub(crate) struct NullDone {
     pub(crate) col1: Option<String>,
 }
 
+/// NULL as the claimed state of a queue that a [`Worker`] runs with a per-key limit.
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = keyed_jobs)]
+#[claimable(state = status, ready = Some("new".into()), claimed = None, done = Some("done".into()),
+            failed = Some("dead".into()), attempts = attempts)]
+pub(crate) struct KeyedNullClaimed {
+    pub(crate) id: i64,
+    pub(crate) status: Option<String>,
+    pub(crate) tenant: String,
+    pub(crate) attempts: i32,
+}
+
+const KEYED_JOBS_DDL: (&str, &str, &str) = (
+    "CREATE TABLE keyed_jobs (id BIGINT PRIMARY KEY, status TEXT, tenant TEXT NOT NULL, \
+       attempts INTEGER NOT NULL DEFAULT 0);",
+    "CREATE TABLE keyed_jobs (id INTEGER PRIMARY KEY, status TEXT, tenant TEXT NOT NULL, \
+       attempts INTEGER NOT NULL DEFAULT 0);",
+    "CREATE TABLE keyed_jobs (id BIGINT PRIMARY KEY, status VARCHAR(64), tenant VARCHAR(64) NOT NULL, \
+       attempts INT NOT NULL DEFAULT 0);",
+);
+
 const TABLE1_DDL: (&str, &str, &str) = (
     "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT);",
     "CREATE TABLE table1 (id INTEGER PRIMARY KEY, col1 TEXT);",
@@ -62,6 +97,7 @@ backend_suite! {
         seed_002_null_ready_claims_each_row_once,
         null_claimed_state_is_written_and_owner_checked,
         null_done_state_makes_the_row_ready_again,
+        the_per_key_limit_counts_null_claimed_rows,
     ];
 
     fn fill(db: &TestDb<B>, rows: &[(i64, Option<&str>)]) {
@@ -169,6 +205,55 @@ backend_suite! {
         let again = NullDone::claim_next(&mut conn).unwrap().expect("row 1 is ready again");
         assert_eq!(again.id, 1);
         assert!(NullDone::claim_next(&mut conn).unwrap().is_none());
+    }
+
+    /// With a row of `acme` claimed (its state NULL) and a limit of one row per tenant, a worker
+    /// never claims `acme`'s other row; it runs `globex`'s. Its first claim takes every row the
+    /// limit lets it have at once (a batch of 10), so the verdict is the same whatever the timing.
+    pub(crate) fn the_per_key_limit_counts_null_claimed_rows(db: &TestDb<B>) {
+        db.migrate();
+        let (pg, sqlite, mysql) = KEYED_JOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let rows = [(1, "acme"), (2, "acme"), (3, "globex")];
+        let values: Vec<_> = rows
+            .iter()
+            .map(|(id, tenant)| (keyed_jobs::id.eq(*id), keyed_jobs::status.eq(Some("new")), keyed_jobs::tenant.eq(*tenant)))
+            .collect();
+        diesel::insert_into(keyed_jobs::table).values(&values).execute(&mut db.conn()).unwrap();
+        // Another worker runs acme's first row: its state is now NULL.
+        let running = KeyedNullClaimed::claim_next(&mut db.conn()).unwrap().expect("row 1");
+        assert_eq!((running.id, running.status.as_deref()), (1, None));
+
+        let seen = Mutex::new(Vec::new());
+        let stop = AtomicBool::new(false);
+        let worker = Worker::new(db.pool(4))
+            .batch(10)
+            .limit_per_key(keyed_jobs::tenant, 1, |r: &KeyedNullClaimed| r.tenant.clone());
+        let report = std::thread::scope(|s| {
+            let run = s.spawn(|| {
+                worker.run_until(&stop, |_, r: &KeyedNullClaimed| {
+                    seen.lock().unwrap().push(r.id);
+                    Ok::<_, String>(())
+                })
+            });
+            // Until globex's row ran: it was in the worker's first claim, with anything else
+            // that claim could take.
+            let started = Instant::now();
+            while !seen.lock().unwrap().contains(&3) && started.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::SeqCst);
+            run.join().unwrap().unwrap()
+        });
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen, vec![3], "acme had a claimed row and a limit of 1: {report:?}");
+        let row2: (Option<String>, i32) = keyed_jobs::table
+            .find(2)
+            .select((keyed_jobs::status, keyed_jobs::attempts))
+            .first(&mut db.conn())
+            .unwrap();
+        assert_eq!(row2, (Some("new".to_string()), 0), "acme's second row was never claimed");
     }
 }
 

@@ -9,16 +9,25 @@
 //! measured from before the first statement to after the one that acted: an upper bound of the
 //! database-clock interval between them, so `elapsed >= limit` holds whenever the database acted
 //! no earlier than allowed.
+//!
+//! The `…_by_one_clock_tick` cases (issue 20) pin the same rule at the scale of one tick of the
+//! database clock, deterministically: each connection's clock is frozen at an instant the test
+//! chooses ([`FrozenClock`]). A clock reading stands for the whole tick that starts there (SQLite's
+//! `'now'` is truncated to the millisecond), so a run started at reading `A` may really have
+//! started up to one tick later: nothing may act at reading `A + timeout`, and everything may at
+//! `A + timeout + one tick` (claims, compared strictly, one tick later still).
 
 use diesel_lease::prelude::*;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use chrono::{NaiveDate, NaiveDateTime, TimeDelta};
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_lease::claim::ClaimOptions;
 use diesel_lease::OwnerId;
 
 use super::jobs::node;
-use crate::common::TestDb;
+use crate::common::{TestBackend, TestDb};
 use crate::models::schema::{importjobs, job_status};
 use crate::models::*;
 
@@ -72,12 +81,228 @@ fn first_success(start: Instant, limit: Duration, mut attempt: impl FnMut() -> b
     }
 }
 
+/// The database clock of one connection, frozen at an instant the test sets, so that a
+/// comparison with "now" has one outcome whatever the machine's load. Every statement on the
+/// connection reads that instant wherever diesel-lease reads the database's clock for a
+/// timestamp column; the database's own date arithmetic is untouched.
+pub(crate) trait FrozenClock {
+    /// How finely the real clock reads: 1 ms on SQLite (`'now'` is truncated to the
+    /// millisecond), 1 µs on PostgreSQL and MySQL.
+    const TICK: TimeDelta;
+    /// From now on, this connection's clock reads `at` (UTC).
+    fn freeze_at(&mut self, at: NaiveDateTime);
+}
+
+/// PostgreSQL: `statement_timestamp()` is shadowed by a function of the same name in `public`
+/// that returns the session's `diesel_lease_test.now`, with `pg_catalog` searched after
+/// `public`.
+#[cfg(feature = "postgres")]
+impl FrozenClock for diesel::PgConnection {
+    const TICK: TimeDelta = TimeDelta::microseconds(1);
+    fn freeze_at(&mut self, at: NaiveDateTime) {
+        self.batch_execute(&format!(
+            "CREATE OR REPLACE FUNCTION public.statement_timestamp() RETURNS timestamptz \
+               LANGUAGE sql STABLE AS $$ SELECT current_setting('diesel_lease_test.now')::timestamptz $$; \
+             SET search_path = public, pg_catalog; \
+             SET diesel_lease_test.now = '{}+00';",
+            at.format("%Y-%m-%d %H:%M:%S%.6f")
+        ))
+        .unwrap();
+    }
+}
+
+/// MySQL: `SET timestamp` fixes `UTC_TIMESTAMP(6)` for the session.
+#[cfg(feature = "mysql")]
+impl FrozenClock for diesel::MysqlConnection {
+    const TICK: TimeDelta = TimeDelta::microseconds(1);
+    fn freeze_at(&mut self, at: NaiveDateTime) {
+        let at = at.and_utc();
+        self.batch_execute(&format!(
+            "SET timestamp = {}.{:06}",
+            at.timestamp(),
+            at.timestamp_subsec_micros()
+        ))
+        .unwrap();
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite_clock {
+    use diesel::sql_types::{Nullable, Text};
+
+    diesel::define_sql_function! {
+        #[sql_name = "strftime"]
+        fn strftime2(format: Text, time: Nullable<Text>) -> Nullable<Text>;
+    }
+    diesel::define_sql_function! {
+        #[sql_name = "strftime"]
+        fn strftime3(format: Text, time: Nullable<Text>, modifier: Nullable<Text>) -> Nullable<Text>;
+    }
+
+    #[derive(diesel::QueryableByName)]
+    struct Value {
+        #[diesel(sql_type = Nullable<Text>)]
+        v: Option<String>,
+    }
+
+    /// SQLite's own `strftime(format, time[, modifier])`, on a connection of its own, with
+    /// `'now'` read as `frozen`. `modifier`: `None` for the two-argument form.
+    pub(super) fn real(
+        format: String,
+        time: Option<String>,
+        modifier: Option<Option<String>>,
+        frozen: &str,
+    ) -> Option<String> {
+        use diesel::{Connection, RunQueryDsl};
+        let time = match time {
+            Some(t) if t.eq_ignore_ascii_case("now") => Some(frozen.to_owned()),
+            t => t,
+        };
+        let mut plain = diesel::SqliteConnection::establish(":memory:").unwrap();
+        let query = diesel::sql_query(match modifier {
+            None => "SELECT strftime(?, ?) AS v",
+            Some(_) => "SELECT strftime(?, ?, ?) AS v",
+        })
+        .bind::<Text, _>(format)
+        .bind::<Nullable<Text>, _>(time);
+        match modifier {
+            None => query.get_result::<Value>(&mut plain),
+            Some(m) => query
+                .bind::<Nullable<Text>, _>(m)
+                .get_result::<Value>(&mut plain),
+        }
+        .unwrap()
+        .v
+    }
+}
+
+/// SQLite: `strftime` (diesel-lease's clock, with 2 and 3 arguments) is replaced on the
+/// connection by one that runs SQLite's own `strftime` with `'now'` read as the frozen instant.
+#[cfg(feature = "sqlite")]
+impl FrozenClock for diesel::SqliteConnection {
+    const TICK: TimeDelta = TimeDelta::milliseconds(1);
+    fn freeze_at(&mut self, at: NaiveDateTime) {
+        let frozen = at.format("%Y-%m-%d %H:%M:%S%.3f").to_string();
+        let now = frozen.clone();
+        sqlite_clock::strftime2_utils::register_nondeterministic_impl(self, move |f, t| {
+            sqlite_clock::real(f, t, None, &now)
+        })
+        .unwrap();
+        sqlite_clock::strftime3_utils::register_nondeterministic_impl(self, move |f, t, m| {
+            sqlite_clock::real(f, t, Some(m), &frozen)
+        })
+        .unwrap();
+    }
+}
+
+/// 2030-06-15 12:00:00.123457 as a clock of tick `tick` reads it (SQLite: `.123`): an instant
+/// with a non-zero last digit, so even PostgreSQL's and MySQL's precision read from trailing
+/// zeros is one tick.
+fn reading_a(tick: TimeDelta) -> NaiveDateTime {
+    let tick = tick.num_microseconds().unwrap();
+    NaiveDate::from_ymd_opt(2030, 6, 15)
+        .unwrap()
+        .and_hms_opt(12, 0, 0)
+        .unwrap()
+        + TimeDelta::microseconds(123_457 / tick * tick)
+}
+
 backend_suite! {
     tests: [
         seed_000_exact_ddl_never_takes_a_run_over_early,
         seed_000_exact_ddl_never_runs_before_the_interval,
         whole_second_claimed_at_is_never_rescued_early,
+        a_run_is_never_taken_over_early_by_one_clock_tick,
+        a_job_never_runs_before_its_interval_by_one_clock_tick,
+        a_claim_is_never_rescued_early_by_one_clock_tick,
     ];
+
+    type Conn = <B as TestBackend>::Conn;
+    const TICK: TimeDelta = <Conn as FrozenClock>::TICK;
+    const ONE_SECOND: TimeDelta = TimeDelta::seconds(1);
+
+    /// Seed 000's table with the finest time columns each backend has.
+    fn fine_job_table(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = JOB_STATUS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        diesel::insert_into(job_status::table)
+            .values(job_status::job_id.eq("stock-prices"))
+            .execute(&mut db.conn())
+            .unwrap();
+    }
+
+    fn job_row(conn: &mut Conn) -> JobStatus {
+        job_status::table.find("stock-prices").select(JobStatus::as_select()).first(conn).unwrap()
+    }
+
+    /// A run started at reading A may have started up to one tick later: at A + timeout it is
+    /// not yet dead; one tick later it is.
+    pub(crate) fn a_run_is_never_taken_over_early_by_one_clock_tick(db: &TestDb<B>) {
+        fine_job_table(db);
+        let (mut dead_conn, mut alive_conn) = (db.conn(), db.conn());
+        let (dead, alive) = (node("dead-node", Duration::from_secs(1)), node("alive-node", Duration::from_secs(1)));
+        let a = reading_a(TICK);
+        dead_conn.freeze_at(a);
+        let _dead_run = JobStatus::try_start_run(&mut dead_conn, "stock-prices".into(), &dead).unwrap().expect("due");
+        assert_eq!(job_row(&mut dead_conn).last_run_started, Some(a), "the run's start is the frozen reading");
+
+        alive_conn.freeze_at(a + ONE_SECOND);
+        let early = JobStatus::try_start_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap();
+        assert!(early.is_none(), "a run started at {a} with a 1 s timeout was taken over at {}", a + ONE_SECOND);
+
+        alive_conn.freeze_at(a + ONE_SECOND + TICK);
+        let due = JobStatus::try_start_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap();
+        assert!(due.is_some(), "a run started at {a} with a 1 s timeout was still alive at {}", a + ONE_SECOND + TICK);
+    }
+
+    /// `next_run = A + interval` from a run started at reading A stands for an instant up to one
+    /// tick later: at reading A + interval the job is not due yet; one tick later it is.
+    pub(crate) fn a_job_never_runs_before_its_interval_by_one_clock_tick(db: &TestDb<B>) {
+        fine_job_table(db);
+        let mut conn = db.conn();
+        let me = node("node-a", Duration::from_secs(60)).every(Duration::from_secs(1));
+        let a = reading_a(TICK);
+        conn.freeze_at(a);
+        let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        assert_eq!(job_row(&mut conn).next_run, Some(a + ONE_SECOND));
+
+        conn.freeze_at(a + ONE_SECOND);
+        let early = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap();
+        assert!(early.is_none(), "a job started at {a}, due every 1 s, ran again at {}", a + ONE_SECOND);
+
+        conn.freeze_at(a + ONE_SECOND + TICK);
+        let due = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap();
+        assert!(due.is_some(), "a job started at {a}, due every 1 s, was not due at {}", a + ONE_SECOND + TICK);
+    }
+
+    /// A claim made at reading A is not rescued at A + timeout, and is by A + timeout + two
+    /// ticks (the stale check is strict, `<`, on top of the one-tick bound).
+    pub(crate) fn a_claim_is_never_rescued_early_by_one_clock_tick(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = IMPORTJOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        diesel::insert_into(importjobs::table)
+            .values((importjobs::id.eq(1), importjobs::statuscode.eq("JOBEXTRACTED"), importjobs::payload.eq("")))
+            .execute(&mut db.conn())
+            .unwrap();
+        let options = |name: &str| {
+            ClaimOptions::default().owner(OwnerId::new(name).unwrap()).timeout(Duration::from_secs(1))
+        };
+        let (mut dead_conn, mut rescuer_conn) = (db.conn(), db.conn());
+        let a = reading_a(TICK);
+        dead_conn.freeze_at(a);
+        let claimed = ImportJob::claim_batch_with(&mut dead_conn, 1, &options("dead-worker")).unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].claimed_at, Some(a), "the claim's time is the frozen reading");
+
+        rescuer_conn.freeze_at(a + ONE_SECOND);
+        let early = ImportJob::claim_batch_with(&mut rescuer_conn, 1, &options("rescuer")).unwrap();
+        assert!(early.is_empty(), "a claim made at {a} with a 1 s timeout was rescued at {}", a + ONE_SECOND);
+
+        rescuer_conn.freeze_at(a + ONE_SECOND + TICK * 2);
+        let rescued = ImportJob::claim_batch_with(&mut rescuer_conn, 1, &options("rescuer")).unwrap();
+        assert_eq!(rescued.len(), 1, "a claim made at {a} with a 1 s timeout was not rescued at {}", a + ONE_SECOND + TICK * 2);
+    }
 
     fn seed_000_table(db: &TestDb<B>) {
         let (pg, sqlite, mysql) = SEED_000_EXACT_DDL;

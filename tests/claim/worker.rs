@@ -1,6 +1,7 @@
 //! Issue 13: the `Worker` loop on real databases: every row once, panics and errors retried or
 //! dead-lettered, long runs heartbeated, a graceful stop that loses nothing, and a per-key limit
-//! that holds under contention.
+//! that holds under contention and leaves no semaphore row behind for keys that went idle
+//! (issue 20.3).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +26,35 @@ backend_suite! {
         a_graceful_stop_loses_nothing,
         the_per_key_limit_holds_under_contention,
         the_per_key_limit_holds_across_processes,
+        per_key_semaphores_are_removed_once_their_keys_are_idle,
     ];
+
+    /// The semaphore rows left in diesel-lease's table, and how many requests.
+    fn semaphore_rows(db: &TestDb<B>) -> (Vec<String>, i64) {
+        #[derive(QueryableByName)]
+        struct Resource {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            resource: String,
+        }
+        let mut conn = db.conn();
+        let resources = diesel::sql_query("SELECT resource FROM diesel_lease_semaphores ORDER BY resource")
+            .load::<Resource>(&mut conn)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.resource)
+            .collect();
+        let tickets = diesel::sql_query("SELECT COUNT(*) AS n FROM diesel_lease_semaphore_tickets")
+            .get_result::<Count>(&mut conn)
+            .unwrap()
+            .n;
+        (resources, tickets)
+    }
+
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
 
     fn seed(db: &TestDb<B>, n: usize, tenants: &[&str]) -> Vec<i64> {
         fixtures::tasks_table(db);
@@ -232,6 +261,24 @@ backend_suite! {
         let seen = seen.into_inner().unwrap();
         assert_eq!(seen.len(), 36);
         assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 36, "each row once");
+        // Every key is idle: its semaphore's row went with its last permit.
+        assert_eq!(semaphore_rows(db), (vec![], 0));
+    }
+
+    /// A worker limited per tenant over 20 tenants: once every row is done (and the worker has
+    /// returned, so every permit is released), no semaphore row is left for any tenant.
+    pub(crate) fn per_key_semaphores_are_removed_once_their_keys_are_idle(db: &TestDb<B>) {
+        db.migrate();
+        let tenants: Vec<String> = (0..20).map(|t| format!("tenant-{t:02}")).collect();
+        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+        seed(db, 40, &tenants);
+        let worker = Worker::new(db.pool(8))
+            .concurrency(4)
+            .batch(3)
+            .limit_per_key(tasks::tenant, 1, |t: &Task| t.tenant.clone());
+        let report = run_until_settled(worker, |_, _t: &Task| Ok(()), || left(db, "done") == 40);
+        assert_eq!(report.completed, 40, "{report:?}");
+        assert_eq!(semaphore_rows(db), (vec![], 0), "semaphore rows (and requests) left behind");
     }
 
     /// Three worker processes of 3 threads each, limit 2 per tenant: the runs' intervals (on

@@ -371,7 +371,68 @@ fn waiting_writer_timeout_lets_readers_in<B: TestBackend>(db: &TestDb<B>) {
     r1.release().unwrap();
 }
 
+/// A resource row deleted while an acquirer waits for its lock (what the last release of a
+/// per-key semaphore of a `Worker` does): the acquirer finds the row gone, creates it again and
+/// is granted. The deleter is a raw transaction that locks the row and deletes it, and commits
+/// only once the acquirer is seen waiting for that lock (PostgreSQL, MySQL: in the server's
+/// lock waits; SQLite: the acquirer's `BEGIN IMMEDIATE` cannot start before the deleter's
+/// commit, whenever it comes, so there is nothing to wait for).
+fn a_resource_row_deleted_under_a_waiter_is_recreated<B: TestBackend>(db: &TestDb<B>)
+where
+    B::Conn: SemTestConn,
+{
+    let count = |query: &str| db.conn().count(query).unwrap();
+    let pool = setup(db, 4);
+    let mutex = Semaphore::mutex("gone");
+    // The row exists, as for a key that was used before.
+    mutex
+        .try_acquire(&pool)
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    let rows = "SELECT COUNT(*) AS n FROM diesel_lease_semaphores WHERE resource = 'gone'";
+    assert_eq!(count(rows), 1);
+
+    let mut deleter = db.conn();
+    let lock_and_delete = "BEGIN; \
+         SELECT permits FROM diesel_lease_semaphores WHERE resource = 'gone' FOR UPDATE; \
+         DELETE FROM diesel_lease_semaphores WHERE resource = 'gone'";
+    deleter
+        .batch_execute(sql::<B>(
+            lock_and_delete,
+            "BEGIN IMMEDIATE; DELETE FROM diesel_lease_semaphores WHERE resource = 'gone'",
+            lock_and_delete,
+        ))
+        .unwrap();
+    let waiting = sql::<B>(
+        "SELECT COUNT(*) AS n FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        "",
+        "SELECT COUNT(*) AS n FROM information_schema.INNODB_TRX t \
+         JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+         WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+    );
+    let permit = std::thread::scope(|s| {
+        let acquirer = s.spawn(|| mutex.acquire(&pool, LONG));
+        if !waiting.is_empty() {
+            wait_until("the acquirer waits for the resource's lock", || {
+                count(waiting) > 0
+            });
+        }
+        deleter.batch_execute("COMMIT").unwrap();
+        acquirer.join().unwrap()
+    })
+    .expect("granted once the row is recreated");
+    let q = queue::<B>(&pool, "gone");
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert!(q[0].granted && q[0].ticket == permit.ticket(), "{q:?}");
+    assert_eq!(count(rows), 1, "the row is back");
+    permit.release().unwrap();
+}
+
 backend_tests!(
+    a_resource_row_deleted_under_a_waiter_is_recreated,
     safety_history_one_permit,
     safety_history_three_permits,
     rw_writers_never_overlap,

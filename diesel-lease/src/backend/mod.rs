@@ -78,8 +78,9 @@ pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed 
     /// compare with a deadline (`<upper> <= now - timeout`) so nothing acts early whatever the
     /// column's precision: a `DATETIME` or `timestamp(0)` column truncates (MariaDB) or rounds
     /// (MySQL 8, PostgreSQL) what diesel-lease writes to whole seconds, so its value can be up
-    /// to one unit of its precision earlier than the real time. The default is the column itself:
-    /// SQLite stores the text written, unchanged. The unit: `push_apparent_unit`.
+    /// to one unit of its precision earlier than the real time (the unit: `push_apparent_unit`).
+    /// SQLite stores the text written, unchanged, but its clock reads whole milliseconds: its
+    /// bound is the value plus 1 ms. The default is the column itself.
     #[doc(hidden)]
     fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
         out.push_identifier(column)

@@ -48,6 +48,18 @@ impl SqlDialect for Sqlite {
         Ok(())
     }
 
+    /// `strftime('%Y-%m-%d %H:%M:%f', "col", '+0.001 seconds')`. SQLite keeps the text written,
+    /// but what diesel-lease writes is its clock, which reads whole milliseconds (`'now'` is
+    /// truncated to the millisecond): a stored reading stands for an instant up to one
+    /// millisecond later, so comparing it as exact would take a run over, or start one, up to a
+    /// millisecond early.
+    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+        out.push_sql("strftime('%Y-%m-%d %H:%M:%f', ");
+        out.push_identifier(column)?;
+        out.push_sql(", '+0.001 seconds')");
+        Ok(())
+    }
+
     super::binds!();
 }
 

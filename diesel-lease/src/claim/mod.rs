@@ -369,7 +369,6 @@ where
     ) -> Result<Vec<M>> {
         let filter = per_key::UnderKeyLimit::<M> {
             table: M::Table::default(),
-            claimed: M::claimed_state(),
             key,
             max,
         };

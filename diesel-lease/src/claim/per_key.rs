@@ -12,11 +12,12 @@ use super::statements::ClaimSql;
 use super::Claimable;
 use crate::backend::SqlDialect;
 
-/// `(SELECT COUNT(*) FROM t AS dl_running WHERE dl_running.state = $claimed
-///   AND dl_running.key = t.key) < $max`.
+/// `(SELECT COUNT(*) FROM t AS dl_running WHERE dl_running.state = 'claimed'
+///   AND dl_running.key = t.key) < $max`. The claimed state is the model's SQL constant, as in
+/// every other claim statement, so a `NULL` claimed state is counted with `IS NULL` (`= NULL`
+/// matches nothing and would lift the limit).
 pub(crate) struct UnderKeyLimit<M: Claimable> {
     pub(crate) table: M::Table,
-    pub(crate) claimed: M::StateValue,
     pub(crate) key: &'static str,
     pub(crate) max: i64,
 }
@@ -32,9 +33,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for UnderKeyLimit<M> {
         out.push_sql(" WHERE ");
         out.push_identifier(ALIAS)?;
         out.push_sql(".");
-        out.push_identifier(M::STATE)?;
-        out.push_sql(" = ");
-        M::push_state(&mut out, &self.claimed)?;
+        M::CLAIMED_SQL.push_eq(&mut out, M::STATE)?;
         out.push_sql(" AND ");
         out.push_identifier(ALIAS)?;
         out.push_sql(".");

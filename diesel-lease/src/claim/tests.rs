@@ -106,6 +106,15 @@ fn sqlite_claim_is_one_update_returning() {
         "claim_next's limit is inline: {text}"
     );
     assert!(text.contains("(`status` IN ('new', 'retry') OR"), "{text}");
+    // The stale check compares the latest instant a claimed_at stands for: SQLite's clock reads
+    // whole milliseconds.
+    assert!(
+        text.contains(
+            "AND strftime('%Y-%m-%d %H:%M:%f', `claimed_at`, '+0.001 seconds') \
+             < strftime('%Y-%m-%d %H:%M:%f', 'now', ?)"
+        ),
+        "{text}"
+    );
     assert!(!text.contains("DROP TABLE"));
 }
 

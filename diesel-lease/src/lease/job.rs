@@ -9,9 +9,11 @@
 //! ```
 //!
 //! `⌈col⌉` is the latest instant the stored value can stand for (the value plus one unit of the
-//! precision it shows, `SqlDialect::push_stored_upper_bound`): a whole-second column (the seed's
-//! `datetime`, PostgreSQL `timestamp(0)`) truncates or rounds what is written, and comparing the
-//! stored value as if exact would take a run over, or start one, up to a second early.
+//! precision it shows, on SQLite plus one tick of its millisecond clock,
+//! `SqlDialect::push_stored_upper_bound`): a whole-second column (the seed's `datetime`,
+//! PostgreSQL `timestamp(0)`) truncates or rounds what is written, and comparing the stored value
+//! as if exact would take a run over, or start one, up to a second early (on SQLite, up to a
+//! millisecond).
 //!
 //! One row per job; whoever's update changes the row runs this occurrence. A node that dies while
 //! running leaves `running_at` set; after `timeout` (database clock) another node takes over.

@@ -638,6 +638,10 @@ impl SemaphoreStatements for OnControlTable<'_> {
         self.inner.set_permits(key, permits)
     }
 
+    fn delete_resource(&mut self, key: &str) -> QueryResult<usize> {
+        self.inner.delete_resource(key)
+    }
+
     fn remove_expired(&mut self, _key: &str) -> QueryResult<usize> {
         self.count(ControlOp::RemoveExpired)
     }

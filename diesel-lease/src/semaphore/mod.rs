@@ -160,6 +160,8 @@ pub struct Semaphore {
     drop_wait: Duration,
     /// The user's control table the requests are rows of; `None`: the built-in tables.
     table: Option<ControlTarget>,
+    /// Whether the resource's row goes when its queue empties (see [`Self::removed_when_idle`]).
+    remove_when_idle: bool,
 }
 
 impl Semaphore {
@@ -180,6 +182,7 @@ impl Semaphore {
             max_poll: DEFAULT_MAX_POLL,
             drop_wait: DROP_WAIT,
             table: None,
+            remove_when_idle: false,
         }
     }
 
@@ -243,6 +246,15 @@ impl Semaphore {
     /// is refused when used.
     pub fn with_drop_wait(mut self, wait: Duration) -> Self {
         self.drop_wait = wait;
+        self
+    }
+
+    /// Deletes the resource's row in `diesel_lease_semaphores` whenever a release leaves its
+    /// queue empty (the next user creates it again), for resources named after data, such as
+    /// the [`Worker`](crate::worker::Worker)'s one semaphore per key value: without it the
+    /// table keeps a row for every name ever used.
+    pub(crate) fn removed_when_idle(mut self) -> Self {
+        self.remove_when_idle = true;
         self
     }
 
@@ -336,6 +348,7 @@ impl Semaphore {
             ttl: Ttl::new("ttl", self.ttl)?,
             drop_wait: Ttl::new("drop wait", self.drop_wait)?.as_duration(),
             table: self.table.clone(),
+            remove_when_idle: self.remove_when_idle,
         })
     }
 }
@@ -510,6 +523,7 @@ pub(crate) fn release_ticket<C: SemaphoreDialect>(
         ttl: Ttl::new("ttl", DEFAULT_TTL)?,
         drop_wait: DROP_WAIT,
         table: None,
+        remove_when_idle: false,
     };
     protocol::release(statements_of(conn), &req, ticket)
 }

@@ -25,6 +25,18 @@
 //! re-checks `expires_at` against the database clock; the row lock between the heartbeat's
 //! `UPDATE` and that `DELETE` makes one of them win cleanly.
 //!
+//! # Resources that come and go
+//!
+//! A semaphore marked [`Request::remove_when_idle`] (the `Worker`'s one per key value, whose
+//! names are data) deletes its resource's row in the locked transaction of a release (or a
+//! give-up) that leaves the queue empty, so the table does not keep a row per key value ever
+//! seen. That is safe under the same lock: every request row is inserted by a transaction that
+//! holds the resource's row, so a queue read empty under that lock stays empty until the delete
+//! commits, and no request row outlives its resource's row. A transaction waiting for the lock
+//! meanwhile finds the row gone once the delete commits (PostgreSQL and MySQL re-read the locked
+//! row at READ COMMITTED; on SQLite it starts after the commit) and does what any first user
+//! does: creates the row in a statement of its own and locks it again ([`locked`]).
+//!
 //! # Waiting without holding a connection
 //!
 //! A wait is a series of short steps — queue, poll, give up — each a transaction of its own, so
@@ -74,6 +86,10 @@ pub(super) struct Request {
     pub(super) drop_wait: Duration,
     /// The user's control table the requests are rows of; `None`: the built-in tickets table.
     pub(super) table: Option<ControlTarget>,
+    /// Delete the resource's row when a release (or a give-up) leaves its queue empty: for
+    /// resources named after data (the `Worker`'s per-key semaphores), which would otherwise
+    /// leave a row per name ever used.
+    pub(super) remove_when_idle: bool,
 }
 
 /// A resource whose requests are rows of the user's control table (see `control.rs`).
@@ -160,8 +176,20 @@ fn locked(
         }
         // Created in its own statement, outside the locking transaction: on MySQL an
         // `INSERT IGNORE` followed by `FOR UPDATE` of the same row can deadlock with a twin.
-        sql.create_resource(&req.resource, req.permits)?;
+        // Twins recreating a row that a release just deleted can still deadlock on MySQL (both
+        // wait for the delete's commit, then both insert): the statement is rolled back whole
+        // and the insert does nothing twice, so it is retried.
+        crate::backend::retry_conflicts(|| Ok(sql.create_resource(&req.resource, req.permits)?))?;
     }
+}
+
+/// Deletes the resource's row when `req` asks for it and its queue is now empty (see "Resources
+/// that come and go"). Runs in the locked transaction that emptied the queue.
+fn remove_if_idle(s: &mut dyn SemaphoreStatements, req: &Request, left: usize) -> Result<()> {
+    if req.remove_when_idle && left == 0 {
+        s.delete_resource(&req.resource)?;
+    }
+    Ok(())
 }
 
 /// Grants whoever the admission rule lets in and wakes waiters when someone else entered.
@@ -319,7 +347,7 @@ fn give_up(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Res
             .filter(|e| e.ticket != ticket)
             .collect();
         admit_and_grant(s, req, &rest, permits, None)?;
-        Ok(())
+        remove_if_idle(s, req, rest.len())
     })?;
     Ok(granted)
 }
@@ -337,7 +365,7 @@ pub(super) fn release(
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         admit_and_grant(s, req, &entries(&queue), permits, None)?;
-        Ok(())
+        remove_if_idle(s, req, queue.len())
     })?;
     Ok(existed)
 }

@@ -72,6 +72,9 @@ pub trait SemaphoreStatements {
     /// Changes the resource's permit count.
     #[doc(hidden)]
     fn set_permits(&mut self, resource: &str, permits: i32) -> QueryResult<()>;
+    /// Deletes the resource's row (run with the row locked, once its queue is empty).
+    #[doc(hidden)]
+    fn delete_resource(&mut self, resource: &str) -> QueryResult<usize>;
     /// Deletes the resource's requests whose owners stopped heartbeating.
     #[doc(hidden)]
     fn remove_expired(&mut self, resource: &str) -> QueryResult<usize>;
@@ -161,6 +164,11 @@ macro_rules! semaphore_statements {
                 .set(resources::permits.eq(permits))
                 .execute(self)
                 .map(drop)
+        }
+
+        fn delete_resource(&mut self, resource: &str) -> diesel::QueryResult<usize> {
+            use crate::semaphore::schema::diesel_lease_semaphores as resources;
+            diesel::delete(resources::table.find(resource)).execute(self)
         }
 
         fn remove_expired(&mut self, resource: &str) -> diesel::QueryResult<usize> {
