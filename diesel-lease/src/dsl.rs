@@ -300,7 +300,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::finish(self, conn, Finish::Done)
+        claim::finish(conn, self, Finish::Done)
     }
 
     /// Marks this claimed row failed if this worker still owns the claim. Needs `failed = …`.
@@ -310,7 +310,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::finish(self, conn, Finish::Failed)
+        claim::finish(conn, self, Finish::Failed)
     }
 
     /// Hands this claimed row back (first ready state, owner cleared) if this worker still owns
@@ -320,7 +320,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::finish(self, conn, Finish::Ready)
+        claim::finish(conn, self, Finish::Ready)
     }
 
     /// Marks the claimed `rows` done in one statement per 200 rows, each only if this worker
@@ -333,7 +333,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::finish_batch(rows, conn, Finish::Done)
+        claim::finish_batch(conn, rows, Finish::Done)
     }
 
     /// [`complete_batch`](Self::complete_batch), to the failed state. Needs `failed = …`.
@@ -344,7 +344,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::finish_batch(rows, conn, Finish::Failed)
+        claim::finish_batch(conn, rows, Finish::Failed)
     }
 
     /// [`complete_batch`](Self::complete_batch), back to the first ready state, owner cleared.
@@ -354,7 +354,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::finish_batch(rows, conn, Finish::Ready)
+        claim::finish_batch(conn, rows, Finish::Ready)
     }
 
     /// Moves this claimed row's `claimed_at` to the database's now if this worker still owns
@@ -366,7 +366,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::heartbeat(self, conn)
+        claim::heartbeat(conn, self)
     }
 
     /// Hands this claimed row back to be claimed again after `delay` (database clock) if this
@@ -377,7 +377,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::retry(self, conn, delay)
+        claim::retry(conn, self, delay)
     }
 
     /// After a failed run: retries the row after the policy's backoff for its attempt, or
@@ -390,7 +390,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::fail_or_retry(self, conn, policy, None)
+        claim::fail_or_retry(conn, self, policy, None)
     }
 
     /// [`fail_or_retry`](Self::fail_or_retry), storing `error` in the `error = …` column when
@@ -406,7 +406,7 @@ pub trait ClaimDsl: Claimable {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self>,
     {
-        claim::fail_or_retry(self, conn, policy, Some(error))
+        claim::fail_or_retry(conn, self, policy, Some(error))
     }
 
     /// Wakes this table's waiting claimers ([`claim_next_wait`](Self::claim_next_wait), a

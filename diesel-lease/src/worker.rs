@@ -395,7 +395,7 @@ where
             } else {
                 // It waited behind the batch's other rows: renew the claim before starting it.
                 let sent_at = Instant::now();
-                if M::CLAIMED_AT.is_some() && !heartbeat(&row, &mut w.pool.get()?)? {
+                if M::CLAIMED_AT.is_some() && !heartbeat(&mut w.pool.get()?, &row)? {
                     self.count(Done::Lost);
                     continue;
                 }
@@ -415,7 +415,7 @@ where
     }
 
     fn release(&self, row: &M) -> Result<()> {
-        if release_unstarted(row, &mut self.worker.pool.get()?, Duration::ZERO)? {
+        if release_unstarted(&mut self.worker.pool.get()?, row, Duration::ZERO)? {
             self.count(Done::Released);
         } else {
             self.count(Done::Lost);
@@ -442,7 +442,7 @@ where
                     Some(permit) => Some(permit),
                     None => {
                         // Another worker's row of this key got the last permit: hand it back.
-                        let back = release_unstarted(&row, &mut w.pool.get()?, KEY_BUSY_DELAY)?;
+                        let back = release_unstarted(&mut w.pool.get()?, &row, KEY_BUSY_DELAY)?;
                         self.count(if back { Done::Released } else { Done::Lost });
                         return Ok(());
                     }
@@ -470,13 +470,13 @@ where
         let mut conn = w.pool.get()?;
         let done = match error {
             None => {
-                if finish(&*guard, &mut conn, Finish::Done)? {
+                if finish(&mut conn, &*guard, Finish::Done)? {
                     Done::Completed
                 } else {
                     Done::Lost
                 }
             }
-            Some(error) => match fail_or_retry(&*guard, &mut conn, &w.policy, Some(&error))? {
+            Some(error) => match fail_or_retry(&mut conn, &*guard, &w.policy, Some(&error))? {
                 RetryOutcome::Retried { .. } => Done::Retried { panicked },
                 RetryOutcome::Failed { .. } => Done::Failed { panicked },
                 RetryOutcome::Lost => Done::Lost,

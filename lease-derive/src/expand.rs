@@ -182,7 +182,6 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     let name = &model.name;
     let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
     let state_ty = &c.state_ty;
-    let state_col = column(model, &c.state);
     let name_of = |col: &syn::Ident| {
         let col = column(model, col);
         quote!(<#col as ::diesel::Column>::NAME)
@@ -222,11 +221,6 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     }));
     let max_attempts = option(c.max_attempts.map(i64::from));
     let value = |e: &syn::Expr| quote_spanned!(e.span()=> <#state_ty as ::core::convert::From<_>>::from(#e));
-    let ready: Vec<_> = c.ready.iter().map(value).collect();
-    let claimed = value(&c.claimed);
-    let done = option(c.done.as_ref().map(value));
-    let failed_configured = c.failed.is_some();
-    let failed = option(c.failed.as_ref().map(value));
     let ready_sql: Vec<_> = c.ready.iter().map(crate::literal::tokens).collect();
     let claimed_sql = crate::literal::tokens(&c.claimed);
     let done_sql = option(c.done.as_ref().map(crate::literal::tokens));
@@ -281,13 +275,25 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     .into_iter()
     .filter(|(has, _)| *has)
     .map(|(_, t)| marker(name, &model.generics, t));
+    // The state values must be values of the state field's type: each is converted into it,
+    // spanned at the value, so a mismatch is reported there. The SQL itself carries the literals.
+    let states = c
+        .ready
+        .iter()
+        .chain(std::iter::once(&c.claimed))
+        .chain(&c.done)
+        .chain(&c.failed)
+        .map(value);
+    checks.push(quote! {
+        const _: fn() = || {
+            #(let _: #state_ty = #states;)*
+        };
+    });
     quote! {
         #(#checks)*
 
         #[automatically_derived]
         impl #impl_g ::diesel_lease::__private::Claimable for #name #ty_g #where_g {
-            type StateSql = <#state_col as ::diesel::Expression>::SqlType;
-            type StateValue = #state_ty;
             type ClaimedAtSql = #claimed_at_sql;
             const STATE: &'static str = #state_name;
             const OWNER: ::core::option::Option<&'static str> = #owner_name;
@@ -296,24 +302,11 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const ORDER: &'static [(&'static str, ::diesel_lease::__private::SortOrder)] = &[#(#order),*];
             const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #timeout;
             const MAX_ATTEMPTS: ::core::option::Option<i64> = #max_attempts;
-            const FAILED_CONFIGURED: bool = #failed_configured;
             const READY_SQL: &'static [::diesel_lease::__private::StateLiteral] = &[#(#ready_sql),*];
             const CLAIMED_SQL: ::diesel_lease::__private::StateLiteral = #claimed_sql;
             const DONE_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #done_sql;
             const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
             #schedule_consts
-            fn ready_states() -> ::std::vec::Vec<#state_ty> {
-                ::std::vec![#(#ready),*]
-            }
-            fn claimed_state() -> #state_ty {
-                #claimed
-            }
-            fn done_state() -> ::core::option::Option<#state_ty> {
-                #done
-            }
-            fn failed_state() -> ::core::option::Option<#state_ty> {
-                #failed
-            }
             fn owner(&self) -> ::core::option::Option<&str> {
                 #owner_value
             }

@@ -48,8 +48,6 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
 
             #[automatically_derived]
             impl #impl_g #private::Claimable for #name #ty_g #where_g {
-                type StateSql = ::diesel::sql_types::Text;
-                type StateValue = ::std::string::String;
                 type ClaimedAtSql = ::diesel::sql_types::Timestamp;
                 const STATE: &'static str = "";
                 const OWNER: ::core::option::Option<&'static str> = #none;
@@ -58,23 +56,10 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                 const ORDER: &'static [(&'static str, #private::SortOrder)] = &[];
                 const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #none;
                 const MAX_ATTEMPTS: ::core::option::Option<i64> = #none;
-                const FAILED_CONFIGURED: bool = false;
                 const READY_SQL: &'static [#private::StateLiteral] = &[];
                 const CLAIMED_SQL: #private::StateLiteral = #private::StateLiteral::NULL;
                 const DONE_SQL: ::core::option::Option<#private::StateLiteral> = #none;
                 const FAILED_SQL: ::core::option::Option<#private::StateLiteral> = #none;
-                fn ready_states() -> ::std::vec::Vec<::std::string::String> {
-                    ::core::unreachable!()
-                }
-                fn claimed_state() -> ::std::string::String {
-                    ::core::unreachable!()
-                }
-                fn done_state() -> ::core::option::Option<::std::string::String> {
-                    ::core::unreachable!()
-                }
-                fn failed_state() -> ::core::option::Option<::std::string::String> {
-                    ::core::unreachable!()
-                }
                 fn owner(&self) -> ::core::option::Option<&str> {
                     ::core::unreachable!()
                 }

@@ -167,7 +167,7 @@ where
             heartbeat: None,
             finisher: Box::new(move |row: &M, to, heartbeat, wait| {
                 let mut conn = stop_then_lend(heartbeat, &lender, wait)?;
-                finish(row, &mut conn, to)
+                finish(&mut conn, row, to)
             }),
             row,
             finished: false,

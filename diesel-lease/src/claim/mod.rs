@@ -7,7 +7,7 @@
 
 use diesel::expression::{AppearsOnTable, Expression};
 use diesel::query_builder::{QueryFragment, QueryId};
-use diesel::sql_types::{Bool, SingleValue, SqlType};
+use diesel::sql_types::Bool;
 use diesel::Connection;
 
 use crate::backend::kind_of;
@@ -70,10 +70,6 @@ pub enum SortOrder {
 /// You rarely implement this by hand: derive it (see the [crate docs](crate#claim-the-next-row)).
 /// Column names come from Diesel's schema (`Column::NAME`), never from strings you type.
 pub trait Claimable: Keyed {
-    /// The SQL type of the state column.
-    type StateSql: SqlType + SingleValue + 'static;
-    /// The Rust type of the state column's values.
-    type StateValue: Send + Sync + 'static;
     /// The SQL type of the claimed-at column (`Timestamp` when unmapped): whether claims write
     /// and compare an instant (`Timestamptz`) or a UTC wall-clock time.
     type ClaimedAtSql: TimestampType;
@@ -92,8 +88,6 @@ pub trait Claimable: Keyed {
     const CLAIM_TIMEOUT_MICROS: Option<i64>;
     /// A stale claim with this many attempts goes to the failed state instead of being handed out.
     const MAX_ATTEMPTS: Option<i64>;
-    /// Whether [`failed_state`](Claimable::failed_state) returns a state.
-    const FAILED_CONFIGURED: bool;
     /// The not-before column (`available_at = col`), if mapped: a row is claimable only once
     /// its time has come, by the database clock.
     const AVAILABLE_AT: Option<TimeColumn> = None;
@@ -101,7 +95,7 @@ pub trait Claimable: Keyed {
     /// retried with an error.
     const ERROR: Option<&'static str> = None;
 
-    /// The ready states as SQL constants, in the order of [`ready_states`](Claimable::ready_states).
+    /// The ready states as SQL constants; `release` and retries use the first.
     const READY_SQL: &'static [StateLiteral];
     /// The claimed state as an SQL constant.
     const CLAIMED_SQL: StateLiteral;
@@ -110,14 +104,6 @@ pub trait Claimable: Keyed {
     /// The failed state as an SQL constant, if configured.
     const FAILED_SQL: Option<StateLiteral>;
 
-    /// The states a row can be claimed from.
-    fn ready_states() -> Vec<Self::StateValue>;
-    /// The state a claim moves a row to.
-    fn claimed_state() -> Self::StateValue;
-    /// The state `complete` moves a row to, if configured.
-    fn done_state() -> Option<Self::StateValue>;
-    /// The state `fail` (and exhausted rescues) move a row to, if configured.
-    fn failed_state() -> Option<Self::StateValue>;
     /// The owner stored in this row (`None` when unmapped or NULL).
     fn owner(&self) -> Option<&str>;
     /// The attempts stored in this row (`None` when unmapped or NULL).
@@ -565,7 +551,7 @@ pub enum Finish {
 /// row was already finished.
 ///
 /// [`Error::Config`] when the model has no done/failed state configured.
-pub fn finish<M, C>(row: &M, conn: &mut C, to: Finish) -> Result<bool>
+pub fn finish<M, C>(conn: &mut C, row: &M, to: Finish) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -620,7 +606,7 @@ fn claim_lost_if<M: Claimable>(row: &M, ours: &Result<bool>) {
 /// finished (left unchanged). An empty `rows` runs no query.
 ///
 /// [`Error::Config`] when the model has no done/failed state configured.
-pub fn finish_batch<M, C>(rows: &[M], conn: &mut C, to: Finish) -> Result<Vec<bool>>
+pub fn finish_batch<M, C>(conn: &mut C, rows: &[M], to: Finish) -> Result<Vec<bool>>
 where
     M: Claimable,
     M::Pk: PartialEq,
@@ -666,7 +652,7 @@ where
 /// stop the work then: another worker may be running it.
 ///
 /// [`Error::Config`] when the model has no `claimed_at` column (nothing to move).
-pub fn heartbeat<M, C>(row: &M, conn: &mut C) -> Result<bool>
+pub fn heartbeat<M, C>(conn: &mut C, row: &M) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,

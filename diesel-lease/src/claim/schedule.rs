@@ -149,7 +149,7 @@ fn not_before<M: Claimable>(delay: Duration) -> Result<Option<Offset>> {
 }
 
 /// Runs an owner-checked [`Retry`] of `row`.
-pub(crate) fn run_retry<M, C>(row: &M, conn: &mut C, retry: Retry) -> Result<bool>
+pub(crate) fn run_retry<M, C>(conn: &mut C, row: &M, retry: Retry) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -165,7 +165,7 @@ where
 ///
 /// The owner is cleared; the attempt counts (the claim counted it). [`Error::Config`] for a
 /// non-zero delay on a model without an `available_at` column.
-pub fn retry<M, C>(row: &M, conn: &mut C, delay: Duration) -> Result<bool>
+pub fn retry<M, C>(conn: &mut C, row: &M, delay: Duration) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -177,7 +177,7 @@ where
         error: None,
         refund_attempt: false,
     };
-    run_retry(row, conn, retry)
+    run_retry(conn, row, retry)
 }
 
 /// After a failed run: retries the row after the policy's backoff for its attempt (see
@@ -188,8 +188,8 @@ where
 /// Needs an `attempts` column (the attempt is the row's count, which every claim increments)
 /// and a failed state; [`Error::Config`] otherwise.
 pub fn fail_or_retry<M, C>(
-    row: &M,
     conn: &mut C,
+    row: &M,
     policy: &RetryPolicy,
     error: Option<&str>,
 ) -> Result<RetryOutcome>
@@ -231,7 +231,7 @@ where
             RetryOutcome::Failed { attempt },
         ),
     };
-    Ok(if run_retry(row, conn, retry)? {
+    Ok(if run_retry(conn, row, retry)? {
         outcome
     } else {
         RetryOutcome::Lost
@@ -241,7 +241,7 @@ where
 /// Hands back a row that was claimed but never started (a worker stopping, a per-key limit
 /// reached): ready again after `delay` (zero: at once, its `available_at` untouched), owner
 /// cleared, and the claim's attempt refunded.
-pub(crate) fn release_unstarted<M, C>(row: &M, conn: &mut C, delay: Duration) -> Result<bool>
+pub(crate) fn release_unstarted<M, C>(conn: &mut C, row: &M, delay: Duration) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -258,5 +258,5 @@ where
         error: None,
         refund_attempt: true,
     };
-    run_retry(row, conn, retry)
+    run_retry(conn, row, retry)
 }

@@ -20,8 +20,6 @@ use diesel::deserialize::FromSqlRow;
 use diesel::expression::QueryMetadata;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::query_dsl::methods::LoadQuery;
-use diesel::serialize::ToSql;
-use diesel::sql_types::HasSqlType;
 use diesel::{QueryResult, RunQueryDsl, SelectableHelper};
 
 use super::{Claimable, Finish, SortOrder, StateLiteral};
@@ -37,15 +35,13 @@ pub trait ClaimSql<DB: SqlDialect>: Claimable {
     fn select() -> Self::Select;
     fn push_table<'b>(out: &mut AstPass<'_, 'b, DB>, table: &'b Self::Table) -> QueryResult<()>;
     fn push_select<'b>(out: &mut AstPass<'_, 'b, DB>, select: &'b Self::Select) -> QueryResult<()>;
-    fn push_state<'b>(out: &mut AstPass<'_, 'b, DB>, v: &'b Self::StateValue) -> QueryResult<()>;
     fn push_pk<'b>(out: &mut AstPass<'_, 'b, DB>, pk: &'b Self::PkFilter) -> QueryResult<()>;
 }
 
 impl<M, DB> ClaimSql<DB> for M
 where
     M: Claimable + diesel::Selectable<DB>,
-    DB: SqlDialect + HasSqlType<M::StateSql>,
-    M::StateValue: ToSql<M::StateSql, DB>,
+    DB: SqlDialect,
     M::Table: QueryFragment<DB>,
     M::PkFilter: QueryFragment<DB>,
     diesel::dsl::AsSelect<M, DB>: QueryFragment<DB> + Send,
@@ -59,9 +55,6 @@ where
     }
     fn push_select<'b>(out: &mut AstPass<'_, 'b, DB>, select: &'b Self::Select) -> QueryResult<()> {
         select.walk_ast(out.reborrow())
-    }
-    fn push_state<'b>(out: &mut AstPass<'_, 'b, DB>, v: &'b M::StateValue) -> QueryResult<()> {
-        out.push_bind_param::<M::StateSql, _>(v)
     }
     fn push_pk<'b>(out: &mut AstPass<'_, 'b, DB>, pk: &'b M::PkFilter) -> QueryResult<()> {
         pk.walk_ast(out.reborrow())
