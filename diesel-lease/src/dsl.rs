@@ -581,6 +581,49 @@ impl<M: InsertOnce> InsertOnceDsl for M {}
 /// Seed 000's job lease on a [`JobLease`] model (`#[claimable(job(...))]` on your own
 /// `job_status` table): one node of a farm runs each occurrence of a job; a dead node's run is
 /// taken over after its timeout, by the database clock.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use std::time::Duration;
+/// use diesel::prelude::*;
+/// use diesel_lease::lease::job::JobRunOptions;
+/// use diesel_lease::prelude::*;
+///
+/// diesel::table! {
+///     job_status (job_id) {
+///         job_id -> Text,
+///         running_at -> Nullable<Text>,
+///         last_run_started -> Nullable<Timestamp>,
+///         next_run -> Nullable<Timestamp>,
+///     }
+/// }
+///
+/// #[derive(Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = job_status, primary_key(job_id))]
+/// #[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
+/// struct JobStatus {
+///     job_id: String,
+///     running_at: Option<String>,
+///     last_run_started: Option<chrono::NaiveDateTime>,
+///     next_run: Option<chrono::NaiveDateTime>,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let mut conn = diesel::SqliteConnection::establish(dir.path().join("db").to_str().unwrap())?;
+/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+/// #     "CREATE TABLE job_status (job_id TEXT PRIMARY KEY, running_at TEXT,
+/// #                              last_run_started TIMESTAMP, next_run TIMESTAMP);
+/// #      INSERT INTO job_status (job_id) VALUES ('stock-prices');")?;
+/// let me = JobRunOptions::new(Duration::from_secs(600)).every(Duration::from_secs(300));
+/// let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me)?.expect("due");
+/// // Another node (or this one) asking now is told no: the job runs, and is not due again yet.
+/// assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me)?.is_none());
+/// assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run)?);
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
 pub trait JobLeaseDsl: JobLease {
     /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner has been
     /// silent past the timeout): `Some(run)` for exactly one node.
@@ -610,6 +653,55 @@ impl<M: JobLease> JobLeaseDsl for M {}
 
 /// Seed 001 on a control table with a resource column (`#[claimable(semaphore(resource = …,
 /// …))]`): semaphores and reader/writer locks whose requests are rows of your table.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use std::time::Duration;
+/// use diesel::prelude::*;
+/// use diesel_lease::prelude::*;
+///
+/// diesel::table! {
+///     process_control (queue_position) {
+///         queue_position -> Integer,
+///         requesting_id -> Text,
+///         resource -> Text,
+///         access_type -> Text,
+///         granted -> Bool,
+///         expires_at -> BigInt,
+///     }
+/// }
+///
+/// #[derive(Claimable)]
+/// #[diesel(table_name = process_control, primary_key(queue_position))]
+/// #[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource,
+///                       mode = access_type, shared = "R", exclusive = "W"))]
+/// struct ProcessControl {
+///     queue_position: i32,
+///     requesting_id: String,
+///     resource: String,
+///     access_type: String,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<diesel::SqliteConnection>(&url, 4)?;
+/// diesel_lease::run_migrations(&mut pool.get()?)?;
+/// # diesel::connection::SimpleConnection::batch_execute(&mut pool.get()?,
+/// #     "CREATE TABLE process_control (queue_position INTEGER PRIMARY KEY AUTOINCREMENT,
+/// #        requesting_id TEXT NOT NULL, resource TEXT NOT NULL, access_type TEXT NOT NULL,
+/// #        granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0);")?;
+/// let etl = ProcessControl::semaphore("etl", 2);
+/// let first = etl.acquire(&pool, Duration::from_secs(5))?;
+/// let second = etl.acquire(&pool, Duration::from_secs(5))?;
+/// assert!(etl.try_acquire(&pool)?.is_none(), "two holders at most");
+/// drop(first);
+/// assert!(etl.try_acquire(&pool)?.is_some());
+/// # drop(second);
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
 pub trait ControlTableDsl: ControlTable + ResourceColumn + Sized {
     /// A semaphore of `permits` holders over `resource`. Every process using the resource must
     /// declare the same count.
