@@ -9,7 +9,6 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use super::protocol::{on_table, ControlTarget, Request};
 use super::statements::{SemaphoreDialect, SemaphoreStatements};
-use super::statements_of;
 use crate::notify::listener::{Listener, Mark, Registration};
 use crate::notify::local::Subscription;
 use crate::Result;
@@ -65,7 +64,7 @@ impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
         _wait: Duration,
         step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
     ) -> Result<Option<T>> {
-        on_table(self.table.as_ref(), statements_of(&mut *self.conn), step).map(Some)
+        on_table(self.table.as_ref(), &mut *self.conn, step).map(Some)
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {
@@ -155,7 +154,7 @@ where
             return Ok(None);
         };
         self.register(listener);
-        on_table(self.table.as_ref(), statements_of(&mut *conn), step).map(Some)
+        on_table(self.table.as_ref(), &mut *conn, step).map(Some)
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {

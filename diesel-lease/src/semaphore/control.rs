@@ -10,6 +10,15 @@
 //! unchanged: every change to a queue takes that row's lock first, and grants are persisted
 //! flags (the `granted` column the library adds), never inferred from positions.
 //!
+//! The request statements are written once, as `QueryFragment<DB>`s over [`SqlDialect`]; what
+//! differs per connection (MySQL has no `RETURNING`: a new ticket is read back) is
+//! [`ControlDialect`], implemented next to each connection's [`SemaphoreStatements`]. A
+//! [`Semaphore`](crate::semaphore::Semaphore) learns its table's type when it is made and its
+//! connection's type only when it is used, so it keeps the table as a `&dyn`
+//! [`OnEveryConnection`] ([`TableOf<T>`]) and the connection's type takes its own
+//! [`ControlRequests<C>`] from it (an upcast, [`ControlDialect::requests_on`]): both are chosen
+//! by type, and `OnControlTable<T, C>` is plain generic code.
+//!
 //! The user's table needs two more columns, which only the library writes: `granted` (boolean,
 //! default false) and `expires_at` (`BIGINT`, microseconds since 1970 on the database clock).
 //! Every other column must have a default: the library inserts only the ticket's own values.
@@ -21,12 +30,13 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use diesel::deserialize::FromSqlRow;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Bool, Text};
-use diesel::{QueryResult, RunQueryDsl};
+use diesel::sql_types::{BigInt, Bool, HasSqlType, Text};
+use diesel::{OptionalExtension, QueryResult, RunQueryDsl};
 
 use super::statements::{Body, NewTicket, SemaphoreStatements, TicketRow};
-use crate::backend::SqlDialect;
+use crate::backend::{Dialect, SqlDialect};
 use crate::clock::{DbNowMicros, NowPlus};
 use crate::Ttl;
 use lease_core::admission::Mode;
@@ -117,185 +127,175 @@ macro_rules! fragment_on {
 fragment_on!(PgFragment, "postgres", diesel::pg::Pg);
 fragment_on!(SqliteFragment, "sqlite", diesel::sqlite::Sqlite);
 fragment_on!(MysqlFragment, "mysql", diesel::mysql::Mysql);
+/// What a semaphore on a control table needs of a connection beyond [`SemaphoreStatements`]
+/// (which keep the resource's row): how a new request's ticket comes back, and which of a
+/// table's [`ControlRequests`] is its own. Implemented per connection: PostgreSQL and SQLite
+/// in `statements.rs` (`INSERT … RETURNING`), MySQL in `mysql.rs` (the session's last
+/// auto-increment value).
+pub trait ControlDialect: SemaphoreStatements + Dialect {
+    /// Runs `insert` and returns the new request's ticket.
+    #[doc(hidden)]
+    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64>;
 
-/// One request statement on a control table.
-#[derive(Debug, Clone, Copy)]
-pub enum ControlOp<'a> {
-    /// Deletes the resource's requests whose expiry passed.
-    RemoveExpired,
-    /// The resource's requests in ticket order.
-    Queue,
-    /// Inserts a waiting request and returns its ticket.
-    Insert(&'a NewTicket<'a>),
-    /// Marks waiting requests granted.
-    Grant(&'a [i64]),
-    /// Pushes a request's expiry (only if it is granted, with `granted_only`).
-    Touch {
-        /// The request.
-        ticket: i64,
-        /// Its owner.
-        owner: &'a str,
-        /// The new expiry: now + ttl.
-        ttl: Ttl,
-        /// Touch only a granted request.
-        granted_only: bool,
-    },
-    /// Whether a request is granted.
-    IsGranted {
-        /// The request.
-        ticket: i64,
-        /// Its owner.
-        owner: &'a str,
-    },
-    /// Deletes a request.
-    Delete {
-        /// The request.
-        ticket: i64,
-        /// Its owner.
-        owner: &'a str,
-    },
+    /// The statements of `table` on this connection type: an upcast.
+    #[doc(hidden)]
+    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self>;
 }
 
-/// What a [`ControlOp`] returned.
-#[derive(Debug)]
-pub enum ControlOut {
-    /// Rows changed.
-    Count(usize),
-    /// The queue.
-    Rows(Vec<TicketRow>),
-    /// A new ticket.
-    Ticket(i64),
-    /// A flag.
-    Flag(bool),
+/// A control table reached through connections of type `C`. Object safe, so a semaphore, which
+/// is not generic, can keep it (as part of an [`OnEveryConnection`]).
+pub trait ControlRequests<C>: fmt::Debug {
+    /// Runs `body` with the protocol's statements on `conn`: requests are the table's rows (of
+    /// `resource`, when it has a resource column), the resource's row is the built-in one.
+    #[doc(hidden)]
+    fn run(&self, conn: &mut C, resource: Option<&str>, body: &mut Body<'_>) -> crate::Result<()>;
 }
 
-/// A control table's statements on each backend: the object a semaphore on the user's table
-/// carries, so the protocol stays non-generic ([`SemaphoreStatements`] is object safe). Each
-/// backend's `SemaphoreStatements::control` calls the method of its own connection type.
-pub trait ControlTableOps: Send + Sync + fmt::Debug {
-    /// [`ControlTable::NAME`].
-    fn name(&self) -> &'static str;
-    /// Whether the table has an access-type column (reader/writer locks).
-    fn has_modes(&self) -> bool;
-    /// Runs `op` on PostgreSQL.
-    #[cfg(feature = "postgres")]
-    fn on_pg(
-        &self,
-        conn: &mut diesel::PgConnection,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut>;
-    /// Runs `op` on SQLite.
-    #[cfg(feature = "sqlite")]
-    fn on_sqlite(
-        &self,
-        conn: &mut diesel::SqliteConnection,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut>;
-    /// Runs `op` on MySQL / MariaDB.
-    #[cfg(feature = "mysql")]
-    fn on_mysql(
-        &self,
-        conn: &mut diesel::MysqlConnection,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut>;
+macro_rules! requests_on {
+    ($name:ident, $feature:literal, $conn:ty) => {
+        #[doc = concat!("[`ControlRequests`] on `", stringify!($conn), "` when the `", $feature, "` feature is on.")]
+        #[cfg(feature = $feature)]
+        pub trait $name: ControlRequests<$conn> {}
+        #[cfg(feature = $feature)]
+        impl<T: ControlRequests<$conn> + ?Sized> $name for T {}
+        #[doc = concat!("Nothing: the `", $feature, "` feature is off.")]
+        #[cfg(not(feature = $feature))]
+        pub trait $name {}
+        #[cfg(not(feature = $feature))]
+        impl<T: ?Sized> $name for T {}
+    };
+}
+requests_on!(RequestsOnPg, "postgres", diesel::PgConnection);
+requests_on!(RequestsOnSqlite, "sqlite", diesel::SqliteConnection);
+requests_on!(RequestsOnMysql, "mysql", diesel::MysqlConnection);
+
+/// A control table reached through every connection type this build enables: what a semaphore
+/// on it keeps (a `TableOf<T>`). Each connection type takes its own [`ControlRequests`] from it
+/// ([`ControlDialect::requests_on`]).
+pub trait OnEveryConnection:
+    RequestsOnPg + RequestsOnSqlite + RequestsOnMysql + fmt::Debug + Send + Sync
+{
+}
+impl<T> OnEveryConnection for T where
+    T: RequestsOnPg + RequestsOnSqlite + RequestsOnMysql + fmt::Debug + Send + Sync + ?Sized
+{
 }
 
-/// [`ControlTableOps`] of model `T`.
-pub(crate) struct OpsOf<T>(PhantomData<fn() -> T>);
+/// Model `T`'s control table: its [`ControlRequests`] on every connection that can run its
+/// statements.
+pub(crate) struct TableOf<T>(PhantomData<fn() -> T>);
 
-impl<T> OpsOf<T> {
-    pub(crate) fn new() -> Self {
-        OpsOf(PhantomData)
+impl<T: ControlTable> TableOf<T> {
+    /// What a semaphore on `T` keeps.
+    pub(crate) fn handle() -> &'static dyn OnEveryConnection {
+        &TableOf::<T>(PhantomData)
     }
 }
 
-impl<T: ControlTable> fmt::Debug for OpsOf<T> {
+impl<T: ControlTable> fmt::Debug for TableOf<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("ControlTable").field(&T::NAME).finish()
     }
 }
 
-impl<T: ControlTable> ControlTableOps for OpsOf<T> {
-    fn name(&self) -> &'static str {
-        T::NAME
-    }
-
-    fn has_modes(&self) -> bool {
-        T::MODE.is_some()
-    }
-
-    #[cfg(feature = "postgres")]
-    fn on_pg(
-        &self,
-        conn: &mut diesel::PgConnection,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut> {
-        run::<T, _>(conn, resource, op, true)
-    }
-
-    #[cfg(feature = "sqlite")]
-    fn on_sqlite(
-        &self,
-        conn: &mut diesel::SqliteConnection,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut> {
-        run::<T, _>(conn, resource, op, true)
-    }
-
-    #[cfg(feature = "mysql")]
-    fn on_mysql(
-        &self,
-        conn: &mut diesel::MysqlConnection,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut> {
-        if let ControlOp::Insert(_) = op {
-            // No `RETURNING`: the auto-increment value of this session's insert.
-            run::<T, _>(conn, resource, op, false)?;
-            return Ok(ControlOut::Ticket(crate::backend::mysql::inserted_id(
-                conn,
-            )?));
-        }
-        run::<T, _>(conn, resource, op, false)
+impl<T: ControlTable, C> ControlRequests<C> for TableOf<T>
+where
+    for<'a> OnControlTable<'a, T, C>: SemaphoreStatements,
+{
+    fn run(&self, conn: &mut C, resource: Option<&str>, body: &mut Body<'_>) -> crate::Result<()> {
+        body(&mut OnControlTable::<T, C>::new(conn, resource))
     }
 }
 
-/// Runs `op` on `conn`. `returning`: the insert returns the ticket itself.
-fn run<T, C>(
-    conn: &mut C,
-    resource: Option<&str>,
-    op: ControlOp<'_>,
-    returning: bool,
-) -> QueryResult<ControlOut>
+/// The protocol's statements for a semaphore on control table `T`, on `conn`: request
+/// statements go to the user's table, resource statements to the connection's built-in ones.
+pub(crate) struct OnControlTable<'a, T, C> {
+    conn: &'a mut C,
+    /// The resource as the user's table stores it (`None`: the table has no resource column).
+    resource: Option<&'a str>,
+    table: PhantomData<fn() -> T>,
+}
+
+impl<'a, T, C> OnControlTable<'a, T, C> {
+    fn new(conn: &'a mut C, resource: Option<&'a str>) -> Self {
+        OnControlTable {
+            conn,
+            resource,
+            table: PhantomData,
+        }
+    }
+}
+
+/// The SQL types of a queue row: ticket, owner, access type, granted, expiry.
+type QueueRow = (BigInt, Text, Text, Bool, BigInt);
+
+impl<T, C> SemaphoreStatements for OnControlTable<'_, T, C>
 where
     T: ControlTable,
-    C: diesel::connection::LoadConnection,
-    C::Backend: SqlDialect + 'static,
+    C: ControlDialect,
     T::Table: QueryFragment<C::Backend>,
-    (i64, String, String, bool, i64):
-        diesel::deserialize::FromSqlRow<(BigInt, Text, Text, Bool, BigInt), C::Backend>,
-    i64: diesel::deserialize::FromSqlRow<BigInt, C::Backend>,
-    bool: diesel::deserialize::FromSqlRow<Bool, C::Backend>,
-    C::Backend: diesel::sql_types::HasSqlType<BigInt> + diesel::sql_types::HasSqlType<Bool>,
-    (BigInt, Text, Text, Bool, BigInt): diesel::query_builder::QueryId,
+    (i64, String, String, bool, i64): FromSqlRow<QueueRow, C::Backend>,
+    bool: FromSqlRow<Bool, C::Backend>,
+    C::Backend: HasSqlType<Bool>,
 {
-    let stmt = Stmt::<T> {
-        table: T::Table::default(),
-        resource,
-        op,
-        returning,
-        now_plus: NowPlus(match op {
-            ControlOp::Insert(new) => new.ttl.as_micros(),
-            ControlOp::Touch { ttl, .. } => ttl.as_micros(),
-            _ => 0,
-        }),
-    };
-    if let ControlOp::Insert(new) = op {
+    fn serialized(&mut self, max_wait: Option<Duration>, body: &mut Body<'_>) -> crate::Result<()> {
+        let resource = self.resource;
+        self.conn.write_tx_within(max_wait, |conn| {
+            body(&mut OnControlTable::<T, C>::new(conn, resource))
+        })
+    }
+
+    fn lock_resource(&mut self, key: &str) -> QueryResult<Option<i32>> {
+        self.conn.lock_resource(key)
+    }
+
+    fn create_resource(&mut self, key: &str, permits: i32) -> QueryResult<()> {
+        self.conn.create_resource(key, permits)
+    }
+
+    fn set_permits(&mut self, key: &str, permits: i32) -> QueryResult<()> {
+        self.conn.set_permits(key, permits)
+    }
+
+    fn delete_resource(&mut self, key: &str) -> QueryResult<usize> {
+        self.conn.delete_resource(key)
+    }
+
+    fn notify(&mut self, key: &str) -> QueryResult<()> {
+        self.conn.notify(key)
+    }
+
+    fn remove_expired(&mut self, _key: &str) -> QueryResult<usize> {
+        RemoveExpired::<T> {
+            table: T::Table::default(),
+            resource: self.resource,
+        }
+        .execute(self.conn)
+    }
+
+    fn queue(&mut self, _key: &str) -> QueryResult<Vec<TicketRow>> {
+        let rows: Vec<(i64, String, String, bool, i64)> = Queue::<T> {
+            table: T::Table::default(),
+            resource: self.resource,
+        }
+        .load(self.conn)?;
+        Ok(rows
+            .into_iter()
+            .map(|(ticket, owner, mode, granted, expires_at)| TicketRow {
+                ticket,
+                // A `CHAR(n)` owner comes back padded on PostgreSQL.
+                owner: owner.trim_end().to_owned(),
+                mode: mode_of::<T>(mode.trim_end()).as_str().to_owned(),
+                granted,
+                // The user's table has no request or grant times.
+                requested_at: 0,
+                granted_at: None,
+                expires_at,
+            })
+            .collect())
+    }
+
+    fn insert_ticket(&mut self, new: &NewTicket<'_>) -> QueryResult<i64> {
         if new.mode == Mode::Exclusive && T::MODE.is_none() {
             // Written as shared it would be read back as shared: a writer among readers.
             return Err(diesel::result::Error::QueryBuilderError(
@@ -307,52 +307,73 @@ where
                 .into(),
             ));
         }
+        self.conn.insert_request(Insert::<T> {
+            table: T::Table::default(),
+            resource: self.resource,
+            owner: new.owner,
+            mode: mode_value::<T>(new.mode),
+            expires_at: NowPlus(new.ttl.as_micros()),
+            returning: false,
+        })
     }
-    match op {
-        ControlOp::Queue => {
-            let rows: Vec<(i64, String, String, bool, i64)> =
-                Loading::<T, (BigInt, Text, Text, Bool, BigInt)>::new(stmt).load(conn)?;
-            Ok(ControlOut::Rows(
-                rows.into_iter()
-                    .map(|(ticket, owner, mode, granted, expires_at)| TicketRow {
-                        ticket,
-                        // A `CHAR(n)` owner comes back padded on PostgreSQL.
-                        owner: owner.trim_end().to_owned(),
-                        mode: mode_of::<T>(mode.trim_end()).as_str().to_owned(),
-                        granted,
-                        // The user's table has no request or grant times.
-                        requested_at: 0,
-                        granted_at: None,
-                        expires_at,
-                    })
-                    .collect(),
-            ))
+
+    fn grant(&mut self, tickets: &[i64]) -> QueryResult<usize> {
+        if tickets.is_empty() {
+            return Ok(0);
         }
-        ControlOp::Insert(_) if returning => Ok(ControlOut::Ticket(
-            Loading::<T, BigInt>::new(stmt).get_result(conn)?,
-        )),
-        ControlOp::IsGranted { .. } => {
-            let granted: Option<bool> = Loading::<T, Bool>::new(stmt)
-                .get_result(conn)
-                .optional_row()?;
-            Ok(ControlOut::Flag(granted.unwrap_or(false)))
+        Grant::<T> {
+            table: T::Table::default(),
+            tickets,
         }
-        ControlOp::Grant([]) => Ok(ControlOut::Count(0)),
-        _ => Ok(ControlOut::Count(stmt.execute(conn)?)),
+        .execute(self.conn)
+    }
+
+    fn touch(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize> {
+        self.touch_where(ticket, owner, ttl, false)
+    }
+
+    fn touch_granted(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize> {
+        self.touch_where(ticket, owner, ttl, true)
+    }
+
+    fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize> {
+        Delete::<T> {
+            table: T::Table::default(),
+            request: Ticket { ticket, owner },
+        }
+        .execute(self.conn)
+    }
+
+    fn is_granted(&mut self, ticket: i64, owner: &str) -> QueryResult<bool> {
+        let granted: Option<bool> = IsGranted::<T> {
+            table: T::Table::default(),
+            request: Ticket { ticket, owner },
+        }
+        .get_result(self.conn)
+        .optional()?;
+        Ok(granted.unwrap_or(false))
     }
 }
 
-trait OptionalRow<T> {
-    fn optional_row(self) -> QueryResult<Option<T>>;
-}
-
-impl<T> OptionalRow<T> for QueryResult<T> {
-    fn optional_row(self) -> QueryResult<Option<T>> {
-        match self {
-            Ok(v) => Ok(Some(v)),
-            Err(diesel::result::Error::NotFound) => Ok(None),
-            Err(e) => Err(e),
+impl<T: ControlTable, C: ControlDialect> OnControlTable<'_, T, C>
+where
+    T::Table: QueryFragment<C::Backend>,
+{
+    /// Pushes a request's expiry to now + `ttl`; with `granted_only`, only if it is granted.
+    fn touch_where(
+        &mut self,
+        ticket: i64,
+        owner: &str,
+        ttl: Ttl,
+        granted_only: bool,
+    ) -> QueryResult<usize> {
+        Touch::<T> {
+            table: T::Table::default(),
+            request: Ticket { ticket, owner },
+            expires_at: NowPlus(ttl.as_micros()),
+            granted_only,
         }
+        .execute(self.conn)
     }
 }
 
@@ -373,336 +394,290 @@ fn mode_value<T: ControlTable>(mode: Mode) -> Option<&'static str> {
     })
 }
 
-/// One statement of [`ControlOp`] on `T`'s table.
-struct Stmt<'a, T: ControlTable> {
+/// Deletes the resource's requests whose expiry passed.
+struct RemoveExpired<'a, T: ControlTable> {
     table: T::Table,
     resource: Option<&'a str>,
-    op: ControlOp<'a>,
+}
+
+/// The resource's requests in ticket order.
+struct Queue<'a, T: ControlTable> {
+    table: T::Table,
+    resource: Option<&'a str>,
+}
+
+/// Inserts a waiting request; [`Insert::returning_ticket`] makes it return the ticket.
+pub struct Insert<'a, T: ControlTable> {
+    table: T::Table,
+    resource: Option<&'a str>,
+    owner: &'a str,
+    /// The access type's value (`None`: the table has no access-type column).
+    mode: Option<&'static str>,
+    expires_at: NowPlus,
     returning: bool,
-    now_plus: NowPlus,
 }
 
-impl<T: ControlTable> QueryId for Stmt<'_, T> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+impl<T: ControlTable> Insert<'_, T> {
+    /// The insert with `RETURNING` the ticket (where the backend has it).
+    #[doc(hidden)]
+    pub fn returning_ticket(self) -> Self {
+        Insert {
+            returning: true,
+            ..self
+        }
+    }
 }
 
-impl<T: ControlTable, Conn> RunQueryDsl<Conn> for Stmt<'_, T> {}
+impl<T: ControlTable> fmt::Debug for Insert<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Insert")
+            .field("table", &T::NAME)
+            .field("resource", &self.resource)
+            .field("owner", &self.owner)
+            .field("mode", &self.mode)
+            .field("returning", &self.returning)
+            .finish()
+    }
+}
 
-impl<'a, T, DB> QueryFragment<DB> for Stmt<'a, T>
+/// Marks waiting requests granted.
+struct Grant<'a, T: ControlTable> {
+    table: T::Table,
+    tickets: &'a [i64],
+}
+
+/// One request, by ticket and owner.
+struct Ticket<'a> {
+    ticket: i64,
+    owner: &'a str,
+}
+
+/// Pushes a request's expiry; with `granted_only`, only if it is granted.
+struct Touch<'a, T: ControlTable> {
+    table: T::Table,
+    request: Ticket<'a>,
+    expires_at: NowPlus,
+    granted_only: bool,
+}
+
+/// Whether a request is granted.
+struct IsGranted<'a, T: ControlTable> {
+    table: T::Table,
+    request: Ticket<'a>,
+}
+
+/// Deletes a request.
+struct Delete<'a, T: ControlTable> {
+    table: T::Table,
+    request: Ticket<'a>,
+}
+
+/// A statement's query id (none: its text depends on the table and on how many tickets it
+/// binds) and `RunQueryDsl`; `=> ST`: it returns rows of SQL type `ST`.
+macro_rules! statement {
+    ($($name:ident $(=> $st:ty)?),* $(,)?) => {$(
+        impl<T: ControlTable> QueryId for $name<'_, T> {
+            type QueryId = ();
+            const HAS_STATIC_QUERY_ID: bool = false;
+        }
+        impl<T: ControlTable, Conn> RunQueryDsl<Conn> for $name<'_, T> {}
+        $(impl<T: ControlTable> Query for $name<'_, T> {
+            type SqlType = $st;
+        })?
+    )*};
+}
+statement!(
+    RemoveExpired,
+    Queue => QueueRow,
+    Insert => BigInt,
+    Grant,
+    Touch,
+    IsGranted => Bool,
+    Delete,
+);
+
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for RemoveExpired<'_, T>
 where
-    T: ControlTable,
     T::Table: QueryFragment<DB>,
-    DB: SqlDialect,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        match &self.op {
-            ControlOp::RemoveExpired => {
-                out.push_sql("DELETE FROM ");
-                self.table.walk_ast(out.reborrow())?;
-                out.push_sql(" WHERE ");
-                out.push_identifier(T::EXPIRES_AT)?;
-                out.push_sql(" < ");
-                DbNowMicros.walk_ast(out.reborrow())?;
-                self.and_resource(&mut out)?;
-            }
-            ControlOp::Queue => {
-                out.push_sql("SELECT ");
-                DB::push_as_bigint(&mut out, T::TICKET)?;
-                out.push_sql(", ");
-                out.push_identifier(T::OWNER)?;
-                out.push_sql(", ");
-                match T::MODE {
-                    Some(m) => out.push_identifier(m.column)?,
-                    // A constant of this module, not data: every request of the table is shared.
-                    None => out.push_sql("''"),
-                }
-                out.push_sql(", ");
-                out.push_identifier(T::GRANTED)?;
-                out.push_sql(", ");
-                out.push_identifier(T::EXPIRES_AT)?;
-                out.push_sql(" FROM ");
-                self.table.walk_ast(out.reborrow())?;
-                out.push_sql(" WHERE 1 = 1");
-                self.and_resource(&mut out)?;
-                out.push_sql(" ORDER BY ");
-                out.push_identifier(T::TICKET)?;
-            }
-            ControlOp::Insert(new) => {
-                out.push_sql("INSERT INTO ");
-                self.table.walk_ast(out.reborrow())?;
-                out.push_sql(" (");
-                out.push_identifier(T::OWNER)?;
-                if let (Some(col), Some(_)) = (T::RESOURCE, self.resource) {
-                    out.push_sql(", ");
-                    out.push_identifier(col)?;
-                }
-                if let Some(m) = T::MODE {
-                    out.push_sql(", ");
-                    out.push_identifier(m.column)?;
-                }
-                out.push_sql(", ");
-                out.push_identifier(T::GRANTED)?;
-                out.push_sql(", ");
-                out.push_identifier(T::EXPIRES_AT)?;
-                out.push_sql(") VALUES (");
-                DB::bind_str(&mut out, new.owner)?;
-                if let (Some(_), Some(resource)) = (T::RESOURCE, self.resource) {
-                    out.push_sql(", ");
-                    DB::bind_str(&mut out, resource)?;
-                }
-                if let Some(value) = mode_value::<T>(new.mode) {
-                    out.push_sql(", ");
-                    DB::bind_str(&mut out, value)?;
-                }
-                out.push_sql(", FALSE, ");
-                self.now_plus.walk_ast(out.reborrow())?;
-                out.push_sql(")");
-                if self.returning {
-                    out.push_sql(" RETURNING ");
-                    DB::push_as_bigint(&mut out, T::TICKET)?;
-                }
-            }
-            ControlOp::Grant(tickets) => {
-                out.push_sql("UPDATE ");
-                self.table.walk_ast(out.reborrow())?;
-                out.push_sql(" SET ");
-                out.push_identifier(T::GRANTED)?;
-                out.push_sql(" = TRUE WHERE ");
-                out.push_identifier(T::GRANTED)?;
-                out.push_sql(" = FALSE AND ");
-                out.push_identifier(T::TICKET)?;
-                out.push_sql(" IN (");
-                for (i, ticket) in tickets.iter().enumerate() {
-                    if i > 0 {
-                        out.push_sql(", ");
-                    }
-                    DB::bind_i64(&mut out, ticket)?;
-                }
-                out.push_sql(")");
-            }
-            ControlOp::Touch {
-                ticket,
-                owner,
-                granted_only,
-                ..
-            } => {
-                out.push_sql("UPDATE ");
-                self.table.walk_ast(out.reborrow())?;
-                out.push_sql(" SET ");
-                out.push_identifier(T::EXPIRES_AT)?;
-                out.push_sql(" = ");
-                self.now_plus.walk_ast(out.reborrow())?;
-                self.where_request(&mut out, ticket, owner)?;
-                if *granted_only {
-                    out.push_sql(" AND ");
-                    out.push_identifier(T::GRANTED)?;
-                    out.push_sql(" = TRUE");
-                }
-            }
-            ControlOp::IsGranted { ticket, owner } => {
-                out.push_sql("SELECT ");
-                out.push_identifier(T::GRANTED)?;
-                out.push_sql(" FROM ");
-                self.table.walk_ast(out.reborrow())?;
-                self.where_request(&mut out, ticket, owner)?;
-            }
-            ControlOp::Delete { ticket, owner } => {
-                out.push_sql("DELETE FROM ");
-                self.table.walk_ast(out.reborrow())?;
-                self.where_request(&mut out, ticket, owner)?;
-            }
+        out.push_sql("DELETE FROM ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE ");
+        out.push_identifier(T::EXPIRES_AT)?;
+        out.push_sql(" < ");
+        DbNowMicros.walk_ast(out.reborrow())?;
+        and_resource::<T, DB>(&mut out, self.resource)
+    }
+}
+
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for Queue<'_, T>
+where
+    T::Table: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("SELECT ");
+        DB::push_as_bigint(&mut out, T::TICKET)?;
+        out.push_sql(", ");
+        out.push_identifier(T::OWNER)?;
+        out.push_sql(", ");
+        match T::MODE {
+            Some(m) => out.push_identifier(m.column)?,
+            // A constant of this module, not data: every request of the table is shared.
+            None => out.push_sql("''"),
+        }
+        out.push_sql(", ");
+        out.push_identifier(T::GRANTED)?;
+        out.push_sql(", ");
+        out.push_identifier(T::EXPIRES_AT)?;
+        out.push_sql(" FROM ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE 1 = 1");
+        and_resource::<T, DB>(&mut out, self.resource)?;
+        out.push_sql(" ORDER BY ");
+        out.push_identifier(T::TICKET)
+    }
+}
+
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for Insert<'_, T>
+where
+    T::Table: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("INSERT INTO ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" (");
+        out.push_identifier(T::OWNER)?;
+        if let (Some(col), Some(_)) = (T::RESOURCE, self.resource) {
+            out.push_sql(", ");
+            out.push_identifier(col)?;
+        }
+        if let Some(m) = T::MODE {
+            out.push_sql(", ");
+            out.push_identifier(m.column)?;
+        }
+        out.push_sql(", ");
+        out.push_identifier(T::GRANTED)?;
+        out.push_sql(", ");
+        out.push_identifier(T::EXPIRES_AT)?;
+        out.push_sql(") VALUES (");
+        DB::bind_str(&mut out, self.owner)?;
+        if let (Some(_), Some(resource)) = (T::RESOURCE, self.resource) {
+            out.push_sql(", ");
+            DB::bind_str(&mut out, resource)?;
+        }
+        if let Some(value) = self.mode {
+            out.push_sql(", ");
+            DB::bind_str(&mut out, value)?;
+        }
+        out.push_sql(", FALSE, ");
+        self.expires_at.walk_ast(out.reborrow())?;
+        out.push_sql(")");
+        if self.returning {
+            out.push_sql(" RETURNING ");
+            DB::push_as_bigint(&mut out, T::TICKET)?;
         }
         Ok(())
     }
 }
 
-impl<'a, T: ControlTable> Stmt<'a, T> {
-    /// ` AND <resource> = ?` when the table has a resource column.
-    fn and_resource<'b, DB: SqlDialect>(
-        &'b self,
-        out: &mut AstPass<'_, 'b, DB>,
-    ) -> QueryResult<()> {
-        if let (Some(col), Some(resource)) = (T::RESOURCE, self.resource) {
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for Grant<'_, T>
+where
+    T::Table: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        out.push_identifier(T::GRANTED)?;
+        out.push_sql(" = TRUE WHERE ");
+        out.push_identifier(T::GRANTED)?;
+        out.push_sql(" = FALSE AND ");
+        out.push_identifier(T::TICKET)?;
+        out.push_sql(" IN (");
+        for (i, ticket) in self.tickets.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            DB::bind_i64(&mut out, ticket)?;
+        }
+        out.push_sql(")");
+        Ok(())
+    }
+}
+
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for Touch<'_, T>
+where
+    T::Table: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        out.push_identifier(T::EXPIRES_AT)?;
+        out.push_sql(" = ");
+        self.expires_at.walk_ast(out.reborrow())?;
+        self.request.push_where::<T, DB>(&mut out)?;
+        if self.granted_only {
             out.push_sql(" AND ");
-            out.push_identifier(col)?;
-            out.push_sql(" = ");
-            DB::bind_str(out, resource)?;
+            out.push_identifier(T::GRANTED)?;
+            out.push_sql(" = TRUE");
         }
         Ok(())
     }
+}
 
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for IsGranted<'_, T>
+where
+    T::Table: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("SELECT ");
+        out.push_identifier(T::GRANTED)?;
+        out.push_sql(" FROM ");
+        self.table.walk_ast(out.reborrow())?;
+        self.request.push_where::<T, DB>(&mut out)
+    }
+}
+
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for Delete<'_, T>
+where
+    T::Table: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("DELETE FROM ");
+        self.table.walk_ast(out.reborrow())?;
+        self.request.push_where::<T, DB>(&mut out)
+    }
+}
+
+/// ` AND <resource> = ?` when the table has a resource column.
+fn and_resource<'b, T: ControlTable, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    resource: Option<&'b str>,
+) -> QueryResult<()> {
+    if let (Some(col), Some(resource)) = (T::RESOURCE, resource) {
+        out.push_sql(" AND ");
+        out.push_identifier(col)?;
+        out.push_sql(" = ");
+        DB::bind_str(out, resource)?;
+    }
+    Ok(())
+}
+
+impl Ticket<'_> {
     /// ` WHERE <ticket> = ? AND <owner> = ?`.
-    fn where_request<'b, DB: SqlDialect>(
+    fn push_where<'b, T: ControlTable, DB: SqlDialect>(
         &'b self,
         out: &mut AstPass<'_, 'b, DB>,
-        ticket: &'b i64,
-        owner: &'b str,
     ) -> QueryResult<()> {
         out.push_sql(" WHERE ");
         out.push_identifier(T::TICKET)?;
         out.push_sql(" = ");
-        DB::bind_i64(out, ticket)?;
+        DB::bind_i64(out, &self.ticket)?;
         out.push_sql(" AND ");
         out.push_identifier(T::OWNER)?;
         out.push_sql(" = ");
-        DB::bind_str(out, owner)
-    }
-}
-
-/// A [`Stmt`] that returns rows of SQL type `ST`.
-struct Loading<'a, T: ControlTable, ST> {
-    stmt: Stmt<'a, T>,
-    _st: PhantomData<ST>,
-}
-
-impl<'a, T: ControlTable, ST> Loading<'a, T, ST> {
-    fn new(stmt: Stmt<'a, T>) -> Self {
-        Loading {
-            stmt,
-            _st: PhantomData,
-        }
-    }
-}
-
-impl<T: ControlTable, ST> QueryId for Loading<'_, T, ST> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-
-impl<T: ControlTable, ST, DB> QueryFragment<DB> for Loading<'_, T, ST>
-where
-    T::Table: QueryFragment<DB>,
-    DB: SqlDialect,
-{
-    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        self.stmt.walk_ast(out)
-    }
-}
-
-impl<T: ControlTable, ST: diesel::sql_types::SqlType> Query for Loading<'_, T, ST> {
-    type SqlType = ST;
-}
-
-impl<T: ControlTable, ST, Conn> RunQueryDsl<Conn> for Loading<'_, T, ST> {}
-
-/// The protocol's statements for a semaphore on a control table: request statements go to the
-/// user's table (through `ops`), resource statements to the connection's built-in ones.
-pub(crate) struct OnControlTable<'a> {
-    pub(crate) inner: &'a mut dyn SemaphoreStatements,
-    pub(crate) ops: &'a dyn ControlTableOps,
-    /// The resource as the user's table stores it (`None`: the table has no resource column).
-    pub(crate) resource: Option<&'a str>,
-}
-
-impl OnControlTable<'_> {
-    fn control(&mut self, op: ControlOp<'_>) -> QueryResult<ControlOut> {
-        self.inner.control(self.ops, self.resource, op)
-    }
-
-    fn count(&mut self, op: ControlOp<'_>) -> QueryResult<usize> {
-        match self.control(op)? {
-            ControlOut::Count(n) => Ok(n),
-            other => Err(unexpected(other)),
-        }
-    }
-}
-
-fn unexpected(out: ControlOut) -> diesel::result::Error {
-    diesel::result::Error::QueryBuilderError(
-        format!("control table statement returned {out:?}").into(),
-    )
-}
-
-impl SemaphoreStatements for OnControlTable<'_> {
-    fn serialized(&mut self, max_wait: Option<Duration>, body: &mut Body<'_>) -> crate::Result<()> {
-        let (ops, resource) = (self.ops, self.resource);
-        self.inner.serialized(max_wait, &mut |inner| {
-            body(&mut OnControlTable {
-                inner,
-                ops,
-                resource,
-            })
-        })
-    }
-
-    fn lock_resource(&mut self, key: &str) -> QueryResult<Option<i32>> {
-        self.inner.lock_resource(key)
-    }
-
-    fn create_resource(&mut self, key: &str, permits: i32) -> QueryResult<()> {
-        self.inner.create_resource(key, permits)
-    }
-
-    fn set_permits(&mut self, key: &str, permits: i32) -> QueryResult<()> {
-        self.inner.set_permits(key, permits)
-    }
-
-    fn delete_resource(&mut self, key: &str) -> QueryResult<usize> {
-        self.inner.delete_resource(key)
-    }
-
-    fn remove_expired(&mut self, _key: &str) -> QueryResult<usize> {
-        self.count(ControlOp::RemoveExpired)
-    }
-
-    fn queue(&mut self, _key: &str) -> QueryResult<Vec<TicketRow>> {
-        match self.control(ControlOp::Queue)? {
-            ControlOut::Rows(rows) => Ok(rows),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    fn insert_ticket(&mut self, new: &NewTicket<'_>) -> QueryResult<i64> {
-        match self.control(ControlOp::Insert(new))? {
-            ControlOut::Ticket(t) => Ok(t),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    fn grant(&mut self, tickets: &[i64]) -> QueryResult<usize> {
-        self.count(ControlOp::Grant(tickets))
-    }
-
-    fn touch(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize> {
-        self.count(ControlOp::Touch {
-            ticket,
-            owner,
-            ttl,
-            granted_only: false,
-        })
-    }
-
-    fn touch_granted(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize> {
-        self.count(ControlOp::Touch {
-            ticket,
-            owner,
-            ttl,
-            granted_only: true,
-        })
-    }
-
-    fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize> {
-        self.count(ControlOp::Delete { ticket, owner })
-    }
-
-    fn is_granted(&mut self, ticket: i64, owner: &str) -> QueryResult<bool> {
-        match self.control(ControlOp::IsGranted { ticket, owner })? {
-            ControlOut::Flag(b) => Ok(b),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    fn notify(&mut self, key: &str) -> QueryResult<()> {
-        self.inner.notify(key)
-    }
-
-    fn control(
-        &mut self,
-        ops: &dyn ControlTableOps,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut> {
-        self.inner.control(ops, resource, op)
+        DB::bind_str(out, self.owner)
     }
 }

@@ -95,12 +95,14 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use self::access::{FromPool, OwnConnection};
 use self::protocol::{ControlTarget, Request};
 use self::statements::SemaphoreDialect;
-use self::statements::SemaphoreStatements;
 use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
-pub use crate::pool::DROP_WAIT;
+use crate::pool::DROP_WAIT;
 #[doc(hidden)]
-pub use control::{ControlOp, ControlOut, ControlTableOps};
+pub use control::{
+    ControlDialect, ControlRequests, Insert, OnEveryConnection, RequestsOnMysql, RequestsOnPg,
+    RequestsOnSqlite,
+};
 pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 #[doc(hidden)]
 pub use control::{MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
@@ -204,7 +206,7 @@ impl Semaphore {
         };
         let mut sem = Self::new(key, permits);
         sem.table = Some(ControlTarget {
-            ops: std::sync::Arc::new(control::OpsOf::<T>::new()),
+            table: control::TableOf::<T>::handle(),
             resource: stored,
         });
         sem
@@ -353,11 +355,6 @@ impl Semaphore {
     }
 }
 
-/// The protocol's statements on `conn` (every [`SemaphoreDialect`] has them).
-fn statements_of<C: SemaphoreDialect>(conn: &mut C) -> &mut dyn SemaphoreStatements {
-    conn
-}
-
 fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
     if permits == 0 {
         return Err(InvalidInput::Zero { what }.into());
@@ -377,11 +374,10 @@ where
     C: SemaphoreDialect + R2D2Connection,
 {
     let op = acquire_op(crate::backend::kind::<C>(), &req);
-    let granted = pool.get().map_err(crate::Error::from).and_then(|mut conn| {
-        req.on(statements_of(&mut *conn), |sql| {
-            protocol::try_once(sql, &req)
-        })
-    });
+    let granted = pool
+        .get()
+        .map_err(crate::Error::from)
+        .and_then(|mut conn| req.on(&mut *conn, |sql| protocol::try_once(sql, &req)));
     match op.finish(granted, granted_outcome)? {
         Some(granted) => PermitGuard::start(pool.clone(), req, granted).map(Some),
         None => Ok(None),
@@ -465,7 +461,7 @@ pub(crate) fn queue_of(
     resource: &str,
     table: Option<&ControlTarget>,
 ) -> Result<Vec<QueuedRequest>> {
-    let rows = protocol::on_table(table, statements_of(conn.borrow_connection()), |sql| {
+    let rows = protocol::on_table(table, conn.borrow_connection(), |sql| {
         protocol::queue(sql, resource)
     })?;
     Ok(rows
@@ -525,5 +521,5 @@ pub(crate) fn release_ticket<C: SemaphoreDialect>(
         table: None,
         remove_when_idle: false,
     };
-    protocol::release(statements_of(conn), &req, ticket)
+    protocol::release(conn, &req, ticket)
 }

@@ -4,20 +4,11 @@
 use diesel::prelude::*;
 use diesel::MysqlConnection;
 
-use super::control::{ControlOp, ControlOut, ControlTableOps};
+use super::control::{ControlDialect, ControlRequests, ControlTable, Insert, OnEveryConnection};
 use super::statements::{new_ticket_values, semaphore_statements, NewTicket, SemaphoreStatements};
 
 impl SemaphoreStatements for MysqlConnection {
     semaphore_statements!(.for_update());
-
-    fn control(
-        &mut self,
-        ops: &dyn ControlTableOps,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut> {
-        ops.on_mysql(self, resource, op)
-    }
 
     fn create_resource(&mut self, resource: &str, permits: i32) -> QueryResult<()> {
         use super::schema::diesel_lease_semaphores as resources;
@@ -36,5 +27,16 @@ impl SemaphoreStatements for MysqlConnection {
             .values(new_ticket_values!(new))
             .execute(self)?;
         crate::backend::mysql::inserted_id(self)
+    }
+}
+
+impl ControlDialect for MysqlConnection {
+    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
+        insert.execute(self)?;
+        crate::backend::mysql::inserted_id(self)
+    }
+
+    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {
+        table
     }
 }

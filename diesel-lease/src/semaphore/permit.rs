@@ -7,7 +7,7 @@ use std::time::Duration;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use super::protocol::{self, Granted, Request};
-use super::{statements_of, Mode};
+use super::Mode;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{stop_then_lend, ConnectionSource};
 use crate::semaphore::statements::SemaphoreDialect;
@@ -128,7 +128,7 @@ fn heartbeat_beat<S: ConnectionSource<Connection: SemaphoreDialect>>(
 ) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
     move |budget| {
         let beat = source.lend(budget.remaining()).and_then(|mut conn| {
-            req.on(statements_of(conn.borrow_connection()), |sql| {
+            req.on(conn.borrow_connection(), |sql| {
                 protocol::heartbeat(sql, &req, ticket)
             })
         });
@@ -227,11 +227,9 @@ impl Permit {
         &self,
         conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
     ) -> Result<()> {
-        let held = self
-            .req
-            .on(statements_of(conn.borrow_connection()), |sql| {
-                protocol::heartbeat(sql, &self.req, self.ticket)
-            })?;
+        let held = self.req.on(conn.borrow_connection(), |sql| {
+            protocol::heartbeat(sql, &self.req, self.ticket)
+        })?;
         if !held {
             crate::observe::lost(
                 "permit",
@@ -258,9 +256,9 @@ impl Permit {
             owner = self.req.owner.as_str(),
             ticket = self.ticket,
         );
-        let released = self.req.on(statements_of(conn), |sql| {
-            protocol::release(sql, &self.req, self.ticket)
-        });
+        let released = self
+            .req
+            .on(conn, |sql| protocol::release(sql, &self.req, self.ticket));
         op.finish(released, |&found| {
             (if found { "released" } else { "lost" }, 0)
         })

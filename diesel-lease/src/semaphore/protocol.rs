@@ -49,7 +49,6 @@
 //! At the deadline the waiter gives up in one locked transaction that keeps a grant that has
 //! just arrived; without a connection for it, the row expires after its ttl.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::result::Error as DieselError;
@@ -57,8 +56,8 @@ use lease_core::admission::{self, Mode, QueueEntry};
 use lease_core::Backoff;
 
 use super::access::Access;
-use super::control::{ControlTableOps, OnControlTable};
-use super::statements::{NewTicket, SemaphoreStatements, TicketRow};
+use super::control::OnEveryConnection;
+use super::statements::{NewTicket, SemaphoreDialect, SemaphoreStatements, TicketRow};
 use crate::{Error, Result, Ttl};
 
 /// How many times the resource's row is created when it is missing.
@@ -95,36 +94,40 @@ pub(super) struct Request {
 /// A resource whose requests are rows of the user's control table (see `control.rs`).
 #[derive(Debug, Clone)]
 pub(crate) struct ControlTarget {
-    pub(super) ops: Arc<dyn ControlTableOps>,
+    /// The table, reached through whichever connection type the request runs on.
+    pub(super) table: &'static dyn OnEveryConnection,
     /// The resource as the table stores it (`None`: the table has no resource column).
     pub(super) resource: Option<String>,
 }
 
-/// Runs `f` with the statements of `target`'s table on `sql` (`sql` itself for the built-in
-/// tables).
-pub(super) fn on_table<R>(
+/// Runs `f` with the protocol's statements on `conn` for `target`'s table (the connection's
+/// own, for the built-in tables).
+pub(super) fn on_table<C: SemaphoreDialect, R>(
     target: Option<&ControlTarget>,
-    sql: &mut dyn SemaphoreStatements,
-    f: impl FnOnce(&mut dyn SemaphoreStatements) -> R,
-) -> R {
-    match target {
-        None => f(sql),
-        Some(t) => f(&mut OnControlTable {
-            inner: sql,
-            ops: &*t.ops,
-            resource: t.resource.as_deref(),
-        }),
-    }
+    conn: &mut C,
+    f: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<R>,
+) -> Result<R> {
+    let Some(target) = target else {
+        return f(conn);
+    };
+    let (mut f, mut out) = (Some(f), None);
+    C::requests_on(target.table).run(conn, target.resource.as_deref(), &mut |sql| {
+        if let Some(f) = f.take() {
+            out = Some(f(sql)?);
+        }
+        Ok(())
+    })?;
+    Ok(out.expect("a control table's statements run their body"))
 }
 
 impl Request {
     /// [`on_table`] for this request's table.
-    pub(super) fn on<R>(
+    pub(super) fn on<C: SemaphoreDialect, R>(
         &self,
-        sql: &mut dyn SemaphoreStatements,
-        f: impl FnOnce(&mut dyn SemaphoreStatements) -> R,
-    ) -> R {
-        on_table(self.table.as_ref(), sql, f)
+        conn: &mut C,
+        f: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<R>,
+    ) -> Result<R> {
+        on_table(self.table.as_ref(), conn, f)
     }
 }
 

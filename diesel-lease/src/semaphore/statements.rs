@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 
-use super::control::{ControlOp, ControlOut, ControlTableOps};
+use super::control::ControlDialect;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+use super::control::{ControlRequests, ControlTable, Insert, OnEveryConnection};
 use super::schema::diesel_lease_semaphore_tickets as tickets;
 use crate::notify::Notifications;
 use crate::Ttl;
@@ -105,15 +107,6 @@ pub trait SemaphoreStatements {
     /// [`Notifications::notify`] on the connection.
     #[doc(hidden)]
     fn notify(&mut self, resource: &str) -> QueryResult<()>;
-    /// Runs a request statement on the user's control table `ops` (see `control.rs`): each
-    /// backend hands its own connection to the `ops` method of its type.
-    #[doc(hidden)]
-    fn control(
-        &mut self,
-        ops: &dyn ControlTableOps,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut>;
 }
 
 /// The values of a new waiting request (everything but the ticket).
@@ -292,24 +285,16 @@ macro_rules! insert_returning_statements {
 }
 
 /// What the semaphore operations need of a connection: the protocol's statements
-/// ([`SemaphoreStatements`], object safe) and the backend's notifications. Blanket-implemented.
-pub trait SemaphoreDialect: Notifications + SemaphoreStatements {}
-impl<C: Notifications + SemaphoreStatements> SemaphoreDialect for C {}
+/// ([`SemaphoreStatements`], object safe), what a control table needs besides
+/// ([`ControlDialect`]) and the backend's notifications. Blanket-implemented.
+pub trait SemaphoreDialect: Notifications + SemaphoreStatements + ControlDialect {}
+impl<C: Notifications + SemaphoreStatements + ControlDialect> SemaphoreDialect for C {}
 
 #[cfg(feature = "postgres")]
 impl SemaphoreStatements for diesel::PgConnection {
     semaphore_statements!(.for_update());
 
     insert_returning_statements!();
-
-    fn control(
-        &mut self,
-        ops: &dyn ControlTableOps,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut> {
-        ops.on_pg(self, resource, op)
-    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -317,13 +302,26 @@ impl SemaphoreStatements for diesel::SqliteConnection {
     semaphore_statements!();
 
     insert_returning_statements!();
+}
 
-    fn control(
-        &mut self,
-        ops: &dyn ControlTableOps,
-        resource: Option<&str>,
-        op: ControlOp<'_>,
-    ) -> QueryResult<ControlOut> {
-        ops.on_sqlite(self, resource, op)
+#[cfg(feature = "postgres")]
+impl ControlDialect for diesel::PgConnection {
+    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
+        insert.returning_ticket().get_result(self)
+    }
+
+    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {
+        table
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl ControlDialect for diesel::SqliteConnection {
+    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
+        insert.returning_ticket().get_result(self)
+    }
+
+    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {
+        table
     }
 }
