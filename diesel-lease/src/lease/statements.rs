@@ -329,6 +329,8 @@ macro_rules! lease_statements {
         }
     };
 }
+// For `mysql.rs`; PostgreSQL and SQLite expand it above, in this file.
+#[cfg_attr(not(feature = "mysql"), allow(unused_imports))]
 pub(crate) use lease_statements;
 
 /// The one-statement grant of the backends with `INSERT … ON CONFLICT DO UPDATE … RETURNING`.

@@ -253,6 +253,8 @@ macro_rules! semaphore_statements {
         }
     };
 }
+// For `mysql.rs`; PostgreSQL and SQLite expand it above, in this file.
+#[cfg_attr(not(feature = "mysql"), allow(unused_imports))]
 pub(crate) use semaphore_statements;
 
 /// The resource row and the ticket insert of the backends with `ON CONFLICT` and `RETURNING`.
