@@ -438,6 +438,11 @@ where
         let acquirer = s.spawn(|| mutex.acquire(&pool, LONG));
         if !waiting.is_empty() {
             wait_until("the acquirer waits for the resource's lock", || {
+                if B::NAME == "mysql" {
+                    // InnoDB refreshes what INNODB_TRX shows only when it was last read more
+                    // than 0.1 s ago: faster polls would keep reading the same stale snapshot.
+                    std::thread::sleep(Duration::from_millis(250));
+                }
                 count(waiting) > 0
             });
         }
