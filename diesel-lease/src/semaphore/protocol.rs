@@ -117,7 +117,12 @@ pub(super) fn on_table<C: SemaphoreDialect, R>(
         }
         Ok(())
     })?;
-    Ok(out.expect("a control table's statements run their body"))
+    // `run` calls the body exactly once; should it ever not, that is an error, not a panic.
+    out.ok_or_else(|| {
+        crate::Error::Database(diesel::result::Error::QueryBuilderError(
+            "a control table's statements did not run their body".into(),
+        ))
+    })
 }
 
 impl Request {
