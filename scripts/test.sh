@@ -13,9 +13,11 @@
 # 3. Exports DIESEL_LEASE_TEST_PG / DIESEL_LEASE_TEST_MYSQL (admin URLs; every test creates its
 #    own database) and DIESEL_LEASE_TEST_REQUIRE (the backends that must run: a required backend
 #    whose URL is missing fails its tests instead of skipping them). SQLite needs no server.
-# 4. Runs `cargo test --workspace --all-features CARGO_ARGS -- TEST_ARGS`: unit tests, the
-#    integration suite on all three backends, the derive's UI tests and the doctests (cargo test
-#    runs doctests of library crates itself, so there is no separate doc pass).
+# 4. Runs `cargo test --workspace --all-features --no-fail-fast CARGO_ARGS -- TEST_ARGS`: unit
+#    tests, the integration suite on all three backends, the derive's UI tests and the doctests
+#    (cargo test runs doctests of library crates itself, so there is no separate doc pass). A
+#    failing test target does not stop the others; the summary at the end lists every failing
+#    test by name, with its pass.
 # 5. MySQL isolation levels. The suite must hold under REPEATABLE READ (InnoDB's default) and
 #    READ COMMITTED. The full run uses the first level of DIESEL_LEASE_TEST_ISOLATION (default
 #    `repeatable-read,read-committed`); for each further level the script switches the running
@@ -167,6 +169,14 @@ set_mysql_isolation() {
 # --- the test passes ------------------------------------------------------------------------------
 STATUS=0
 SUMMARY=()
+# Every pass runs every test target (`--no-fail-fast`: one failing target must not hide the
+# others), and its output is kept so that the summary can name each failing test.
+PASS_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/diesel-lease-test-logs.XXXXXX")
+FAILED_TESTS=()
+failed_tests_of() { # the names of the failing tests in a pass's log, one per line
+    sed -nE 's/^test (.+) \.\.\. FAILED$/\1/p' "$1"
+    grep -E '^error: could not compile' "$1" || true
+}
 
 FIRST_LEVEL=${ISOLATION_LEVELS[0]}
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
@@ -180,8 +190,10 @@ fi
 pass_start=$(now)
 rc=0
 DIESEL_LEASE_TEST_ISOLATION=$FIRST_LEVEL \
-    cargo test --workspace --all-features "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" || rc=$?
+    cargo test --workspace --all-features --no-fail-fast "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" 2>&1 |
+    tee "$PASS_LOGS/full.log" || rc=$?
 SUMMARY+=("$PASS: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+while IFS= read -r t; do FAILED_TESTS+=("$t ($PASS)"); done < <(failed_tests_of "$PASS_LOGS/full.log")
 [ "$STATUS" -ne 0 ] || STATUS=$rc
 
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
@@ -197,8 +209,10 @@ if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
         pass_start=$(now)
         rc=0
         DIESEL_LEASE_TEST_ISOLATION=$level DIESEL_LEASE_TEST_BACKENDS=mysql DIESEL_LEASE_TEST_REQUIRE=mysql \
-            cargo test --workspace --all-features "${CARGO_ARGS[@]}" -- "${MYSQL_TEST_ARGS[@]}" || rc=$?
+            cargo test --workspace --all-features --no-fail-fast "${CARGO_ARGS[@]}" -- "${MYSQL_TEST_ARGS[@]}" 2>&1 |
+            tee "$PASS_LOGS/$level.log" || rc=$?
         SUMMARY+=("MySQL tests at $level: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+        while IFS= read -r t; do FAILED_TESTS+=("$t (MySQL at $level)"); done < <(failed_tests_of "$PASS_LOGS/$level.log")
         [ "$STATUS" -ne 0 ] || STATUS=$rc
     done
 fi
@@ -208,4 +222,10 @@ for line in "${SUMMARY[@]}"; do echo "  $line"; done
 if [ -n "$MYSQL_SKIP_REASON" ]; then
     echo "  MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
 fi
+if [ ${#FAILED_TESTS[@]} -gt 0 ]; then
+    echo
+    echo "Failing tests (${#FAILED_TESTS[@]}):"
+    for t in "${FAILED_TESTS[@]}"; do echo "  $t"; done
+fi
+rm -rf "$PASS_LOGS"
 exit "$STATUS"
