@@ -38,6 +38,7 @@ backend_suite! {
         a_dropped_or_panicking_guard_hands_the_row_back,
         a_starved_guard_knows_it_lost_before_the_database_would_rescue,
         heartbeat_of_a_rescued_claim_is_false,
+        every_claim_variant_exists_for_one_row_and_a_batch,
     ];
 
     fn seed(db: &TestDb<B>, rows: i64) {
@@ -176,6 +177,41 @@ backend_suite! {
         assert_eq!(rescued.len(), 1, "the stale claim was never rescuable");
         drop(hog);
         assert!(!guard.complete().unwrap(), "the starved worker completed a rescued claim");
+    }
+
+    /// `ClaimDsl`'s variants for one row and for a batch: `_with` claims as the given owner,
+    /// `_where` only rows of the filter, `_wait` and `_guarded` through a pool; each row goes to
+    /// exactly one of them, a dropped guard hands its row back and the others complete theirs.
+    pub(crate) fn every_claim_variant_exists_for_one_row_and_a_batch(db: &TestDb<B>) {
+        seed(db, 10);
+        let (pool, mut conn) = (db.pool(4), db.conn());
+        let me = ClaimOptions::default().owner(diesel_lease::OwnerId::new("variant-test").unwrap());
+        let with = ImportJob::claim_next_with(&mut conn, &me).unwrap().expect("a row");
+        assert_eq!(with.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of), Some("variant-test"));
+        let only_7 = ImportJob::claim_next_where(&mut conn, &me, importjobs::id.eq(7)).unwrap();
+        assert_eq!(only_7.map(|j| j.id), Some(7));
+        assert!(ImportJob::claim_next_where(&mut conn, &me, importjobs::id.eq(7)).unwrap().is_none(), "row 7 is taken");
+        let batch_where = ImportJob::claim_batch_where(&mut conn, 5, &me, importjobs::id.gt(8)).unwrap();
+        assert_eq!(batch_where.iter().map(|j| j.id).collect::<Vec<_>>(), vec![9, 10]);
+        let waited = ImportJob::claim_batch_wait(&pool, 2, Duration::from_secs(5)).unwrap();
+        assert_eq!(waited.len(), 2);
+        let guards = ImportJob::claim_batch_guarded(&pool, 10).unwrap();
+        assert_eq!(guards.len(), 4, "what is left: 10 rows, 6 claimed");
+        let mut ids: Vec<i64> = [with.id, 7, 9, 10].into_iter().chain(waited.iter().map(|j| j.id)).collect();
+        ids.extend(guards.iter().map(|g| g.id));
+        ids.sort_unstable();
+        assert_eq!(ids, (1..=10).collect::<Vec<_>>(), "each row to exactly one claim");
+        let mut guards = guards.into_iter();
+        let dropped = guards.next().expect("a guard");
+        let dropped_id = dropped.id;
+        drop(dropped);
+        assert_eq!(status(db, dropped_id), "JOBEXTRACTED", "a dropped guard hands its row back");
+        for guard in guards {
+            let id = guard.id;
+            assert!(guard.complete().unwrap());
+            assert_eq!(status(db, id), "DONE");
+        }
+        assert!(ImportJob::claim_next_wait(&pool, Duration::from_secs(5)).unwrap().map(|j| j.id) == Some(dropped_id));
     }
 
     /// A heartbeat reports `false` once the claim was finished by someone else.
