@@ -172,6 +172,7 @@ backend_suite! {
         );
         assert!(lost_after < claim_timeout, "lost only after {lost_after:?}");
         assert!(guard.is_lost());
+        assert!(matches!(guard.ensure_held(), Err(diesel_lease::Error::ClaimLost { .. })));
         std::thread::sleep(claim_timeout);
         let rescued = ImportJob::claim_batch_with(&mut other, 1, &timeout(claim_timeout)).unwrap();
         assert_eq!(rescued.len(), 1, "the stale claim was never rescuable");
