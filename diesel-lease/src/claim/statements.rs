@@ -161,8 +161,6 @@ pub mod shape {
     pub struct ByKeyOne<const STEP: u8>;
     /// SQLite's write-lock statement.
     pub struct WriteLock;
-    /// A guard update (`claim_if_null`).
-    pub struct Guard;
 }
 
 /// Loads the rows of `stmt` with the [`StmtId`] of shape `S` and filter id `F` that matches

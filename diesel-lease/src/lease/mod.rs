@@ -570,12 +570,11 @@ impl Lease {
     /// `Ok(())` while this holder believes it holds the lease (see [`is_lost`](Self::is_lost));
     /// [`Error::LeaseLost`] once lost, [`Error::LeaseNotHeld`] after release.
     pub fn ensure_held(&self) -> Result<()> {
-        if self.is_lost() {
-            if let State::Held = self.state {
-                return Err(self.lost_error(None));
-            }
+        match self.check_held() {
+            // Lost by the local deadline, before any statement found out.
+            Ok(()) if self.is_lost() => Err(self.lost_error(None)),
+            checked => checked,
         }
-        self.check_held()
     }
 
     fn check_held(&self) -> Result<()> {
