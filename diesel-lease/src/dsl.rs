@@ -180,13 +180,16 @@ pub trait ClaimDsl: Claimable {
     /// Claims the next row through `pool`, waiting up to `timeout` for one: at once when a row
     /// is there, within milliseconds of a [`notify_ready`](Self::notify_ready) (PostgreSQL, with
     /// the pool's [`WaiterWakeups`](crate::pool::WaiterWakeups)), else at the next poll. `None`
-    /// when the timeout passed without a row. No connection is held while it sleeps.
+    /// when the timeout passed without a row. No connection is held while it sleeps. It returns
+    /// within `timeout` plus the claim's drop wait whatever the network does (see
+    /// [`claim_next_wait`](crate::claim::claim_next_wait)).
     fn claim_next_wait<C>(
         pool: &Pool<ConnectionManager<C>>,
         timeout: Duration,
     ) -> Result<Option<Self>>
     where
         C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
+        Self: Send,
     {
         claim::claim_next_wait(pool, timeout)
     }
@@ -200,6 +203,7 @@ pub trait ClaimDsl: Claimable {
     ) -> Result<Vec<Self>>
     where
         C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
+        Self: Send,
     {
         claim::claim_batch_wait(pool, n, &ClaimOptions::default(), timeout)
     }

@@ -28,7 +28,9 @@ pub enum Error {
     /// left queued; retrying later is safe.
     #[error("timed out{} waiting for {}", .waited.map(|w| format!(" after {w:?}")).unwrap_or_default(), if .name.is_empty() { "the database" } else { .name.as_str() })]
     Timeout {
-        /// The lease or resource waited for; empty when the database reported the timeout.
+        /// What waited: the lease, the semaphore's resource, or the table of the claimed rows
+        /// (also when the database reported the timeout). Empty only for a wait that concerns
+        /// no one thing (a connection of your own, a statement of yours).
         name: String,
         /// How long the caller waited, when the caller's own deadline ended the wait.
         waited: Option<Duration>,
@@ -149,6 +151,23 @@ impl Error {
         )
     }
 
+    /// Names what a timeout concerns (`name`), when the database reported it and nothing named
+    /// it yet; every other error is returned as it is.
+    pub(crate) fn concerning(self, name: impl FnOnce() -> String) -> Self {
+        match self {
+            Error::Timeout {
+                name: unnamed,
+                waited,
+                source,
+            } if unnamed.is_empty() => Error::Timeout {
+                name: name(),
+                waited,
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// A timeout of the caller's own wait for `name`.
     pub(crate) fn waited(name: &str, waited: Duration) -> Self {
         Error::Timeout {
@@ -195,5 +214,14 @@ mod tests {
             source: None,
         };
         assert_eq!(db.to_string(), "timed out waiting for the database");
+        let named = db.concerning(|| "jobs".to_string());
+        assert_eq!(named.to_string(), "timed out waiting for jobs");
+        // A name already there stays.
+        let named = named.concerning(|| "other".to_string());
+        assert_eq!(named.to_string(), "timed out waiting for jobs");
+        assert!(matches!(
+            Error::Config("x".into()).concerning(|| "jobs".into()),
+            Error::Config(_)
+        ));
     }
 }

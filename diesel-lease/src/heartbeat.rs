@@ -475,7 +475,8 @@ impl<E: fmt::Debug + Send + Sync + 'static> Heartbeat<E> {
                 (Arc::clone(&control), Arc::clone(&last_error), state.clone());
             let held = name.to_string();
             thread::Builder::new()
-                .name(name.to_string())
+                // Names are validated before they get here; a NUL would make the spawn panic.
+                .name(name.replace('\0', "?"))
                 .spawn(move || {
                     let _exit = ExitNotice(Arc::clone(&control));
                     let period = period.clamp(MIN_PAUSE, MAX_SPAN);

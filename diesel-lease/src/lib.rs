@@ -102,6 +102,7 @@ pub mod backend;
 pub mod claim;
 pub mod clock;
 mod connection;
+mod courier;
 pub mod dsl;
 mod error;
 mod heartbeat;

@@ -82,16 +82,65 @@ where
 }
 
 /// Builds an r2d2 pool of `max_size` connections to `url` with [`ConnectionTuning`] applied and
-/// [`WaiterWakeups`] installed.
+/// [`WaiterWakeups`] installed. Its connections (and the listener's) connect with
+/// [`with_network_settings`]`(url)`, so on PostgreSQL a silent network breaks them within about
+/// 20 s.
 pub fn build_pool<C>(url: &str, max_size: u32) -> crate::Result<Pool<ConnectionManager<C>>>
 where
     C: Notifications + R2D2Connection,
 {
+    let url = with_network_settings::<C>(url);
     Ok(Pool::builder()
         .max_size(max_size)
         .connection_customizer(Box::new(ConnectionTuning::default()))
-        .event_handler(Box::new(WaiterWakeups::new::<C>(url)))
+        .event_handler(Box::new(WaiterWakeups::new::<C>(url.as_str())))
         .build(ConnectionManager::<C>::new(url))?)
+}
+
+/// `url` with the client-side network settings that bound a connection's wait for a server that
+/// fell silent, each added only where `url` does not set it (what [`build_pool`] and
+/// [`WaiterWakeups`] connect with; use it for a pool you build yourself).
+///
+/// PostgreSQL (libpq reads them from the URL or `key=value` string):
+///
+/// | setting | value | what it bounds |
+/// |---|---|---|
+/// | `keepalives` | `1` | TCP keepalives on |
+/// | `keepalives_idle` | `5` (s) | silence before the first probe |
+/// | `keepalives_interval` | `5` (s) | between probes |
+/// | `keepalives_count` | `3` | unanswered probes before the connection is given up |
+/// | `tcp_user_timeout` | `20000` (ms) | data sent and not acknowledged; on Linux it also caps the probing |
+/// | `connect_timeout` | `10` (s) | one connection attempt (per host) |
+///
+/// So a call waiting for a reply that a partitioned network swallows fails with
+/// [`Error::ConnectionLost`](crate::Error::ConnectionLost) after about 20 s, where libpq alone
+/// would wait for Linux's defaults (about 15 minutes with data unacknowledged, over two hours
+/// otherwise). `connect_timeout` is left out when `PGCONNECT_TIMEOUT` is set; a URL that names
+/// a `service` (or with `PGSERVICE` set) gets none of them, since its service file may set them.
+/// They bound what the kernel sees: a server whose host still acknowledges packets but never
+/// answers (hung, or a proxy in front that stopped forwarding) is not detected; the library's
+/// bounded calls (drops, waiting acquires, a `Worker`'s stop) give up on it by themselves.
+///
+/// MySQL / MariaDB: unchanged. Diesel's `MysqlConnection` reads no timeout from its URL and
+/// offers no other way to set the client's read timeout (`MYSQL_OPT_READ_TIMEOUT`), so nothing
+/// client-side bounds a read; [`ConnectionTuning::mysql_idle_timeout`] has the server close a
+/// session that went idle. SQLite: unchanged.
+///
+/// ```
+/// # #[cfg(feature = "postgres")] {
+/// use diesel::PgConnection;
+/// use diesel_lease::pool::with_network_settings;
+///
+/// let url = with_network_settings::<PgConnection>("postgres://app@db/app?keepalives_idle=30");
+/// assert_eq!(
+///     url,
+///     "postgres://app@db/app?keepalives_idle=30&keepalives=1&keepalives_interval=5\
+///      &keepalives_count=3&tcp_user_timeout=20000&connect_timeout=10"
+/// );
+/// # }
+/// ```
+pub fn with_network_settings<C: Dialect>(url: &str) -> String {
+    C::with_network_settings(url).into_owned()
 }
 
 /// An r2d2 event handler that gives the pool's semaphore waiters one shared listener connection
@@ -140,8 +189,10 @@ impl WaiterWakeups {
     where
         C: Notifications + R2D2Connection,
     {
+        let url = url.into();
         WaiterWakeups {
-            listener: C::NOTIFICATIONS.then(|| Arc::new(Listener::new::<C>(url.into()))),
+            listener: C::NOTIFICATIONS
+                .then(|| Arc::new(Listener::new::<C>(with_network_settings::<C>(&url)))),
         }
     }
 }
@@ -188,28 +239,44 @@ where
 }
 
 /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
-/// heartbeat to stop, then for a pool connection to end the grant with. A grant that cannot be
-/// ended in time expires at its ttl (a claim: at its timeout) anyway. The default of
+/// heartbeat to stop, then for a pool connection and the statement that ends the grant, whatever
+/// the pool's health check and the network do (the statement runs on a thread of its own; one
+/// that has not answered by then goes on in the background). A grant that cannot be ended in
+/// time expires at its ttl (a claim: at its timeout) anyway. The default of
 /// `lease::LeaseOptions::drop_wait`, `claim::ClaimOptions::drop_wait` and
 /// `semaphore::Semaphore::with_drop_wait`.
 pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
-/// What a holder does when it ends: stops its heartbeat, then lends a connection to end the
-/// grant with, both within `wait` in all (`None`: the pool's own timeout for the connection).
-pub(crate) fn stop_then_lend<S: ConnectionSource>(
+/// What a holder does when it ends (a drop, a release, a completion): stops its heartbeat, then
+/// lends a connection and runs `end` on it, within `wait` in all. `end` runs on a thread of its
+/// own (`courier`): when the database has not answered by then (an exhausted pool, a health
+/// check or statement that waits on a silent server), this returns
+/// [`Error::Timeout`](crate::Error::Timeout) naming `what`, and `end` goes on in the background.
+pub(crate) fn end_within<S, T>(
     heartbeat: Option<crate::heartbeat::Heartbeat<crate::Error>>,
     source: &S,
-    wait: Option<Duration>,
-) -> crate::Result<S::Lent> {
+    wait: Duration,
+    what: &str,
+    end: impl FnOnce(&mut S::Lent) -> crate::Result<T> + Send + 'static,
+) -> crate::Result<T>
+where
+    S: ConnectionSource,
+    T: Send + 'static,
+{
     let started = std::time::Instant::now();
     if let Some(heartbeat) = heartbeat {
-        heartbeat.stop(wait.unwrap_or(DROP_WAIT));
+        // A beat still under way changes nothing an ending cannot: whatever it extends is
+        // checked against the grant the ending gives back.
+        heartbeat.stop(wait.min(DROP_WAIT));
     }
-    // `lend` never waits longer than the pool's own timeout, so `MAX` means exactly that.
-    source.lend(
-        wait.unwrap_or(Duration::MAX)
-            .saturating_sub(started.elapsed()),
-    )
+    let left = wait.saturating_sub(started.elapsed());
+    let source = source.clone();
+    let ended = crate::courier::Courier::new().call_within(
+        left,
+        move || end(&mut source.lend(left)?),
+        |_| {},
+    );
+    ended.unwrap_or_else(|| Err(crate::Error::waited(what, started.elapsed())))
 }
 
 /// Where background work (heartbeats, releases on drop) gets a connection from: an r2d2 pool

@@ -6,14 +6,14 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use lease_core::{Backoff, RetryPolicy};
 
 use crate::claim::schedule::release_unstarted;
-use crate::claim::wait::Waiter;
+use crate::claim::wait::{ClaimFn, Waiter};
 use crate::claim::{
     fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
     HasAttempts, HasDoneState, HasFailedState, RetryOutcome,
@@ -24,6 +24,9 @@ use crate::{Error, LeaseConnection, Result};
 /// How long a row whose key is at its limit waits before it can be claimed again (with an
 /// `available_at` column; without one it is claimable again at once).
 const KEY_BUSY_DELAY: Duration = Duration::from_millis(200);
+
+/// How often a pausing thread looks at the stop.
+const STOP_CHECK: Duration = Duration::from_millis(50);
 
 /// The per-key limit: at most `max` rows with the same value of `column` run at once.
 struct KeyLimit<M> {
@@ -339,18 +342,90 @@ where
         }
     }
 
+    /// When a database call of a thread is given up on: never before the stop; after it, the
+    /// drop wait after the later of the stop and the end of the thread's last handler (`quiet`),
+    /// for all its calls together. So a stopped worker's threads return within the drop wait
+    /// after their handlers, whatever the network does.
+    fn give_up_at(&self, quiet: Instant) -> Option<Instant> {
+        if !self.stopping() {
+            return None;
+        }
+        let seen = *self.stop_seen.get_or_init(Instant::now);
+        seen.max(quiet)
+            .checked_add(self.worker.options.drop_wait_limit())
+    }
+
+    /// Makes `call` on the thread's courier, waiting for it until [`give_up_at`](Self::give_up_at);
+    /// `None` past that, and the call goes on in the background (its result to `undo`).
+    fn try_call<T: Send + 'static>(
+        &self,
+        calls: &mut Calls,
+        call: impl FnOnce() -> Result<T> + Send + 'static,
+        undo: impl FnOnce(Result<T>) + Send + 'static,
+    ) -> Option<Result<T>> {
+        let quiet = calls.quiet_since;
+        calls
+            .waiter
+            .courier()
+            .call(&|| self.give_up_at(quiet), call, undo)
+    }
+
+    /// [`try_call`](Self::try_call); a call given up on is [`Error::Timeout`] naming the table.
+    fn call<T: Send + 'static>(
+        &self,
+        calls: &mut Calls,
+        call: impl FnOnce() -> Result<T> + Send + 'static,
+        undo: impl FnOnce(Result<T>) + Send + 'static,
+    ) -> Result<T> {
+        let started = Instant::now();
+        self.try_call(calls, call, undo).unwrap_or_else(|| {
+            Err(Error::waited(
+                crate::observe::table_name::<M::Table>(),
+                started.elapsed(),
+            ))
+        })
+    }
+
+    /// Drops `held` (a guard or a permit, which gives back what it holds) on the courier, so
+    /// that its drop wait counts towards the thread's.
+    fn drop_on_courier<T: Send + 'static>(&self, calls: &mut Calls, held: T) {
+        let _ = self.try_call(
+            calls,
+            move || {
+                drop(held);
+                Ok(())
+            },
+            |_| {},
+        );
+    }
+
+    /// Sleeps `pause`, or until the stop.
+    fn pause(&self, pause: Duration) {
+        let until = Instant::now() + pause;
+        while !self.stopping() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(STOP_CHECK));
+        }
+    }
+
     /// One thread: claim, run, repeat; transient errors are retried after a pause.
     fn thread<F, E>(&self, handler: &F) -> Result<()>
     where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
-        let mut waiter = Waiter::new::<M, C>()?;
+        let mut calls = Calls {
+            waiter: Waiter::new::<M, C>()?,
+            quiet_since: Instant::now(),
+        };
         let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         while !self.stopping() {
-            match self.claim_and_run(&mut waiter, handler) {
+            match self.claim_and_run(&mut calls, handler) {
                 Ok(()) => pause.reset(),
-                Err(e) if e.is_retryable() => std::thread::sleep(pause.next_delay()),
+                Err(e) if e.is_retryable() => self.pause(pause.next_delay()),
                 Err(e) => {
                     self.failed.store(true, Ordering::Relaxed);
                     return Err(e);
@@ -360,25 +435,29 @@ where
         Ok(())
     }
 
-    fn claim_and_run<F, E>(&self, waiter: &mut Waiter, handler: &F) -> Result<()>
+    fn claim_and_run<F, E>(&self, calls: &mut Calls, handler: &F) -> Result<()>
     where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
         let w = self.worker;
         let limit = i64::try_from(w.batch).unwrap_or(i64::MAX);
+        let options = w.options.clone();
+        let key = w.key_limit.as_ref().map(|k| (k.column, i64::from(k.max)));
+        let claim: ClaimFn<M, C> = Arc::new(move |conn: &mut C| match key {
+            Some((column, max)) => conn.claim_under_key_limit(limit, &options, column, max),
+            None => {
+                conn.claim_matching::<crate::claim::statements::NoFilter>(limit, &options, None)
+            }
+        });
         let claimed_at = Instant::now();
-        let rows = waiter.claim(
+        let quiet = calls.quiet_since;
+        let rows = calls.waiter.claim(
             &w.pool,
             None,
             &|| self.stopping(),
-            &mut |conn: &mut C| match &w.key_limit {
-                Some(k) => {
-                    conn.claim_under_key_limit(limit, &w.options, k.column, i64::from(k.max))
-                }
-                None => conn
-                    .claim_matching::<crate::claim::statements::NoFilter>(limit, &w.options, None),
-            },
+            &|_| self.give_up_at(quiet),
+            claim,
         )?;
         let mut rows = rows.into_iter();
         let mut first = true;
@@ -386,27 +465,16 @@ where
             if !self.may_start() {
                 // Stopping: hand back what was not started, first this row, then the rest.
                 for row in std::iter::once(row).chain(rows.by_ref()) {
-                    self.release(&row)?;
+                    self.release(calls, row)?;
                 }
                 break;
             }
-            let sent_at = if first {
-                claimed_at
-            } else {
-                // It waited behind the batch's other rows: renew the claim before starting it.
-                let sent_at = Instant::now();
-                if M::CLAIMED_AT.is_some() && !heartbeat(&mut w.pool.get()?, &row)? {
-                    self.count(Done::Lost);
-                    continue;
-                }
-                sent_at
-            };
+            let sent_at = if first { Some(claimed_at) } else { None };
             first = false;
-            let done = self.run_one(row, sent_at, handler);
-            if let Err(e) = done {
+            if let Err(e) = self.start_one(calls, row, sent_at, handler) {
                 // The rest of the batch goes back before the error surfaces.
                 for row in rows {
-                    let _ = self.release(&row);
+                    let _ = self.release(calls, row);
                 }
                 return Err(e);
             }
@@ -414,17 +482,64 @@ where
         Ok(())
     }
 
-    fn release(&self, row: &M) -> Result<()> {
-        if release_unstarted(&mut self.worker.pool.get()?, row, Duration::ZERO)? {
-            self.count(Done::Released);
-        } else {
-            self.count(Done::Lost);
-        }
+    /// Hands back a row that was not started.
+    fn release(&self, calls: &mut Calls, row: M) -> Result<()> {
+        let pool = self.worker.pool.clone();
+        let back = self.call(
+            calls,
+            move || release_unstarted(&mut pool.get()?, &row, Duration::ZERO),
+            |_| {},
+        )?;
+        self.count(if back { Done::Released } else { Done::Lost });
         Ok(())
     }
 
+    /// Runs one row of a claim sent at `sent_at`; `None`: a later row of a batch, which waited
+    /// behind the others, so its claim is renewed first.
+    fn start_one<F, E>(
+        &self,
+        calls: &mut Calls,
+        row: M,
+        sent_at: Option<Instant>,
+        handler: &F,
+    ) -> Result<()>
+    where
+        F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
+        E: fmt::Display,
+    {
+        let (row, sent_at) = match sent_at {
+            Some(sent_at) => (row, sent_at),
+            None if M::CLAIMED_AT.is_none() => (row, Instant::now()),
+            None => {
+                let sent_at = Instant::now();
+                let (pool, returner) = (self.worker.pool.clone(), self.worker.pool.clone());
+                let (row, held) = self.call(
+                    calls,
+                    move || {
+                        let held = heartbeat(&mut pool.get()?, &row);
+                        Ok((row, held))
+                    },
+                    // Renewed after the thread gave up: nobody will start it, so it goes back.
+                    move |renewed| {
+                        if let Ok((row, Ok(true))) = renewed {
+                            if let Ok(mut conn) = returner.get() {
+                                let _ = release_unstarted(&mut conn, &row, Duration::ZERO);
+                            }
+                        }
+                    },
+                )?;
+                if !held? {
+                    self.count(Done::Lost);
+                    return Ok(());
+                }
+                (row, sent_at)
+            }
+        };
+        self.run_one(calls, row, sent_at, handler)
+    }
+
     /// Runs one claimed row under its guard (and its key's permit), then finishes it.
-    fn run_one<F, E>(&self, row: M, sent_at: Instant, handler: &F) -> Result<()>
+    fn run_one<F, E>(&self, calls: &mut Calls, row: M, sent_at: Instant, handler: &F) -> Result<()>
     where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
@@ -435,14 +550,19 @@ where
             Some(k) => {
                 let name = format!("{}:{}={}", self.resource, k.column, (k.key)(&row));
                 // One semaphore per key value: its row goes when the key's last permit does.
-                match Semaphore::new(name, k.max)
-                    .removed_when_idle()
-                    .try_acquire(&w.pool)?
-                {
+                let semaphore = Semaphore::new(name, k.max).removed_when_idle();
+                let pool = w.pool.clone();
+                // A permit got after the thread gave up is dropped there: released.
+                match self.call(calls, move || semaphore.try_acquire(&pool), drop)? {
                     Some(permit) => Some(permit),
                     None => {
                         // Another worker's row of this key got the last permit: hand it back.
-                        let back = release_unstarted(&mut w.pool.get()?, &row, KEY_BUSY_DELAY)?;
+                        let pool = w.pool.clone();
+                        let back = self.call(
+                            calls,
+                            move || release_unstarted(&mut pool.get()?, &row, KEY_BUSY_DELAY),
+                            |_| {},
+                        )?;
                         self.count(if back { Done::Released } else { Done::Lost });
                         return Ok(());
                     }
@@ -450,44 +570,84 @@ where
             }
         };
         let mut guard = ClaimGuard::start(&w.pool, row, &w.options, sent_at)?;
-        let outcome = catch_unwind(AssertUnwindSafe(
-            || -> Result<std::result::Result<(), String>> {
-                let mut conn = w.pool.get()?;
-                Ok(handler(&mut conn, &guard).map_err(|e| e.to_string()))
-            },
-        ));
-        guard.stop_heartbeat();
+        let pool = w.pool.clone();
+        let conn = match self.call(calls, move || Ok(pool.get()?), drop) {
+            Ok(conn) => conn,
+            Err(e) => {
+                // No connection for the handler: it never started. The guard's drop hands
+                // the row back.
+                self.drop_on_courier(calls, guard);
+                self.drop_on_courier(calls, permit);
+                return Err(e);
+            }
+        };
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let mut conn = conn;
+            handler(&mut conn, &guard).map_err(|e| e.to_string())
+        }));
+        calls.quiet_since = Instant::now();
+        // The heartbeat may be inside a call that does not return: wait for it no longer than
+        // the thread's calls are waited for.
+        let stop_wait = self
+            .give_up_at(calls.quiet_since)
+            .map_or(w.options.drop_wait_limit(), |at| {
+                at.saturating_duration_since(Instant::now())
+            });
+        guard.stop_heartbeat(stop_wait);
         let (error, panicked) = match outcome {
-            Ok(Ok(Ok(()))) => (None, false),
-            Ok(Ok(Err(error))) => (Some(error), false),
-            // No connection for the handler: it never started. The guard's drop hands it back.
-            Ok(Err(e)) => return Err(e),
+            Ok(Ok(())) => (None, false),
+            Ok(Err(error)) => (Some(error), false),
             Err(panic) => (
                 Some(format!("the handler panicked: {}", panic_message(&*panic))),
                 true,
             ),
         };
-        let mut conn = w.pool.get()?;
-        let done = match error {
-            None => {
-                if finish(&mut conn, &*guard, Finish::Done)? {
-                    Done::Completed
-                } else {
-                    Done::Lost
-                }
-            }
-            Some(error) => match fail_or_retry(&mut conn, &*guard, &w.policy, Some(&error))? {
-                RetryOutcome::Retried { .. } => Done::Retried { panicked },
-                RetryOutcome::Failed { .. } => Done::Failed { panicked },
-                RetryOutcome::Lost => Done::Lost,
+        let (pool, row, policy) = (w.pool.clone(), guard.shared_row(), w.policy);
+        let done = self.try_call(
+            calls,
+            move || {
+                let mut conn = pool.get()?;
+                Ok(match error {
+                    None if finish(&mut conn, &*row, Finish::Done)? => Done::Completed,
+                    None => Done::Lost,
+                    Some(error) => match fail_or_retry(&mut conn, &*row, &policy, Some(&error))? {
+                        RetryOutcome::Retried { .. } => Done::Retried { panicked },
+                        RetryOutcome::Failed { .. } => Done::Failed { panicked },
+                        RetryOutcome::Lost => Done::Lost,
+                    },
+                })
             },
+            |_| {},
+        );
+        let done = match done {
+            // Finished by our own statement: the guard's drop must not hand the row back.
+            Some(Ok(done)) => {
+                guard.finished_elsewhere();
+                Ok(done)
+            }
+            // Still finishing in the background: that statement decides, not the guard.
+            None => {
+                guard.finished_elsewhere();
+                Err(Error::waited(
+                    crate::observe::table_name::<M::Table>(),
+                    Instant::now().saturating_duration_since(calls.quiet_since),
+                ))
+            }
+            // It failed: the guard's drop hands the row back.
+            Some(Err(e)) => Err(e),
         };
-        // Finished by our own statement: the guard's drop must not hand the row back.
-        guard.finished_elsewhere();
-        drop(permit);
-        self.count(done);
+        self.drop_on_courier(calls, guard);
+        self.drop_on_courier(calls, permit);
+        self.count(done?);
         Ok(())
     }
+}
+
+/// What one thread of a [`Worker`] keeps between rows: its waiter, whose courier makes every
+/// database call of the thread, and when its last handler returned.
+struct Calls {
+    waiter: Waiter,
+    quiet_since: Instant,
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {

@@ -22,6 +22,15 @@ pub enum InvalidInput {
         /// The limit in bytes.
         max: usize,
     },
+    /// A name contained a NUL byte (`\0`): PostgreSQL cannot store one in text, MySQL and SQLite
+    /// would store a name other tools cut short, and a thread cannot be named after it.
+    #[error("the {what} name contains a NUL byte (\\0) at byte {at}; names are stored as text, which cannot hold one on every database")]
+    NulByte {
+        /// Which kind of name (`"lease"`, `"resource"`, `"owner"`).
+        what: &'static str,
+        /// The byte offset of the first NUL.
+        at: usize,
+    },
     /// A duration that must be positive was zero.
     #[error("{what} must be longer than zero (got {got:?}); a zero {what} would expire the moment it is granted")]
     ZeroDuration {

@@ -1,9 +1,12 @@
 use std::fmt;
 
-use crate::InvalidInput;
+use crate::{ClaimStamp, InvalidInput};
 
-/// The longest owner identity diesel-lease stores (the built-in tables use `VARCHAR(255)`).
-pub const MAX_OWNER_LEN: usize = 255;
+/// The longest owner identity, in bytes: 242, so that what a claim stores — the owner plus its
+/// [`ClaimStamp`] suffix of 13 bytes — fits the 255 bytes of the built-in tables' `VARCHAR(255)`
+/// and of a `VARCHAR(255)` owner column of your own. (An owner column of yours that is shorter
+/// needs an owner that much shorter: a claim fails with the database's "value too long" error.)
+pub const MAX_OWNER_LEN: usize = 255 - ClaimStamp::SUFFIX_LEN;
 
 /// Who holds a claim, lease or permit: by default `host:pid:random`, unique per process start.
 ///
@@ -30,10 +33,16 @@ impl OwnerId {
         let suffix: u64 = rand::random();
         let mut id = format!("{host}:{}:{suffix:016x}", std::process::id());
         if id.len() > MAX_OWNER_LEN {
-            // Keep the unique tail; host names are the part that can be long.
-            id = id[id.len() - MAX_OWNER_LEN..].to_string();
+            // Keep the unique tail; host names are the part that can be long. Cut at a character
+            // boundary (a host name may be UTF-8).
+            let mut start = id.len() - MAX_OWNER_LEN;
+            while !id.is_char_boundary(start) {
+                start += 1;
+            }
+            id = id[start..].to_string();
         }
-        OwnerId(id)
+        // A host name with a NUL (set through HOSTNAME) would make every statement fail.
+        OwnerId(id.replace('\0', "?"))
     }
 
     /// The process-wide default identity, generated once.
@@ -42,19 +51,10 @@ impl OwnerId {
         ID.get_or_init(OwnerId::generate)
     }
 
-    /// A caller-chosen identity; must be non-empty and at most [`MAX_OWNER_LEN`] bytes.
+    /// A caller-chosen identity: non-empty, at most [`MAX_OWNER_LEN`] (242) bytes, no NUL byte.
     pub fn new(id: impl Into<String>) -> Result<Self, InvalidInput> {
         let id = id.into();
-        if id.is_empty() {
-            return Err(InvalidInput::EmptyName { what: "owner" });
-        }
-        if id.len() > MAX_OWNER_LEN {
-            return Err(InvalidInput::NameTooLong {
-                what: "owner",
-                len: id.len(),
-                max: MAX_OWNER_LEN,
-            });
-        }
+        validate_name("owner", &id, MAX_OWNER_LEN)?;
         Ok(OwnerId(id))
     }
 
@@ -83,7 +83,8 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// Validates a lock or resource name: non-empty and at most `max` bytes.
+/// Validates a lock or resource name: non-empty, at most `max` bytes, and without a NUL byte
+/// (which PostgreSQL refuses in text, and which no thread name may hold).
 pub fn validate_name(what: &'static str, name: &str, max: usize) -> Result<(), InvalidInput> {
     if name.is_empty() {
         return Err(InvalidInput::EmptyName { what });
@@ -94,6 +95,9 @@ pub fn validate_name(what: &'static str, name: &str, max: usize) -> Result<(), I
             len: name.len(),
             max,
         });
+    }
+    if let Some(at) = name.bytes().position(|b| b == 0) {
+        return Err(InvalidInput::NulByte { what, at });
     }
     Ok(())
 }
@@ -122,5 +126,20 @@ mod tests {
             Err(InvalidInput::NameTooLong { len: 4, max: 3, .. })
         ));
         assert!(OwnerId::new("x".repeat(MAX_OWNER_LEN + 1)).is_err());
+        assert!(OwnerId::new("x".repeat(MAX_OWNER_LEN)).is_ok());
+        assert_eq!(
+            validate_name("resource", "a\0b", 10),
+            Err(InvalidInput::NulByte {
+                what: "resource",
+                at: 1
+            })
+        );
+        assert_eq!(
+            OwnerId::new("w\0"),
+            Err(InvalidInput::NulByte {
+                what: "owner",
+                at: 1
+            })
+        );
     }
 }

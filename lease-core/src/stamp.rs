@@ -25,7 +25,11 @@ const SEPARATOR: char = '#';
 pub struct ClaimStamp(String);
 
 impl ClaimStamp {
-    /// A fresh stamp for one claim by `owner` (13 bytes longer than the owner).
+    /// How many bytes a stamp adds to its owner: `#` and 12 hex digits.
+    pub const SUFFIX_LEN: usize = 13;
+
+    /// A fresh stamp for one claim by `owner` ([`SUFFIX_LEN`](Self::SUFFIX_LEN) = 13 bytes longer
+    /// than the owner, so at most 255 bytes: see [`MAX_OWNER_LEN`](crate::MAX_OWNER_LEN)).
     pub fn new(owner: &OwnerId) -> Self {
         let random: u64 = rand::random::<u64>() & 0xffff_ffff_ffff;
         ClaimStamp(format!("{}{SEPARATOR}{random:012x}", owner.as_str()))
@@ -65,7 +69,16 @@ mod tests {
         let owner = OwnerId::new("team#7").unwrap();
         let stamp = ClaimStamp::new(&owner);
         assert_eq!(stamp.owner(), "team#7");
-        assert_eq!(stamp.as_str().len(), "team#7".len() + 13);
+        assert_eq!(
+            stamp.as_str().len(),
+            "team#7".len() + ClaimStamp::SUFFIX_LEN
+        );
+    }
+
+    #[test]
+    fn the_longest_owner_stamps_into_255_bytes() {
+        let owner = OwnerId::new("o".repeat(crate::MAX_OWNER_LEN)).unwrap();
+        assert_eq!(ClaimStamp::new(&owner).as_str().len(), 255);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! own folder; notifications are `notify/`'s. One file per backend here: `postgres.rs`,
 //! `sqlite.rs`, `mysql.rs`.
 
+use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ use lease_core::Backoff;
 
 use crate::Error;
 
+#[cfg(feature = "postgres")]
+mod libpq;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
@@ -254,6 +257,15 @@ pub trait Dialect:
     #[doc(hidden)]
     fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
         f(self)
+    }
+
+    /// `url` with the client-side network settings this backend's driver takes from it added,
+    /// where the URL does not set them (what `pool::build_pool` connects with; see
+    /// `pool::with_network_settings`): PostgreSQL libpq's TCP keepalives, `tcp_user_timeout`
+    /// and `connect_timeout`. SQLite has no network; Diesel's MySQL URL takes no such setting.
+    #[doc(hidden)]
+    fn with_network_settings(url: &str) -> Cow<'_, str> {
+        Cow::Borrowed(url)
     }
 
     /// Prepares a new connection for concurrent use (what `pool::ConnectionTuning` applies):

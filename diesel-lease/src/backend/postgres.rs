@@ -70,6 +70,10 @@ impl Dialect for PgConnection {
     const MIGRATIONS: EmbeddedMigrations =
         diesel_migrations::embed_migrations!("migrations/postgres");
 
+    fn with_network_settings(url: &str) -> std::borrow::Cow<'_, str> {
+        super::libpq::with_network_settings(url)
+    }
+
     fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
     where
         F: FnOnce(&mut Self) -> Result<T, E>,

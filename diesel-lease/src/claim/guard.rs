@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
@@ -14,7 +15,7 @@ use super::{
 use crate::claim::ClaimDialect;
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::{stop_then_lend, ConnectionSource};
+use crate::pool::{end_within, ConnectionSource};
 use crate::{BorrowConnection, Error, Held, Result};
 
 /// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
@@ -74,20 +75,23 @@ use crate::{BorrowConnection, Error, Held, Result};
 /// ```
 #[must_use = "an unfinished guard hands its row back when dropped"]
 pub struct ClaimGuard<M> {
-    row: M,
+    /// Shared with the thread that finishes it (see `pool::end_within`).
+    row: Arc<M>,
     local: HolderState,
     heartbeat: Option<Heartbeat<Error>>,
     /// Stops the heartbeat and runs an owner-checked transition of `row`, both within the wait
-    /// (see `pool::stop_then_lend`). Built where the connection type is known, so the guard's
-    /// type names only the model.
+    /// (`None`: the pool's connection timeout), whatever the database does (see
+    /// `pool::end_within`). Built where the connection type is known, so the guard's type names
+    /// only the model.
     finisher: Box<Finisher<M>>,
     finished: bool,
     /// How long a drop waits at most ([`ClaimOptions::drop_wait`]).
     drop_wait: Duration,
 }
 
-type Finisher<M> =
-    dyn Fn(&M, Finish, Option<Heartbeat<Error>>, Option<Duration>) -> Result<bool> + Send + Sync;
+type Finisher<M> = dyn Fn(Arc<M>, Finish, Option<Heartbeat<Error>>, Option<Duration>) -> Result<bool>
+    + Send
+    + Sync;
 
 impl<M> ClaimGuard<M>
 where
@@ -165,16 +169,19 @@ where
         let mut guard = ClaimGuard {
             local: HolderState::new(sent_at, ttl, default_margin(ttl)),
             heartbeat: None,
-            finisher: Box::new(move |row: &M, to, heartbeat, wait| {
-                let mut conn = stop_then_lend(heartbeat, &lender, wait)?;
-                finish(&mut conn, row, to)
+            finisher: Box::new(move |row: Arc<M>, to, heartbeat, wait| {
+                let wait = wait.unwrap_or_else(|| lender.connection_timeout());
+                let table = crate::observe::table_name::<M::Table>();
+                end_within(heartbeat, &lender, wait, table, move |conn| {
+                    finish(conn, &*row, to)
+                })
             }),
-            row,
+            row: Arc::new(row),
             finished: false,
             drop_wait: options.drop_wait_limit(),
         };
         if let Some(timeout) = timeout {
-            let touch = owner_checked(&guard.row, Change::Touch(DbNow::new()));
+            let touch = owner_checked(&*guard.row, Change::Touch(DbNow::new()));
             let beat = touch_beat(pool.clone(), touch, timeout);
             // On error, dropping the guard hands the row back: nothing stays claimed.
             guard.heartbeat = Some(Heartbeat::every_third_of_ttl(
@@ -192,8 +199,15 @@ where
         &self.row
     }
 
+    /// The claimed row, for a thread that finishes it (`worker::Worker`).
+    pub(crate) fn shared_row(&self) -> Arc<M> {
+        Arc::clone(&self.row)
+    }
+
     /// Marks the row done if this worker still owns the claim (see
-    /// [`finish`](super::finish)); `false` when it was rescued.
+    /// [`finish`](super::finish)); `false` when it was rescued. Waits at most the pool's
+    /// connection timeout in all: [`Error::Timeout`] after that (naming the table), and the
+    /// completion goes on in the background.
     pub fn complete(mut self) -> Result<bool>
     where
         M: HasDoneState,
@@ -242,12 +256,12 @@ impl<M: Claimable> Held for ClaimGuard<M> {
 }
 
 impl<M> ClaimGuard<M> {
-    /// Stops the heartbeat (within the drop wait) so that the caller can finish the row with a
-    /// statement of its own (`worker::Worker`: a retry); then
+    /// Stops the heartbeat (waiting at most `wait` for its thread) so that the caller can finish
+    /// the row with a statement of its own (`worker::Worker`: a retry); then
     /// [`finished_elsewhere`](Self::finished_elsewhere), or the drop hands the row back.
-    pub(crate) fn stop_heartbeat(&mut self) {
+    pub(crate) fn stop_heartbeat(&mut self, wait: Duration) {
         if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.stop(self.drop_wait);
+            heartbeat.stop(wait.min(self.drop_wait));
         }
     }
 
@@ -260,7 +274,7 @@ impl<M> ClaimGuard<M> {
     /// Stops the heartbeat, then runs the owner-checked transition.
     fn finish(&mut self, to: Finish, wait: Option<Duration>) -> Result<bool> {
         self.finished = true;
-        let done = (self.finisher)(&self.row, to, self.heartbeat.take(), wait);
+        let done = (self.finisher)(Arc::clone(&self.row), to, self.heartbeat.take(), wait);
         self.local.mark_lost(LostReason::Released);
         done
     }

@@ -304,7 +304,8 @@ where
             Ok(ClaimDialect::claim_rows::<M, F>(
                 self, &parts, limit, filter,
             )?)
-        });
+        })
+        .map_err(about::<M>);
         op.finish(claimed, |rows| ("claimed", rows.len() as u64))
     }
 
@@ -321,18 +322,18 @@ where
         let write = |c: &mut C| -> Result<bool> { Ok(c.keyed_write(|c| stmt.execute(c))? == 1) };
         if crate::backend::in_transaction(self)? {
             // A deadlock rolled back the caller's whole transaction: not ours to retry.
-            return write(self);
+            return write(self).map_err(about::<M>);
         }
         // One owner-checked statement, rolled back whole by a deadlock: safe to run again.
-        retry_conflicts(|| write(self))
+        retry_conflicts(|| write(self)).map_err(about::<M>)
     }
 
     fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<M>> {
         if crate::backend::in_transaction(self)? {
-            return Ok(ClaimDialect::finish_rows(self, rows, to)?);
+            return ClaimDialect::finish_rows(self, rows, to).map_err(|e| about::<M>(e.into()));
         }
         // Rolled back whole by a deadlock (MySQL: the whole transaction): safe to run again.
-        retry_conflicts(|| Ok(ClaimDialect::finish_rows(self, rows, to)?))
+        retry_conflicts(|| Ok(ClaimDialect::finish_rows(self, rows, to)?)).map_err(about::<M>)
     }
 
     fn ready_resource() -> Result<String> {
@@ -360,6 +361,11 @@ where
         };
         self.claim_matching::<statements::Dynamic>(limit, options, Some(&filter))
     }
+}
+
+/// Names `M`'s table in a timeout the database reported.
+fn about<M: Claimable>(e: Error) -> Error {
+    e.concerning(|| table_name::<M::Table>().to_owned())
 }
 
 fn limit(n: usize) -> i64 {

@@ -8,6 +8,7 @@
 //! backoff up to [`MAX_POLL_INTERVAL`]: that is how it finds rows whose `available_at` has come,
 //! rows handed back by an update nobody announced, and — on SQLite and MySQL — every row.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::query_builder::{AstPass, QueryBuilder, QueryFragment, QueryId};
@@ -15,13 +16,15 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel::QueryResult;
 use lease_core::Backoff;
 
+use super::schedule::release_unstarted;
 use super::statements::ClaimSql;
 use super::{limit, ClaimConnection, ClaimOptions, Claimable};
 use crate::backend::SqlDialect;
 use crate::claim::ClaimDialect;
-use crate::notify::listener::{Mark, Registration};
+use crate::courier::Courier;
+use crate::notify::listener::{Listener, Mark, Registration};
 use crate::notify::Notifications;
-use crate::{BorrowConnection, Result};
+use crate::{BorrowConnection, Error, Result};
 
 /// The longest pause between two polls of an idle waiter: each costs the database at most one
 /// claim query per second.
@@ -125,13 +128,17 @@ where
 /// installs), else at the next poll (at most [`MAX_POLL_INTERVAL`] apart). `None` when the
 /// timeout passed without a row.
 ///
-/// No connection is held while it sleeps.
+/// No connection is held while it sleeps. Each poll runs on a thread of its own, and it returns
+/// within `timeout` plus the [drop wait](ClaimOptions::drop_wait) (2 s by default) whatever the
+/// pool's health check and the network do: a poll still under way then fails with
+/// [`Error::Timeout`](crate::Error::Timeout) naming the table and goes on in the background,
+/// where rows it claims are handed back.
 pub fn claim_next_wait<M, C>(
     pool: &Pool<ConnectionManager<C>>,
     timeout: Duration,
 ) -> Result<Option<M>>
 where
-    M: Claimable,
+    M: Claimable + Send,
     C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
 {
     claim_batch_wait(pool, 1, &ClaimOptions::default(), timeout).map(|rows| rows.into_iter().next())
@@ -146,23 +153,39 @@ pub fn claim_batch_wait<M, C>(
     timeout: Duration,
 ) -> Result<Vec<M>>
 where
-    M: Claimable,
+    M: Claimable + Send,
     C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
 {
     if n == 0 {
         return Ok(Vec::new());
     }
     let deadline = Instant::now().checked_add(timeout);
-    Waiter::new::<M, C>()?.claim(pool, deadline, &|| false, &mut |conn: &mut C| {
-        conn.claim_matching::<super::statements::NoFilter>(limit(n), options, None)
-    })
+    let allowance = options.drop_wait_limit();
+    let give_up = |started: Instant| Some(deadline?.max(started.checked_add(allowance)?));
+    let options = options.clone();
+    Waiter::new::<M, C>()?.claim(
+        pool,
+        deadline,
+        &|| false,
+        &give_up,
+        Arc::new(move |conn: &mut C| {
+            conn.claim_matching::<super::statements::NoFilter>(limit(n), &options, None)
+        }),
+    )
 }
 
-/// One waiter's place at its pool's listener, and its poll schedule.
+/// What one poll of a [`Waiter`] brings back: the claimed rows, and the pool's listener.
+type Polled<M> = (Vec<M>, Option<Arc<Listener>>);
+
+/// The claim a [`Waiter`] makes on each poll.
+pub(crate) type ClaimFn<M, C> = Arc<dyn Fn(&mut C) -> Result<Vec<M>> + Send + Sync>;
+
+/// One waiter's place at its pool's listener, its poll schedule, and the thread its polls run on.
 pub(crate) struct Waiter {
     resource: String,
     registration: Option<Registration>,
     pause: Backoff,
+    courier: Courier,
 }
 
 impl Waiter {
@@ -175,56 +198,108 @@ impl Waiter {
             resource: C::ready_resource()?,
             registration: None,
             pause: Backoff::new(FIRST_POLL_PAUSE, MAX_POLL_INTERVAL),
+            courier: Courier::new(),
         })
     }
 
     /// Runs `claim` on a pool connection until it returns rows, `deadline` passes (`None`:
     /// never) or `stop()` turns true; empty in the last two cases.
+    ///
+    /// Each poll runs on the waiter's [`Courier`] and is waited for until `give_up(its start)`
+    /// (asked again while `None`): past that it fails with [`Error::Timeout`] naming the table
+    /// and goes on in the background, where the rows it claims are handed back.
     pub(crate) fn claim<M, C>(
         &mut self,
         pool: &Pool<ConnectionManager<C>>,
         deadline: Option<Instant>,
         stop: &dyn Fn() -> bool,
-        claim: &mut dyn FnMut(&mut C) -> Result<Vec<M>>,
+        give_up: &dyn Fn(Instant) -> Option<Instant>,
+        claim: ClaimFn<M, C>,
     ) -> Result<Vec<M>>
     where
-        C: ClaimDialect + R2D2Connection,
+        M: Claimable + Send,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         loop {
             if stop() {
                 return Ok(Vec::new());
             }
-            // A pool that has no connection to spare is a missed poll, not a failure; the wait
-            // for one is bounded so that a stop is still seen.
-            let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);
-            if let Ok((mut conn, listener)) = crate::pool::lend_with_listener(pool, wait) {
-                if self.registration.is_none() {
-                    self.registration = listener.map(|l| l.register(&self.resource));
-                }
-                // Marked before the poll: a row announced after it wakes the sleep below.
-                let mark = self.registration.as_ref().map(Registration::mark);
-                let rows = claim(&mut conn)?;
-                drop(conn);
-                if !rows.is_empty() {
-                    self.pause.reset();
-                    return Ok(rows);
-                }
-                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                if left.is_some_and(|l| l.is_zero()) {
+            // Marked before the poll: a row announced after it wakes the sleep below.
+            let mark = self.registration.as_ref().map(Registration::mark);
+            let Some((rows, listener)) = self.poll(pool, give_up, Arc::clone(&claim))? else {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(Vec::new());
                 }
-                let pause = self
-                    .pause
-                    .next_delay_at_least()
-                    .min(left.unwrap_or(Duration::MAX));
-                if self.nap(mark, pause, stop) {
-                    // Announced: the next poll comes at once, and the one after soon.
-                    self.pause.reset();
-                }
-            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                continue;
+            };
+            if self.registration.is_none() {
+                self.registration = listener.map(|l| l.register(&self.resource));
+            }
+            if !rows.is_empty() {
+                self.pause.reset();
+                return Ok(rows);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
                 return Ok(Vec::new());
             }
+            let pause = self
+                .pause
+                .next_delay_at_least()
+                .min(left.unwrap_or(Duration::MAX));
+            if self.nap(mark, pause, stop) {
+                // Announced: the next poll comes at once, and the one after soon.
+                self.pause.reset();
+            }
         }
+    }
+
+    /// The courier the waiter's polls run on, for the other calls of its thread.
+    pub(crate) fn courier(&mut self) -> &mut Courier {
+        &mut self.courier
+    }
+
+    /// One poll on the courier: the claimed rows and the pool's listener, or `None` when the
+    /// pool had no connection to spare (a missed poll, not a failure; the wait for one is
+    /// bounded so that a stop is still seen).
+    fn poll<M, C>(
+        &mut self,
+        pool: &Pool<ConnectionManager<C>>,
+        give_up: &dyn Fn(Instant) -> Option<Instant>,
+        claim: ClaimFn<M, C>,
+    ) -> Result<Option<Polled<M>>>
+    where
+        M: Claimable + Send,
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+    {
+        let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);
+        let (lender, returner) = (pool.clone(), pool.clone());
+        let started = Instant::now();
+        let polled = self.courier.call(
+            &|| give_up(started),
+            move || {
+                let Ok((mut conn, listener)) = crate::pool::lend_with_listener(&lender, wait)
+                else {
+                    return Ok(None);
+                };
+                Ok(Some((claim(&mut conn)?, listener)))
+            },
+            // Claimed after the caller gave up: nobody will run them, so they go back.
+            move |polled: Result<Option<Polled<M>>>| {
+                let Ok(Some((rows, _))) = polled else { return };
+                if let Ok(mut conn) = returner.get() {
+                    for row in &rows {
+                        let _ = release_unstarted(&mut conn, row, Duration::ZERO);
+                    }
+                }
+            },
+        );
+        polled.unwrap_or_else(|| {
+            Err(Error::waited(
+                crate::observe::table_name::<M::Table>(),
+                started.elapsed(),
+            ))
+        })
     }
 
     /// Sleeps up to `max` in slices, looking at `stop` between them; `true` when woken early by

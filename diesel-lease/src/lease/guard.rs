@@ -8,9 +8,10 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
+use crate::courier::Courier;
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
 use crate::lease::statements::LeaseStatements;
-use crate::pool::{stop_then_lend, ConnectionSource};
+use crate::pool::{end_within, ConnectionSource};
 use crate::{BorrowConnection, Error, Held, Result};
 
 /// A lease taken through an r2d2 pool. It borrows a connection from the pool only while it talks
@@ -93,6 +94,11 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     /// back before the pause that follows, so waiters never keep the connections that holders'
     /// keep-alives need. An attempt that gets no connection in time just counts as refused;
     /// at the deadline this fails with [`Error::Timeout`](crate::Error::Timeout).
+    ///
+    /// It returns within `timeout` plus the [drop wait](LeaseOptions::drop_wait) whatever the
+    /// network does: each attempt runs on a thread of its own and is waited for until the
+    /// deadline, or the drop wait from its start if that is later; an attempt still under way
+    /// then goes on in the background, and a grant it gets is released there.
     pub fn acquire(
         pool: &Pool<ConnectionManager<C>>,
         name: &str,
@@ -100,12 +106,35 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
         timeout: Duration,
     ) -> Result<Self> {
         let checked = options.check(name)?;
+        let started = std::time::Instant::now();
+        let deadline = started.checked_add(timeout);
+        let mut courier = Courier::new();
         let lease = super::retry_until_granted(name, options, timeout, |left| {
-            let Ok(mut conn) = pool.lend(left) else {
-                return Ok(None);
-            };
-            let granted = super::grant(conn.borrow_connection(), name, &checked, None)?;
-            Ok(granted.map(|(lease, _)| lease))
+            let attempt_bound = std::time::Instant::now()
+                .checked_add(options.drop_wait_limit())
+                .zip(deadline)
+                .map(|(allowed, deadline)| allowed.max(deadline));
+            let (lender, named, checked) = (pool.clone(), name.to_owned(), checked.clone());
+            let releaser = pool.clone();
+            let attempt = courier.call(
+                &|| attempt_bound,
+                move || {
+                    let Ok(mut conn) = lender.lend(left) else {
+                        return Ok(None);
+                    };
+                    let granted = super::grant(conn.borrow_connection(), &named, &checked, None)?;
+                    Ok(granted.map(|(lease, _)| lease))
+                },
+                // Granted after the caller gave up: nobody holds it, so it goes back.
+                move |granted: Result<Option<Lease>>| {
+                    if let Ok(Some(mut lease)) = granted {
+                        if let Ok(mut conn) = releaser.lend(releaser.connection_timeout()) {
+                            let _ = lease.release(&mut conn);
+                        }
+                    }
+                },
+            );
+            attempt.unwrap_or_else(|| Err(Error::waited(name, started.elapsed())))
         })?;
         Self::new(pool.clone(), lease, options)
     }
@@ -170,11 +199,17 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
         lock(&self.lease).extend(&mut conn, ttl)
     }
 
-    /// Stops the heartbeat (waiting at most `wait` for it) and releases the lease with a
-    /// connection lent within `wait` (or the pool's own timeout when `None`).
-    fn finish(&mut self, wait: Option<Duration>) -> Result<bool> {
-        let mut conn = stop_then_lend(self.heartbeat.take(), &self.pool, wait)?;
-        lock(&self.lease).release(&mut conn)
+    /// Stops the heartbeat and releases the lease, within `wait` in all whatever the database
+    /// does (see `pool::end_within`).
+    fn finish(&mut self, wait: Duration) -> Result<bool> {
+        let lease = Arc::clone(&self.lease);
+        end_within(
+            self.heartbeat.take(),
+            &self.pool,
+            wait,
+            &self.name,
+            move |conn| lock(&lease).release(conn),
+        )
     }
 }
 
@@ -193,14 +228,19 @@ impl<C: LeaseStatements + R2D2Connection> Held for LeaseGuard<C> {
         lock(&self.lease).ensure_held()
     }
 
-    /// Stops the keep-alive and releases the lease (see [`Lease::release`]).
+    /// Stops the keep-alive and releases the lease (see [`Lease::release`]), waiting at most the
+    /// pool's connection timeout in all: [`Error::Timeout`](crate::Error::Timeout) after that,
+    /// and the release goes on in the background.
     fn release(mut self) -> Result<bool> {
         self.finished = true;
-        self.finish(None)
+        let wait = self.pool.connection_timeout();
+        self.finish(wait)
     }
 }
 
 /// The heartbeat's beat: extend by the current ttl with a connection lent within the budget.
+/// It extends a copy of the grant, so the guard's lock is not held while the database answers
+/// (or does not): `is_lost` and `ensure_held` never wait for a beat.
 fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
     source: S,
     lease: Arc<Mutex<Lease>>,
@@ -210,9 +250,11 @@ fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
             Ok(conn) => conn,
             Err(e) => return Beat::Failed(e),
         };
-        let mut lease = lock(&lease);
-        let ttl = lease.ttl();
-        match lease.extend(&mut conn, ttl) {
+        let mut copy = lock(&lease).copy();
+        let ttl = copy.ttl();
+        let extended = copy.extend(&mut conn, ttl);
+        lock(&lease).absorb(copy);
+        match extended {
             Ok(()) => Beat::Held { ttl },
             Err(Error::LeaseLost { .. } | Error::LeaseNotHeld { .. }) => Beat::Lost,
             Err(e) => Beat::Failed(e),
@@ -224,7 +266,7 @@ impl<C: LeaseStatements + R2D2Connection> Drop for LeaseGuard<C> {
     fn drop(&mut self) {
         if !self.finished {
             // Nothing to report to: an unreleased lease expires at its ttl anyway.
-            let _ = self.finish(Some(self.drop_wait));
+            let _ = self.finish(self.drop_wait);
         }
     }
 }

@@ -597,6 +597,29 @@ impl Lease {
         }
     }
 
+    /// A copy of this grant, sharing what the holder believes, for a heartbeat to extend without
+    /// holding the guard's lock while the database answers; [`absorb`](Self::absorb) takes back
+    /// what the copy learned.
+    pub(crate) fn copy(&self) -> Lease {
+        Lease {
+            name: self.name.clone(),
+            holder: self.holder.clone(),
+            token: self.token,
+            ttl: self.ttl,
+            at_least_for_micros: self.at_least_for_micros,
+            state: self.state.clone(),
+            local: self.local.clone(),
+        }
+    }
+
+    /// Takes over a loss that a [`copy`](Self::copy) found; a release or loss recorded here
+    /// meanwhile stays. (A success needs nothing: the holder state is shared.)
+    pub(crate) fn absorb(&mut self, copy: Lease) {
+        if self.state == State::Held && matches!(copy.state, State::Lost(_)) {
+            self.state = copy.state;
+        }
+    }
+
     /// Records that the grant is gone (reading from the database who holds it now) and returns
     /// the error for it.
     fn mark_lost<C: LeaseStatements>(&mut self, conn: &mut C) -> Error {

@@ -358,7 +358,13 @@ macro_rules! grant_by_upsert {
 /// transaction: a grant must commit at once to be seen by the others.
 pub(crate) fn grant<C: LeaseStatements>(conn: &mut C, g: &Grant<'_>) -> Result<Option<Granted>> {
     refuse_nested(conn)?;
-    Ok(conn.single_write(|c| c.lease_grant(g))?)
+    conn.single_write(|c| c.lease_grant(g))
+        .map_err(about(g.name))
+}
+
+/// Classifies a database error, naming the lease in a timeout the database reported.
+fn about(name: &str) -> impl FnOnce(diesel::result::Error) -> crate::Error + '_ {
+    move |e| crate::Error::from(e).concerning(|| name.to_owned())
 }
 
 /// The SQL [`grant`] sends on backend `C`, with its bind values (for review and tests).
@@ -374,7 +380,8 @@ pub(crate) fn extend<C: LeaseStatements>(
     ttl_micros: i64,
 ) -> Result<bool> {
     refuse_nested(conn)?;
-    Ok(conn.single_write(|c| c.lease_extend(name, token, ttl_micros))?)
+    conn.single_write(|c| c.lease_extend(name, token, ttl_micros))
+        .map_err(about(name))
 }
 
 /// Releases a valid grant (see [`LeaseStatements::lease_release`]).
@@ -385,17 +392,18 @@ pub(crate) fn release<C: LeaseStatements>(
     at_least_for_micros: i64,
 ) -> Result<bool> {
     refuse_nested(conn)?;
-    Ok(conn.single_write(|c| c.lease_release(name, token, at_least_for_micros))?)
+    conn.single_write(|c| c.lease_release(name, token, at_least_for_micros))
+        .map_err(about(name))
 }
 
 /// Whether the grant is still valid by the database's clock.
 pub(crate) fn is_valid<C: LeaseStatements>(conn: &mut C, name: &str, token: i64) -> Result<bool> {
-    Ok(conn.lease_is_valid(name, token)?)
+    conn.lease_is_valid(name, token).map_err(about(name))
 }
 
 /// The lease's row and the database's current time.
 pub(crate) fn inspect<C: LeaseStatements>(conn: &mut C, name: &str) -> Result<Option<Row>> {
-    Ok(conn.lease_inspect(name)?)
+    conn.lease_inspect(name).map_err(about(name))
 }
 
 #[cfg(feature = "postgres")]

@@ -3,24 +3,25 @@
 //! ([`FromPool`]). The protocol's wait is written once against [`Access`].
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 
 use super::protocol::{on_table, ControlTarget, Request};
 use super::statements::{SemaphoreDialect, SemaphoreStatements};
+use crate::courier::Courier;
 use crate::notify::listener::{Listener, Mark, Registration};
 use crate::notify::local::Subscription;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Where the steps of one wait run, and how it sleeps between them.
 pub(super) trait Access {
     /// Runs `step` on a connection, waiting at most `wait` for one. `Ok(None)` when none came in
     /// time: a missed step, not an error.
-    fn step<T>(
+    fn step<T: Send + 'static>(
         &mut self,
         wait: Duration,
-        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
     ) -> Result<Option<T>>;
 
     /// Starts listening for notifications of `resource`; called before its request is queued.
@@ -59,10 +60,10 @@ impl<'a, C: SemaphoreDialect> OwnConnection<'a, C> {
 }
 
 impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
-    fn step<T>(
+    fn step<T: Send + 'static>(
         &mut self,
         _wait: Duration,
-        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
     ) -> Result<Option<T>> {
         on_table(self.table.as_ref(), &mut *self.conn, step).map(Some)
     }
@@ -95,11 +96,28 @@ impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
 /// A wait that borrows a pool connection for each step, so that waiters never keep the
 /// connections the holders' heartbeats need. Between steps it sleeps on the pool's shared
 /// listener ([`Listener`]) when the pool has one, and plainly otherwise.
+///
+/// Each step runs on a [`Courier`]'s thread, and the wait for it ends when both the waiter's
+/// deadline and the step's own allowance (its connection wait, at least the drop wait) have
+/// passed, whatever the pool's health check and the network do: then the step fails with
+/// [`Error::Timeout`] and goes on in the background (a request it queued expires after its
+/// ttl), and the steps after it (taking the request back out) are only handed to the
+/// background, not waited for. So a wait ends within its timeout plus the drop wait.
 pub(super) struct FromPool<'a, C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
     pool: &'a Pool<ConnectionManager<C>>,
+    /// Makes the steps, on a thread of its own.
+    courier: Courier,
+    /// The resource's name, for the timeout of a step given up on.
+    name: String,
+    /// When the caller's wait ends (`None`: never).
+    deadline: Option<Instant>,
+    /// The least time a step is given ([`Request::drop_wait`]).
+    allowance: Duration,
+    /// A step was given up on: the database does not answer, so later steps are not waited for.
+    given_up: bool,
     /// The user's control table, if the requests live there.
     table: Option<ControlTarget>,
     /// The resource to listen for, from [`Access::listen`] on.
@@ -116,9 +134,19 @@ impl<'a, C> FromPool<'a, C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
-    pub(super) fn new(pool: &'a Pool<ConnectionManager<C>>, req: &Request) -> Self {
+    /// The access of a wait for `req` that ends `timeout` from now.
+    pub(super) fn new(
+        pool: &'a Pool<ConnectionManager<C>>,
+        req: &Request,
+        timeout: Duration,
+    ) -> Self {
         FromPool {
             pool,
+            courier: Courier::new(),
+            name: req.resource.clone(),
+            deadline: Instant::now().checked_add(timeout),
+            allowance: req.drop_wait,
+            given_up: false,
             table: req.table.clone(),
             resource: None,
             registration: None,
@@ -145,16 +173,40 @@ impl<C> Access for FromPool<'_, C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
-    fn step<T>(
+    fn step<T: Send + 'static>(
         &mut self,
         wait: Duration,
-        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T>,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
     ) -> Result<Option<T>> {
-        let Ok((mut conn, listener)) = crate::pool::lend_with_listener(self.pool, wait) else {
-            return Ok(None);
+        let started = Instant::now();
+        let bound = if self.given_up {
+            Some(started)
+        } else {
+            match (self.deadline, started.checked_add(wait.max(self.allowance))) {
+                (Some(deadline), Some(allowed)) => Some(deadline.max(allowed)),
+                // No deadline: the step is waited for as long as it takes.
+                _ => None,
+            }
         };
-        self.register(listener);
-        on_table(self.table.as_ref(), &mut *conn, step).map(Some)
+        let (pool, table) = (self.pool.clone(), self.table.clone());
+        let done = self.courier.call(
+            &|| bound,
+            move || {
+                let Ok((mut conn, listener)) = crate::pool::lend_with_listener(&pool, wait) else {
+                    return Ok(None);
+                };
+                on_table(table.as_ref(), &mut *conn, step).map(|value| Some((value, listener)))
+            },
+            |_| {},
+        );
+        let Some(done) = done else {
+            self.given_up = true;
+            return Err(Error::waited(&self.name, started.elapsed()));
+        };
+        Ok(done?.map(|(value, listener)| {
+            self.register(listener);
+            value
+        }))
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {

@@ -434,7 +434,12 @@ where
     C: SemaphoreDialect + R2D2Connection,
 {
     let op = acquire_op(crate::backend::kind::<C>(), &req);
-    let granted = protocol::acquire(&mut FromPool::new(pool, &req), &req, timeout, max_poll);
+    let granted = protocol::acquire(
+        &mut FromPool::new(pool, &req, timeout),
+        &req,
+        timeout,
+        max_poll,
+    );
     let granted = op.finish(granted, granted_outcome)?;
     PermitGuard::start(pool.clone(), req, granted)
 }

@@ -9,7 +9,7 @@ use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use super::protocol::{self, Granted, Request};
 use super::Mode;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::{stop_then_lend, ConnectionSource};
+use crate::pool::{end_within, ConnectionSource};
 use crate::semaphore::statements::SemaphoreDialect;
 use crate::{BorrowConnection, Error, Held, Result};
 
@@ -85,12 +85,21 @@ where
         self.held.mode()
     }
 
-    /// Stops the heartbeat (waiting at most `wait` for it) and deletes the permit's row with a
-    /// connection lent within `wait` (or the pool's own timeout when `None`).
-    fn finish(&mut self, wait: Option<Duration>) -> Result<bool> {
+    /// Stops the heartbeat and deletes the permit's row, within `wait` in all whatever the
+    /// database does (see `pool::end_within`).
+    fn finish(&mut self, wait: Duration) -> Result<bool> {
         self.released = true;
-        let mut conn = stop_then_lend(self.heartbeat.take(), &self.pool, wait)?;
-        let released = self.held.release(&mut conn);
+        let held = Permit {
+            req: self.held.req.clone(),
+            ticket: self.held.ticket,
+        };
+        let released = end_within(
+            self.heartbeat.take(),
+            &self.pool,
+            wait,
+            self.resource(),
+            move |conn| held.release(conn),
+        );
         self.local.mark_lost(LostReason::Released);
         released
     }
@@ -114,9 +123,12 @@ where
     }
 
     /// Releases the permit and lets the next in line in; `false` when it had already expired
-    /// and been removed.
+    /// and been removed. Waits at most the pool's connection timeout in all:
+    /// [`Error::Timeout`](crate::Error::Timeout) after that, and the release goes on in the
+    /// background.
     fn release(mut self) -> Result<bool> {
-        self.finish(None)
+        let wait = self.pool.connection_timeout();
+        self.finish(wait)
     }
 }
 
@@ -149,7 +161,7 @@ where
     fn drop(&mut self) {
         if !self.released {
             // Best effort: if the database is unreachable the row expires after the ttl.
-            let _ = self.finish(Some(self.held.req.drop_wait));
+            let _ = self.finish(self.held.req.drop_wait);
         }
     }
 }

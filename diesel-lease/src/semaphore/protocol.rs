@@ -132,7 +132,7 @@ impl Request {
         conn: &mut C,
         f: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<R>,
     ) -> Result<R> {
-        on_table(self.table.as_ref(), conn, f)
+        on_table(self.table.as_ref(), conn, f).map_err(|e| e.concerning(|| self.resource.clone()))
     }
 }
 
@@ -423,8 +423,9 @@ pub(super) fn acquire<A: Access>(
 ) -> Result<Granted> {
     let started = Instant::now();
     if timeout.is_zero() {
+        let once = req.clone();
         return access
-            .step(Duration::ZERO, |sql| try_once(sql, req))?
+            .step(Duration::ZERO, move |sql| try_once(sql, &once))?
             .flatten()
             .ok_or_else(|| Error::waited(&req.resource, started.elapsed()));
     }
@@ -434,7 +435,8 @@ pub(super) fn acquire<A: Access>(
     if outcome.is_err() {
         if let Some(ticket) = pending {
             // Best effort: the error we return is the one that matters.
-            let _ = access.step(req.drop_wait, |sql| release(sql, req, ticket));
+            let req = req.clone();
+            let _ = access.step(req.drop_wait, move |sql| release(sql, &req, ticket));
         }
     }
     access.unlisten();
@@ -473,12 +475,15 @@ fn wait<A: Access>(
     // Waits for the resource's lock end at the deadline too.
     let lock_wait = || deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
     let mut place = Place::default();
-    if let Some(granted) = access
-        .step(checkout(started), |sql| {
-            look(sql, req, pending, false, lock_wait(), &mut place)
-        })?
-        .flatten()
-    {
+    if let Some(granted) = look_step(
+        access,
+        req,
+        pending,
+        false,
+        lock_wait(),
+        &mut place,
+        checkout(started),
+    )? {
         return Ok(granted);
     }
     // Where releases elsewhere do not wake this waiter (SQLite, MySQL), it learns that it became
@@ -508,20 +513,48 @@ fn wait<A: Access>(
             Pause::Granted(granted) => return Ok(granted),
             Pause::Slept { woken } => woken,
         };
-        if let Some(granted) = access
-            .step(checkout(Instant::now()), |sql| {
-                look(sql, req, pending, woken, lock_wait(), &mut place)
-            })?
-            .flatten()
-        {
+        let checkout = checkout(Instant::now());
+        if let Some(granted) = look_step(
+            access,
+            req,
+            pending,
+            woken,
+            lock_wait(),
+            &mut place,
+            checkout,
+        )? {
             return Ok(granted);
         }
         pace.observe(Instant::now(), place.ahead.take());
     }
 }
 
+/// [`look`] as one step of `access` (waiting at most `checkout` for a connection); `None` also
+/// when the step got no connection in time. `pending` and `place` are updated as `look` leaves
+/// them, also when it fails.
+fn look_step<A: Access>(
+    access: &mut A,
+    req: &Request,
+    pending: &mut Option<i64>,
+    woken: bool,
+    lock_wait: Option<Duration>,
+    place: &mut Place,
+    checkout: Duration,
+) -> Result<Option<Granted>> {
+    let (req, mut queued, mut seen) = (req.clone(), *pending, *place);
+    let looked = access.step(checkout, move |sql| {
+        let granted = look(sql, &req, &mut queued, woken, lock_wait, &mut seen);
+        Ok((granted, queued, seen))
+    })?;
+    let Some((granted, queued, seen)) = looked else {
+        return Ok(None);
+    };
+    (*pending, *place) = (queued, seen);
+    granted
+}
+
 /// What the last look told a waiter about its place in the queue.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Copy)]
 struct Place {
     /// Whether it is at the head (admitted next); kept as it was when a look could not tell.
     head: bool,
@@ -605,9 +638,9 @@ fn pause<A: Access>(
         let sent_at = Instant::now();
         // A grant found by the read is confirmed (and the expiry pushed) as a notified waiter
         // confirms it: by an update of its own row that only succeeds while it is granted.
-        let granted = access.step(checkout(sent_at), |sql| {
-            Ok(sql.is_granted(ticket, &req.owner)?
-                && sql.touch_granted(ticket, &req.owner, req.ttl)? > 0)
+        let (owner, ttl) = (req.owner.clone(), req.ttl);
+        let granted = access.step(checkout(sent_at), move |sql| {
+            Ok(sql.is_granted(ticket, &owner)? && sql.touch_granted(ticket, &owner, ttl)? > 0)
         })?;
         if granted == Some(true) {
             return Ok(Pause::Granted(Granted { ticket, sent_at }));
@@ -689,9 +722,10 @@ fn give_up_at_deadline<A: Access>(
     pending: &mut Option<i64>,
 ) -> Result<Granted> {
     if let Some(ticket) = *pending {
-        let kept = access.step(req.drop_wait, |sql| {
+        let giving_up = req.clone();
+        let kept = access.step(req.drop_wait, move |sql| {
             let sent_at = Instant::now();
-            Ok(give_up(sql, req, ticket)?.then_some(Granted { ticket, sent_at }))
+            Ok(give_up(sql, &giving_up, ticket)?.then_some(Granted { ticket, sent_at }))
         })?;
         if let Some(Some(granted)) = kept {
             return Ok(granted);
