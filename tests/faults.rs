@@ -8,10 +8,17 @@
 //! `waits`: a client frozen inside a semaphore's locked transaction holds up nobody past their
 //! deadline.
 //! `read_timeout`: MySQL, a reply that never reaches the client ends in `ConnectionLost`.
+//! `network`: PostgreSQL and MySQL behind a link that goes silent (a proxy black-holes it):
+//! drops, waiting acquires and a `Worker`'s stop return within their documented bounds, and
+//! holders know they lost in time.
+//! `input`: bad names and owners are typed errors before the database; database timeouts name
+//! the lease, resource or table they concern.
 
 mod errors;
 mod farm;
 mod holders;
+mod input;
+mod network;
 #[cfg(feature = "mysql")]
 mod read_timeout;
 mod scheduler;

@@ -16,6 +16,8 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use diesel::connection::SimpleConnection;

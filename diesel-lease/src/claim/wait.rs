@@ -220,13 +220,15 @@ impl Waiter {
         M: Claimable + Send,
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
+        let began = Instant::now();
         loop {
             if stop() {
                 return Ok(Vec::new());
             }
             // Marked before the poll: a row announced after it wakes the sleep below.
             let mark = self.registration.as_ref().map(Registration::mark);
-            let Some((rows, listener)) = self.poll(pool, give_up, Arc::clone(&claim))? else {
+            let Some((rows, listener)) = self.poll(pool, began, give_up, Arc::clone(&claim))?
+            else {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok(Vec::new());
                 }
@@ -261,10 +263,12 @@ impl Waiter {
 
     /// One poll on the courier: the claimed rows and the pool's listener, or `None` when the
     /// pool had no connection to spare (a missed poll, not a failure; the wait for one is
-    /// bounded so that a stop is still seen).
+    /// bounded so that a stop is still seen). A poll given up on is [`Error::Timeout`] with the
+    /// time waited since `began`.
     fn poll<M, C>(
         &mut self,
         pool: &Pool<ConnectionManager<C>>,
+        began: Instant,
         give_up: &dyn Fn(Instant) -> Option<Instant>,
         claim: ClaimFn<M, C>,
     ) -> Result<Option<Polled<M>>>
@@ -297,7 +301,7 @@ impl Waiter {
         polled.unwrap_or_else(|| {
             Err(Error::waited(
                 crate::observe::table_name::<M::Table>(),
-                started.elapsed(),
+                began.elapsed(),
             ))
         })
     }
