@@ -1031,6 +1031,18 @@ mod tests {
     }
 
     #[test]
+    fn a_name_with_a_nul_byte_still_starts_a_thread() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let heartbeat = Heartbeat::start("a\0b", state, Duration::from_secs(60), |_| {
+            Beat::<()>::Held {
+                ttl: Duration::from_secs(60),
+            }
+        })
+        .expect("spawned, named a?b");
+        assert!(heartbeat.stop(SLACK));
+    }
+
+    #[test]
     fn a_zero_period_does_not_spin() {
         for fail in [false, true] {
             let started = Instant::now();

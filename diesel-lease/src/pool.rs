@@ -241,8 +241,8 @@ where
 /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
 /// heartbeat to stop, then for a pool connection and the statement that ends the grant, whatever
 /// the pool's health check and the network do (the statement runs on a thread of its own; one
-/// that has not answered by then goes on in the background). A grant that cannot be ended in
-/// time expires at its ttl (a claim: at its timeout) anyway. The default of
+/// that has not answered by then goes on in the background, and none starts after it). A grant
+/// that cannot be ended in time expires at its ttl (a claim: at its timeout) anyway. The default of
 /// `lease::LeaseOptions::drop_wait`, `claim::ClaimOptions::drop_wait` and
 /// `semaphore::Semaphore::with_drop_wait`.
 pub const DROP_WAIT: Duration = Duration::from_secs(2);
@@ -251,7 +251,8 @@ pub const DROP_WAIT: Duration = Duration::from_secs(2);
 /// lends a connection and runs `end` on it, within `wait` in all. `end` runs on a thread of its
 /// own (`courier`): when the database has not answered by then (an exhausted pool, a health
 /// check or statement that waits on a silent server), this returns
-/// [`Error::Timeout`](crate::Error::Timeout) naming `what`, and `end` goes on in the background.
+/// [`Error::Timeout`](crate::Error::Timeout) naming `what`. A health check or statement under
+/// way goes on in the background; a connection lent only after `wait` runs nothing.
 pub(crate) fn end_within<S, T>(
     heartbeat: Option<crate::heartbeat::Heartbeat<crate::Error>>,
     source: &S,
@@ -270,10 +271,18 @@ where
         heartbeat.stop(wait.min(DROP_WAIT));
     }
     let left = wait.saturating_sub(started.elapsed());
-    let source = source.clone();
+    let (source, named) = (source.clone(), what.to_owned());
+    let bound = started.checked_add(wait);
     let ended = crate::courier::Courier::new().call_within(
         left,
-        move || end(&mut source.lend(left)?),
+        move || {
+            let mut conn = source.lend(left)?;
+            if bound.is_some_and(|bound| std::time::Instant::now() >= bound) {
+                // The caller has gone: nothing starts after its bound (what is held expires).
+                return Err(crate::Error::waited(&named, wait));
+            }
+            end(&mut conn)
+        },
         |_| {},
     );
     ended.unwrap_or_else(|| Err(crate::Error::waited(what, started.elapsed())))

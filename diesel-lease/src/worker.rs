@@ -52,7 +52,12 @@ struct KeyLimit<M> {
 /// On stop (the flag turns true) no thread claims again; a thread still starts the rows it holds
 /// for the [`grace`](Self::grace) period after the stop was seen, then hands the rest back
 /// unstarted (ready at once, their attempt refunded). A running handler is never interrupted:
-/// [`run_until`](Self::run_until) returns when every handler has returned.
+/// [`run_until`](Self::run_until) returns when every handler has returned, and within the
+/// claims' [drop wait](ClaimOptions::drop_wait) (2 s by default) after the later of the stop and
+/// the last handler's return, whatever the network does: each thread makes its database calls on
+/// a thread of its own, and after the stop a call that has not answered by then is left to finish
+/// in the background (rows it claims there are handed back; a completion may still land; a row
+/// neither finished nor handed back is rescued after its claim timeout).
 ///
 /// Needs a done state; retries need `attempts` and a failed state (and `available_at` for a
 /// delay); [`Error::Config`] at the start otherwise.

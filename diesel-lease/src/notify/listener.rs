@@ -28,7 +28,9 @@
 //! back the server's notification queue) but keeps its connection for [`LINGER`], so a steady
 //! trickle of waiters does not reconnect every time; then it closes the connection and ends. The
 //! next waiter starts it again. Dropping the pool stops it at its next look at its state (within
-//! a read slice of 50 ms, or once a connection attempt under way has ended).
+//! a read slice of 50 ms, or once a connection attempt or liveness check under way has ended: on
+//! a silent network, when the connection's TCP settings give it up, about 20 s on PostgreSQL with
+//! `pool::with_network_settings`, which `pool::WaiterWakeups` applies to the URL).
 //!
 //! # When it fails
 //!
