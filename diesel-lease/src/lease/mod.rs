@@ -159,10 +159,11 @@ impl LeaseOptions {
         self
     }
 
-    /// How long dropping a [`LeaseGuard`] waits at most, in all, for its keep-alive to stop and
-    /// for a pool connection to release the lease with (default [`DROP_WAIT`](crate::pool::DROP_WAIT)). A drop that
-    /// gets no connection in time leaves the lease to expire at its ttl. Zero is refused (by
-    /// the acquire) with [`InvalidInput::ZeroDuration`].
+    /// How long dropping a [`LeaseGuard`] waits at most, in all, for its keep-alive to stop, for
+    /// a pool connection and for the release (default [`DROP_WAIT`](crate::pool::DROP_WAIT)),
+    /// whatever the network does; a waiting [`LeaseGuard::acquire`] gets it on top of its
+    /// timeout. A drop that gets no connection in time leaves the lease to expire at its ttl.
+    /// Zero is refused (by the acquire) with [`InvalidInput::ZeroDuration`].
     pub fn drop_wait(mut self, wait: Duration) -> Self {
         self.drop_wait = wait;
         self

@@ -240,12 +240,13 @@ impl Semaphore {
         self
     }
 
-    /// How long dropping a [`PermitGuard`] waits at most, in all, for its heartbeat to stop and for
-    /// a pool connection to release it with (default [`DROP_WAIT`]). The same bound applies to
-    /// what must not hang on a cut-off database: [`try_acquire`](Self::try_acquire), a release,
-    /// and taking a request back at the deadline (waits for a connection and for the
-    /// resource's lock). A permit that cannot be released in time expires after its ttl. Zero
-    /// is refused when used.
+    /// How long dropping a [`PermitGuard`] waits at most, in all, for its heartbeat to stop, for
+    /// a pool connection and for the release (default [`DROP_WAIT`]), whatever the network does.
+    /// The same bound applies to what must not hang on a cut-off database:
+    /// [`try_acquire`](Self::try_acquire), a release, and taking a request back at the deadline
+    /// (waits for a connection and for the resource's lock); a waiting
+    /// [`acquire`](Self::acquire) returns within its timeout plus this. A permit that cannot be
+    /// released in time expires after its ttl. Zero is refused when used.
     pub fn with_drop_wait(mut self, wait: Duration) -> Self {
         self.drop_wait = wait;
         self
@@ -287,7 +288,10 @@ impl Semaphore {
     /// A zero `timeout` tries once, with a connection that is free at once. At the deadline it
     /// fails with [`Error::Timeout`](crate::Error::Timeout) and leaves no request behind (if no
     /// connection can be had to delete it within [`DROP_WAIT`], it expires after the ttl);
-    /// `Duration::MAX` waits forever.
+    /// `Duration::MAX` waits forever. It returns within `timeout` plus the
+    /// [drop wait](Self::with_drop_wait) whatever the network does: each poll runs on a thread of
+    /// its own and is given up once both the deadline and the drop wait from its start have
+    /// passed (it goes on in the background; a request it queued expires after its ttl).
     pub fn acquire<C>(
         &self,
         pool: &Pool<ConnectionManager<C>>,
