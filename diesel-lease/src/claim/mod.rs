@@ -183,7 +183,7 @@ impl ClaimOptions {
     /// stop, for a pool connection and for the statement that hands the row back (default
     /// [`DROP_WAIT`](crate::pool::DROP_WAIT)), whatever the network does; without them in time
     /// the claim is left to time out. Also what a waiting claim
-    /// ([`claim_batch_wait`](crate::claim::claim_batch_wait)) gets on top of its timeout, and a
+    /// ([`claim_batch_wait`]) gets on top of its timeout, and a
     /// stopped `Worker` after its handlers. Zero is refused (when a claim uses the options) with
     /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
     pub fn drop_wait(mut self, wait: std::time::Duration) -> Self {
