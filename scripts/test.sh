@@ -10,6 +10,8 @@
 # 2. Starts a throwaway MariaDB (installing it from Debian's packages when it is missing, as root).
 #    If MariaDB cannot be installed or started, the MySQL tests are reported as SKIPPED with the
 #    reason, loudly; under CI (CI=true) that is a failure instead, because CI must run them.
+#    For the PostgreSQL failover tests it exports DIESEL_LEASE_TEST_PG_PAIR, the path of
+#    scripts/pg-pair.sh, with which each of those tests starts its own primary + streaming standby.
 # 3. Exports DIESEL_LEASE_TEST_PG / DIESEL_LEASE_TEST_MYSQL (admin URLs; every test creates its
 #    own database) and DIESEL_LEASE_TEST_REQUIRE (the backends that must run: a required backend
 #    whose URL is missing fails its tests instead of skipping them). SQLite needs no server.
@@ -146,6 +148,11 @@ elif [ "${CI:-}" = "true" ]; then
 else
     loud "MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
 fi
+
+# PostgreSQL failover (tests/faults/failover.rs): the tests start their own primary + standby
+# pairs through this script, with the same PostgreSQL binaries.
+export DIESEL_LEASE_TEST_PG_PAIR=$PWD/scripts/pg-pair.sh
+REQUIRE+=(pg-pair)
 
 export DIESEL_LEASE_TEST_REQUIRE
 DIESEL_LEASE_TEST_REQUIRE=$(
