@@ -15,7 +15,8 @@
 //!   again; a `LeaseGuard` whose keep-alive reaches the new primary keeps its grant (same
 //!   token), and one that cannot reach it reports itself lost before the new primary gives its
 //!   lease to anybody; a claim farm goes on on the new primary without a restart, and
-//!   every row is completed (owner-checked `complete` returning `true`) exactly once.
+//!   every row is completed (owner-checked `complete` returning `true`) exactly once; a
+//!   semaphore never has more holders who believe they hold a permit than it has permits.
 //! - **asynchronous replication** (PostgreSQL's default): an acknowledged grant can be lost, and
 //!   the new primary grants the same token again. The test asserts that it does: it documents
 //!   why the README asks for synchronous replication.
@@ -485,4 +486,86 @@ fn done_rows(
         .count()
         .get_result(&mut conn)
         .ok()
+}
+
+/// A semaphore of 2 permits, 5 threads on the multi-host pool taking turns, the primary dying in
+/// the middle: at no moment do more than 2 threads believe they hold a permit. A holder works in
+/// steps of its lost signal, so it stops the moment it learns it lost; permits granted on the
+/// dead primary are kept by their heartbeats on the new one or expire there only after their
+/// holders knew. Threads go on after the promotion, and every one of them gets permits again.
+#[test]
+fn a_semaphore_never_over_grants_across_a_promotion() {
+    let Some(pair) = Pair::start(
+        "a_semaphore_never_over_grants_across_a_promotion",
+        Replication::Sync,
+    ) else {
+        return;
+    };
+    const PERMITS: u32 = 2;
+    const THREADS: usize = 5;
+    let pool = diesel_lease::pool::build_pool::<PgConnection>(&pair.url(), THREADS as u32 * 2 + 2)
+        .unwrap();
+    diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+    let sem = diesel_lease::semaphore::Semaphore::new("partner-api", PERMITS)
+        .with_ttl(Duration::from_secs(3));
+    let believers = Mutex::new((0u32, 0u32)); // (now, most ever)
+    let after_promotion = Mutex::new(vec![0u32; THREADS]);
+    let failed_over = AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (sem, pool, believers, after, failed_over, stop) = (
+                &sem,
+                &pool,
+                &believers,
+                &after_promotion,
+                &failed_over,
+                &stop,
+            );
+            s.spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok(permit) = sem.acquire(pool, Duration::from_secs(2)) else {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    };
+                    {
+                        let mut b = believers.lock().unwrap();
+                        b.0 += 1;
+                        b.1 = b.1.max(b.0);
+                    }
+                    // The work: 10 steps of 10 ms, each ending early if the permit is lost.
+                    let lost = (0..10)
+                        .any(|_| permit.lost_signal().wait_timeout(Duration::from_millis(10)));
+                    believers.lock().unwrap().0 -= 1;
+                    if !lost && failed_over.load(Ordering::SeqCst) {
+                        after.lock().unwrap()[t] += 1;
+                    }
+                    let _ = permit.release();
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        pair.fail_over();
+        failed_over.store(true, Ordering::SeqCst);
+        // Run until every thread has held a permit on the new primary twice (at most 60 s).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while after_promotion.lock().unwrap().iter().any(|&n| n < 2) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let (_, most) = believers.into_inner().unwrap();
+    assert!(
+        most <= PERMITS,
+        "{most} threads believed they held a permit at once"
+    );
+    assert_eq!(
+        most, PERMITS,
+        "the permits were never all in use: the test proves nothing"
+    );
+    let after = after_promotion.into_inner().unwrap();
+    assert!(
+        after.iter().all(|&n| n >= 2),
+        "threads that did not go on after the promotion: {after:?}"
+    );
 }
