@@ -8,6 +8,7 @@
 //! `waits`: a client frozen inside a semaphore's locked transaction holds up nobody past their
 //! deadline.
 //! `read_timeout`: MySQL, a reply that never reaches the client ends in `ConnectionLost`.
+//! `failover`: PostgreSQL, the primary crashes and its streaming standby is promoted.
 //! `network`: PostgreSQL and MySQL behind a link that goes silent (a proxy black-holes it):
 //! drops, waiting acquires and a `Worker`'s stop return within their documented bounds, and
 //! holders know they lost in time.
@@ -15,6 +16,8 @@
 //! the lease, resource or table they concern.
 
 mod errors;
+#[cfg(feature = "postgres")]
+mod failover;
 mod farm;
 mod holders;
 mod input;

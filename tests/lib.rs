@@ -5,6 +5,8 @@
 pub mod common;
 
 pub(crate) mod claim;
+#[cfg(feature = "postgres")]
+mod examples;
 mod faults;
 mod lease;
 pub mod models;

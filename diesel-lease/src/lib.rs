@@ -133,6 +133,7 @@ pub use held::Held;
 pub use lease::{Lease, LeaseGuard, LeaseOptions};
 pub use lease_core::{
     Backoff, ClaimStamp, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl, MAX_OWNER_LEN,
+    MAX_TTL,
 };
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;
