@@ -7,12 +7,12 @@ use diesel_lease::admin;
 use diesel_lease::BorrowConnection;
 use serde_json::{json, Value};
 
-use crate::backend::{CliConnection, CliDialect, IndexInfo};
+use crate::backend::CliConnection;
 use crate::report::{duration, relative, Table};
-use crate::sql::{ClaimPick, ClaimStats, Ident, StateRow};
-use crate::{ClaimsArgs, Cli, Command, DoctorArgs, ReleaseWhat};
+use crate::sql::{ClaimStats, Ident, StateRow};
+use crate::{ClaimsArgs, Cli, Command, ReleaseWhat};
 
-type Outcome = Result<(), String>;
+pub(crate) type Outcome = Result<(), String>;
 
 /// Connects as the URL says and runs the command.
 pub(crate) fn run(cli: &Cli) -> Outcome {
@@ -53,12 +53,12 @@ where
             ReleaseWhat::Lease { name } => release_lease(&mut conn, name, *yes, json),
             ReleaseWhat::Ticket { id } => release_ticket(&mut conn, *id, *yes, json),
         },
-        Command::Doctor(args) => doctor(&mut conn, args, json),
+        Command::Doctor(args) => crate::doctor::doctor(&mut conn, args, json),
     }
 }
 
 /// Prints `value` as JSON, or the text `human` makes.
-fn say(json: bool, value: Value, human: impl FnOnce() -> String) -> Outcome {
+pub(crate) fn say(json: bool, value: Value, human: impl FnOnce() -> String) -> Outcome {
     let mut out = std::io::stdout().lock();
     let text = if json {
         format!("{value:#}\n")
@@ -328,266 +328,4 @@ fn release_ticket<C: CliConnection + BorrowConnection<Conn = C>>(
             )
         },
     )
-}
-
-/// What the plan does with the claim's pick.
-#[derive(Debug, PartialEq, Eq)]
-enum Verdict {
-    /// Through a partial index: the claimed and done rows are not in it.
-    PartialIndex(String),
-    /// Through an ordinary index.
-    Index(String),
-    /// Walking the primary key (index or rowid), filtering out every claimed row it passes.
-    PrimaryKey(String),
-    /// Reading the whole table (and sorting).
-    Scan,
-}
-
-/// Whether `name` occurs in `text` as a whole word.
-fn mentions(text: &str, name: &str) -> bool {
-    let word = |c: char| c.is_alphanumeric() || c == '_' || c == '$';
-    text.match_indices(name).any(|(at, _)| {
-        let before = text[..at].chars().next_back().is_none_or(|c| !word(c));
-        let after = text[at + name.len()..]
-            .chars()
-            .next()
-            .is_none_or(|c| !word(c));
-        before && after
-    })
-}
-
-fn judge(plan: &[String], indexes: &[IndexInfo], table: &str) -> Verdict {
-    let text = plan.join("\n");
-    if let Some(index) = indexes.iter().find(|i| mentions(&text, &i.name)) {
-        return if index.is_primary() {
-            Verdict::PrimaryKey(index.name.clone())
-        } else if index.is_partial() {
-            Verdict::PartialIndex(index.name.clone())
-        } else {
-            Verdict::Index(index.name.clone())
-        };
-    }
-    let upper = text.to_ascii_uppercase();
-    // SQLite's `SCAN t` without a sort walks the rowid, i.e. the INTEGER PRIMARY KEY.
-    let rowid_walk = plan
-        .iter()
-        .any(|l| l.trim() == format!("SCAN {table}") || l.trim() == format!("SCAN TABLE {table}"))
-        && !upper.contains("TEMP B-TREE");
-    if rowid_walk {
-        Verdict::PrimaryKey("rowid".into())
-    } else {
-        Verdict::Scan
-    }
-}
-
-/// `name` as a reader would type it in SQL.
-fn shown(name: &str) -> String {
-    if name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-    {
-        name.to_string()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
-
-fn fix<DB: CliDialect>(args: &DoctorArgs, order: &[(Ident<'_>, bool)]) -> String {
-    let columns: Vec<String> = order
-        .iter()
-        .map(|(c, desc)| format!("{}{}", shown(c.0), if *desc { " DESC" } else { "" }))
-        .collect();
-    let index = format!("{}_claimable", args.table.replace('"', ""));
-    if DB::PARTIAL_INDEXES {
-        let values: Vec<String> = args
-            .ready
-            .iter()
-            .map(|v| format!("'{}'", v.replace('\'', "''")))
-            .collect();
-        format!(
-            "CREATE INDEX {} ON {} ({}) WHERE {} IN ({});",
-            shown(&index),
-            shown(&args.table),
-            columns.join(", "),
-            shown(&args.state_column),
-            values.join(", ")
-        )
-    } else {
-        format!(
-            "CREATE INDEX {} ON {} ({}, {});  -- the state first: this backend cannot use a partial index for the claim",
-            shown(&index),
-            shown(&args.table),
-            shown(&args.state_column),
-            columns.join(", ")
-        )
-    }
-}
-
-/// Whether the claim order is exactly the primary key's columns (PostgreSQL's index definition
-/// ends with them: `… USING btree (id)`).
-fn order_is_primary_key(indexes: &[IndexInfo], order: &[(Ident<'_>, bool)]) -> bool {
-    let columns: Vec<&str> = order.iter().map(|(c, _)| c.0).collect();
-    let wanted = format!("({})", columns.join(", "));
-    indexes
-        .iter()
-        .any(|i| i.is_primary() && i.definition.ends_with(&wanted))
-}
-
-fn doctor<C: CliConnection>(conn: &mut C, args: &DoctorArgs, json: bool) -> Outcome {
-    let order: Vec<(Ident<'_>, bool)> = args
-        .order_by
-        .iter()
-        .map(|o| match o.rsplit_once(':') {
-            Some((column, dir)) if dir.eq_ignore_ascii_case("desc") => Ok((Ident(column), true)),
-            Some((column, dir)) if dir.eq_ignore_ascii_case("asc") => Ok((Ident(column), false)),
-            Some((_, dir)) => Err(format!("unknown order `{dir}` in `{o}`: use asc or desc")),
-            None => Ok((Ident(o.as_str()), false)),
-        })
-        .collect::<Result<_, _>>()?;
-    let pick = ClaimPick {
-        table: Ident(&args.table),
-        state: Ident(&args.state_column),
-        ready: &args.ready,
-        order: order.clone(),
-    };
-    let plan = conn
-        .plan(pick)
-        .map_err(|e| format!("cannot EXPLAIN the claim on `{}`: {e}", args.table))?;
-    let indexes = conn
-        .indexes(&args.table)
-        .map_err(|e| format!("cannot list the indexes of `{}`: {e}", args.table))?;
-    let verdict = judge(&plan, &indexes, &args.table);
-    let fix = fix::<C::Backend>(args, &order);
-    let by_pk = "claim in the order of a dedicated column (#[claimable(order_by(seq))], or a created-at or priority column) and index that column: the primary key can then no longer serve the claim's ORDER BY (BENCHMARKS.md, \"Consecutive claims\")";
-    let (ok, says) = match &verdict {
-        Verdict::PartialIndex(name) if order_is_primary_key(&indexes, &order) => (
-            true,
-            format!("OK FOR NOW: the claim picks rows through partial index `{name}`, but its order is the primary key's, so the planner can switch to walking the primary key as the backlog grows (BENCHMARKS.md, \"Consecutive claims\").\nto make it last: {by_pk}"),
-        ),
-        Verdict::PartialIndex(name) => (
-            true,
-            format!("OK: the claim picks rows through partial index `{name}`; claimed and finished rows are not in it."),
-        ),
-        Verdict::Index(name) if !<C::Backend as CliDialect>::PARTIAL_INDEXES => (
-            true,
-            format!("OK: the claim picks rows through index `{name}` (this backend cannot use a partial index for the claim's bound states; an index that leads with the state column is the best there is)."),
-        ),
-        Verdict::Index(name) => (
-            false,
-            format!("SLOW AS IT GROWS: the claim uses index `{name}`, which is not partial: every claimed and finished row stays in it and each claim may step over them.\nfix: {fix}"),
-        ),
-        Verdict::PrimaryKey(name) => (
-            false,
-            format!(
-                "SLOW AS IT GROWS: the planner walks the primary key (`{name}`) and filters on the state: every claim steps over all rows claimed before it, so claims slow down as the backlog drains.\nfix: {fix}{}",
-                if <C::Backend as CliDialect>::PARTIAL_INDEXES { format!("\nand {by_pk}") } else { String::new() }
-            ),
-        ),
-        Verdict::Scan => (
-            false,
-            format!("SLOW: the claim reads the whole table (and sorts it) on every call.\nfix: {fix}"),
-        ),
-    };
-    let kind = match &verdict {
-        Verdict::PartialIndex(_) => "partial_index",
-        Verdict::Index(_) => "index",
-        Verdict::PrimaryKey(_) => "primary_key",
-        Verdict::Scan => "scan",
-    };
-    say(
-        json,
-        json!({"table": args.table, "plan": plan, "verdict": kind, "ok": ok, "message": says,
-               "fix": if ok { Value::Null } else { Value::String(fix.clone()) }}),
-        || {
-            let mut text = String::from("plan of the claim's row pick:\n");
-            for line in &plan {
-                text.push_str("  ");
-                text.push_str(line);
-                text.push('\n');
-            }
-            text.push_str(&says);
-            text.push('\n');
-            text
-        },
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn index(name: &str, kind: &str, definition: &str) -> IndexInfo {
-        IndexInfo {
-            name: name.into(),
-            kind: kind.into(),
-            definition: definition.into(),
-        }
-    }
-
-    #[test]
-    fn plans_are_judged_by_the_index_they_name() {
-        let indexes = [
-            index(
-                "jobs_pkey",
-                "primary",
-                "CREATE UNIQUE INDEX jobs_pkey ON jobs (id)",
-            ),
-            index(
-                "jobs_ready",
-                "",
-                "CREATE INDEX jobs_ready ON jobs (id) WHERE status = 'ready'",
-            ),
-            index(
-                "jobs_status",
-                "",
-                "CREATE INDEX jobs_status ON jobs (status)",
-            ),
-        ];
-        let plan = |l: &str| vec![l.to_string()];
-        assert_eq!(
-            judge(
-                &plan("->  Index Scan using jobs_pkey on jobs"),
-                &indexes,
-                "jobs"
-            ),
-            Verdict::PrimaryKey("jobs_pkey".into())
-        );
-        assert_eq!(
-            judge(
-                &plan("->  Index Scan using jobs_ready on jobs"),
-                &indexes,
-                "jobs"
-            ),
-            Verdict::PartialIndex("jobs_ready".into())
-        );
-        assert_eq!(
-            judge(
-                &plan("SEARCH jobs USING INDEX jobs_status (status=?)"),
-                &indexes,
-                "jobs"
-            ),
-            Verdict::Index("jobs_status".into())
-        );
-        assert_eq!(
-            judge(&plan("->  Seq Scan on jobs"), &indexes, "jobs"),
-            Verdict::Scan
-        );
-        assert_eq!(
-            judge(&plan("SCAN jobs"), &[], "jobs"),
-            Verdict::PrimaryKey("rowid".into())
-        );
-        assert_eq!(
-            judge(
-                &[
-                    "SCAN jobs".to_string(),
-                    "USE TEMP B-TREE FOR ORDER BY".to_string()
-                ],
-                &[],
-                "jobs"
-            ),
-            Verdict::Scan
-        );
-        assert!(!mentions("jobs_ready_2", "jobs_ready"));
-        assert!(mentions("key=jobs_ready extra=", "jobs_ready"));
-    }
 }

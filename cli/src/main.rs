@@ -5,7 +5,7 @@
 //! diesel-lease semaphores --json
 //! diesel-lease claims --table import_jobs --state-column status --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
-//! diesel-lease doctor --table import_jobs --state-column status --ready ready --order-by id
+//! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
 //! ```
 //!
 //! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, and anything else is a
@@ -15,6 +15,7 @@
 
 mod backend;
 mod commands;
+mod doctor;
 mod report;
 mod sql;
 
@@ -55,7 +56,7 @@ enum Command {
         #[arg(long, global = true)]
         yes: bool,
     },
-    /// EXPLAIN the claim's row pick and say whether it uses a partial index (and the fix if not).
+    /// EXPLAIN the statements a claim sends and say whether indexes serve them (and the fix if not).
     Doctor(DoctorArgs),
 }
 
@@ -90,21 +91,48 @@ struct ClaimsArgs {
     older_than: Duration,
 }
 
-/// The claim to check.
+/// The claim to check: the table and its model, as `#[claimable(…)]` describes it (each flag
+/// is the attribute of the same name).
 #[derive(Debug, clap::Args)]
 struct DoctorArgs {
     /// The table.
     #[arg(long)]
     table: String,
-    /// Its state column.
+    /// `state = …`: its state column.
     #[arg(long)]
     state_column: String,
-    /// The ready state(s) a claim picks rows from (repeat for several).
+    /// `ready = …`: the ready state(s) a claim takes rows in (repeat for several; `NULL` for
+    /// `None`).
     #[arg(long = "ready", required = true)]
     ready: Vec<String>,
-    /// The claim order, as `#[claimable(order_by(…))]` has it: `col` or `col:desc`, repeated
-    /// (default: `id`, the primary key order the derive uses without `order_by`).
-    #[arg(long = "order-by", default_value = "id")]
+    /// `claimed = …`: the state a claim writes.
+    #[arg(long)]
+    claimed: String,
+    /// `failed = …`: the failed state, if any.
+    #[arg(long)]
+    failed: Option<String>,
+    /// `owner = …`: the owner column, if any.
+    #[arg(long)]
+    owner_column: Option<String>,
+    /// `claimed_at = …`: the claimed-at column, if any.
+    #[arg(long)]
+    claimed_at_column: Option<String>,
+    /// `timeout_secs = …`: claims older than this are rescued (e.g. `300`, `5m`); needs
+    /// `--claimed-at-column`.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// `attempts = …`: the attempts column, if any.
+    #[arg(long)]
+    attempts_column: Option<String>,
+    /// `max_attempts = …`.
+    #[arg(long)]
+    max_attempts: Option<i64>,
+    /// `available_at = …`: the not-before column, if any.
+    #[arg(long)]
+    available_at_column: Option<String>,
+    /// `order_by(…)`: `col` or `col:desc`, repeated (default: the derive's, the not-before
+    /// column if any, then the primary key).
+    #[arg(long = "order-by")]
     order_by: Vec<String>,
 }
 
