@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
+use std::time::Duration;
 
 use diesel_lease::admin;
 use diesel_lease::BorrowConnection;
@@ -17,16 +18,19 @@ pub(crate) type Outcome = Result<(), String>;
 /// Connects as the URL says and runs the command.
 pub(crate) fn run(cli: &Cli) -> Outcome {
     let url = cli.database_url.as_str();
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        with::<diesel::PgConnection>(cli, url)
-    } else if url.starts_with("mysql://") {
-        with::<diesel::MysqlConnection>(cli, url)
-    } else {
-        let path = url.strip_prefix("sqlite://").unwrap_or(url);
-        if !matches!(cli.command, Command::Migrate) && !Path::new(path).exists() {
-            return Err(format!("no SQLite database at `{path}`"));
+    match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("postgres" | "postgresql") => with::<diesel::PgConnection>(cli, url),
+        Some("mysql") => with::<diesel::MysqlConnection>(cli, url),
+        Some("sqlite") | None => {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            if !matches!(cli.command, Command::Migrate) && !Path::new(path).exists() {
+                return Err(format!("no SQLite database at `{path}`"));
+            }
+            with::<diesel::SqliteConnection>(cli, path)
         }
-        with::<diesel::SqliteConnection>(cli, path)
+        Some(scheme) => Err(format!(
+            "the database URL's scheme `{scheme}://` is not one diesel-lease knows: use postgres://, postgresql://, mysql://, sqlite:// or a SQLite file path"
+        )),
     }
 }
 
@@ -186,7 +190,8 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
 }
 
 fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outcome {
-    let older_than_micros = i64::try_from(args.older_than.as_micros()).unwrap_or(i64::MAX);
+    let older_than = args.older_than.unwrap_or(Duration::from_secs(15 * 60));
+    let older_than_micros = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
     let stmt = ClaimStats {
         table: Ident(&args.table),
         state: Ident(&args.state_column),
@@ -196,31 +201,37 @@ fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outc
     let rows: Vec<StateRow> = conn
         .claim_stats(stmt)
         .map_err(|e| format!("cannot read `{}`: {e}", args.table))?;
-    let timed = args.claimed_at_column.is_some();
+    // A claim's age means something only in the claimed state (clap makes `--claimed` and
+    // `--claimed-at-column` come together): finished rows keep the claimed-at of their last claim.
+    let claimed = args.claimed.as_deref().map(|c| (c != "NULL").then_some(c));
+    let is_claimed = |r: &StateRow| claimed == Some(r.state.as_deref());
     let older = duration(older_than_micros);
     let value = rows
         .iter()
         .map(|r| {
+            let timed = is_claimed(r);
             json!({
                 "state": r.state,
                 "rows": r.n,
-                "oldest_claimed_at_micros": r.oldest,
-                "oldest_age_ms": r.oldest.map(|o| (r.now - o) / 1000),
-                "older_than_timeout": if timed { Some(r.stale) } else { None },
+                "oldest_claimed_at_micros": r.oldest.filter(|_| timed),
+                "oldest_age_ms": r.oldest.filter(|_| timed).map(|o| (r.now - o) / 1000),
+                "older_than_timeout": timed.then_some(r.stale),
             })
         })
         .collect();
     say(
         json,
-        json!({"table": args.table, "timeout_ms": older_than_micros / 1000, "states": Value::Array(value)}),
+        json!({"table": args.table, "claimed": args.claimed, "timeout_ms": older_than_micros / 1000, "states": Value::Array(value)}),
         || {
             let stale_header = format!("OLDER THAN {older}");
             let mut t = Table::new(&["STATE", "ROWS", "OLDEST CLAIMED_AT", &stale_header]);
             for r in &rows {
+                let timed = is_claimed(r);
                 t.row(vec![
                     r.state.clone().unwrap_or_else(|| "NULL".into()),
                     r.n.to_string(),
                     r.oldest
+                        .filter(|_| timed)
                         .map_or("-".into(), |o| format!("{} ago", duration(r.now - o))),
                     if timed {
                         r.stale.to_string()
@@ -271,10 +282,14 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no lease named `{name}`"))?;
     let state = format!(
-        "lease `{name}`: {} by `{}` with token {}, expires {}",
-        if before.is_held() { "held" } else { "free" },
-        before.holder,
+        "lease `{name}`: {}, token {}, {} {}",
+        holding(&before),
         before.token,
+        if before.is_held() {
+            "expires"
+        } else {
+            "expired"
+        },
         relative(before.expires_at_micros, before.read_at_micros)
     );
     confirm(&state, &format!("force release of lease `{name}`"), yes)?;
@@ -287,14 +302,28 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
                "old_token": before.token.get(), "token": after.token.get()}),
         || {
             format!(
-                "released lease `{name}` (was {} by `{}`): token {} -> {}; the old holder's next extend or release fails with LeaseLost\n",
-                if before.is_held() { "held" } else { "expired" },
-                before.holder,
+                "released lease `{name}` ({}): token {} -> {}; {}\n",
+                holding(&before),
                 before.token,
-                after.token
+                after.token,
+                if before.is_held() {
+                    "the holder's next extend or release fails with LeaseLost"
+                } else {
+                    "a holder that still thinks it holds it fails with LeaseLost on its next extend or release"
+                }
             )
         },
     )
+}
+
+/// Who has a lease, as a forced release finds it: `held by `h``, or `free; last held by `h``
+/// (its holder released it or let it expire: the table keeps the last holder's name).
+fn holding(lease: &diesel_lease::lease::LeaseRecord) -> String {
+    if lease.is_held() {
+        format!("held by `{}`", lease.holder)
+    } else {
+        format!("free; last held by `{}`", lease.holder)
+    }
 }
 
 fn release_ticket<C: CliConnection + BorrowConnection<Conn = C>>(

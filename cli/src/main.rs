@@ -3,14 +3,16 @@
 //! ```text
 //! DATABASE_URL=postgres://… diesel-lease leases
 //! diesel-lease semaphores --json
-//! diesel-lease claims --table import_jobs --state-column status --claimed-at-column claimed_at --older-than 15m
+//! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
 //! ```
 //!
-//! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, and anything else is a
-//! SQLite file (`sqlite://` prefix optional). Tables and columns an operator names are quoted as
-//! identifiers, never pasted into SQL; values are bind parameters.
+//! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, `sqlite://` or a
+//! path without a scheme (a SQLite file); any other scheme is an error. Tables and columns an
+//! operator names are quoted as identifiers, never pasted into SQL; values are bind parameters
+//! (the state values of `doctor`'s claim statements are literals, escaped as diesel-lease
+//! escapes a model's states).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod backend;
@@ -28,7 +30,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "diesel-lease", version)]
 struct Cli {
-    /// The database: postgres://…, mysql://…, or a SQLite file path (sqlite://… accepted).
+    /// The database: postgres://…, postgresql://…, mysql://…, sqlite://… or a SQLite file path.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
     /// Print JSON instead of a table (for scripts).
@@ -83,12 +85,19 @@ struct ClaimsArgs {
     /// Its state column.
     #[arg(long)]
     state_column: String,
-    /// Its claimed-at column (a timestamp): enables the oldest claim and `--older-than`.
-    #[arg(long)]
+    /// Its claimed-at column (a timestamp): shows the oldest claim and the claims older than
+    /// `--older-than`, among the rows in the `--claimed` state (the only rows a claim timeout
+    /// applies to: finished rows keep their claimed-at).
+    #[arg(long, requires = "claimed")]
     claimed_at_column: Option<String>,
-    /// Count claims older than this (e.g. `90s`, `15m`, `2h`); needs `--claimed-at-column`.
-    #[arg(long, value_parser = parse_duration, default_value = "15m")]
-    older_than: Duration,
+    /// The claimed state, `#[claimable(claimed = …)]`, as the table shows it (`NULL` for
+    /// `None`); needs `--claimed-at-column`.
+    #[arg(long, requires = "claimed_at_column")]
+    claimed: Option<String>,
+    /// Count claims older than this (e.g. `90s`, `15m`, `2h`; default 15m); needs
+    /// `--claimed-at-column`.
+    #[arg(long, value_parser = parse_duration, requires = "claimed_at_column")]
+    older_than: Option<Duration>,
 }
 
 /// The claim to check: the table and its model, as `#[claimable(…)]` describes it (each flag
