@@ -16,6 +16,8 @@ use crate::sql::{Explain, Ident};
 pub(crate) trait CliDialect: SqlDialect {
     /// The backend's name, for people.
     const NAME: &'static str;
+    /// The statement that refreshes a table's planner statistics, before the table's name.
+    const ANALYZE: &'static str = "ANALYZE ";
     /// Whether it has partial indexes (`CREATE INDEX … WHERE state = 'ready'`) that its planner
     /// uses for a claim whose `WHERE` has that very state test: PostgreSQL and SQLite. MySQL has
     /// none; there the index that serves a claim leads with the state column.
@@ -124,6 +126,7 @@ impl CliDialect for diesel::sqlite::Sqlite {
 
 impl CliDialect for diesel::mysql::Mysql {
     const NAME: &'static str = "MySQL/MariaDB";
+    const ANALYZE: &'static str = "ANALYZE TABLE ";
     const PARTIAL_INDEXES: bool = false;
     const PRIMARY_KEY_ORDER_DRIFTS: bool = false;
     fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()> {

@@ -21,7 +21,7 @@ use crate::backend::{
     has_time_zone, is_boolean_type, Access, CliConnection, CliDialect, ColumnInfo, IndexInfo, Plan,
 };
 use crate::commands::{say, Outcome};
-use crate::sql::{sql_text, AllColumns, CreateIndex, Ident};
+use crate::sql::{sql_text, AllColumns, Analyze, CreateIndex, Ident};
 use crate::DoctorArgs;
 
 /// A table `doctor` was told about, as the claim statements see it: claims return all its
@@ -312,12 +312,11 @@ fn index_for<DB: CliDialect>(
     table: &'static str,
     shape: &ClaimShape,
     rescues: bool,
-    taken: &[IndexInfo],
 ) -> CreateIndex<'static> {
     let order = shape
         .order
         .iter()
-        .map(|(c, dir)| (Ident(*c), *dir == SortOrder::Desc));
+        .map(|(c, dir)| (Ident(c), *dir == SortOrder::Desc));
     let (suffix, columns, predicate) = match (DB::PARTIAL_INDEXES, step.reads_claimed_rows_only()) {
         (true, false) => (
             "claim",
@@ -341,17 +340,7 @@ fn index_for<DB: CliDialect>(
             None,
         ),
     };
-    let base = format!("{table}_{suffix}");
-    let name = (1..)
-        .map(|n| {
-            if n == 1 {
-                base.clone()
-            } else {
-                format!("{base}_{n}")
-            }
-        })
-        .find(|name| !taken.iter().any(|i| &i.name == name))
-        .unwrap_or(base);
+    let name = format!("{table}_{suffix}");
     CreateIndex {
         name,
         table: Ident(table),
@@ -435,6 +424,7 @@ fn check<C: CliConnection, ST: TimestampType>(
     // The fixes: the index of each step that has none; in primary-key order on a backend whose
     // planner drifts onto the primary key, the claim order first.
     let mut fixes: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
     let mut order_first = false;
     for c in checked
         .iter()
@@ -444,8 +434,18 @@ fn check<C: CliConnection, ST: TimestampType>(
             order_first = true;
             continue;
         }
-        let ddl = index_for::<C::Backend>(c.step, table, &shape, parts.rescues(), indexes);
-        let text = sql_text::<C::Backend, _>(&ddl).map_err(|e| e.to_string())? + ";";
+        let ddl = index_for::<C::Backend>(c.step, table, &shape, parts.rescues());
+        let text = if indexes.iter().any(|i| i.name == ddl.name) {
+            // Advised before, and not used: the planner's statistics may predate it, or another
+            // index looks better to it.
+            notes.push(format!(
+                "index `{}` exists but the plan does not use it: after fresh statistics the planner sees what it holds; if it still prefers another index, drop that one or give it a different order",
+                ddl.name
+            ));
+            sql_text::<C::Backend, _>(&Analyze(Ident(table))).map_err(|e| e.to_string())?
+        } else {
+            sql_text::<C::Backend, _>(&ddl).map_err(|e| e.to_string())?
+        } + ";";
         if !fixes.contains(&text) {
             fixes.push(text);
         }
@@ -457,7 +457,7 @@ fn check<C: CliConnection, ST: TimestampType>(
     let (verdict, headline) = match (all_ok, drifts) {
         (true, false) => ("ok", "OK: every statement of the claim reads the table through an index that serves it.".to_string()),
         (true, true) => ("ok_for_now", format!("OK FOR NOW: every statement reads the table through an index that serves it, but the claim's order is the primary key's.\nto make it last: {order_advice}")),
-        (false, _) if checked.iter().any(|c| matches!(c.finding, Finding::WholeTable { .. } | Finding::Sorts(_))) => ("slow", "SLOW: a claim reads or sorts the whole table.".to_string()),
+        (false, _) if checked.iter().any(|c| matches!(c.finding, Finding::WholeTable { .. } | Finding::Sorts(_))) => ("slow", "SLOW: a claim reads the whole table, or sorts every row it may take.".to_string()),
         (false, _) => ("slow_as_it_grows", "SLOW AS IT GROWS: a claim steps over rows it cannot take, more with every claim.".to_string()),
     };
     let ok = all_ok;
@@ -476,6 +476,7 @@ fn check<C: CliConnection, ST: TimestampType>(
         "ok": ok,
         "message": headline,
         "fix": fixes,
+        "notes": notes,
         "claim_order_first": order_first && !ok,
     });
     say(json, value, || {
@@ -508,6 +509,10 @@ fn check<C: CliConnection, ST: TimestampType>(
                     text.push_str(fix);
                     text.push('\n');
                 }
+            }
+            for note in &notes {
+                text.push_str(note);
+                text.push('\n');
             }
         }
         text

@@ -136,6 +136,17 @@ impl<DB: diesel_lease::backend::SqlDialect> QueryFragment<DB> for CreateIndex<'_
     }
 }
 
+/// `ANALYZE t` (MySQL: `ANALYZE TABLE t`): fresh planner statistics for a table.
+#[derive(Debug)]
+pub(crate) struct Analyze<'a>(pub(crate) Ident<'a>);
+
+impl<DB: CliDialect> QueryFragment<DB> for Analyze<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql(DB::ANALYZE);
+        self.0.walk_ast(out.reborrow())
+    }
+}
+
 /// The SQL text of a statement without binds (DDL to show).
 pub(crate) fn sql_text<DB, Q>(q: &Q) -> QueryResult<String>
 where

@@ -113,6 +113,7 @@ fn text_of(sql: &str) -> String {
 backend_suite! {
     tests: [
         advice_followed_turns_the_verdict_ok,
+        advice_converges_past_a_competing_index,
         the_readme_model_and_indexes_are_ok,
         the_demo_index_serves_its_claim,
         names_and_states_are_checked,
@@ -159,9 +160,8 @@ backend_suite! {
             .collect()
     }
 
-    /// On a table without an index on its claims, doctor says what is slow and which indexes fix it;
-    /// after exactly those statements (and the statistics a table in use has), it says OK, for every
-    /// statement of the claim.
+    /// On a table without an index on its claims, doctor says what is slow and which indexes fix
+    /// it; after exactly those statements it says OK, for every statement of the claim.
     pub(crate) fn advice_followed_turns_the_verdict_ok(db: &TestDb<B>) {
         fill_doctor_jobs(db);
         let before = json(db, DOCTOR_JOB);
@@ -176,7 +176,6 @@ backend_suite! {
             assert!(fix.starts_with("CREATE INDEX "), "{fix}");
             db.conn().batch_execute(fix).unwrap();
         }
-        analyze(db, "doctor_jobs");
         let after = json(db, DOCTOR_JOB);
         assert_eq!(after["verdict"], "ok", "{after:#}");
         assert_eq!(after["ok"], true);
@@ -187,6 +186,32 @@ backend_suite! {
         assert_eq!(statements.len(), pick::<B>("2", "2", "3").parse::<usize>().unwrap());
         assert!(statements.iter().all(|s| s["ok"] == true), "{after:#}");
         assert!(ok(db, DOCTOR_JOB).contains("\nOK: every statement"));
+    }
+
+    /// With an index of the state and the claim order already there (what many tables have, and
+    /// what a planner may prefer to the advised one), following the advice, round after round,
+    /// still ends in OK.
+    pub(crate) fn advice_converges_past_a_competing_index(db: &TestDb<B>) {
+        fill_doctor_jobs(db);
+        db.ddl(
+            "CREATE INDEX doctor_jobs_by_status ON doctor_jobs (status, enqueued_at, id);",
+            "CREATE INDEX doctor_jobs_by_status ON doctor_jobs (status, enqueued_at, id);",
+            "CREATE INDEX doctor_jobs_by_status ON doctor_jobs (status, enqueued_at, id);",
+        );
+        let mut applied = Vec::new();
+        let report = loop {
+            let report = json(db, DOCTOR_JOB);
+            if report["ok"] == true || applied.len() == 3 {
+                break report;
+            }
+            let fixes = texts(&report["fix"]);
+            assert!(!fixes.is_empty(), "not OK and no fix: {report:#}");
+            for fix in &fixes {
+                db.conn().batch_execute(fix).unwrap();
+            }
+            applied.push(fixes);
+        };
+        assert_eq!(report["verdict"], "ok", "after {applied:?}: {report:#}");
     }
 
     /// The README's model with the indexes the README gives it is OK as it stands.
