@@ -36,6 +36,11 @@ pub(crate) trait CliDialect: SqlDialect {
     ) -> QueryResult<()>;
     /// A statement's SQL with its bind values, as Diesel's `debug_query` prints it.
     fn debug_sql(stmt: &dyn QueryFragment<Self>) -> String;
+    /// What keeps the advised index on state column `state` of SQL type `type_name` from
+    /// being created as printed, if anything.
+    fn index_note(_state: &str, _type_name: &str) -> Option<String> {
+        None
+    }
     /// Whether a column of SQL type `type_name` (as the catalog spells it) holds integers.
     fn is_integer_type(type_name: &str) -> bool {
         matches!(
@@ -127,6 +132,11 @@ impl CliDialect for diesel::sqlite::Sqlite {
 impl CliDialect for diesel::mysql::Mysql {
     const NAME: &'static str = "MySQL/MariaDB";
     const ANALYZE: &'static str = "ANALYZE TABLE ";
+    fn index_note(state: &str, type_name: &str) -> Option<String> {
+        bare_type(type_name).ends_with("text").then(|| format!(
+            "the state column `{state}` is `{type_name}`, which MySQL indexes only by a prefix, and a prefix cannot give the claim order: make it a VARCHAR (e.g. ALTER TABLE … MODIFY `{state}` VARCHAR(64) NOT NULL) before creating the index"
+        ))
+    }
     const PARTIAL_INDEXES: bool = false;
     const PRIMARY_KEY_ORDER_DRIFTS: bool = false;
     fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()> {

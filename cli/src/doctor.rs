@@ -45,10 +45,12 @@ fn describe<DB: CliDialect>(
     args: &DoctorArgs,
     columns: &[ColumnInfo],
 ) -> Result<ClaimShape, String> {
+    // The catalog's spelling: MySQL and SQLite read names without regard to case.
     let column = |name: &str| {
         columns
             .iter()
             .find(|c| c.name == name)
+            .or_else(|| columns.iter().find(|c| c.name.eq_ignore_ascii_case(name)))
             .ok_or_else(|| format!("`{}` has no column `{name}`", args.table))
     };
     let optional = |name: &Option<String>| -> Result<Option<&'static str>, String> {
@@ -379,10 +381,17 @@ pub(crate) fn doctor<C: CliConnection>(conn: &mut C, args: &DoctorArgs, json: bo
         .and_then(|c| columns.iter().find(|col| col.name == c))
         .is_some_and(|c| has_time_zone(&c.type_name));
     // The claimed-at column's SQL type picks the clock expression the statements compare it with.
+    let state_type = columns
+        .iter()
+        .find(|c| c.name == shape.state)
+        .map_or("", |c| c.type_name.as_str());
+    let notes: Vec<String> = <C::Backend as CliDialect>::index_note(shape.state, state_type)
+        .into_iter()
+        .collect();
     if with_time_zone {
-        check::<C, Timestamptz>(conn, args, shape, &indexes, json)
+        check::<C, Timestamptz>(conn, args, shape, &indexes, notes, json)
     } else {
-        check::<C, Timestamp>(conn, args, shape, &indexes, json)
+        check::<C, Timestamp>(conn, args, shape, &indexes, notes, json)
     }
 }
 
@@ -391,6 +400,7 @@ fn check<C: CliConnection, ST: TimestampType>(
     args: &DoctorArgs,
     shape: ClaimShape,
     indexes: &[IndexInfo],
+    mut notes: Vec<String>,
     json: bool,
 ) -> Outcome {
     let table = leak(&args.table);
@@ -424,7 +434,6 @@ fn check<C: CliConnection, ST: TimestampType>(
     // The fixes: the index of each step that has none; in primary-key order on a backend whose
     // planner drifts onto the primary key, the claim order first.
     let mut fixes: Vec<String> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
     let mut order_first = false;
     for c in checked
         .iter()

@@ -1,6 +1,6 @@
 //! The tool without a server: usage and error reporting. (Against real servers it is tested in
-//! the integration suite, `tests/ops/cli.rs`; this file also makes `cargo test` build the binary
-//! that suite runs.)
+//! the integration suite, `tests/ops/cli.rs` and `tests/ops/doctor.rs`; this file also makes
+//! `cargo test` build the binary that suite runs.)
 
 use std::process::Command;
 
