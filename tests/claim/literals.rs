@@ -267,7 +267,8 @@ backend_suite! {
         fill(db, &[(1, Some("new")), (2, None), (3, Some("other"))]);
         let mut conn = db.conn();
         let batch = BareOnOption::claim_batch(&mut conn, 10).unwrap();
-        assert_eq!(batch.iter().map(|r| r.id).collect::<Vec<_>>(), [1, 2]);
+        let claimed: Vec<_> = batch.iter().map(|r| (r.id, r.col1.as_deref())).collect();
+        assert_eq!(claimed, [(1, Some("sent")), (2, Some("sent"))]);
         assert!(batch[1].complete(&mut conn).unwrap());
         assert_eq!(
             states(db),
