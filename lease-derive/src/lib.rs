@@ -4,10 +4,12 @@
 mod attrs;
 mod expand;
 mod fallback;
+mod fit;
 mod literal;
 mod model;
 #[cfg(test)]
 mod tests;
+mod ty;
 mod valid;
 
 use proc_macro::TokenStream;
