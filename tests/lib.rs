@@ -5,9 +5,11 @@
 pub mod common;
 
 pub(crate) mod claim;
+mod engines;
 mod faults;
 mod lease;
 pub mod models;
-mod ops;
+pub(crate) mod ops;
+mod pooler;
 mod semaphore;
 mod smoke;

@@ -4,4 +4,4 @@
 mod cli;
 #[cfg(feature = "metrics")]
 mod metrics;
-mod tracing;
+pub(crate) mod tracing;

@@ -10,7 +10,9 @@ use diesel::result::Error as DieselError;
 use diesel::PgConnection;
 use diesel_migrations::EmbeddedMigrations;
 
-use super::{raw_connection, BackendKind, Dialect, Kind, Offset, SqlDialect};
+use diesel::sql_types::Text;
+
+use super::{raw_connection, BackendKind, Dialect, Kind, Offset, ServerEngine, SqlDialect};
 
 raw_connection!(PgConnection);
 impl super::sealed::Sealed for Pg {}
@@ -115,6 +117,20 @@ impl Dialect for PgConnection {
         set_lock_timeout(self, &previous)?;
         Ok(value)
     }
+
+    fn server_engine(&mut self) -> QueryResult<ServerEngine> {
+        let version =
+            diesel::select(diesel::dsl::sql::<Text>("version()")).get_result::<String>(self)?;
+        Ok(ServerEngine::from_postgres_version(&version))
+    }
+
+    fn server_session(&mut self) -> QueryResult<Option<i64>> {
+        let pid = diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
+            "pg_backend_pid()",
+        ))
+        .get_result::<i32>(self)?;
+        Ok(Some(pid.into()))
+    }
 }
 
 /// `max_wait` as a `lock_timeout` value: whole milliseconds, at least 1 (0 means "no limit").
@@ -166,6 +182,9 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
         // 40P01 deadlock_detected, 40001 serialization_failure
         ("deadlock detected", Kind::Conflict),
         ("could not serialize access", Kind::Conflict),
+        // 42P05 duplicate_prepared_statement, 26000 invalid_sql_statement_name, 08P01 (a bind
+        // that does not fit the statement): Diesel's cached statement met another session
+        (super::server::DIESEL_STATEMENT_NAME, Kind::Pooler),
     ];
     super::first_match(PATTERNS, message)
 }
