@@ -183,8 +183,9 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
         ("deadlock detected", Kind::Conflict),
         ("could not serialize access", Kind::Conflict),
         // 42P05 duplicate_prepared_statement, 26000 invalid_sql_statement_name, 08P01 (a bind
-        // that does not fit the statement): Diesel's cached statement met another session
-        (super::server::DIESEL_STATEMENT_NAME, Kind::Pooler),
+        // that does not fit the statement), each naming one of the statements Diesel prepares
+        // and caches: another session answered, so a transaction pooler is in between
+        ("prepared statement \"__diesel_stmt_", Kind::Pooler),
     ];
     super::first_match(PATTERNS, message)
 }

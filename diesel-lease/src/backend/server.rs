@@ -136,10 +136,6 @@ pub(crate) const POOLER_ADVICE: &str =
      turns Diesel's prepared-statement cache off; or connect to PostgreSQL directly, or use \
      `pool_mode = session`";
 
-/// Diesel's names for the statements it prepares and caches: an error that names one of them,
-/// on PostgreSQL, means another session answered (a transaction pooler is in between).
-pub(crate) const DIESEL_STATEMENT_NAME: &str = "prepared statement \"__diesel_stmt_";
-
 /// [`POOLER_ADVICE`] with what the server said.
 pub(crate) fn pooler_error(said: &str) -> Error {
     Error::Config(format!("{POOLER_ADVICE} (the server said: {said})"))
