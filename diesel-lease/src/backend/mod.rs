@@ -289,11 +289,11 @@ pub trait Dialect:
     #[doc(hidden)]
     fn server_engine(&mut self) -> QueryResult<ServerEngine>;
 
-    /// The server session this connection's statements run in now (PostgreSQL's backend pid;
-    /// not from Diesel's statement cache), to see a transaction pooler by; `None` where the
-    /// backend has none to compare.
+    /// The server session this connection's statements run in now (PostgreSQL's backend pid and
+    /// the server's start time; not from Diesel's statement cache), to see a transaction pooler
+    /// by; `None` where the backend has none to compare.
     #[doc(hidden)]
-    fn server_session(&mut self) -> QueryResult<Option<i64>> {
+    fn server_session(&mut self) -> QueryResult<Option<String>> {
         Ok(None)
     }
 

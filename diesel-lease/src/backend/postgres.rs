@@ -124,12 +124,14 @@ impl Dialect for PgConnection {
         Ok(ServerEngine::from_postgres_version(&version))
     }
 
-    fn server_session(&mut self) -> QueryResult<Option<i64>> {
-        let pid = diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>(
-            "pg_backend_pid()",
+    fn server_session(&mut self) -> QueryResult<Option<String>> {
+        // The backend's pid is unique among a server's live sessions; the server's start time
+        // tells servers apart (two behind one load balancer may hand out the same pids).
+        diesel::select(diesel::dsl::sql::<Text>(
+            "'process ' || pg_backend_pid() || ' of the server started at ' || pg_postmaster_start_time()",
         ))
-        .get_result::<i32>(self)?;
-        Ok(Some(pid.into()))
+        .get_result(self)
+        .map(Some)
     }
 }
 

@@ -147,8 +147,9 @@ pub(crate) fn pooler_error(said: &str) -> Error {
 /// reports it as it always did.
 ///
 /// The pooler shows itself when two connections open at the same time run their statements in
-/// the same server session (PostgreSQL's backend pid): directly, every connection has a session
-/// of its own, so this never refuses a direct URL. A pooler hands an idle client the server
+/// the same server session (PostgreSQL's backend pid, on the server started at the same
+/// instant): directly, every connection has a session of its own, so this never refuses a direct
+/// URL, not even one that a load balancer spreads over several servers. A pooler hands an idle client the server
 /// connection released last (PgBouncer's default, `server_round_robin = 0`), which is the first
 /// connection's; under other traffic, or round-robin, it may hand another one and go unseen here
 /// — then the first clashing prepared statement reports it instead.
@@ -166,9 +167,9 @@ pub(crate) fn check_url<C: Dialect>(url: &str, transaction_pooler: bool) -> crat
     let Ok(mut second) = C::establish(url) else {
         return Ok(());
     };
-    if second.server_session()? == Some(session) {
+    if second.server_session()?.as_ref() == Some(&session) {
         return Err(Error::Config(format!(
-            "{POOLER_ADVICE} (two connections open at once both ran in server session {session})"
+            "{POOLER_ADVICE} (two connections open at once were both answered by {session})"
         )));
     }
     Ok(())
