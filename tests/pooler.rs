@@ -135,7 +135,7 @@ fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
 fn lease_guards_have_one_holder_at_a_time_and_increasing_tokens(db: &TestDb<Postgres>, url: &str) {
     db.migrate();
     let pool = pooler_pool(url, 3, None);
-    let options = LeaseOptions::new(Duration::from_millis(900)).keep_alive(true);
+    let options = LeaseOptions::new(Duration::from_secs(3)).keep_alive(true);
     let holders = AtomicUsize::new(0);
     let tokens = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -156,7 +156,7 @@ fn lease_guards_have_one_holder_at_a_time_and_increasing_tokens(db: &TestDb<Post
                         "two holders at once"
                     );
                     tokens.lock().unwrap().push(guard.token().0);
-                    let hold = if (thread, round) == (0, 0) { 1_500 } else { 10 };
+                    let hold = if (thread, round) == (0, 0) { 4_000 } else { 10 };
                     std::thread::sleep(Duration::from_millis(hold));
                     guard.ensure_held().expect("held throughout, kept alive");
                     holders.fetch_sub(1, Ordering::SeqCst);

@@ -71,19 +71,20 @@ impl ServerEngine {
             ),
             ServerEngine::CockroachDb => Some(
                 "the server is CockroachDB, which speaks PostgreSQL's protocol but has no \
-                 LISTEN/NOTIFY (every semaphore release sends `pg_notify`), runs transactions \
-                 SERIALIZABLE unless READ COMMITTED is enabled cluster-wide (claims and semaphores \
-                 are written for READ COMMITTED), and rejects statement shapes PostgreSQL accepts \
-                 (a CTE that modifies a table the statement modifies again); nothing of \
-                 diesel-lease is tested on it. diesel-lease refuses CockroachDB: use PostgreSQL",
+                 LISTEN/NOTIFY (a semaphore that admits a waiter sends `pg_notify`), runs \
+                 transactions SERIALIZABLE unless READ COMMITTED is enabled cluster-wide (claims \
+                 and semaphores are written for READ COMMITTED), and rejects statement shapes \
+                 PostgreSQL accepts (a CTE that modifies a table the statement modifies again); \
+                 nothing of diesel-lease is tested on it. diesel-lease refuses CockroachDB: use \
+                 PostgreSQL",
             ),
             ServerEngine::YugabyteDb => Some(
                 "the server is YugabyteDB (YSQL), which speaks PostgreSQL's protocol but runs READ \
                  COMMITTED as REPEATABLE READ unless `yb_enable_read_committed_isolation` is set \
                  (claims and semaphores are written for READ COMMITTED) and does not support \
-                 LISTEN/NOTIFY in most releases (every semaphore release sends `pg_notify`); \
-                 nothing of diesel-lease is tested on it. diesel-lease refuses YugabyteDB: use \
-                 PostgreSQL",
+                 LISTEN/NOTIFY in most releases (a semaphore that admits a waiter sends \
+                 `pg_notify`); nothing of diesel-lease is tested on it. diesel-lease refuses \
+                 YugabyteDB: use PostgreSQL",
             ),
             ServerEngine::PostgreSql
             | ServerEngine::MariaDb
