@@ -12,11 +12,15 @@
 #    reason, loudly; under CI (CI=true) that is a failure instead, because CI must run them.
 #    Then a throwaway PgBouncer in transaction pooling mode in front of that PostgreSQL (installed
 #    from Debian's packages when missing; skipped loudly, or failed on CI, the same way).
+#    For the PostgreSQL failover tests it exports DIESEL_LEASE_TEST_PG_PAIR, the path of
+#    scripts/pg-pair.sh, with which each of those tests starts its own primary + streaming standby.
 # 3. Exports DIESEL_LEASE_TEST_PG / DIESEL_LEASE_TEST_MYSQL (admin URLs; every test creates its
 #    own database), DIESEL_LEASE_TEST_PGBOUNCER (the same PostgreSQL through PgBouncer) and
 #    DIESEL_LEASE_TEST_REQUIRE (the servers that must be there: a test of a required one whose URL
 #    is missing fails instead of skipping). SQLite needs no server.
-# 4. Runs `cargo test --workspace --all-features --no-fail-fast CARGO_ARGS -- TEST_ARGS`: unit
+# 4. Builds every binary (`cargo build --workspace --all-features --bins --tests`: the suite runs
+#    the examples' binaries, which `cargo test` alone does not build), then
+#    runs `cargo test --workspace --all-features --no-fail-fast CARGO_ARGS -- TEST_ARGS`: unit
 #    tests, the integration suite on all three backends, the derive's UI tests and the doctests
 #    (cargo test runs doctests of library crates itself, so there is no separate doc pass). A
 #    failing test target does not stop the others; the summary at the end lists every failing
@@ -165,6 +169,11 @@ else
     stop_pgbouncer
 fi
 
+# PostgreSQL failover (tests/faults/failover.rs): the tests start their own primary + standby
+# pairs through this script, with the same PostgreSQL binaries.
+export DIESEL_LEASE_TEST_PG_PAIR=$PWD/scripts/pg-pair.sh
+REQUIRE+=(pg-pair)
+
 export DIESEL_LEASE_TEST_REQUIRE
 DIESEL_LEASE_TEST_REQUIRE=$(
     IFS=,
@@ -197,6 +206,19 @@ failed_tests_of() { # the names of the failing tests in a pass's log, one per li
     sed -nE 's/^test (.+) \.\.\. FAILED$/\1/p' "$1"
     grep -E '^error: could not compile' "$1" || true
 }
+
+# The suite runs the examples' binaries (tests/examples.rs), which `cargo test` does not build:
+# build every binary first, with the test targets, so that features unify exactly as in the
+# test pass and nothing is compiled twice. A failure here shows again as the test pass's
+# compile error; it is in the summary either way.
+section "build (the examples' binaries too)"
+pass_start=$(now)
+rc=0
+cargo build --workspace --all-features --bins --tests "${CARGO_ARGS[@]}" 2>&1 |
+    tee "$PASS_LOGS/build.log" || rc=$?
+SUMMARY+=("build: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+while IFS= read -r t; do FAILED_TESTS+=("$t (build)"); done < <(failed_tests_of "$PASS_LOGS/build.log")
+[ "$STATUS" -ne 0 ] || STATUS=$rc
 
 FIRST_LEVEL=${ISOLATION_LEVELS[0]}
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then

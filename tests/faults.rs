@@ -8,8 +8,11 @@
 //! `waits`: a client frozen inside a semaphore's locked transaction holds up nobody past their
 //! deadline.
 //! `read_timeout`: MySQL, a reply that never reaches the client ends in `ConnectionLost`.
+//! `failover`: PostgreSQL, the primary crashes and its streaming standby is promoted.
 
 mod errors;
+#[cfg(feature = "postgres")]
+mod failover;
 mod farm;
 mod holders;
 #[cfg(feature = "mysql")]

@@ -6,6 +6,8 @@ pub mod common;
 
 pub(crate) mod claim;
 mod engines;
+#[cfg(feature = "postgres")]
+mod examples;
 mod faults;
 mod lease;
 pub mod models;

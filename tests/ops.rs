@@ -1,7 +1,8 @@
-//! What operators see: the `diesel-lease` command-line tool against real servers (`cli`), and
-//! diesel-lease's tracing output (`tracing`).
+//! What operators see: the `diesel-lease` command-line tool against real servers (`cli`, and its
+//! `doctor` in `doctor`), and diesel-lease's tracing output (`tracing`).
 
 mod cli;
+mod doctor;
 #[cfg(feature = "metrics")]
 mod metrics;
 pub(crate) mod tracing;

@@ -1,25 +1,32 @@
 //! What the tool needs of each backend beyond diesel-lease's `SqlDialect`: how to read a
-//! timestamp column as microseconds and any column as text, how to ask for a plan, and where the
-//! indexes of a table are listed. One impl per backend; the commands are written once.
+//! timestamp column as microseconds and any column as text, how to ask for a plan and read it,
+//! and where the columns and indexes of a table are listed. One impl per backend; the commands
+//! are written once.
 
 use diesel::query_builder::{AstPass, QueryFragment};
-use diesel::sql_types::Text;
+use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel::{QueryResult, QueryableByName, RunQueryDsl};
 use diesel_lease::admin::AdminStatements;
 use diesel_lease::backend::SqlDialect;
 use diesel_lease::LeaseConnection;
 
-use crate::sql::Ident;
+use crate::sql::{Explain, Ident};
 
-/// SQL text per backend.
+/// SQL text per backend, and what its planner can do with an index.
 pub(crate) trait CliDialect: SqlDialect {
-    /// The statement prefix that returns a plan instead of running a statement.
-    const EXPLAIN: &'static str;
-    /// Whether the planner serves a claim through a partial index (`CREATE INDEX … WHERE state =
-    /// 'ready'`). The claim binds its states as parameters: PostgreSQL proves the predicate in a
-    /// custom plan, SQLite cannot (it plans before the values are bound), MySQL has no partial
-    /// indexes. Where not, the best index leads with the state column.
+    /// The backend's name, for people.
+    const NAME: &'static str;
+    /// The statement that refreshes a table's planner statistics, before the table's name.
+    const ANALYZE: &'static str = "ANALYZE ";
+    /// Whether it has partial indexes (`CREATE INDEX … WHERE state = 'ready'`) that its planner
+    /// uses for a claim whose `WHERE` has that very state test: PostgreSQL and SQLite. MySQL has
+    /// none; there the index that serves a claim leads with the state column.
     const PARTIAL_INDEXES: bool;
+    /// Whether a claim in primary-key order can drift onto the primary key as the backlog
+    /// drains, whatever index serves it today: PostgreSQL costs the primary key with a state
+    /// filter and an index on the ready rows as nearly equal (BENCHMARKS.md, "Consecutive
+    /// claims").
+    const PRIMARY_KEY_ORDER_DRIFTS: bool;
     /// Any column as text.
     fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()>;
     /// A timestamp column (UTC wall-clock time, or an instant) as µs since 1970.
@@ -27,11 +34,52 @@ pub(crate) trait CliDialect: SqlDialect {
         out: &mut AstPass<'_, 'b, Self>,
         column: &'b Ident<'_>,
     ) -> QueryResult<()>;
+    /// A statement's SQL with its bind values, as Diesel's `debug_query` prints it.
+    fn debug_sql(stmt: &dyn QueryFragment<Self>) -> String;
+    /// What keeps the advised index on state column `state` of SQL type `type_name` from
+    /// being created as printed, if anything.
+    fn index_note(_state: &str, _type_name: &str) -> Option<String> {
+        None
+    }
+    /// Whether a column of SQL type `type_name` (as the catalog spells it) holds integers.
+    fn is_integer_type(type_name: &str) -> bool {
+        matches!(
+            bare_type(type_name).as_str(),
+            "smallint"
+                | "integer"
+                | "int"
+                | "bigint"
+                | "tinyint"
+                | "mediumint"
+                | "int2"
+                | "int4"
+                | "int8"
+        )
+    }
+}
+
+/// `character varying(20)` → `character varying`, `int(10) unsigned` → `int`, lower case.
+fn bare_type(type_name: &str) -> String {
+    let lower = type_name.to_ascii_lowercase();
+    let bare = lower.split('(').next().unwrap_or_default();
+    bare.trim().trim_end_matches(" unsigned").trim().to_string()
+}
+
+/// Whether a column of SQL type `type_name` holds booleans.
+pub(crate) fn is_boolean_type(type_name: &str) -> bool {
+    matches!(bare_type(type_name).as_str(), "boolean" | "bool")
+}
+
+/// Whether a column of SQL type `type_name` holds instants (PostgreSQL `timestamptz`).
+pub(crate) fn has_time_zone(type_name: &str) -> bool {
+    let bare = bare_type(type_name);
+    bare == "timestamptz" || bare.ends_with("with time zone") && !bare.contains("without")
 }
 
 impl CliDialect for diesel::pg::Pg {
-    const EXPLAIN: &'static str = "EXPLAIN";
+    const NAME: &'static str = "PostgreSQL";
     const PARTIAL_INDEXES: bool = true;
+    const PRIMARY_KEY_ORDER_DRIFTS: bool = true;
     fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()> {
         out.push_sql("CAST(");
         column.walk_ast(out.reborrow())?;
@@ -48,11 +96,15 @@ impl CliDialect for diesel::pg::Pg {
         out.push_sql(") * 1000000 AS BIGINT)");
         Ok(())
     }
+    fn debug_sql(stmt: &dyn QueryFragment<Self>) -> String {
+        diesel::debug_query::<Self, _>(&stmt).to_string()
+    }
 }
 
 impl CliDialect for diesel::sqlite::Sqlite {
-    const EXPLAIN: &'static str = "EXPLAIN QUERY PLAN";
-    const PARTIAL_INDEXES: bool = false;
+    const NAME: &'static str = "SQLite";
+    const PARTIAL_INDEXES: bool = true;
+    const PRIMARY_KEY_ORDER_DRIFTS: bool = false;
     fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()> {
         out.push_sql("CAST(");
         column.walk_ast(out.reborrow())?;
@@ -68,11 +120,25 @@ impl CliDialect for diesel::sqlite::Sqlite {
         out.push_sql(") - 2440587.5) * 86400000.0) AS INTEGER) * 1000");
         Ok(())
     }
+    fn debug_sql(stmt: &dyn QueryFragment<Self>) -> String {
+        diesel::debug_query::<Self, _>(&stmt).to_string()
+    }
+    /// SQLite's own rule: a declared type containing `INT` has integer affinity.
+    fn is_integer_type(type_name: &str) -> bool {
+        type_name.to_ascii_lowercase().contains("int")
+    }
 }
 
 impl CliDialect for diesel::mysql::Mysql {
-    const EXPLAIN: &'static str = "EXPLAIN";
+    const NAME: &'static str = "MySQL/MariaDB";
+    const ANALYZE: &'static str = "ANALYZE TABLE ";
+    fn index_note(state: &str, type_name: &str) -> Option<String> {
+        bare_type(type_name).ends_with("text").then(|| format!(
+            "the state column `{state}` is `{type_name}`, which MySQL indexes only by a prefix, and a prefix cannot give the claim order: make it a VARCHAR (e.g. ALTER TABLE … MODIFY `{state}` VARCHAR(64) NOT NULL) before creating the index"
+        ))
+    }
     const PARTIAL_INDEXES: bool = false;
+    const PRIMARY_KEY_ORDER_DRIFTS: bool = false;
     fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()> {
         out.push_sql("CAST(");
         column.walk_ast(out.reborrow())?;
@@ -88,6 +154,25 @@ impl CliDialect for diesel::mysql::Mysql {
         out.push_sql(")");
         Ok(())
     }
+    fn debug_sql(stmt: &dyn QueryFragment<Self>) -> String {
+        diesel::debug_query::<Self, _>(&stmt).to_string()
+    }
+}
+
+/// One column of a table.
+#[derive(Debug, Clone, QueryableByName)]
+pub(crate) struct ColumnInfo {
+    #[diesel(sql_type = Text)]
+    pub(crate) name: String,
+    /// Its SQL type, as the catalog spells it.
+    #[diesel(sql_type = Text)]
+    pub(crate) type_name: String,
+    /// 1 when it may hold `NULL`.
+    #[diesel(sql_type = BigInt)]
+    pub(crate) nullable: i64,
+    /// Its position in the primary key (from 1), 0 when it is not part of it.
+    #[diesel(sql_type = BigInt)]
+    pub(crate) pk: i64,
 }
 
 /// One index of a table.
@@ -98,28 +183,53 @@ pub(crate) struct IndexInfo {
     /// `primary` for the primary key, else empty.
     #[diesel(sql_type = Text)]
     pub(crate) kind: String,
-    /// Its definition (SQL, or its columns on MySQL).
+    /// Its columns in index order, comma-separated.
     #[diesel(sql_type = Text)]
-    pub(crate) definition: String,
+    pub(crate) columns: String,
+    /// The `WHERE` of a partial index (SQLite: the whole `CREATE INDEX`).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub(crate) predicate: Option<String>,
 }
 
 impl IndexInfo {
     pub(crate) fn is_primary(&self) -> bool {
         self.kind == "primary"
     }
-    pub(crate) fn is_partial(&self) -> bool {
-        self.definition.to_ascii_uppercase().contains(" WHERE ")
+    pub(crate) fn leading_column(&self) -> &str {
+        self.columns.split(',').next().unwrap_or_default()
     }
+}
+
+/// How a statement reads the table, from its plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Access {
+    /// The index it reads through; `None` for the table itself (every row).
+    pub(crate) index: Option<String>,
+    /// Whether that index is the primary key (or SQLite's rowid).
+    pub(crate) primary: bool,
+    /// Whether a condition on the index's columns limits what it reads (PostgreSQL `Index
+    /// Cond`, SQLite `SEARCH`, MySQL `ref`/`range`…), rather than reading it whole.
+    pub(crate) searched: bool,
+}
+
+/// A statement's plan: its lines for people, and what the verdict needs.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Plan {
+    pub(crate) lines: Vec<String>,
+    /// The ways it reads the table.
+    pub(crate) accesses: Vec<Access>,
+    /// Whether it sorts rows (an `ORDER BY` that no index serves).
+    pub(crate) sorts: bool,
 }
 
 /// What the commands need of a connection.
 pub(crate) trait CliConnection:
     LeaseConnection<Backend: CliDialect> + AdminStatements + diesel::connection::LoadConnection
 {
-    /// The plan of `stmt`, one line per row.
-    fn plan<S>(&mut self, stmt: S) -> QueryResult<Vec<String>>
-    where
-        S: QueryFragment<Self::Backend>;
+    /// The plan of `stmt`, and how it reads `table`.
+    fn plan(&mut self, stmt: &dyn QueryFragment<Self::Backend>, table: &str) -> QueryResult<Plan>;
+    /// The columns of `table` (none when there is no such table).
+    fn columns(&mut self, table: &str) -> QueryResult<Vec<ColumnInfo>>;
     /// The indexes of `table`.
     fn indexes(&mut self, table: &str) -> QueryResult<Vec<IndexInfo>>;
     /// Runs [`ClaimStats`](crate::sql::ClaimStats).
@@ -149,20 +259,76 @@ struct PgPlan {
 
 impl CliConnection for diesel::PgConnection {
     claim_stats!();
-    fn plan<S: QueryFragment<diesel::pg::Pg>>(&mut self, stmt: S) -> QueryResult<Vec<String>> {
-        let rows: Vec<PgPlan> = crate::sql::Explain(stmt).load(self)?;
-        Ok(rows.into_iter().map(|r| r.line).collect())
+    fn plan(&mut self, stmt: &dyn QueryFragment<diesel::pg::Pg>, table: &str) -> QueryResult<Plan> {
+        let rows: Vec<PgPlan> = Explain("EXPLAIN ", stmt).load(self)?;
+        let mut plan = Plan {
+            lines: rows.into_iter().map(|r| r.line).collect(),
+            ..Plan::default()
+        };
+        let json: Vec<PgPlan> = Explain("EXPLAIN (FORMAT JSON) ", stmt).load(self)?;
+        let tree: serde_json::Value = json
+            .first()
+            .and_then(|r| serde_json::from_str(&r.line).ok())
+            .unwrap_or_default();
+        pg_accesses(&tree[0]["Plan"], table, &mut plan);
+        Ok(plan)
+    }
+    fn columns(&mut self, table: &str) -> QueryResult<Vec<ColumnInfo>> {
+        diesel::sql_query(
+            "SELECT CAST(a.attname AS TEXT) AS name, format_type(a.atttypid, a.atttypmod) AS type_name, \
+                    CAST(CASE WHEN a.attnotnull THEN 0 ELSE 1 END AS BIGINT) AS nullable, \
+                    CAST(COALESCE((SELECT k.ord FROM pg_index x, \
+                        unnest(CAST(x.indkey AS int2[])) WITH ORDINALITY AS k(attnum, ord) \
+                      WHERE x.indrelid = a.attrelid AND x.indisprimary AND k.attnum = a.attnum), 0) AS BIGINT) AS pk \
+             FROM pg_attribute a \
+             WHERE a.attrelid = to_regclass(quote_ident($1)) AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+        )
+        .bind::<Text, _>(table)
+        .load(self)
     }
     fn indexes(&mut self, table: &str) -> QueryResult<Vec<IndexInfo>> {
         diesel::sql_query(
             "SELECT CAST(i.relname AS TEXT) AS name, \
                     CASE WHEN x.indisprimary THEN 'primary' ELSE '' END AS kind, \
-                    pg_get_indexdef(x.indexrelid) AS definition \
+                    COALESCE((SELECT string_agg(CAST(a.attname AS TEXT), ',' ORDER BY k.ord) \
+                      FROM unnest(CAST(x.indkey AS int2[])) WITH ORDINALITY AS k(attnum, ord) \
+                      JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum), '') AS columns, \
+                    pg_get_expr(x.indpred, x.indrelid) AS predicate \
              FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid \
              WHERE x.indrelid = to_regclass(quote_ident($1)) ORDER BY 1",
         )
         .bind::<Text, _>(table)
         .load(self)
+    }
+}
+
+/// How a PostgreSQL plan (`EXPLAIN (FORMAT JSON)`'s tree) reads `table`.
+fn pg_accesses(node: &serde_json::Value, table: &str, plan: &mut Plan) {
+    let text = |key: &str| node[key].as_str().unwrap_or_default();
+    let on_table = text("Relation Name") == table;
+    match text("Node Type") {
+        "Sort" | "Incremental Sort" => plan.sorts = true,
+        "Seq Scan" if on_table => plan.accesses.push(Access {
+            index: None,
+            primary: false,
+            searched: false,
+        }),
+        "Index Scan" | "Index Only Scan" if on_table => plan.accesses.push(Access {
+            index: Some(text("Index Name").to_string()),
+            primary: false,
+            searched: node.get("Index Cond").is_some(),
+        }),
+        // The rows of a bitmap scan come in table order, whatever the indexes under it.
+        "Bitmap Index Scan" => plan.accesses.push(Access {
+            index: Some(text("Index Name").to_string()),
+            primary: false,
+            searched: node.get("Index Cond").is_some(),
+        }),
+        _ => {}
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        pg_accesses(child, table, plan);
     }
 }
 
@@ -174,67 +340,209 @@ struct SqlitePlan {
 
 impl CliConnection for diesel::SqliteConnection {
     claim_stats!();
-    fn plan<S: QueryFragment<diesel::sqlite::Sqlite>>(
+    fn plan(
         &mut self,
-        stmt: S,
-    ) -> QueryResult<Vec<String>> {
-        let rows: Vec<SqlitePlan> = crate::sql::Explain(stmt).load(self)?;
-        Ok(rows.into_iter().map(|r| r.detail).collect())
+        stmt: &dyn QueryFragment<diesel::sqlite::Sqlite>,
+        table: &str,
+    ) -> QueryResult<Plan> {
+        let rows: Vec<SqlitePlan> = Explain("EXPLAIN QUERY PLAN ", stmt).load(self)?;
+        let mut plan = Plan::default();
+        for row in rows {
+            if row.detail.starts_with("USE TEMP B-TREE FOR") && row.detail.contains("ORDER BY") {
+                plan.sorts = true;
+            }
+            plan.accesses.extend(sqlite_access(&row.detail, table));
+            plan.lines.push(row.detail);
+        }
+        Ok(plan)
     }
-    fn indexes(&mut self, table: &str) -> QueryResult<Vec<IndexInfo>> {
+    fn columns(&mut self, table: &str) -> QueryResult<Vec<ColumnInfo>> {
         diesel::sql_query(
-            "SELECT l.name AS name, CASE WHEN l.origin = 'pk' THEN 'primary' ELSE '' END AS kind, \
-                    COALESCE((SELECT m.sql FROM sqlite_master m WHERE m.name = l.name), '') AS definition \
-             FROM pragma_index_list(?) l ORDER BY 1",
+            "SELECT name, type AS type_name, CASE WHEN \"notnull\" THEN 0 ELSE 1 END AS nullable, pk \
+             FROM pragma_table_info(?) ORDER BY cid",
         )
         .bind::<Text, _>(table)
         .load(self)
     }
+    fn indexes(&mut self, table: &str) -> QueryResult<Vec<IndexInfo>> {
+        let mut indexes: Vec<IndexInfo> = diesel::sql_query(
+            "SELECT l.name AS name, CASE WHEN l.origin = 'pk' THEN 'primary' ELSE '' END AS kind, \
+                    COALESCE((SELECT group_concat(c.name, ',') FROM \
+                      (SELECT name FROM pragma_index_info(l.name) ORDER BY seqno) c), '') AS columns, \
+                    CASE WHEN l.partial THEN (SELECT m.sql FROM sqlite_master m WHERE m.name = l.name) END AS predicate \
+             FROM pragma_index_list(?) l ORDER BY 1",
+        )
+        .bind::<Text, _>(table)
+        .load(self)?;
+        // The catalog keeps the whole `CREATE INDEX`; the predicate follows its last WHERE.
+        for index in &mut indexes {
+            if let Some(sql) = &index.predicate {
+                let at = sql
+                    .to_ascii_uppercase()
+                    .rfind(" WHERE ")
+                    .map_or(0, |at| at + 7);
+                index.predicate = Some(sql[at..].trim().to_string());
+            }
+        }
+        Ok(indexes)
+    }
+}
+
+/// How one line of SQLite's `EXPLAIN QUERY PLAN` reads `table` (`SCAN t`, `SEARCH t USING
+/// INDEX i (s=?)`, `SCAN t USING COVERING INDEX i`, `SEARCH t USING INTEGER PRIMARY KEY …`).
+fn sqlite_access(detail: &str, table: &str) -> Option<Access> {
+    let (rest, searched) = match detail.strip_prefix("SEARCH ") {
+        Some(rest) => (rest, true),
+        None => (detail.strip_prefix("SCAN ")?, false),
+    };
+    let rest = rest.strip_prefix("TABLE ").unwrap_or(rest);
+    let rest = rest.strip_prefix(table)?;
+    if !(rest.is_empty() || rest.starts_with(' ')) {
+        return None;
+    }
+    if rest.contains(" PRIMARY KEY") {
+        return Some(Access {
+            index: Some("PRIMARY KEY".into()),
+            primary: true,
+            searched,
+        });
+    }
+    let index = ["USING COVERING INDEX ", "USING INDEX "]
+        .iter()
+        .find_map(|using| rest.split_once(using).map(|(_, name)| name))
+        .map(|name| name.split(" (").next().unwrap_or(name).to_string());
+    Some(Access {
+        // `SCAN t` walks the rowid: the primary key of a table with an INTEGER PRIMARY KEY.
+        primary: index.is_none() && !searched,
+        index,
+        searched,
+    })
 }
 
 #[derive(QueryableByName)]
 struct MysqlPlan {
-    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    #[diesel(sql_type = Nullable<Text>)]
     table: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<Text>, column_name = "type")]
+    #[diesel(sql_type = Nullable<Text>, column_name = "type")]
     access: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<Text>)]
+    #[diesel(sql_type = Nullable<Text>)]
     key: Option<String>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<Text>, column_name = "Extra")]
+    #[diesel(sql_type = Nullable<Text>, column_name = "Extra")]
     extra: Option<String>,
 }
 
 impl CliConnection for diesel::MysqlConnection {
     claim_stats!();
-    fn plan<S: QueryFragment<diesel::mysql::Mysql>>(
+    fn plan(
         &mut self,
-        stmt: S,
-    ) -> QueryResult<Vec<String>> {
-        let rows: Vec<MysqlPlan> = crate::sql::Explain(stmt).load(self)?;
-        let text = |v: Option<String>| v.unwrap_or_else(|| "NULL".into());
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                format!(
-                    "table={} type={} key={} extra={}",
-                    text(r.table),
-                    text(r.access),
-                    text(r.key),
-                    text(r.extra)
-                )
-            })
-            .collect())
+        stmt: &dyn QueryFragment<diesel::mysql::Mysql>,
+        table: &str,
+    ) -> QueryResult<Plan> {
+        let rows: Vec<MysqlPlan> = Explain("EXPLAIN ", stmt).load(self)?;
+        let mut plan = Plan::default();
+        for r in rows {
+            let extra = r.extra.unwrap_or_default();
+            plan.sorts |= extra.contains("filesort");
+            if r.table.as_deref() == Some(table) {
+                let access = r.access.clone().unwrap_or_default();
+                plan.accesses.push(Access {
+                    primary: r.key.as_deref() == Some("PRIMARY"),
+                    searched: !matches!(access.as_str(), "ALL" | "index"),
+                    index: r.key.clone().filter(|_| access != "ALL"),
+                });
+            }
+            let text = |v: Option<String>| v.unwrap_or_else(|| "NULL".into());
+            plan.lines.push(format!(
+                "table={} type={} key={} extra={}",
+                text(r.table),
+                text(r.access),
+                text(r.key),
+                if extra.is_empty() { "NULL" } else { &extra }
+            ));
+        }
+        Ok(plan)
+    }
+    fn columns(&mut self, table: &str) -> QueryResult<Vec<ColumnInfo>> {
+        diesel::sql_query(
+            "SELECT CAST(c.COLUMN_NAME AS CHAR) AS name, CAST(c.COLUMN_TYPE AS CHAR) AS type_name, \
+                    CAST(c.IS_NULLABLE = 'YES' AS SIGNED) AS nullable, \
+                    CAST(COALESCE(s.SEQ_IN_INDEX, 0) AS SIGNED) AS pk \
+             FROM information_schema.columns c LEFT JOIN information_schema.statistics s \
+               ON s.TABLE_SCHEMA = c.TABLE_SCHEMA AND s.TABLE_NAME = c.TABLE_NAME \
+              AND s.COLUMN_NAME = c.COLUMN_NAME AND s.INDEX_NAME = 'PRIMARY' \
+             WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = ? ORDER BY c.ORDINAL_POSITION",
+        )
+        .bind::<Text, _>(table)
+        .load(self)
     }
     fn indexes(&mut self, table: &str) -> QueryResult<Vec<IndexInfo>> {
         diesel::sql_query(
             "SELECT CAST(INDEX_NAME AS CHAR) AS name, \
                     CASE WHEN INDEX_NAME = 'PRIMARY' THEN 'primary' ELSE '' END AS kind, \
-                    CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS CHAR) AS definition \
+                    CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS CHAR) AS columns, \
+                    CAST(NULL AS CHAR) AS predicate \
              FROM information_schema.statistics \
              WHERE table_schema = DATABASE() AND table_name = ? \
              GROUP BY INDEX_NAME ORDER BY 1",
         )
         .bind::<Text, _>(table)
         .load(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_plan_lines_say_how_the_table_is_read() {
+        let access = |d| sqlite_access(d, "jobs");
+        let via = |index: &str, searched| {
+            Some(Access {
+                index: Some(index.into()),
+                primary: false,
+                searched,
+            })
+        };
+        assert_eq!(
+            access("SEARCH jobs USING INDEX jobs_claim (status=?)"),
+            via("jobs_claim", true)
+        );
+        assert_eq!(
+            access("SCAN jobs USING COVERING INDEX jobs_claim"),
+            via("jobs_claim", false)
+        );
+        assert_eq!(
+            access("SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)"),
+            Some(Access {
+                index: Some("PRIMARY KEY".into()),
+                primary: true,
+                searched: true
+            })
+        );
+        assert_eq!(
+            access("SCAN jobs"),
+            Some(Access {
+                index: None,
+                primary: true,
+                searched: false
+            })
+        );
+        assert_eq!(access("SCAN jobs_archive"), None);
+        assert_eq!(access("USE TEMP B-TREE FOR ORDER BY"), None);
+    }
+
+    #[test]
+    fn column_types_are_read_as_the_catalogs_spell_them() {
+        use diesel::mysql::Mysql;
+        use diesel::pg::Pg;
+        use diesel::sqlite::Sqlite;
+        assert!(Pg::is_integer_type("bigint") && Pg::is_integer_type("integer"));
+        assert!(!Pg::is_integer_type("interval") && !Pg::is_integer_type("point"));
+        assert!(Mysql::is_integer_type("int(11) unsigned") && Mysql::is_integer_type("tinyint(1)"));
+        assert!(Sqlite::is_integer_type("BIGINT") && !Sqlite::is_integer_type("TEXT"));
+        assert!(is_boolean_type("boolean") && !is_boolean_type("text"));
+        assert!(has_time_zone("timestamp with time zone") && has_time_zone("timestamptz"));
+        assert!(!has_time_zone("timestamp without time zone") && !has_time_zone("DATETIME(6)"));
     }
 }

@@ -3,18 +3,21 @@
 //! ```text
 //! DATABASE_URL=postgres://… diesel-lease leases
 //! diesel-lease semaphores --json
-//! diesel-lease claims --table import_jobs --state-column status --claimed-at-column claimed_at --older-than 15m
+//! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
-//! diesel-lease doctor --table import_jobs --state-column status --ready ready --order-by id
+//! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
 //! ```
 //!
-//! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, and anything else is a
-//! SQLite file (`sqlite://` prefix optional). Tables and columns an operator names are quoted as
-//! identifiers, never pasted into SQL; values are bind parameters.
+//! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, `sqlite://` or a
+//! path without a scheme (a SQLite file); any other scheme is an error. Tables and columns an
+//! operator names are quoted as identifiers, never pasted into SQL; values are bind parameters
+//! (the state values of `doctor`'s claim statements are literals, escaped as diesel-lease
+//! escapes a model's states).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod backend;
 mod commands;
+mod doctor;
 mod report;
 mod sql;
 
@@ -27,7 +30,7 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "diesel-lease", version)]
 struct Cli {
-    /// The database: postgres://…, mysql://…, or a SQLite file path (sqlite://… accepted).
+    /// The database: postgres://…, postgresql://…, mysql://…, sqlite://… or a SQLite file path.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
     /// Print JSON instead of a table (for scripts).
@@ -55,7 +58,7 @@ enum Command {
         #[arg(long, global = true)]
         yes: bool,
     },
-    /// EXPLAIN the claim's row pick and say whether it uses a partial index (and the fix if not).
+    /// EXPLAIN the statements a claim sends and say whether indexes serve them (and the fix if not).
     Doctor(DoctorArgs),
 }
 
@@ -82,29 +85,63 @@ struct ClaimsArgs {
     /// Its state column.
     #[arg(long)]
     state_column: String,
-    /// Its claimed-at column (a timestamp): enables the oldest claim and `--older-than`.
-    #[arg(long)]
+    /// Its claimed-at column (a timestamp): shows the oldest claim and the claims older than
+    /// `--older-than`, among the rows in the `--claimed` state (the only rows a claim timeout
+    /// applies to: finished rows keep their claimed-at).
+    #[arg(long, requires = "claimed")]
     claimed_at_column: Option<String>,
-    /// Count claims older than this (e.g. `90s`, `15m`, `2h`); needs `--claimed-at-column`.
-    #[arg(long, value_parser = parse_duration, default_value = "15m")]
-    older_than: Duration,
+    /// The claimed state, `#[claimable(claimed = …)]`, as the table shows it (`NULL` for
+    /// `None`); needs `--claimed-at-column`.
+    #[arg(long, requires = "claimed_at_column")]
+    claimed: Option<String>,
+    /// Count claims older than this (e.g. `90s`, `15m`, `2h`; default 15m); needs
+    /// `--claimed-at-column`.
+    #[arg(long, value_parser = parse_duration, requires = "claimed_at_column")]
+    older_than: Option<Duration>,
 }
 
-/// The claim to check.
+/// The claim to check: the table and its model, as `#[claimable(…)]` describes it (each flag
+/// is the attribute of the same name).
 #[derive(Debug, clap::Args)]
 struct DoctorArgs {
     /// The table.
     #[arg(long)]
     table: String,
-    /// Its state column.
+    /// `state = …`: its state column.
     #[arg(long)]
     state_column: String,
-    /// The ready state(s) a claim picks rows from (repeat for several).
+    /// `ready = …`: the ready state(s) a claim takes rows in (repeat for several; `NULL` for
+    /// `None`).
     #[arg(long = "ready", required = true)]
     ready: Vec<String>,
-    /// The claim order, as `#[claimable(order_by(…))]` has it: `col` or `col:desc`, repeated
-    /// (default: `id`, the primary key order the derive uses without `order_by`).
-    #[arg(long = "order-by", default_value = "id")]
+    /// `claimed = …`: the state a claim writes.
+    #[arg(long)]
+    claimed: String,
+    /// `failed = …`: the failed state, if any.
+    #[arg(long)]
+    failed: Option<String>,
+    /// `owner = …`: the owner column, if any.
+    #[arg(long)]
+    owner_column: Option<String>,
+    /// `claimed_at = …`: the claimed-at column, if any.
+    #[arg(long)]
+    claimed_at_column: Option<String>,
+    /// `timeout_secs = …`: claims older than this are rescued (e.g. `300`, `5m`); needs
+    /// `--claimed-at-column`.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// `attempts = …`: the attempts column, if any.
+    #[arg(long)]
+    attempts_column: Option<String>,
+    /// `max_attempts = …`.
+    #[arg(long)]
+    max_attempts: Option<i64>,
+    /// `available_at = …`: the not-before column, if any.
+    #[arg(long)]
+    available_at_column: Option<String>,
+    /// `order_by(…)`: `col` or `col:desc`, repeated (default: the derive's, the not-before
+    /// column if any, then the primary key).
+    #[arg(long = "order-by")]
     order_by: Vec<String>,
 }
 

@@ -1,6 +1,7 @@
 //! The statements on tables an operator names. Names are quoted identifiers (`push_identifier`),
-//! values are bind parameters; the backend's clock and syntax come from diesel-lease's
-//! `SqlDialect` and [`CliBackend`](crate::backend::CliBackend).
+//! values are bind parameters (the states in `doctor`'s statements are diesel-lease's own
+//! escaped literals); the backend's clock and syntax come from diesel-lease's `SqlDialect` and
+//! [`CliDialect`](crate::backend::CliDialect).
 
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Nullable, Text, Untyped};
@@ -75,53 +76,88 @@ impl<DB: CliDialect> QueryFragment<DB> for ClaimStats<'_> {
     }
 }
 
-/// The row pick of a claim, as diesel-lease's claim statement has it inside:
-/// `SELECT * FROM t WHERE s IN ($1, …) ORDER BY … LIMIT 1 FOR UPDATE SKIP LOCKED`.
+/// `<prefix> <statement>`: the statement's plan in the backend's words (`EXPLAIN `,
+/// `EXPLAIN (FORMAT JSON) `, `EXPLAIN QUERY PLAN `), with the statement's own bind values.
 #[derive(Debug)]
-pub(crate) struct ClaimPick<'a> {
-    pub(crate) table: Ident<'a>,
-    pub(crate) state: Ident<'a>,
-    pub(crate) ready: &'a [String],
-    pub(crate) order: Vec<(Ident<'a>, bool)>,
+pub(crate) struct Explain<S>(pub(crate) &'static str, pub(crate) S);
+
+impl<DB: diesel::backend::Backend, S: QueryFragment<DB>> QueryFragment<DB> for Explain<S> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql(self.0);
+        self.1.walk_ast(out.reborrow())
+    }
 }
 
-impl<DB: CliDialect> QueryFragment<DB> for ClaimPick<'_> {
+/// `*`: every column, what `doctor` has a claim return in place of a model's columns (it knows
+/// only the table). SQLite refuses `t.*` after `RETURNING`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AllColumns;
+
+impl<DB: diesel::backend::Backend> QueryFragment<DB> for AllColumns {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("SELECT * FROM ");
-        self.table.walk_ast(out.reborrow())?;
-        out.push_sql(" WHERE ");
-        self.state.walk_ast(out.reborrow())?;
-        out.push_sql(" IN (");
-        for (i, value) in self.ready.iter().enumerate() {
-            if i > 0 {
-                out.push_sql(", ");
-            }
-            DB::bind_str(&mut out, value)?;
-        }
-        out.push_sql(") ORDER BY ");
-        for (i, (column, desc)) in self.order.iter().enumerate() {
-            if i > 0 {
-                out.push_sql(", ");
-            }
-            column.walk_ast(out.reborrow())?;
-            out.push_sql(if *desc { " DESC" } else { " ASC" });
-        }
-        out.push_sql(" LIMIT 1");
-        out.push_sql(DB::SKIP_LOCKED);
+        out.push_sql("*");
         Ok(())
     }
 }
 
-/// `EXPLAIN <statement>` in the backend's words (`EXPLAIN QUERY PLAN` on SQLite).
+/// `CREATE INDEX name ON table (col [DESC], …) [WHERE predicate]`: the index `doctor` advises,
+/// every name quoted as the backend quotes identifiers; the predicate is diesel-lease's own state
+/// test ([`StatesIn`](diesel_lease::claim::statements::StatesIn)), the text a claim carries.
 #[derive(Debug)]
-pub(crate) struct Explain<S>(pub(crate) S);
+pub(crate) struct CreateIndex<'a> {
+    pub(crate) name: String,
+    pub(crate) table: Ident<'a>,
+    pub(crate) columns: Vec<(Ident<'a>, bool)>,
+    pub(crate) predicate: Option<diesel_lease::claim::statements::StatesIn>,
+}
 
-impl<DB: CliDialect, S: QueryFragment<DB>> QueryFragment<DB> for Explain<S> {
+impl<DB: diesel_lease::backend::SqlDialect> QueryFragment<DB> for CreateIndex<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql(DB::EXPLAIN);
-        out.push_sql(" ");
+        out.push_sql("CREATE INDEX ");
+        out.push_identifier(&self.name)?;
+        out.push_sql(" ON ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" (");
+        for (i, (column, desc)) in self.columns.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            column.walk_ast(out.reborrow())?;
+            if *desc {
+                out.push_sql(" DESC");
+            }
+        }
+        out.push_sql(")");
+        if let Some(predicate) = &self.predicate {
+            out.push_sql(" WHERE ");
+            predicate.walk_ast(out.reborrow())?;
+        }
+        Ok(())
+    }
+}
+
+/// `ANALYZE t` (MySQL: `ANALYZE TABLE t`): fresh planner statistics for a table.
+#[derive(Debug)]
+pub(crate) struct Analyze<'a>(pub(crate) Ident<'a>);
+
+impl<DB: CliDialect> QueryFragment<DB> for Analyze<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql(DB::ANALYZE);
         self.0.walk_ast(out.reborrow())
     }
+}
+
+/// The SQL text of a statement without binds (DDL to show).
+pub(crate) fn sql_text<DB, Q>(q: &Q) -> QueryResult<String>
+where
+    DB: diesel::backend::Backend + Default,
+    DB::QueryBuilder: Default,
+    Q: QueryFragment<DB>,
+{
+    use diesel::query_builder::QueryBuilder;
+    let mut builder = DB::QueryBuilder::default();
+    q.to_sql(&mut builder, &DB::default())?;
+    Ok(builder.finish())
 }
 
 /// Untyped statements loaded into `QueryableByName` rows, as `sql_query` is.
@@ -137,4 +173,4 @@ macro_rules! untyped {
         impl<$($l,)? $($s,)? Conn> RunQueryDsl<Conn> for $t$(<$l>)?$(<$s>)? {}
     )*};
 }
-untyped!(ClaimStats<'a>, ClaimPick<'a>, Explain<S>);
+untyped!(ClaimStats<'a>, Explain<S>);

@@ -1,6 +1,6 @@
 //! The tool without a server: usage and error reporting. (Against real servers it is tested in
-//! the integration suite, `tests/ops/cli.rs`; this file also makes `cargo test` build the binary
-//! that suite runs.)
+//! the integration suite, `tests/ops/cli.rs` and `tests/ops/doctor.rs`; this file also makes
+//! `cargo test` build the binary that suite runs.)
 
 use std::process::Command;
 
@@ -52,6 +52,27 @@ fn errors_are_one_line_with_a_non_zero_exit() {
 
     // No URL at all: clap's usage error.
     assert!(!run(&["leases"], None).status.success());
+}
+
+/// A URL with a scheme the tool does not know is not taken for a SQLite file name (issue 22.6:
+/// `garbage://x` gave "no SQLite database at `garbage://x`"): the error names the scheme and the
+/// ones it knows.
+#[test]
+fn an_unknown_url_scheme_is_named_with_the_known_ones() {
+    for url in [
+        "garbage://x",
+        "postgress://localhost/db",
+        "mariadb://root@localhost/db",
+    ] {
+        let out = run(&["leases"], Some(url));
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8(out.stderr).unwrap();
+        let scheme = url.split("://").next().unwrap();
+        assert_eq!(
+            err,
+            format!("diesel-lease: the database URL's scheme `{scheme}://` is not one diesel-lease knows: use postgres://, postgresql://, mysql://, sqlite:// or a SQLite file path\n")
+        );
+    }
 }
 
 fn tempfile_path() -> String {

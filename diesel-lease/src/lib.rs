@@ -131,7 +131,8 @@ pub use heartbeat::{LostReason, LostSignal};
 pub use held::Held;
 pub use lease::{Lease, LeaseGuard, LeaseOptions};
 pub use lease_core::{
-    Backoff, ClaimStamp, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl,
+    Backoff, ClaimStamp, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl, MAX_OWNER_LEN,
+    MAX_TTL,
 };
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;

@@ -276,6 +276,14 @@ pub(crate) fn rescued(table: &'static str, rows: usize) {
     let _ = (table, rows);
 }
 
+/// A lease could not be released after the work under it failed; the caller gets the work's
+/// error, and the lease expires by itself at the end of its ttl.
+pub(crate) fn release_after_failure(name: &str, error: &dyn std::fmt::Display) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "diesel_lease", name, %error, "the work failed and the lease could not be released; it expires at the end of its ttl");
+    let _ = (name, error);
+}
+
 /// The farm scheduler hit an error it reports and retries at its next poll.
 pub(crate) fn schedule_retry(name: &str, error: &dyn std::fmt::Display) {
     #[cfg(feature = "tracing")]

@@ -16,20 +16,16 @@ pub use crate::lease::job::JobLease;
 pub use crate::once::{ClaimIfNull, InsertOnce, Returning};
 pub use crate::semaphore::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 
-/// Reads an owner field of a model (`String` or `Option<String>`).
+/// Reads an owner field of a model: an `Option<String>`, since a row that is ready to be claimed
+/// has no owner.
 #[diagnostic::on_unimplemented(
-    message = "the owner field must be a `String` or `Option<String>`, but it is `{Self}`",
+    message = "the owner field must be an `Option<String>`, but it is `{Self}`",
     label = "the field of this column has the wrong type",
-    note = "the owner is the worker's identity, stored as text"
+    note = "the owner is the claiming worker's identity, stored as text, and NULL while the row is ready to be claimed"
 )]
 pub trait OwnerValue {
     /// The owner, if set.
     fn owner_str(&self) -> Option<&str>;
-}
-impl OwnerValue for String {
-    fn owner_str(&self) -> Option<&str> {
-        Some(self)
-    }
 }
 impl OwnerValue for Option<String> {
     fn owner_str(&self) -> Option<&str> {
@@ -63,7 +59,7 @@ macro_rules! attempts_value {
 }
 attempts_value!(i16, i32, i64);
 
-/// The SQL types an owner (or job holder) column may have.
+/// The SQL types a job holder column may have (that it is nullable is `NullableColumn`'s check).
 #[diagnostic::on_unimplemented(
     message = "this column must be a text column, but its SQL type is `{Self}`",
     label = "not a `Text` or `Nullable<Text>` column",
@@ -72,6 +68,37 @@ attempts_value!(i16, i32, i64);
 pub trait TextColumn {}
 impl TextColumn for Text {}
 impl TextColumn for Nullable<Text> {}
+
+/// The SQL type of a claim's owner column: nullable text, since a release or retry back to ready
+/// sets it to NULL.
+#[diagnostic::on_unimplemented(
+    message = "the owner column must be a nullable text column, but its SQL type is `{Self}`",
+    label = "not a `Nullable<Text>` column",
+    note = "it stores the claiming worker's identity, and NULL while the row is ready to be claimed (a release or a retry back to ready sets it to NULL): declare it `Nullable<Text>` (or `Nullable<Varchar>`) in `table!`, NULL-able in the database"
+)]
+pub trait OwnerColumn {}
+impl OwnerColumn for Nullable<Text> {}
+
+/// A claimable model is `Selectable`: claims read the rows they claim with `as_select()`. The
+/// derive asserts it with this bound, whose message names the fix (checked on one enabled
+/// backend; Diesel's derive implements `Selectable` for every backend at once).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is claimable (`#[claimable(state = …)]`), so it must implement Diesel's `Selectable`: claims read the rows they claim with `{Self}::as_select()`",
+    label = "add `Selectable` to this derive",
+    note = "derive it next to `Queryable`: `#[derive(Queryable, Selectable, Claimable)]`",
+    note = "with `#[diesel(check_for_backend(diesel::pg::Pg))]` (or `diesel::sqlite::Sqlite`, `diesel::mysql::Mysql`: the backends you use) each field is also checked against its column, at the field"
+)]
+pub trait ClaimRow {}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+impl<T: diesel::Selectable<CheckedBackend> + ?Sized> ClaimRow for T {}
+
+// SQLite first: it is a default feature, so the message names the same backend in most builds.
+#[cfg(feature = "sqlite")]
+type CheckedBackend = diesel::sqlite::Sqlite;
+#[cfg(all(not(feature = "sqlite"), feature = "postgres"))]
+type CheckedBackend = diesel::pg::Pg;
+#[cfg(all(not(feature = "sqlite"), not(feature = "postgres"), feature = "mysql"))]
+type CheckedBackend = diesel::mysql::Mysql;
 
 /// The SQL types a last-error column may have.
 #[diagnostic::on_unimplemented(

@@ -162,7 +162,6 @@ pub(crate) struct Block4;
 /// # use diesel_lease::prelude::*;
 /// # use chrono::NaiveDateTime;
 /// # use std::time::Duration;
-/// # use diesel_lease::claim::{RetryOutcome, RetryPolicy};
 /// # use diesel_lease::worker::Worker;
 /// # use std::sync::atomic::AtomicBool;
 /// # diesel::table! {
@@ -189,6 +188,7 @@ pub(crate) struct Block4;
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
 /// # let email: Email = emails::table.select(Email::as_select()).first(&mut conn)?;
 /// # let err = "550 mailbox unavailable";
+/// use diesel_lease::claim::{RetryOutcome, RetryPolicy};
 /// let policy = RetryPolicy::new(5)?.base(Duration::from_secs(2)).max_delay(Duration::from_secs(600));
 /// match email.fail_or_retry_because(&mut conn, &policy, &err.to_string())? {
 ///     RetryOutcome::Retried { delay, .. } => eprintln!("retrying in {delay:?}"),
@@ -257,7 +257,6 @@ pub(crate) struct Block6;
 /// # use chrono::NaiveDateTime;
 /// # use std::time::Duration;
 /// # use diesel_lease::claim::{RetryOutcome, RetryPolicy};
-/// # use diesel_lease::worker::Worker;
 /// # use std::sync::atomic::AtomicBool;
 /// # diesel::table! {
 /// #     emails (id) {
@@ -283,6 +282,8 @@ pub(crate) struct Block6;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
 /// # let policy = RetryPolicy::new(5)?;
+/// use diesel_lease::worker::Worker;
+///
 /// let stop = AtomicBool::new(false);            // set it from your shutdown signal
 /// let report = Worker::new(pool.clone())
 ///     .concurrency(4)                           // threads; give the pool n + 2 connections or more
@@ -386,11 +387,12 @@ pub(crate) struct Block9;
 /// # use diesel_lease::claim::{RetryOutcome, RetryPolicy};
 /// # use diesel_lease::worker::Worker;
 /// # use std::sync::atomic::AtomicBool;
-/// # use diesel_lease::lease::job::JobRunOptions;
 /// # diesel::table! { job_status (job_id) { job_id -> Text, running_at -> Nullable<Text>, last_run_started -> Nullable<Timestamp>, next_run -> Nullable<Timestamp>, } }
 /// # fn send_price_alerts() -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
+/// use diesel_lease::lease::job::JobRunOptions;
+///
 /// #[derive(Queryable, Selectable, Claimable)]
 /// #[diesel(table_name = job_status, primary_key(job_id))]
 /// #[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
@@ -477,19 +479,21 @@ pub(crate) struct Block12;
 /// # use diesel_lease::claim::{RetryOutcome, RetryPolicy};
 /// # use diesel_lease::worker::Worker;
 /// # use std::sync::atomic::AtomicBool;
-/// # use diesel_lease::LeaseOptions;
-/// # fn send_digest(_: diesel_lease::FencingToken) {}
+/// # fn send_digest(_: diesel_lease::FencingToken) -> Result<usize, Box<dyn std::error::Error>> { Ok(1) }
 /// # fn shutting_down() -> bool { true }
 /// # fn check_prices_and_mail(_: Option<chrono::DateTime<chrono::Utc>>, _: diesel_lease::FencingToken) {}
-/// # fn rebuild() {}
+/// # fn rebuild() -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
 /// use diesel_lease::lease::schedule::{every, run_exclusive, with_lock};
+/// use diesel_lease::LeaseOptions;
 ///
-/// // Run now if nobody else is running it (ShedLock's model): Ok(None) if another node is.
-/// run_exclusive(&pool, "send-digest", &LeaseOptions::new(Duration::from_secs(300)), |lease| {
-///     send_digest(lease.token())
-/// })?;
+/// // Run now if nobody else is running it (ShedLock's model): None if another node is. The job
+/// // returns a Result (as Diesel's `transaction` closure does) and its error comes back through `?`.
+/// let sent: Option<usize> =
+///     run_exclusive(&pool, "send-digest", &LeaseOptions::new(Duration::from_secs(300)), |lease| {
+///         send_digest(lease.token()) // -> Result<usize, Box<dyn Error>>
+///     })?;
 ///
 /// // Once per interval across the whole farm, whichever nodes are up and whenever they started.
 /// every(Duration::from_secs(3600))
@@ -498,7 +502,8 @@ pub(crate) struct Block12;
 ///         check_prices_and_mail(occurrence.due_at(), occurrence.token());
 ///     })?;
 ///
-/// // An expiring mutex (django-db-mutex): wait up to the ttl for it, run, release.
+/// // An expiring mutex (django-db-mutex): wait up to the ttl for it, run, release; rebuild's
+/// // error, like the lock's, comes back through `?`.
 /// with_lock(&pool, "rebuild-index", Duration::from_secs(30), || rebuild())?;
 /// # Ok(())
 /// # }

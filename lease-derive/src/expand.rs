@@ -220,7 +220,6 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         quote!(#us)
     }));
     let max_attempts = option(c.max_attempts.map(i64::from));
-    let value = |e: &syn::Expr| quote_spanned!(e.span()=> <#state_ty as ::core::convert::From<_>>::from(#e));
     let ready_sql: Vec<_> = c.ready.iter().map(crate::literal::tokens).collect();
     let claimed_sql = crate::literal::tokens(&c.claimed);
     let done_sql = option(c.done.as_ref().map(crate::literal::tokens));
@@ -254,8 +253,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         checks.push(type_check(
             model,
             col,
-            "owner_must_be_a_text_column",
-            quote!(::diesel_lease::__private::TextColumn),
+            "owner_must_be_a_nullable_text_column",
+            quote!(::diesel_lease::__private::OwnerColumn),
         ));
     }
     if let Some((col, _)) = &c.attempts {
@@ -275,20 +274,28 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     .into_iter()
     .filter(|(has, _)| *has)
     .map(|(_, t)| marker(name, &model.generics, t));
-    // The state values must be values of the state field's type: each is converted into it,
-    // spanned at the value, so a mismatch is reported there. The SQL itself carries the literals.
-    let states = c
-        .ready
-        .iter()
-        .chain(std::iter::once(&c.claimed))
-        .chain(&c.done)
-        .chain(&c.failed)
-        .map(value);
-    checks.push(quote! {
-        const _: fn() = || {
-            #(let _: #state_ty = #states;)*
-        };
-    });
+    // The state values must be values of the state field's type. When its spelling says what
+    // it is (text, an integer, a boolean) `fit.rs` has checked them; otherwise (an alias, an enum)
+    // each is converted into it here, spanned at the value, so a mismatch is reported on that
+    // token. The SQL itself carries the literals.
+    if !crate::fit::decides_state_values(state_ty) {
+        let states = c
+            .ready
+            .iter()
+            .chain(std::iter::once(&c.claimed))
+            .chain(&c.done)
+            .chain(&c.failed)
+            .map(|e| {
+                let ty = respan(quote!(#state_ty), e.span());
+                quote_spanned!(e.span()=> let _: #ty = <#ty as ::core::convert::From<_>>::from(#e);)
+            });
+        checks.push(quote! {
+            const _: fn() = || {
+                #(#states)*
+            };
+        });
+    }
+    checks.push(selectable_check(model));
     quote! {
         #(#checks)*
 
@@ -316,6 +323,38 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         }
 
         #(#markers)*
+    }
+}
+
+/// `tokens` with every token at `span`, so that an error anywhere in them is reported there.
+fn respan(tokens: TokenStream, span: proc_macro2::Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut t| {
+            if let proc_macro2::TokenTree::Group(g) = &t {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                t = proc_macro2::TokenTree::Group(group);
+            }
+            t.set_span(span);
+            t
+        })
+        .collect()
+}
+
+/// Claims read the claimed rows with Diesel's `as_select()`: a model that is not `Selectable`
+/// is reported here, at the derive, by the `ClaimRow` bound's own message (which names the
+/// fix), rather than only as Diesel's `QueryMetadata` / `CompatibleType` errors at each call.
+fn selectable_check(model: &Model) -> TokenStream {
+    let span = proc_macro2::Span::call_site();
+    let (impl_g, ty_g, where_g) = model.generics.split_for_impl();
+    let name = syn::Ident::new(&model.name.to_string(), span);
+    quote_spanned! {span=>
+        #[allow(dead_code)]
+        fn claimable_model_checks #impl_g () #where_g {
+            fn model_must_implement_selectable<T: ::diesel_lease::__private::ClaimRow + ?::core::marker::Sized>() {}
+            model_must_implement_selectable::<#name #ty_g>();
+        }
     }
 }
 

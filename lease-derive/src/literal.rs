@@ -10,80 +10,144 @@ use syn::{Expr, Lit, UnOp};
 
 use crate::attrs::{ClaimableAttrs, Errors};
 
-/// A state value's SQL: `Some(text)` (`'new'`, `42`, `TRUE`), or `None` for `NULL`.
-pub(crate) fn sql(e: &Expr) -> syn::Result<Option<String>> {
+/// A state value as written: its literal, and what the literal is wrapped in.
+pub(crate) struct StateValue<'e> {
+    pub(crate) literal: Literal<'e>,
+    /// The outermost `Some(…)`, when there is one: the value of an `Option` field.
+    pub(crate) some: Option<&'e Expr>,
+    /// The `String::from(…)` or `….to_string()` around the literal, which makes a `String` of
+    /// any literal while the SQL still carries the literal.
+    pub(crate) stringified: Option<&'e Expr>,
+}
+
+/// The literal inside a state value.
+pub(crate) enum Literal<'e> {
+    /// `None`: SQL `NULL`.
+    Null(&'e Expr),
+    Str(&'e syn::LitStr),
+    /// The value, and the literal's expression (with its sign).
+    Int(i128, &'e Expr),
+    Bool(&'e syn::LitBool),
+}
+
+impl Literal<'_> {
+    /// The literal as written, for messages.
+    pub(crate) fn text(&self) -> String {
+        match self {
+            Literal::Null(_) => "None".to_owned(),
+            Literal::Str(s) => quote!(#s).to_string(),
+            Literal::Int(v, _) => v.to_string(),
+            Literal::Bool(b) => b.value.to_string(),
+        }
+    }
+
+    pub(crate) fn span(&self) -> proc_macro2::Span {
+        match self {
+            Literal::Null(e) | Literal::Int(_, e) => e.span(),
+            Literal::Str(s) => s.span(),
+            Literal::Bool(b) => b.span(),
+        }
+    }
+}
+
+/// Reads a state value: a string, integer or boolean literal, or `None`, possibly wrapped in
+/// `Some(…)`, `String::from(…)`, `.into()`, `.to_string()` or `.to_owned()`.
+pub(crate) fn value(e: &Expr) -> syn::Result<StateValue<'_>> {
     match e {
-        Expr::Lit(l) => lit_sql(&l.lit).map(Some),
-        Expr::Paren(p) => sql(&p.expr),
-        Expr::Group(g) => sql(&g.expr),
+        Expr::Lit(l) => Ok(bare(match &l.lit {
+            Lit::Str(s) => Literal::Str(s),
+            Lit::Int(i) => Literal::Int(i128::from(int(i)?), e),
+            Lit::Bool(b) => Literal::Bool(b),
+            _ => return Err(not_a_literal(e)),
+        })),
+        Expr::Paren(p) => value(&p.expr),
+        Expr::Group(g) => value(&g.expr),
         Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => match &*u.expr {
             Expr::Lit(syn::ExprLit {
                 lit: Lit::Int(i), ..
-            }) => Ok(Some(format!("-{}", int(i)?))),
+            }) => Ok(bare(Literal::Int(-i128::from(int(i)?), e))),
             _ => Err(not_a_literal(e)),
         },
-        Expr::Path(p) if p.path.is_ident("None") => Ok(None),
-        // `Some(v)`, `String::from(v)`: the value of an `Option<…>` or `String` field.
-        Expr::Call(c) if c.args.len() == 1 && is_wrapper(&c.func) => sql(&c.args[0]),
-        // `v.into()`, `v.to_string()`, `v.to_owned()`.
-        Expr::MethodCall(m)
-            if m.args.is_empty()
-                && ["into", "to_string", "to_owned"].contains(&m.method.to_string().as_str()) =>
-        {
-            sql(&m.receiver)
+        Expr::Path(p) if p.path.is_ident("None") => Ok(bare(Literal::Null(e))),
+        Expr::Call(c) if c.args.len() == 1 => {
+            let inner = value(&c.args[0]);
+            match wrapper(&c.func) {
+                Some(Wrapper::Some) => inner.map(|v| StateValue { some: Some(e), ..v }),
+                Some(Wrapper::StringFrom) => inner.map(|v| StateValue {
+                    stringified: Some(e),
+                    ..v
+                }),
+                None => Err(not_a_literal(e)),
+            }
         }
+        Expr::MethodCall(m) if m.args.is_empty() => match m.method.to_string().as_str() {
+            "into" | "to_owned" => value(&m.receiver),
+            "to_string" => value(&m.receiver).map(|v| StateValue {
+                stringified: Some(e),
+                ..v
+            }),
+            _ => Err(not_a_literal(e)),
+        },
         _ => Err(not_a_literal(e)),
     }
 }
 
-fn is_wrapper(func: &Expr) -> bool {
-    let Expr::Path(p) = func else { return false };
-    let names: Vec<String> = p
-        .path
-        .segments
-        .iter()
-        .map(|s| s.ident.to_string())
-        .collect();
-    matches!(
-        names.iter().map(String::as_str).collect::<Vec<_>>()[..],
-        ["Some"] | ["Option", "Some"] | ["String", "from"]
-    )
-}
-
-fn lit_sql(lit: &Lit) -> syn::Result<String> {
-    match lit {
-        Lit::Str(s) => {
-            let v = s.value();
-            if let Some(c) = v.chars().find(|c| *c == '\0' || *c == '\\') {
-                let why = if c == '\0' {
-                    "a NUL character, which PostgreSQL cannot store in text"
-                } else {
-                    "a backslash, which MySQL (and PostgreSQL without `standard_conforming_strings`) reads as an escape in a quoted literal"
-                };
-                return Err(syn::Error::new(
-                    s.span(),
-                    format!("this state contains {why}, so it cannot be written into the claim's SQL safely\nhelp: use a state name without `\\` or NUL, e.g. `\"ready\"`"),
-                ));
-            }
-            Ok(format!("'{}'", v.replace('\'', "''")))
-        }
-        Lit::Int(i) => int(i),
-        Lit::Bool(b) => Ok(if b.value { "TRUE" } else { "FALSE" }.to_owned()),
-        _ => Err(not_a_literal_span(lit.span())),
+fn bare(literal: Literal<'_>) -> StateValue<'_> {
+    StateValue {
+        literal,
+        some: None,
+        stringified: None,
     }
 }
 
-fn int(i: &syn::LitInt) -> syn::Result<String> {
-    i.base10_parse::<i64>().map(|v| v.to_string())
+/// A state value's SQL: `Some(text)` (`'new'`, `42`, `TRUE`), or `None` for `NULL`.
+pub(crate) fn sql(e: &Expr) -> syn::Result<Option<String>> {
+    Ok(match value(e)?.literal {
+        Literal::Null(_) => None,
+        Literal::Str(s) => Some(str_sql(s)?),
+        Literal::Int(v, _) => Some(v.to_string()),
+        Literal::Bool(b) => Some(if b.value { "TRUE" } else { "FALSE" }.to_owned()),
+    })
+}
+
+enum Wrapper {
+    Some,
+    StringFrom,
+}
+
+fn wrapper(func: &Expr) -> Option<Wrapper> {
+    let Expr::Path(p) = func else { return None };
+    let names = crate::ty::segment_names(&p.path);
+    match names.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["Some"] | ["Option", "Some"] => Some(Wrapper::Some),
+        ["String", "from"] => Some(Wrapper::StringFrom),
+        _ => None,
+    }
+}
+
+fn str_sql(s: &syn::LitStr) -> syn::Result<String> {
+    let v = s.value();
+    if let Some(c) = v.chars().find(|c| *c == '\0' || *c == '\\') {
+        let why = if c == '\0' {
+            "a NUL character, which PostgreSQL cannot store in text"
+        } else {
+            "a backslash, which MySQL (and PostgreSQL without `standard_conforming_strings`) reads as an escape in a quoted literal"
+        };
+        return Err(syn::Error::new(
+            s.span(),
+            format!("this state contains {why}, so it cannot be written into the claim's SQL safely\nhelp: use a state name without `\\` or NUL, e.g. `\"ready\"`"),
+        ));
+    }
+    Ok(format!("'{}'", v.replace('\'', "''")))
+}
+
+fn int(i: &syn::LitInt) -> syn::Result<i64> {
+    i.base10_parse::<i64>()
 }
 
 fn not_a_literal(e: &Expr) -> syn::Error {
-    not_a_literal_span(e.span())
-}
-
-fn not_a_literal_span(span: proc_macro2::Span) -> syn::Error {
     syn::Error::new(
-        span,
+        e.span(),
         "a state must be a string, integer or boolean literal, or `None` for NULL: it is written into the claim's SQL as a constant, so the statement is prepared once and matches a partial index\nhelp: the correct format looks like `#[claimable(ready = \"new\")]`, `ready = 0`, `ready = false` or `ready = None` (a literal may be wrapped in `Some(…)` or `.into()`)",
     )
 }

@@ -179,6 +179,63 @@ fn seed_004_bool_state() {
     insta::assert_snapshot!(code);
 }
 
+/// A state field whose type the derive cannot read (an enum, an alias, here generic): its values
+/// are converted into it by the compiler, spanned at each value; the `Selectable` check is
+/// generic like the model.
+#[test]
+fn enum_state_on_a_generic_model() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = jobs)]
+        #[claimable(state = status, ready("new", "retry"), claimed = "running")]
+        pub struct Job<T: Payload> {
+            pub id: i64,
+            pub status: Status,
+            pub payload: T,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
+/// A value of the wrong kind for a field the derive can read is an error at the value, not a
+/// type check left to the compiler.
+#[test]
+fn state_values_checked_against_the_field() {
+    let code = derive_claimable_inner(quote! {
+        #[claimable(state = status, ready(1, "2"), claimed = None, done = Some("d"))]
+        pub struct Job { pub id: i64, pub status: std::string::String }
+    })
+    .to_string();
+    assert!(code.contains("`1` in `ready(…)` is an integer"), "{code}");
+    assert_eq!(
+        code.matches("compile_error").count(),
+        3,
+        "`\"2\"` is a string: {code}"
+    );
+    assert!(code.contains("`claimed = None` is SQL NULL"), "{code}");
+    assert!(code.contains("`done = Some(…)` is an `Option`"), "{code}");
+    for accepted in [
+        quote!(#[claimable(state = status, ready = 1, claimed = -32768, done = 32767)]),
+        quote!(#[claimable(state = status, ready(None, 1), claimed = Some(2))]),
+    ] {
+        let ty = if accepted.to_string().contains("None") {
+            quote!(Option<i16>)
+        } else {
+            quote!(i16)
+        };
+        let code = derive_claimable_inner(quote! {
+            #accepted
+            pub struct Job { pub id: i64, pub status: #ty }
+        })
+        .to_string();
+        assert!(!code.contains("compile_error"), "{code}");
+        assert!(
+            !code.contains("From"),
+            "no conversion check for a read type: {code}"
+        );
+    }
+}
+
 #[test]
 fn seed_000_job_lease() {
     let code = expand(quote! {

@@ -37,6 +37,7 @@ pub(crate) fn check(
     }
     check_claim(a, fields, errors);
     crate::literal::check(a, errors);
+    crate::fit::check(a, fields, errors);
 }
 
 /// Every primary-key column needs a field: claims, claim_if_null columns and job leases address rows by key.

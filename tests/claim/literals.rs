@@ -24,6 +24,14 @@ pub(crate) mod schema {
         }
     }
 
+    // An integer state in a `SMALLINT` column.
+    diesel::table! {
+        coded (id) {
+            id -> BigInt,
+            code -> SmallInt,
+        }
+    }
+
     // A worker's queue whose claimed state is NULL, with a key to limit per.
     diesel::table! {
         keyed_jobs (id) {
@@ -34,7 +42,7 @@ pub(crate) mod schema {
         }
     }
 }
-use schema::{keyed_jobs, table1};
+use schema::{coded, keyed_jobs, table1};
 
 /// Seed 002 as a new user writes it: a row qualifies while `col1 IS NULL`.
 #[derive(Debug, Queryable, Selectable, Claimable)]
@@ -64,6 +72,25 @@ pub(crate) struct NullDone {
     pub(crate) col1: Option<String>,
 }
 
+/// Integer states of an `i16` field, negative ones and the type's bounds among them (issue 22:
+/// the derive's type check used to infer `i32` for them and refuse an `i16` field).
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = coded)]
+#[claimable(state = code, ready(0, -1), claimed = 1, done = 32767, failed = -32768)]
+pub(crate) struct Coded {
+    pub(crate) id: i64,
+    pub(crate) code: i16,
+}
+
+/// Bare strings as the states of an `Option<String>` field, beside `None`.
+#[derive(Debug, Queryable, Selectable, Claimable)]
+#[diesel(table_name = table1)]
+#[claimable(state = col1, ready("new", None), claimed = "sent", done = "done".to_owned())]
+pub(crate) struct BareOnOption {
+    pub(crate) id: i64,
+    pub(crate) col1: Option<String>,
+}
+
 /// NULL as the claimed state of a queue that a [`Worker`] runs with a per-key limit.
 #[derive(Debug, Queryable, Selectable, Claimable)]
 #[diesel(table_name = keyed_jobs)]
@@ -85,6 +112,12 @@ const KEYED_JOBS_DDL: (&str, &str, &str) = (
        attempts INT NOT NULL DEFAULT 0);",
 );
 
+const CODED_DDL: (&str, &str, &str) = (
+    "CREATE TABLE coded (id BIGINT PRIMARY KEY, code SMALLINT NOT NULL);",
+    "CREATE TABLE coded (id INTEGER PRIMARY KEY, code SMALLINT NOT NULL);",
+    "CREATE TABLE coded (id BIGINT PRIMARY KEY, code SMALLINT NOT NULL);",
+);
+
 const TABLE1_DDL: (&str, &str, &str) = (
     "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT);",
     "CREATE TABLE table1 (id INTEGER PRIMARY KEY, col1 TEXT);",
@@ -98,6 +131,8 @@ backend_suite! {
         null_claimed_state_is_written_and_owner_checked,
         null_done_state_makes_the_row_ready_again,
         the_per_key_limit_counts_null_claimed_rows,
+        small_integer_states_are_claimed_and_finished,
+        bare_strings_are_states_of_an_option_field,
     ];
 
     fn fill(db: &TestDb<B>, rows: &[(i64, Option<&str>)]) {
@@ -205,6 +240,40 @@ backend_suite! {
         let again = NullDone::claim_next(&mut conn).unwrap().expect("row 1 is ready again");
         assert_eq!(again.id, 1);
         assert!(NullDone::claim_next(&mut conn).unwrap().is_none());
+    }
+
+    /// `ready(0, -1)` claims the rows in 0 and -1 and no other; `complete` and `fail` write the
+    /// `SMALLINT`'s bounds.
+    pub(crate) fn small_integer_states_are_claimed_and_finished(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = CODED_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let rows = [(1_i64, 0_i16), (2, -1), (3, 5), (4, 0)];
+        let values: Vec<_> =
+            rows.iter().map(|(id, code)| (coded::id.eq(*id), coded::code.eq(*code))).collect();
+        diesel::insert_into(coded::table).values(&values).execute(&mut db.conn()).unwrap();
+        let mut conn = db.conn();
+        let batch = Coded::claim_batch(&mut conn, 10).unwrap();
+        assert_eq!(batch.iter().map(|r| (r.id, r.code)).collect::<Vec<_>>(), [(1, 1), (2, 1), (4, 1)]);
+        assert!(batch[0].complete(&mut conn).unwrap());
+        assert!(batch[1].fail(&mut conn).unwrap());
+        assert!(Coded::claim_next(&mut conn).unwrap().is_none(), "row 3 is in no ready state");
+        let codes: Vec<(i64, i16)> =
+            coded::table.order(coded::id).select((coded::id, coded::code)).load(&mut conn).unwrap();
+        assert_eq!(codes, [(1, 32767), (2, -32768), (3, 5), (4, 1)]);
+    }
+
+    /// `ready("new", None)` on an `Option<String>` field: the rows in 'new' and NULL, not 'other'.
+    pub(crate) fn bare_strings_are_states_of_an_option_field(db: &TestDb<B>) {
+        fill(db, &[(1, Some("new")), (2, None), (3, Some("other"))]);
+        let mut conn = db.conn();
+        let batch = BareOnOption::claim_batch(&mut conn, 10).unwrap();
+        let claimed: Vec<_> = batch.iter().map(|r| (r.id, r.col1.as_deref())).collect();
+        assert_eq!(claimed, [(1, Some("sent")), (2, Some("sent"))]);
+        assert!(batch[1].complete(&mut conn).unwrap());
+        assert_eq!(
+            states(db),
+            vec![(1, Some("sent".into())), (2, Some("done".into())), (3, Some("other".into()))]
+        );
     }
 
     /// With a row of `acme` claimed (its state NULL) and a limit of one row per tenant, a worker

@@ -100,16 +100,64 @@ fn run_exclusive_skips_when_held<B: TestBackend>(db: &TestDb<B>) {
         .unwrap()
         .expect("free");
     assert_eq!(
-        run_exclusive(&pool, "job", &opts(60_000), |_| "ran").unwrap(),
+        run_exclusive(&pool, "job", &opts(60_000), |_| Ok::<_, Error>("ran")).unwrap(),
         None
     );
     held.release().unwrap();
-    let ran = run_exclusive(&pool, "job", &opts(60_000), |lease| lease.token().get()).unwrap();
+    let ran = run_exclusive(&pool, "job", &opts(60_000), |lease| {
+        Ok::<_, Error>(lease.token().get())
+    })
+    .unwrap();
     assert_eq!(ran, Some(2));
     // Released after the job: the next one runs too.
-    assert!(run_exclusive(&pool, "job", &opts(60_000), |_| ())
+    assert!(
+        run_exclusive(&pool, "job", &opts(60_000), |_| Ok::<_, Error>(()))
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// The job's own error type comes back through `?`, the lease's errors convert into it, and a
+/// failed job still releases the lease at once (the next run does not wait for the ttl).
+fn a_failing_job_returns_its_error_and_releases<B: TestBackend>(db: &TestDb<B>) {
+    #[derive(Debug, PartialEq)]
+    enum AppError {
+        Lease(String),
+        Job(&'static str),
+    }
+    impl From<Error> for AppError {
+        fn from(e: Error) -> Self {
+            AppError::Lease(e.to_string())
+        }
+    }
+    db.migrate();
+    let pool = db.pool(4);
+    let failed: Result<Option<()>, AppError> = run_exclusive(&pool, "job", &opts(60_000), |_| {
+        Err(AppError::Job("no mail server"))
+    });
+    assert_eq!(failed, Err(AppError::Job("no mail server")));
+    // Released although the job failed: taken again at once, with the next token.
+    let token = run_exclusive(&pool, "job", &opts(60_000), |lease| {
+        Ok::<_, AppError>(lease.token().get())
+    });
+    assert_eq!(token, Ok(Some(2)));
+
+    let failed: Result<(), AppError> = with_lock(&pool, "mutex", ms(60_000), || {
+        Err(AppError::Job("disk full"))
+    });
+    assert_eq!(failed, Err(AppError::Job("disk full")));
+    // `with_lock` would wait up to its ttl for a holder; a failed job left none.
+    let mut c = db.conn();
+    let record = lease::inspect(&mut c, "mutex")
         .unwrap()
-        .is_some());
+        .expect("the lock was taken");
+    assert!(
+        !record.is_held(),
+        "the failed job's lock is still held: {record:?}"
+    );
+    // A lease error converts into the job's error type too: an empty name is refused.
+    let refused = run_exclusive(&pool, "", &opts(60_000), |_| Ok::<_, AppError>(()));
+    assert!(matches!(refused, Err(AppError::Lease(_))), "{refused:?}");
 }
 
 fn with_lock_is_mutually_exclusive<B: TestBackend>(db: &TestDb<B>) {
@@ -124,6 +172,7 @@ fn with_lock_is_mutually_exclusive<B: TestBackend>(db: &TestDb<B>) {
                         let n = counter.load(Ordering::SeqCst);
                         std::thread::sleep(ms(3));
                         counter.store(n + 1, Ordering::SeqCst);
+                        Ok::<_, Error>(())
                     })
                     .unwrap();
                 }
@@ -140,7 +189,7 @@ fn with_lock_waits_for_an_expiring_holder<B: TestBackend>(db: &TestDb<B>) {
     let _abandoned = lease::try_acquire(&mut c, "mutex", &opts(300))
         .unwrap()
         .expect("free");
-    let token = with_lock(&pool, "mutex", ms(10_000), || 7).unwrap();
+    let token = with_lock(&pool, "mutex", ms(10_000), || Ok::<_, Error>(7)).unwrap();
     assert_eq!(token, 7);
     assert_eq!(
         lease::inspect(&mut c, "mutex")
@@ -249,6 +298,7 @@ backend_tests!(
     keep_alive_holds_past_its_ttl,
     keep_alive_marks_the_guard_lost_when_taken_over,
     run_exclusive_skips_when_held,
+    a_failing_job_returns_its_error_and_releases,
     with_lock_is_mutually_exclusive,
     with_lock_waits_for_an_expiring_holder,
     every_runs_once_per_interval_in_process,

@@ -1,6 +1,7 @@
 //! The operator tool, run as a process against each backend: a worker's lease shows up, a forced
 //! release fences the worker, a forced ticket release takes a permit away, claims are counted,
 //! operator-typed names stay identifiers, and errors are one line with a non-zero exit.
+//! (`doctor` is tested in `doctor.rs`.)
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ fn cli_path() -> PathBuf {
     path
 }
 
-fn cli<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> Output {
+pub(crate) fn cli<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> Output {
     Command::new(cli_path())
         .env("DATABASE_URL", &db.url)
         .args(args)
@@ -35,7 +36,7 @@ fn cli<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> Output {
 }
 
 /// Runs it, expects success, returns stdout.
-fn ok<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
+pub(crate) fn ok<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
     let out = cli(db, args);
     assert!(
         out.status.success(),
@@ -45,14 +46,14 @@ fn ok<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-fn json<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> Value {
+pub(crate) fn json<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> Value {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
     serde_json::from_str(&ok(db, &all)).expect("valid JSON")
 }
 
 /// Runs it, expects failure, returns its single stderr line.
-fn fails<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
+pub(crate) fn fails<B: TestBackend>(db: &TestDb<B>, args: &[&str]) -> String {
     let out = cli(db, args);
     assert!(!out.status.success(), "diesel-lease {args:?} succeeded");
     let err = String::from_utf8(out.stderr).expect("utf-8");
@@ -118,10 +119,28 @@ fn a_workers_lease_is_listed_and_a_forced_release_fences_it<B: TestBackend>(db: 
     assert_eq!(json(db, &["leases"])[0]["token"], token);
     assert!(fails(db, &["release", "lease", "no-such-lease", "--yes"]).contains("no lease named"));
 
-    let released = json(db, &["release", "lease", "nightly-report", "--yes"]);
-    assert_eq!(released["old_token"], token);
-    assert_eq!(released["token"], token + 1);
+    let holder = entry["holder"].as_str().unwrap().to_string();
+    let released = ok(db, &["release", "lease", "nightly-report", "--yes"]);
+    assert_eq!(
+        released,
+        format!("released lease `nightly-report` (held by `{holder}`): token {token} -> {}; the holder's next extend or release fails with LeaseLost\n", token + 1)
+    );
     assert_eq!(json(db, &["leases"])[0]["held"], false);
+    // Released again, now that it is free: it says so (issue 22.6: it said "was expired by"), and
+    // the token still moves on.
+    let again = ok(db, &["release", "lease", "nightly-report", "--yes"]);
+    assert!(
+        again.starts_with(&format!(
+            "released lease `nightly-report` (free; last held by `{holder}`): token {} -> {};",
+            token + 1,
+            token + 2
+        )),
+        "{again}"
+    );
+    let released = json(db, &["release", "lease", "nightly-report", "--yes"]);
+    assert_eq!(released["was_held"], false);
+    assert_eq!(released["old_token"], token + 2);
+    assert_eq!(released["token"], token + 3);
 
     // The old holder is fenced: its next extend and release see LeaseLost.
     writeln!(worker.stdin.as_mut().unwrap(), "go").unwrap();
@@ -138,7 +157,7 @@ fn a_workers_lease_is_listed_and_a_forced_release_fences_it<B: TestBackend>(db: 
     )
     .unwrap()
     .expect("free after the forced release");
-    assert!(next.token().get() > token + 1);
+    assert!(next.token().get() > token + 3);
 }
 
 fn a_forced_ticket_release_takes_the_permit_away<B: TestBackend>(db: &TestDb<B>) {
@@ -175,15 +194,18 @@ fn claims_are_counted_and_names_stay_identifiers<B: TestBackend>(db: &TestDb<B>)
         "CREATE TABLE \"Import Jobs\" (id BIGINT PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMP);
          INSERT INTO \"Import Jobs\" VALUES
            (1, 'ready', NULL), (2, 'ready', NULL), (3, 'claimed', now() AT TIME ZONE 'UTC' - INTERVAL '2 hours'),
-           (4, 'claimed', now() AT TIME ZONE 'UTC' - INTERVAL '1 minute'), (5, 'done', NULL);",
+           (4, 'claimed', now() AT TIME ZONE 'UTC' - INTERVAL '1 minute'), (5, 'done', NULL),
+           (6, 'done', now() AT TIME ZONE 'UTC' - INTERVAL '3 hours');",
         "CREATE TABLE \"Import Jobs\" (id INTEGER PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMP);
          INSERT INTO \"Import Jobs\" VALUES
            (1, 'ready', NULL), (2, 'ready', NULL), (3, 'claimed', strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 hours')),
-           (4, 'claimed', strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minutes')), (5, 'done', NULL);",
+           (4, 'claimed', strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minutes')), (5, 'done', NULL),
+           (6, 'done', strftime('%Y-%m-%d %H:%M:%f', 'now', '-3 hours'));",
         "CREATE TABLE `Import Jobs` (id BIGINT PRIMARY KEY, status VARCHAR(20) NOT NULL, claimed_at DATETIME(6));
          INSERT INTO `Import Jobs` VALUES
            (1, 'ready', NULL), (2, 'ready', NULL), (3, 'claimed', UTC_TIMESTAMP(6) - INTERVAL 2 HOUR),
-           (4, 'claimed', UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE), (5, 'done', NULL);",
+           (4, 'claimed', UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE), (5, 'done', NULL),
+           (6, 'done', UTC_TIMESTAMP(6) - INTERVAL 3 HOUR);",
     );
     let report = json(
         db,
@@ -193,6 +215,8 @@ fn claims_are_counted_and_names_stay_identifiers<B: TestBackend>(db: &TestDb<B>)
             "Import Jobs",
             "--state-column",
             "status",
+            "--claimed",
+            "claimed",
             "--claimed-at-column",
             "claimed_at",
             "--older-than",
@@ -202,7 +226,12 @@ fn claims_are_counted_and_names_stay_identifiers<B: TestBackend>(db: &TestDb<B>)
     let states = report["states"].as_array().unwrap();
     let by = |s: &str| states.iter().find(|r| r["state"] == s).expect(s).clone();
     assert_eq!(by("ready")["rows"], 2);
-    assert_eq!(by("done")["rows"], 1);
+    // A finished row keeps the claimed-at of its last claim, but no claim timeout applies to it
+    // (issue 22.6: 2,000 done rows were counted as older than the timeout).
+    let done = by("done");
+    assert_eq!(done["rows"], 2);
+    assert_eq!(done["older_than_timeout"], Value::Null, "{done}");
+    assert_eq!(done["oldest_claimed_at_micros"], Value::Null, "{done}");
     let claimed = by("claimed");
     assert_eq!(claimed["rows"], 2);
     assert_eq!(
@@ -222,14 +251,50 @@ fn claims_are_counted_and_names_stay_identifiers<B: TestBackend>(db: &TestDb<B>)
             "Import Jobs",
             "--state-column",
             "status",
+            "--claimed",
+            "claimed",
+            "--claimed-at-column",
+            "claimed_at",
+            "--older-than",
+            "1s",
         ],
     );
-    assert!(
-        table
-            .lines()
-            .any(|l| l.starts_with("ready") && l.contains(" 2 ")),
+    let line = |state: &str| {
+        let l = table.lines().find(|l| l.starts_with(state)).expect(state);
+        l.split_whitespace().map(str::to_string).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        table.lines().next().unwrap().split_whitespace().last(),
+        Some("1.0s"),
         "{table}"
     );
+    assert_eq!(line("ready"), ["ready", "2", "-", "-"], "{table}");
+    assert_eq!(line("done"), ["done", "2", "-", "-"], "{table}");
+    assert_eq!(
+        line("claimed").last().map(String::as_str),
+        Some("2"),
+        "both claims are older than 1s: {table}"
+    );
+
+    // `--older-than` needs a claimed-at column to measure (issue 22.6: it printed `-`), and the
+    // claimed state whose rows it measures: a usage error naming what is missing.
+    for (args, missing) in [
+        (&["--older-than", "1s"][..], "--claimed-at-column"),
+        (&["--claimed-at-column", "claimed_at"][..], "--claimed"),
+    ] {
+        let mut all = vec![
+            "claims",
+            "--table",
+            "Import Jobs",
+            "--state-column",
+            "status",
+        ];
+        all.extend_from_slice(args);
+        let out = cli(db, &all);
+        assert_eq!(out.status.code(), Some(2), "clap's usage error");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(missing), "{err}");
+    }
 
     // A name is only ever a name: this one matches no table, and nothing is dropped.
     let err = fails(
@@ -259,35 +324,6 @@ fn claims_are_counted_and_names_stay_identifiers<B: TestBackend>(db: &TestDb<B>)
             .len(),
         3
     );
-
-    // doctor: the plan of the claim's pick on this table, and a verdict.
-    let doctor = json(
-        db,
-        &[
-            "doctor",
-            "--table",
-            "Import Jobs",
-            "--state-column",
-            "status",
-            "--ready",
-            "ready",
-        ],
-    );
-    assert!(!doctor["plan"].as_array().unwrap().is_empty());
-    assert!(doctor["verdict"].is_string() && doctor["message"].is_string());
-    assert!(fails(
-        db,
-        &[
-            "doctor",
-            "--table",
-            "missing",
-            "--state-column",
-            "s",
-            "--ready",
-            "r"
-        ]
-    )
-    .contains("missing"));
 }
 
 backend_tests!(

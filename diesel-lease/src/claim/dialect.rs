@@ -10,7 +10,8 @@ use diesel::result::Error as DieselError;
 use diesel::{Connection, QueryResult};
 
 use super::statements::{
-    load_shaped, reap, shape, ClaimModel, ClaimParts, ClaimSql, ClaimStmt, Filter, PickStmt,
+    load_shaped, reap, shape, ClaimModel, ClaimParts, ClaimSql, ClaimStatement, ClaimStep,
+    ClaimStmt, ClaimTarget, Filter, PickStmt, ReapStmt,
 };
 use crate::backend::SqlDialect;
 use crate::notify::Notifications;
@@ -22,7 +23,7 @@ pub trait ClaimSqlDialect: SqlDialect {
     /// without `UPDATE … RETURNING` (MySQL) keep this default, which refuses, and claim in
     /// several statements instead (their [`ClaimDialect::claim_rows`]).
     #[doc(hidden)]
-    fn push_claim<'b, M: ClaimSql<Self>>(
+    fn push_claim<'b, M: ClaimTarget<Self>>(
         _out: &mut AstPass<'_, 'b, Self>,
         _stmt: &'b ClaimStmt<'_, M, Self>,
     ) -> QueryResult<()> {
@@ -42,6 +43,25 @@ pub trait ClaimDialect: Notifications + Connection<Backend: ClaimSqlDialect> {
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
     ) -> String;
+
+    /// The statements [`claim_rows`](Self::claim_rows) sends for one `claim_next` (one row, no
+    /// filter) of `parts`, in order, each with what it does: what a review tool (the operator's
+    /// `doctor`) `EXPLAIN`s. By default the reap, when the claim needs one, and the one-statement
+    /// claim.
+    #[doc(hidden)]
+    fn claim_statements<'a, T: ClaimTarget<Self::Backend>>(
+        parts: &'a ClaimParts<T, Self::Backend>,
+    ) -> Vec<ClaimStatement<'a, Self::Backend>> {
+        let mut steps = Vec::new();
+        if parts.needs_reap() {
+            steps.push(ClaimStatement::new(ClaimStep::Reap, ReapStmt(parts)));
+        }
+        steps.push(ClaimStatement::new(
+            ClaimStep::Claim,
+            ClaimStmt::new(parts, 1, None),
+        ));
+        steps
+    }
 
     /// Claims up to `limit` rows, reaping exhausted stale claims first when the model asks for it
     /// (same transaction). By default one `UPDATE … RETURNING` statement in the shape of

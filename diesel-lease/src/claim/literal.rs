@@ -33,6 +33,24 @@ impl StateLiteral {
         StateLiteral(Some(text))
     }
 
+    /// [`StateLiteral::sql`] checked when called instead of when compiled, for a tool that
+    /// describes a model at run time (the operator's `doctor`): `None` for text `sql` refuses.
+    pub fn checked(text: &'static str) -> Option<StateLiteral> {
+        is_safe_literal(text.as_bytes()).then_some(StateLiteral(Some(text)))
+    }
+
+    /// The SQL text of a text state, as `#[derive(Claimable)]` writes it: `'value'` with every
+    /// `'` doubled. `None` for text with a backslash or NUL, which the derive refuses too (they
+    /// are not quoted the same way on every backend).
+    pub fn quote_text(value: &str) -> Option<String> {
+        (!value.contains(['\\', '\0'])).then(|| format!("'{}'", value.replace('\'', "''")))
+    }
+
+    /// The SQL text of a value (`'ready'`, `42`, `TRUE`); `None` for `NULL`.
+    pub const fn as_sql(self) -> Option<&'static str> {
+        self.0
+    }
+
     /// Whether this is SQL `NULL`.
     pub const fn is_null(self) -> bool {
         self.0.is_none()
@@ -145,7 +163,25 @@ const fn is_keyword(b: &[u8], k: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_safe_literal;
+    use super::{is_safe_literal, StateLiteral};
+
+    #[test]
+    fn text_is_quoted_as_the_derive_quotes_it() {
+        assert_eq!(
+            StateLiteral::quote_text("ready").as_deref(),
+            Some("'ready'")
+        );
+        assert_eq!(StateLiteral::quote_text("it's").as_deref(), Some("'it''s'"));
+        assert_eq!(StateLiteral::quote_text("a\\b"), None);
+        assert_eq!(StateLiteral::quote_text("a\0b"), None);
+        for value in ["ready", "it's", "'; DROP TABLE jobs; --", "''", ""] {
+            let text: &'static str =
+                Box::leak(StateLiteral::quote_text(value).unwrap().into_boxed_str());
+            assert!(StateLiteral::checked(text).is_some(), "{text}");
+        }
+        assert_eq!(StateLiteral::checked("ready"), None);
+        assert_eq!(StateLiteral::checked("1 OR 1=1"), None);
+    }
 
     #[test]
     fn only_safely_quoted_literals_are_accepted() {

@@ -10,8 +10,8 @@ use diesel::MysqlConnection;
 
 use super::dialect::{ClaimDialect, ClaimSqlDialect};
 use super::statements::{
-    shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, Dynamic, Exec, Filter,
-    NoFilter, PickStmt, ReapProbeStmt, StmtId, Which,
+    shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, ClaimStatement, ClaimStep,
+    ClaimTarget, Dynamic, Exec, Filter, NoFilter, PickStmt, ReapProbeStmt, StmtId, Which,
 };
 use crate::backend::{Dialect, Uncached};
 
@@ -20,6 +20,28 @@ impl ClaimSqlDialect for Mysql {}
 impl ClaimDialect for MysqlConnection {
     fn claim_sql<M: ClaimSql<Mysql>>(parts: &ClaimParts<M, Mysql>, limit: i64) -> String {
         diesel::debug_query::<Mysql, _>(&PickStmt::locking(parts, limit, None)).to_string()
+    }
+
+    fn claim_statements<'a, T: ClaimTarget<Mysql>>(
+        parts: &'a ClaimParts<T, Mysql>,
+    ) -> Vec<ClaimStatement<'a, Mysql>> {
+        // As `claim_rows` and `reap_skip_locked` run them; the locks by key and the marking
+        // address rows by primary key.
+        let mut steps = Vec::new();
+        if parts.needs_reap() {
+            let probe = ReapProbeStmt {
+                parts,
+                limit: REAP_BATCH,
+            };
+            steps.push(ClaimStatement::new(ClaimStep::ReapProbe, probe));
+        }
+        if parts.rescues() {
+            let probe = PickStmt::only(parts, 1, None, Which::Stale, false);
+            steps.push(ClaimStatement::new(ClaimStep::StaleProbe, probe));
+        }
+        let ready = PickStmt::only(parts, 1, None, Which::Ready, true);
+        steps.push(ClaimStatement::new(ClaimStep::ReadyPick, ready));
+        steps
     }
 
     fn claim_rows<M: ClaimModel<Self>, F: QueryId>(
@@ -40,7 +62,7 @@ impl ClaimDialect for MysqlConnection {
             // marking that row then waits for (claims deadlocked with each other). Locking
             // reads run outside the statement cache, whatever their query id: see `Uncached`.
             let mut picked = Vec::new();
-            if parts.cutoff.is_some() {
+            if parts.rescues() {
                 let probe = PickStmt::only(parts, limit, filter, Which::Stale, false);
                 let stale = M::load::<Dynamic>(c, &probe)?;
                 if !stale.is_empty() {

@@ -8,8 +8,8 @@ use diesel::PgConnection;
 
 use super::dialect::{ClaimDialect, ClaimSqlDialect};
 use super::statements::{
-    claim_assignments, column_list, pick_from, qualified, ClaimParts, ClaimSql, ClaimStmt, Dynamic,
-    Exec,
+    claim_assignments, column_list, pick_from, qualified, ClaimParts, ClaimSql, ClaimStmt,
+    ClaimTarget, Dynamic, Exec,
 };
 use crate::notify::postgres::channel;
 
@@ -19,22 +19,23 @@ impl ClaimSqlDialect for Pg {
     ///  UPDATE t SET … FROM picked WHERE t.pk = picked.pk RETURNING …`.
     /// The CTE is evaluated once, so the statement never claims more than `$n` rows (an
     /// `IN (subquery)` may be re-run by the planner and claim more).
-    fn push_claim<'b, M: ClaimSql<Pg>>(
+    fn push_claim<'b, M: ClaimTarget<Pg>>(
         out: &mut AstPass<'_, 'b, Pg>,
         stmt: &'b ClaimStmt<'_, M, Pg>,
     ) -> QueryResult<()> {
+        let pk = stmt.parts.shape.pk;
         out.push_sql("WITH ");
         out.push_identifier("picked")?;
         out.push_sql(" AS (SELECT ");
-        column_list(out, M::PK)?;
+        column_list(out, pk)?;
         pick_from(out, stmt.parts, stmt.filter, &stmt.limit)?;
         out.push_sql(" FOR UPDATE SKIP LOCKED) UPDATE ");
-        M::push_table(out, &stmt.parts.table)?;
+        stmt.parts.table.walk_ast(out.reborrow())?;
         claim_assignments(out, stmt.parts)?;
         out.push_sql(" FROM ");
         out.push_identifier("picked")?;
         out.push_sql(" WHERE ");
-        for (i, pk) in M::PK.iter().enumerate() {
+        for (i, pk) in pk.iter().enumerate() {
             if i > 0 {
                 out.push_sql(" AND ");
             }
@@ -45,7 +46,7 @@ impl ClaimSqlDialect for Pg {
             out.push_identifier(pk)?;
         }
         out.push_sql(" RETURNING ");
-        M::push_select(out, &stmt.parts.select)
+        stmt.parts.select.walk_ast(out.reborrow())
     }
 }
 

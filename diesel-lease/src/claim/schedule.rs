@@ -42,10 +42,11 @@ impl TimeColumn {
 /// ` AND (available_at IS NULL OR available_at <= <db now>)` when the model maps a not-before
 /// column (without the `IS NULL` branch for a `NOT NULL` column, so an index on it serves the
 /// range); nothing otherwise.
-pub(crate) fn push_not_before<M: Claimable, DB: SqlDialect>(
+pub(crate) fn push_not_before<DB: SqlDialect>(
     out: &mut AstPass<'_, '_, DB>,
+    available_at: Option<TimeColumn>,
 ) -> QueryResult<()> {
-    let Some(col) = M::AVAILABLE_AT else {
+    let Some(col) = available_at else {
         return Ok(());
     };
     out.push_sql(" AND (");

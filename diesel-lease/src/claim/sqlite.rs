@@ -9,27 +9,28 @@ use diesel::SqliteConnection;
 use super::dialect::{ClaimDialect, ClaimSqlDialect};
 use super::statements::{
     claim_assignments, column_list, load_shaped, pick_from, shape, ClaimModel, ClaimParts,
-    ClaimSql, ClaimStmt, Exec, Filter, NoFilter, PickStmt, StmtId,
+    ClaimSql, ClaimStmt, ClaimTarget, Exec, Filter, NoFilter, PickStmt, StmtId,
 };
 use crate::backend::SqlDialect;
 
 impl ClaimSqlDialect for Sqlite {
     /// The claim in one statement, safe because SQLite has one writer at a time (the caller holds
     /// `BEGIN IMMEDIATE`): `UPDATE t SET … WHERE (pk) IN (SELECT pk … LIMIT $n) RETURNING …`.
-    fn push_claim<'b, M: ClaimSql<Sqlite>>(
+    fn push_claim<'b, M: ClaimTarget<Sqlite>>(
         out: &mut AstPass<'_, 'b, Sqlite>,
         stmt: &'b ClaimStmt<'_, M, Sqlite>,
     ) -> QueryResult<()> {
+        let pk = stmt.parts.shape.pk;
         out.push_sql("UPDATE ");
-        M::push_table(out, &stmt.parts.table)?;
+        stmt.parts.table.walk_ast(out.reborrow())?;
         claim_assignments(out, stmt.parts)?;
         out.push_sql(" WHERE (");
-        column_list(out, M::PK)?;
+        column_list(out, pk)?;
         out.push_sql(") IN (SELECT ");
-        column_list(out, M::PK)?;
+        column_list(out, pk)?;
         pick_from(out, stmt.parts, stmt.filter, &stmt.limit)?;
         out.push_sql(") RETURNING ");
-        M::push_select(out, &stmt.parts.select)
+        stmt.parts.select.walk_ast(out.reborrow())
     }
 }
 
@@ -61,16 +62,16 @@ impl ClaimDialect for SqliteConnection {
 
 /// SQLite's stand-in for a row lock: a write that matches nothing still takes the database's
 /// write lock, which then shuts out every other writer until the transaction ends.
-struct WriteLockStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
+struct WriteLockStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
 
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M, DB> {
+impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for WriteLockStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("UPDATE ");
-        M::push_table(&mut out, &self.0.table)?;
+        self.0.table.walk_ast(out.reborrow())?;
         out.push_sql(" SET ");
-        out.push_identifier(M::STATE)?;
+        out.push_identifier(self.0.shape.state)?;
         out.push_sql(" = ");
-        out.push_identifier(M::STATE)?;
+        out.push_identifier(self.0.shape.state)?;
         out.push_sql(" WHERE 1 = 0");
         Ok(())
     }

@@ -22,20 +22,53 @@ use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::query_dsl::methods::LoadQuery;
 use diesel::{QueryResult, RunQueryDsl, SelectableHelper};
 
+use super::schedule::TimeColumn;
 use super::{Claimable, Finish, SortOrder, StateLiteral};
 use crate::backend::{Dialect, SqlDialect};
-use crate::clock::{DbNow, DbNowOffset};
+use crate::clock::{DbNow, DbNowOffset, TimestampType};
+
+/// What the claim statements need of the table they claim from, besides its names and states
+/// ([`ClaimShape`]): the `FROM` fragment, what a claim returns, and the claimed-at column's SQL
+/// type. Every [`ClaimSql`] model is one. A tool that describes a table at run time (the
+/// operator's `doctor`) implements it for its description, and then builds, and `EXPLAIN`s,
+/// the very statements a model's claims send ([`ClaimDialect::claim_statements`](super::ClaimDialect::claim_statements)).
+pub trait ClaimTarget<DB: SqlDialect> {
+    /// The table, as the statements name it (`FROM <this>`).
+    type From: QueryFragment<DB> + Send;
+    /// What a claim returns (`RETURNING <this>`, MySQL's `SELECT <this>`).
+    type Select: QueryFragment<DB> + Send;
+    /// The claimed-at column's SQL type: whether a claim writes and compares an instant or a
+    /// UTC wall-clock time.
+    type ClaimedAt: TimestampType;
+}
 
 /// What the claim statements need of model `M` on backend `DB`: its table, its selection and
 /// its state values as SQL. Implemented for every [`Claimable`] model whose columns the backend
 /// can read and write; the statements are then written once with `M: ClaimSql<DB>` alone.
-pub trait ClaimSql<DB: SqlDialect>: Claimable {
+pub trait ClaimSql<DB: SqlDialect>: Claimable + ClaimTarget<DB> {
+    /// The model's table as a [`ClaimTarget::From`].
+    fn from() -> <Self as ClaimTarget<DB>>::From;
     /// `SELECT`'s column list for the model (`Selectable::as_select()`).
-    type Select: QueryFragment<DB> + Send;
-    fn select() -> Self::Select;
+    fn select() -> <Self as ClaimTarget<DB>>::Select;
     fn push_table<'b>(out: &mut AstPass<'_, 'b, DB>, table: &'b Self::Table) -> QueryResult<()>;
-    fn push_select<'b>(out: &mut AstPass<'_, 'b, DB>, select: &'b Self::Select) -> QueryResult<()>;
+    fn push_select<'b>(
+        out: &mut AstPass<'_, 'b, DB>,
+        select: &'b <Self as ClaimTarget<DB>>::Select,
+    ) -> QueryResult<()>;
     fn push_pk<'b>(out: &mut AstPass<'_, 'b, DB>, pk: &'b Self::PkFilter) -> QueryResult<()>;
+}
+
+impl<M, DB> ClaimTarget<DB> for M
+where
+    M: Claimable + diesel::Selectable<DB>,
+    DB: SqlDialect,
+    M::Table: QueryFragment<DB>,
+    M::PkFilter: QueryFragment<DB>,
+    diesel::dsl::AsSelect<M, DB>: QueryFragment<DB> + Send,
+{
+    type From = M::Table;
+    type Select = diesel::dsl::AsSelect<M, DB>;
+    type ClaimedAt = M::ClaimedAtSql;
 }
 
 impl<M, DB> ClaimSql<DB> for M
@@ -46,14 +79,19 @@ where
     M::PkFilter: QueryFragment<DB>,
     diesel::dsl::AsSelect<M, DB>: QueryFragment<DB> + Send,
 {
-    type Select = diesel::dsl::AsSelect<M, DB>;
-    fn select() -> Self::Select {
+    fn from() -> M::Table {
+        M::Table::default()
+    }
+    fn select() -> diesel::dsl::AsSelect<M, DB> {
         M::as_select()
     }
     fn push_table<'b>(out: &mut AstPass<'_, 'b, DB>, table: &'b M::Table) -> QueryResult<()> {
         table.walk_ast(out.reborrow())
     }
-    fn push_select<'b>(out: &mut AstPass<'_, 'b, DB>, select: &'b Self::Select) -> QueryResult<()> {
+    fn push_select<'b>(
+        out: &mut AstPass<'_, 'b, DB>,
+        select: &'b diesel::dsl::AsSelect<M, DB>,
+    ) -> QueryResult<()> {
         select.walk_ast(out.reborrow())
     }
     fn push_pk<'b>(out: &mut AstPass<'_, 'b, DB>, pk: &'b M::PkFilter) -> QueryResult<()> {
@@ -188,51 +226,217 @@ where
 /// An optional caller filter, type-erased so statements need no extra type parameter.
 pub(crate) type Filter<'a, DB> = Option<&'a (dyn QueryFragment<DB> + 'a)>;
 
-/// What every claim-family statement needs to know: state values, owner, stale cutoff, and the
-/// model's selection on backend `DB`.
-pub struct ClaimParts<M: ClaimSql<DB>, DB: SqlDialect> {
-    pub(crate) table: M::Table,
+/// The names and states of the table a claim works on, as its statements write them: a model's
+/// derived constants ([`ClaimShape::of`]), or a table described at run time (the operator's
+/// `doctor`, which then `EXPLAIN`s the statements a model of this shape sends).
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimShape {
+    /// Primary-key column names, in key order.
+    pub pk: &'static [&'static str],
+    /// The state column.
+    pub state: &'static str,
+    /// The ready states (a claim takes rows in one of them).
+    pub ready: &'static [StateLiteral],
+    /// The claimed state.
+    pub claimed: StateLiteral,
+    /// The failed state, if any.
+    pub failed: Option<StateLiteral>,
+    /// The owner column, if mapped.
+    pub owner: Option<&'static str>,
+    /// The claimed-at column, if mapped.
+    pub claimed_at: Option<&'static str>,
+    /// The attempts column, if mapped.
+    pub attempts: Option<&'static str>,
+    /// Stale claims with this many attempts are failed instead of handed out.
+    pub max_attempts: Option<i64>,
+    /// The not-before column, if mapped.
+    pub available_at: Option<TimeColumn>,
+    /// The claim order.
+    pub order: &'static [(&'static str, SortOrder)],
+}
+
+impl ClaimShape {
+    /// The shape of model `M`, from its derived constants.
+    pub const fn of<M: Claimable>() -> ClaimShape {
+        ClaimShape {
+            pk: M::PK,
+            state: M::STATE,
+            ready: M::READY_SQL,
+            claimed: M::CLAIMED_SQL,
+            failed: M::FAILED_SQL,
+            owner: M::OWNER,
+            claimed_at: M::CLAIMED_AT,
+            attempts: M::ATTEMPTS,
+            max_attempts: M::MAX_ATTEMPTS,
+            available_at: M::AVAILABLE_AT,
+            order: M::ORDER,
+        }
+    }
+}
+
+/// What every claim-family statement needs to know: the target's table, selection and
+/// [`ClaimShape`], the owner, and the stale cutoff, on backend `DB`.
+pub struct ClaimParts<M: ClaimTarget<DB>, DB: SqlDialect> {
+    pub(crate) table: M::From,
     pub(crate) select: M::Select,
-    pub(crate) now: DbNow<M::ClaimedAtSql>,
-    pub(crate) ready: &'static [StateLiteral],
-    pub(crate) claimed: StateLiteral,
+    pub(crate) shape: ClaimShape,
+    pub(crate) now: DbNow<M::ClaimedAt>,
     pub(crate) owner: String,
     /// Claims older than this are claimable again (when a claimed-at column is mapped).
-    pub(crate) cutoff: Option<DbNowOffset<M::ClaimedAtSql>>,
+    pub(crate) cutoff: Option<DbNowOffset<M::ClaimedAt>>,
     pub(crate) max_attempts: Option<i64>,
-    pub(crate) failed: Option<StateLiteral>,
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
     /// `owner` is what the claim writes into the owner column: a fresh
     /// [`ClaimStamp`](lease_core::ClaimStamp) per claim.
     pub(crate) fn new(owner: &str, timeout_micros: Option<i64>) -> Self {
-        let cutoff = match (M::CLAIMED_AT, timeout_micros) {
+        Self::described(
+            M::from(),
+            M::select(),
+            ClaimShape::of::<M>(),
+            owner,
+            timeout_micros,
+        )
+    }
+}
+
+impl<M: ClaimTarget<DB>, DB: SqlDialect> ClaimParts<M, DB> {
+    /// The parts of a claim of `shape` from `table`, returning `select`, by `owner`, rescuing
+    /// claims older than `timeout_micros` (when the shape has a claimed-at column).
+    pub fn described(
+        table: M::From,
+        select: M::Select,
+        shape: ClaimShape,
+        owner: &str,
+        timeout_micros: Option<i64>,
+    ) -> Self {
+        let cutoff = match (shape.claimed_at, timeout_micros) {
             (Some(_), Some(t)) => Some(DbNowOffset::ago(t)),
             _ => None,
         };
         ClaimParts {
-            table: M::Table::default(),
-            select: M::select(),
+            table,
+            select,
+            shape,
             now: DbNow::new(),
-            ready: M::READY_SQL,
-            claimed: M::CLAIMED_SQL,
             owner: owner.to_owned(),
             cutoff,
-            max_attempts: M::MAX_ATTEMPTS.filter(|_| M::ATTEMPTS.is_some()),
-            failed: M::FAILED_SQL,
+            max_attempts: shape.max_attempts.filter(|_| shape.attempts.is_some()),
         }
     }
 
     /// Whether the claimable predicate includes stale claims (a [`StmtId`] parameter).
-    pub(crate) fn rescues(&self) -> bool {
+    pub fn rescues(&self) -> bool {
         self.cutoff.is_some()
     }
 
     /// Whether stale claims that used up their attempts must go to the failed state before a
     /// claim (so they are never handed out again).
-    pub(crate) fn needs_reap(&self) -> bool {
-        self.cutoff.is_some() && self.max_attempts.is_some() && self.failed.is_some()
+    pub fn needs_reap(&self) -> bool {
+        self.cutoff.is_some() && self.max_attempts.is_some() && self.shape.failed.is_some()
+    }
+
+    /// The shape these parts were built from.
+    pub fn shape(&self) -> &ClaimShape {
+        &self.shape
+    }
+}
+
+/// What one statement of a claim does (see
+/// [`ClaimDialect::claim_statements`](super::ClaimDialect::claim_statements)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimStep {
+    /// Picks and claims rows in one statement (PostgreSQL, SQLite).
+    Claim,
+    /// Picks ready rows and locks them, skipping locked ones (MySQL, which then marks them).
+    ReadyPick,
+    /// Finds stale claims to rescue with a plain read (MySQL, which then locks them by key).
+    StaleProbe,
+    /// Moves stale claims that used up their attempts to the failed state, before the claim
+    /// and in its transaction (PostgreSQL, SQLite).
+    Reap,
+    /// Finds stale claims that used up their attempts with a plain read (MySQL's reap, which
+    /// then locks and fails them by key).
+    ReapProbe,
+}
+
+impl ClaimStep {
+    /// Whether the statement takes rows in the claim order (`ORDER BY … LIMIT`).
+    pub fn in_claim_order(self) -> bool {
+        matches!(
+            self,
+            ClaimStep::Claim | ClaimStep::ReadyPick | ClaimStep::StaleProbe
+        )
+    }
+
+    /// Whether it reads only claimed rows (stale claims): not the backlog of ready rows.
+    pub fn reads_claimed_rows_only(self) -> bool {
+        matches!(
+            self,
+            ClaimStep::StaleProbe | ClaimStep::Reap | ClaimStep::ReapProbe
+        )
+    }
+}
+
+/// One statement a claim sends, for review: what it does, and the statement itself.
+pub struct ClaimStatement<'a, DB: diesel::backend::Backend> {
+    /// What it does.
+    pub step: ClaimStep,
+    /// The statement, as the claim builds it.
+    pub statement: Box<dyn QueryFragment<DB> + 'a>,
+}
+
+impl<'a, DB: diesel::backend::Backend> ClaimStatement<'a, DB> {
+    pub(crate) fn new(step: ClaimStep, statement: impl QueryFragment<DB> + 'a) -> Self {
+        ClaimStatement {
+            step,
+            statement: Box::new(statement),
+        }
+    }
+}
+
+/// `state` is one of `values` (`= 'ready'`, `IN (…)`, `IS NULL`), written as the claim writes
+/// it. [`StatesIn::claimable`] is the state test every row a claim may take passes, and so the
+/// predicate of the partial index that serves the claim: the claim's `WHERE` carries this very
+/// text, which is what lets SQLite match it (it matches a partial index by its terms).
+#[derive(Debug, Clone)]
+pub struct StatesIn {
+    column: &'static str,
+    values: Vec<StateLiteral>,
+}
+
+impl StatesIn {
+    /// The ready states, and the claimed state when the claim rescues stale claims.
+    pub fn claimable(shape: &ClaimShape, rescues: bool) -> StatesIn {
+        let mut values = shape.ready.to_vec();
+        if rescues && !values.contains(&shape.claimed) {
+            values.push(shape.claimed);
+        }
+        StatesIn {
+            column: shape.state,
+            values,
+        }
+    }
+
+    /// The claimed state: the rows a reap of stale claims reads.
+    pub fn claimed(shape: &ClaimShape) -> StatesIn {
+        StatesIn {
+            column: shape.state,
+            values: vec![shape.claimed],
+        }
+    }
+}
+
+impl StatesIn {
+    fn push<DB: SqlDialect>(&self, out: &mut AstPass<'_, '_, DB>) -> QueryResult<()> {
+        StateLiteral::push_in(&self.values, out, self.column)
+    }
+}
+
+impl<DB: SqlDialect> QueryFragment<DB> for StatesIn {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.push(&mut out)
     }
 }
 
@@ -252,38 +456,49 @@ pub(crate) fn column_list<DB: SqlDialect>(
 
 /// `<table>.<col>` — only where a join makes bare names ambiguous.
 #[cfg(feature = "postgres")]
-pub(crate) fn qualified<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+pub(crate) fn qualified<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
     col: &str,
 ) -> QueryResult<()> {
-    M::push_table(out, &parts.table)?;
+    parts.table.walk_ast(out.reborrow())?;
     out.push_sql(".");
     out.push_identifier(col)
 }
 
 /// The rows a claim may take: ready ones, and (with a claimed-at column and a timeout) stale
 /// claims that have attempts left. Bare column names: used inside single-table statements.
-fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+///
+/// With the rescue, both branches are behind one state test, [`StatesIn::claimable`]:
+/// `(state IN (<ready>, <claimed>) AND (<ready> OR (<stale>)))`. It changes no result, and it is
+/// the predicate of the partial index that serves the claim, which SQLite uses only when the
+/// `WHERE` has that very term (PostgreSQL proves the `OR` implies it either way).
+fn claimable_predicate<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
     which: Which,
 ) -> QueryResult<()> {
+    let shape = &parts.shape;
     out.push_sql("(");
+    let both = which == Which::Both && parts.rescues();
+    if both {
+        StatesIn::claimable(shape, true).push(out)?;
+        out.push_sql(" AND (");
+    }
     if which != Which::Stale {
-        StateLiteral::push_in(parts.ready, out, M::STATE)?;
+        StateLiteral::push_in(shape.ready, out, shape.state)?;
     }
     if let (Some(claimed_at), Some(cutoff), true) =
-        (M::CLAIMED_AT, &parts.cutoff, which != Which::Ready)
+        (shape.claimed_at, &parts.cutoff, which != Which::Ready)
     {
         if which == Which::Both {
             out.push_sql(" OR ");
         }
         out.push_sql("(");
-        parts.claimed.push_eq(out, M::STATE)?;
+        shape.claimed.push_eq(out, shape.state)?;
         out.push_sql(" AND ");
         claimed_before(out, claimed_at, cutoff)?;
-        if let (Some(attempts), Some(max)) = (M::ATTEMPTS, &parts.max_attempts) {
+        if let (Some(attempts), Some(max)) = (shape.attempts, &parts.max_attempts) {
             out.push_sql(" AND ");
             out.push_identifier(attempts)?;
             out.push_sql(" < ");
@@ -294,8 +509,11 @@ fn claimable_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
         // Without a claim timeout nothing is ever stale.
         out.push_sql("1 = 0");
     }
+    if both {
+        out.push_sql(")");
+    }
     out.push_sql(")");
-    super::schedule::push_not_before::<M, DB>(out)
+    super::schedule::push_not_before(out, shape.available_at)
 }
 
 /// Which claimable rows a pick looks at: ready or stale (one statement, PostgreSQL and SQLite),
@@ -331,27 +549,28 @@ fn order_by<DB: SqlDialect>(
 }
 
 /// `SET state = $claimed, owner = $owner, claimed_at = <db now>, attempts = attempts + 1`.
-pub(crate) fn claim_assignments<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+pub(crate) fn claim_assignments<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
 ) -> QueryResult<()> {
+    let shape = &parts.shape;
     out.push_sql(" SET ");
-    out.push_identifier(M::STATE)?;
+    out.push_identifier(shape.state)?;
     out.push_sql(" = ");
-    parts.claimed.push(out);
-    if let Some(owner) = M::OWNER {
+    shape.claimed.push(out);
+    if let Some(owner) = shape.owner {
         out.push_sql(", ");
         out.push_identifier(owner)?;
         out.push_sql(" = ");
         DB::bind_str(out, &parts.owner)?;
     }
-    if let Some(claimed_at) = M::CLAIMED_AT {
+    if let Some(claimed_at) = shape.claimed_at {
         out.push_sql(", ");
         out.push_identifier(claimed_at)?;
         out.push_sql(" = ");
         parts.now.walk_ast(out.reborrow())?;
     }
-    if let Some(attempts) = M::ATTEMPTS {
+    if let Some(attempts) = shape.attempts {
         out.push_sql(", ");
         out.push_identifier(attempts)?;
         out.push_sql(" = ");
@@ -377,7 +596,7 @@ fn and_filter<'b, DB: SqlDialect>(
 /// `<lock>` is the backend's `FOR UPDATE SKIP LOCKED` (nothing on SQLite, whose write lock
 /// stands in for row locks). The rows stay locked until the caller's transaction ends; MySQL
 /// claims use it to pick rows before updating them.
-pub struct PickStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+pub struct PickStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
     parts: &'a ClaimParts<M, DB>,
     limit: i64,
     filter: Filter<'a, DB>,
@@ -386,7 +605,7 @@ pub struct PickStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     lock: bool,
 }
 
-impl<'a, M: ClaimSql<DB>, DB: SqlDialect> PickStmt<'a, M, DB> {
+impl<'a, M: ClaimTarget<DB>, DB: SqlDialect> PickStmt<'a, M, DB> {
     pub(crate) fn locking(
         parts: &'a ClaimParts<M, DB>,
         limit: i64,
@@ -419,10 +638,10 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> PickStmt<'a, M, DB> {
     }
 }
 
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for PickStmt<'_, M, DB> {
+impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for PickStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("SELECT ");
-        M::push_select(&mut out, &self.parts.select)?;
+        self.parts.select.walk_ast(out.reborrow())?;
         pick_rows_from(&mut out, self.parts, self.filter, &self.limit, self.which)?;
         if self.lock {
             out.push_sql(DB::SKIP_LOCKED);
@@ -434,7 +653,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for PickStmt<'_, M, DB> 
 /// ` FROM t WHERE <claimable> [AND (filter)] ORDER BY … LIMIT $n`: which rows a claim takes.
 /// A limit of 1 is written inline (`LIMIT 1`): `claim_next`'s text then has no limit parameter.
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-pub(crate) fn pick_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+pub(crate) fn pick_from<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
     filter: Filter<'b, DB>,
@@ -444,7 +663,7 @@ pub(crate) fn pick_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
 }
 
 /// [`pick_from`] of the rows `which` says.
-fn pick_rows_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+fn pick_rows_from<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
     filter: Filter<'b, DB>,
@@ -452,11 +671,11 @@ fn pick_rows_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     which: Which,
 ) -> QueryResult<()> {
     out.push_sql(" FROM ");
-    M::push_table(out, &parts.table)?;
+    parts.table.walk_ast(out.reborrow())?;
     out.push_sql(" WHERE ");
     claimable_predicate(out, parts, which)?;
     and_filter(out, filter)?;
-    order_by(out, M::ORDER)?;
+    order_by(out, parts.shape.order)?;
     if *limit == 1 {
         out.push_sql(" LIMIT 1");
         return Ok(());
@@ -469,13 +688,13 @@ fn pick_rows_from<'b, M: ClaimSql<DB>, DB: SqlDialect>(
 /// rows `pick_from` selects and return them.
 // Read by the backends that claim in one statement (PostgreSQL, SQLite).
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
-pub struct ClaimStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+pub struct ClaimStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) limit: i64,
     pub(crate) filter: Filter<'a, DB>,
 }
 
-impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ClaimStmt<'a, M, DB> {
+impl<'a, M: ClaimTarget<DB>, DB: SqlDialect> ClaimStmt<'a, M, DB> {
     pub(crate) fn new(parts: &'a ClaimParts<M, DB>, limit: i64, filter: Filter<'a, DB>) -> Self {
         ClaimStmt {
             parts,
@@ -485,7 +704,7 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ClaimStmt<'a, M, DB> {
     }
 }
 
-impl<M: ClaimSql<DB>, DB: super::ClaimSqlDialect> QueryFragment<DB> for ClaimStmt<'_, M, DB> {
+impl<M: ClaimTarget<DB>, DB: super::ClaimSqlDialect> QueryFragment<DB> for ClaimStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         DB::push_claim(&mut out, self)
     }
@@ -552,25 +771,21 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB>
         match self.step {
             ByKey::MarkClaimed => {
                 out.push_sql("UPDATE ");
-                M::push_table(&mut out, &self.parts.table)?;
+                self.parts.table.walk_ast(out.reborrow())?;
                 claim_assignments(&mut out, self.parts)?;
             }
             ByKey::ReadBack | ByKey::LockStale | ByKey::LockExhausted => {
                 out.push_sql("SELECT ");
-                M::push_select(&mut out, &self.parts.select)?;
+                self.parts.select.walk_ast(out.reborrow())?;
                 out.push_sql(" FROM ");
-                M::push_table(&mut out, &self.parts.table)?;
+                self.parts.table.walk_ast(out.reborrow())?;
             }
             ByKey::Fail => {
-                let Some(failed) = &self.parts.failed else {
-                    return Err(diesel::result::Error::QueryBuilderError(
-                        "reaping needs a failed state".into(),
-                    ));
-                };
+                let failed = reap_failed(self.parts)?;
                 out.push_sql("UPDATE ");
-                M::push_table(&mut out, &self.parts.table)?;
+                self.parts.table.walk_ast(out.reborrow())?;
                 out.push_sql(" SET ");
-                out.push_identifier(M::STATE)?;
+                out.push_identifier(self.parts.shape.state)?;
                 out.push_sql(" = ");
                 failed.push(&mut out);
             }
@@ -596,14 +811,16 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB>
 
 /// Stale claims that used up their attempts go to the failed state instead of being handed out:
 /// `UPDATE t SET state = $failed WHERE state = $claimed AND claimed_at < <cutoff> AND attempts >= $max`.
-struct ReapStmt<'a, M: ClaimSql<DB>, DB: SqlDialect>(&'a ClaimParts<M, DB>);
+pub(crate) struct ReapStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect>(
+    pub(crate) &'a ClaimParts<M, DB>,
+);
 
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> {
+impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("UPDATE ");
-        M::push_table(&mut out, &self.0.table)?;
+        self.0.table.walk_ast(out.reborrow())?;
         out.push_sql(" SET ");
-        out.push_identifier(M::STATE)?;
+        out.push_identifier(self.0.shape.state)?;
         out.push_sql(" = ");
         reap_failed(self.0)?.push(&mut out);
         out.push_sql(" WHERE ");
@@ -614,18 +831,18 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, DB> 
 /// The probe of MySQL's reap: `SELECT <model> FROM t WHERE <reap predicate> LIMIT $n`, a plain
 /// read that locks nothing (see `reap_skip_locked`).
 #[cfg(feature = "mysql")]
-pub struct ReapProbeStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+pub struct ReapProbeStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) limit: i64,
 }
 
 #[cfg(feature = "mysql")]
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapProbeStmt<'_, M, DB> {
+impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for ReapProbeStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("SELECT ");
-        M::push_select(&mut out, &self.parts.select)?;
+        self.parts.select.walk_ast(out.reborrow())?;
         out.push_sql(" FROM ");
-        M::push_table(&mut out, &self.parts.table)?;
+        self.parts.table.walk_ast(out.reborrow())?;
         out.push_sql(" WHERE ");
         reap_predicate(&mut out, self.parts)?;
         out.push_sql(" LIMIT ");
@@ -634,23 +851,23 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ReapProbeStmt<'_, M,
 }
 
 /// The state exhausted stale claims go to.
-fn reap_failed<M: ClaimSql<DB>, DB: SqlDialect>(
+fn reap_failed<M: ClaimTarget<DB>, DB: SqlDialect>(
     parts: &ClaimParts<M, DB>,
 ) -> QueryResult<&StateLiteral> {
-    parts.failed.as_ref().ok_or_else(|| {
+    parts.shape.failed.as_ref().ok_or_else(|| {
         diesel::result::Error::QueryBuilderError("reaping needs a failed state".into())
     })
 }
 
 /// `state = $claimed AND claimed_at < <cutoff> AND attempts >= $max`: stale claims that used up
 /// their attempts.
-fn reap_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+fn reap_predicate<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
 ) -> QueryResult<()> {
     let (Some(claimed_at), Some(attempts), Some(cutoff), Some(max)) = (
-        M::CLAIMED_AT,
-        M::ATTEMPTS,
+        parts.shape.claimed_at,
+        parts.shape.attempts,
         &parts.cutoff,
         &parts.max_attempts,
     ) else {
@@ -658,7 +875,7 @@ fn reap_predicate<'b, M: ClaimSql<DB>, DB: SqlDialect>(
             "reaping needs claimed_at, attempts, a failed state, a timeout and max_attempts".into(),
         ));
     };
-    parts.claimed.push_eq(out, M::STATE)?;
+    parts.shape.claimed.push_eq(out, parts.shape.state)?;
     out.push_sql(" AND ");
     claimed_before(out, claimed_at, cutoff)?;
     out.push_sql(" AND ");
@@ -821,7 +1038,7 @@ impl<M: Claimable> FinishStmt<M> {
 /// stale only once even the latest real time behind its stored `claimed_at` (which a
 /// whole-second column truncated or rounded) is older than the timeout. The plain comparison
 /// first keeps an index on `claimed_at` usable.
-fn claimed_before<'b, ST: crate::clock::TimestampType, DB: SqlDialect>(
+fn claimed_before<'b, ST: TimestampType, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     claimed_at: &str,
     cutoff: &'b DbNowOffset<ST>,
@@ -837,9 +1054,9 @@ fn claimed_before<'b, ST: crate::clock::TimestampType, DB: SqlDialect>(
 
 /// The rows a claim may take (`claimable_predicate`), as a boolean fragment of its own: what
 /// the waiting lock by key (`claim::by_key`) checks. Owns its parts, so a statement can carry it.
-pub struct ClaimablePredicate<M: ClaimSql<DB>, DB: SqlDialect>(pub(crate) ClaimParts<M, DB>);
+pub struct ClaimablePredicate<M: ClaimTarget<DB>, DB: SqlDialect>(pub(crate) ClaimParts<M, DB>);
 
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimablePredicate<M, DB> {
+impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for ClaimablePredicate<M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         claimable_predicate(&mut out, &self.0, Which::Both)
     }

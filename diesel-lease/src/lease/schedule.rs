@@ -30,9 +30,15 @@ use crate::{Error, Held, Result};
 /// Runs `job` if the lease `name` can be taken now; `Ok(None)` without running it if another
 /// node holds it. The lease is released when the job returns (and on unwinding, by the guard).
 ///
+/// The job returns a `Result`, as the closure of Diesel's `Connection::transaction` does, and its
+/// error comes back through `?`: the error type `E` is the job's own (`Box<dyn Error>`,
+/// `anyhow::Error`, [`Error`] or an application enum), and needs only `From<diesel_lease::Error>`
+/// for the lease's own errors. A job that fails still releases the lease, and its error is
+/// returned whatever the release said.
+///
 /// The job gets the guard: its [`token`](LeaseGuard::token) fences writes, and a long job can
 /// check [`is_lost`](LeaseGuard::is_lost) when [`LeaseOptions::keep_alive`] is on.
-/// If the lease was lost while the job ran, the job's result is dropped and
+/// If the lease was lost while a successful job ran, its value is dropped and
 /// [`Error::LeaseLost`] is returned: the job ran (partly) unprotected.
 ///
 /// ```
@@ -42,41 +48,45 @@ use crate::{Error, Held, Result};
 /// use diesel_lease::lease::schedule::run_exclusive;
 /// use std::time::Duration;
 ///
-/// # let dir = tempfile::tempdir().unwrap();
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
 /// # let url = dir.path().join("app.db").display().to_string();
-/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2).unwrap();
-/// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2)?;
+/// diesel_lease::run_migrations(&mut pool.get()?)?;
 ///
 /// let options = LeaseOptions::new(Duration::from_secs(60));
 /// let ran = run_exclusive(&pool, "send-digest", &options, |lease| {
-///     format!("sent with token {}", lease.token())
-/// })
-/// .unwrap();
-/// assert_eq!(ran.as_deref(), Some("sent with token 1"));
+///     let sent: u32 = "3".parse()?; // the job's own errors come back through `?`
+///     Ok::<_, Box<dyn std::error::Error>>(format!("{sent} sent with token {}", lease.token()))
+/// })?;
+/// assert_eq!(ran.as_deref(), Some("3 sent with token 1"));
+/// # Ok(()) }
+/// # main().unwrap();
 /// # }
 /// ```
-pub fn run_exclusive<C, T>(
+pub fn run_exclusive<C, T, E>(
     pool: &Pool<ConnectionManager<C>>,
     name: &str,
     options: &LeaseOptions,
-    job: impl FnOnce(&LeaseGuard<C>) -> T,
-) -> Result<Option<T>>
+    job: impl FnOnce(&LeaseGuard<C>) -> std::result::Result<T, E>,
+) -> std::result::Result<Option<T>, E>
 where
     C: LeaseStatements + R2D2Connection,
+    E: From<Error>,
 {
     let Some(guard) = LeaseGuard::try_acquire(pool, name, options)? else {
         return Ok(None);
     };
     let out = job(&guard);
-    release_or_lost(guard)?;
-    Ok(Some(out))
+    finish(guard, out).map(Some)
 }
 
 /// An expiring mutex: waits up to `ttl` for the lease `name`, runs `f`, releases.
 ///
-/// If `f` runs longer than `ttl`, the lock expires under it and
-/// [`Error::LeaseLost`] is returned (if another node took it, the
-/// result is dropped). Waiting longer than `ttl` gives [`Error::Timeout`]:
+/// `f` returns a `Result` and its error comes back through `?`, as with [`run_exclusive`]: `E`
+/// is the closure's own error type, which needs `From<diesel_lease::Error>`. If `f` runs longer
+/// than `ttl`, the lock expires under it and [`Error::LeaseLost`] is returned (if another node
+/// took it, the result is dropped). Waiting longer than `ttl` gives [`Error::Timeout`]:
 /// a holder that does not extend its lock is gone by then.
 ///
 /// ```
@@ -85,28 +95,60 @@ where
 /// use diesel_lease::lease::schedule::with_lock;
 /// use std::time::Duration;
 ///
+/// # fn main() -> diesel_lease::Result<()> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let url = dir.path().join("app.db").display().to_string();
-/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2).unwrap();
-/// diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2)?;
+/// diesel_lease::run_migrations(&mut pool.get()?)?;
 ///
-/// let total = with_lock(&pool, "rebuild-index", Duration::from_secs(30), || 40 + 2).unwrap();
+/// let total = with_lock(&pool, "rebuild-index", Duration::from_secs(30), || {
+///     Ok::<_, diesel_lease::Error>(40 + 2)
+/// })?;
 /// assert_eq!(total, 42);
+/// # Ok(()) }
+/// # main().unwrap();
 /// # }
 /// ```
-pub fn with_lock<C, T>(
+pub fn with_lock<C, T, E>(
     pool: &Pool<ConnectionManager<C>>,
     name: &str,
     ttl: Duration,
-    f: impl FnOnce() -> T,
-) -> Result<T>
+    f: impl FnOnce() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E>
 where
     C: LeaseStatements + R2D2Connection,
+    E: From<Error>,
 {
     let guard = LeaseGuard::acquire(pool, name, &LeaseOptions::new(ttl), ttl)?;
     let out = f();
-    release_or_lost(guard)?;
-    Ok(out)
+    finish(guard, out)
+}
+
+/// Releases `guard` after its work returned `out`: the work's error wins (the release is still
+/// attempted); otherwise a lease lost while the work ran is [`Error::LeaseLost`].
+fn finish<C, T, E>(
+    guard: LeaseGuard<C>,
+    out: std::result::Result<T, E>,
+) -> std::result::Result<T, E>
+where
+    C: LeaseStatements + R2D2Connection,
+    E: From<Error>,
+{
+    match out {
+        Ok(value) => {
+            release_or_lost(guard)?;
+            Ok(value)
+        }
+        Err(e) => {
+            // The work's error is what the caller must see; a failed release changes nothing
+            // for it (the lease expires by itself at the end of its ttl), so it is only logged.
+            let name = guard.name().to_owned();
+            if let Err(release) = guard.release() {
+                crate::observe::release_after_failure(&name, &release);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// Releases `guard`; [`Error::LeaseLost`] when it had been lost while the work ran, which the

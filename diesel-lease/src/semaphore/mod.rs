@@ -106,7 +106,7 @@ pub use control::{
 pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 #[doc(hidden)]
 pub use control::{MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
-pub use lease_core::admission::Mode;
+pub use lease_core::admission::{Mode, QueueEntry};
 pub use permit::{Permit, PermitGuard};
 pub use rwlock::RwLock;
 

@@ -18,6 +18,7 @@ pub(super) fn run(url: &str, backend: &str) -> Result<(), BoxError> {
     // sets SQLite's busy_timeout and WAL mode.
     let pool: DbPool = diesel_lease::pool::build_pool(url, WORKERS as u32 + 1)?;
     let mut conn = pool.get()?;
+    conn.batch_execute(DDL)?;
 
     // First one job per claim (seed 003), then the same work in batches of 100.
     for batch in [1, 100] {
@@ -41,9 +42,9 @@ pub(super) fn run(url: &str, backend: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Recreates the table with `JOBS` jobs waiting in state `JOBEXTRACTED`.
+/// Empties the table and fills it with `JOBS` jobs waiting in state `JOBEXTRACTED`.
 fn create_jobs(conn: &mut Conn) -> QueryResult<()> {
-    conn.batch_execute(DDL)?;
+    diesel::delete(importjobs::table).execute(conn)?;
     let jobs: Vec<_> = (1..=JOBS)
         .map(|id| {
             (

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run -p farm-scheduler                       # SQLite in a temp file
-//! DATABASE_URL=postgres://… cargo run -p farm-scheduler
+//! DATABASE_URL=postgres://… cargo run -p farm-scheduler   # PostgreSQL, in a schema of its own
 //! ```
 //!
 //! The program re-executes itself as `farm-scheduler worker <n> <url> <run_ms>` four times, the
@@ -22,6 +22,7 @@ use diesel::r2d2::R2D2Connection;
 use diesel_lease::lease::schedule::every;
 use diesel_lease::lease::LeaseOptions;
 use diesel_lease::{BorrowConnection, LeaseConnection};
+use example_db::{Backend, ExampleDb};
 
 const WORKERS: u64 = 4;
 const INTERVAL: Duration = Duration::from_millis(500);
@@ -88,20 +89,22 @@ fn main() {
         return;
     }
 
-    let tmp = tempfile::tempdir().unwrap();
-    let url = match std::env::var("DATABASE_URL") {
-        Ok(url) if url.starts_with("postgres") => {
-            setup::<diesel::PgConnection>(&url);
-            url
-        }
-        _ => {
-            let url = tmp.path().join("farm.db").display().to_string();
-            setup::<diesel::SqliteConnection>(&url);
-            url
+    // A SQLite file in a temporary directory, or a schema of its own in DATABASE_URL's
+    // PostgreSQL database; removed at the end (see `example_db`).
+    let db = match ExampleDb::open("farm-scheduler") {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("farm-scheduler FAILED: {e}");
+            std::process::exit(1);
         }
     };
-    println!("farm of {WORKERS} workers, one report every {INTERVAL:?}, on {url}");
-    coordinate(&url);
+    println!("{}", db.describe());
+    match db.backend() {
+        Backend::Postgres => setup::<diesel::PgConnection>(db.url()),
+        Backend::Sqlite => setup::<diesel::SqliteConnection>(db.url()),
+    }
+    println!("farm of {WORKERS} workers, one report every {INTERVAL:?}");
+    coordinate(db.url());
 }
 
 /// Creates the leases table and the report row.
@@ -109,8 +112,7 @@ fn setup<C: FarmDb>(url: &str) {
     let mut conn = C::establish(url).unwrap();
     diesel_lease::run_migrations(&mut conn).unwrap();
     conn.batch_execute(
-        "DROP TABLE IF EXISTS farm_demo_report;
-         CREATE TABLE farm_demo_report (id INTEGER PRIMARY KEY, last_token BIGINT NOT NULL,
+        "CREATE TABLE farm_demo_report (id INTEGER PRIMARY KEY, last_token BIGINT NOT NULL,
                                         written_by TEXT NOT NULL, runs BIGINT NOT NULL);
          INSERT INTO farm_demo_report VALUES (1, 0, '', 0);",
     )

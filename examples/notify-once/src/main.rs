@@ -12,7 +12,7 @@
 //!
 //! ```text
 //! cargo run -p notify-once                                  # SQLite file in a temporary directory
-//! DATABASE_URL=postgres://… cargo run -p notify-once        # PostgreSQL (recreates its tables)
+//! DATABASE_URL=postgres://… cargo run -p notify-once        # PostgreSQL, in a schema of its own (see example-db)
 //! ```
 
 use std::process::ExitCode;
@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel_lease::prelude::*;
+use example_db::{Backend, BoxError, ExampleDb};
 
 mod schema {
     diesel::table! {
@@ -80,12 +81,8 @@ struct NewNotification {
 const TASKS: usize = 16;
 const USER: i64 = 42;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 /// The same DDL works on both backends.
-const DDL: &str = "DROP TABLE IF EXISTS action; DROP TABLE IF EXISTS task_log;
-    DROP TABLE IF EXISTS notification;
-    CREATE TABLE action (id BIGINT PRIMARY KEY, notified TIMESTAMP);
+const DDL: &str = "CREATE TABLE action (id BIGINT PRIMARY KEY, notified TIMESTAMP);
     CREATE TABLE notification (id BIGINT PRIMARY KEY, user_id BIGINT NOT NULL,
         previous_notification BIGINT UNIQUE REFERENCES notification (id), body TEXT NOT NULL);
     CREATE TABLE task_log (task INTEGER PRIMARY KEY, outcome TEXT NOT NULL);";
@@ -111,20 +108,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// PostgreSQL when `DATABASE_URL` is a postgres:// URL; otherwise a SQLite file in a temporary
-/// directory, deleted at the end.
+/// The example's own database: a SQLite file in a temporary directory, or, when `DATABASE_URL`
+/// is a postgres:// URL, a schema of its own in that database (see `example_db`). Either is
+/// removed at the end; no other table is touched.
 fn run() -> Result<(), BoxError> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            on_postgres::run(&url, "PostgreSQL")
-        }
-        Ok(url) if !url.is_empty() => {
-            Err("DATABASE_URL must be a postgres:// URL (unset it to use SQLite)".into())
-        }
-        _ => {
-            let dir = tempfile::tempdir()?;
-            let path = dir.path().join("notify-once.db");
-            on_sqlite::run(&path.display().to_string(), "SQLite")
-        }
+    let db = ExampleDb::open("notify-once")?;
+    println!("{}", db.describe());
+    match db.backend() {
+        Backend::Postgres => on_postgres::run(db.url(), "PostgreSQL"),
+        Backend::Sqlite => on_sqlite::run(db.url(), "SQLite"),
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run -p semaphore-demo                          # SQLite in a temporary file
-//! DATABASE_URL=postgres://… cargo run -p semaphore-demo   # PostgreSQL
+//! DATABASE_URL=postgres://… cargo run -p semaphore-demo   # PostgreSQL, in a schema of its own
 //! ```
 //!
 //! The program starts ten copies of itself (`semaphore-demo worker …`). Each worker calls a
@@ -10,7 +10,6 @@
 //! `partner-api` semaphore. Meanwhile the parent watches the semaphore's queue and prints who
 //! holds a permit over time; at the end it prints the most holders it ever saw.
 
-use std::error::Error;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -20,13 +19,14 @@ use diesel_lease::pool::build_pool;
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::{LeaseConnection, OwnerId};
+use example_db::{Backend, ExampleDb};
 
 const WORKERS: usize = 10;
 const PERMITS: u32 = 3;
 const CALLS_PER_WORKER: usize = 2;
 const RESOURCE: &str = "partner-api";
 
-type Res<T = ()> = Result<T, Box<dyn Error>>;
+type Res<T = ()> = Result<T, example_db::BoxError>;
 
 fn main() -> Res {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,14 +35,16 @@ fn main() -> Res {
             "postgres" => worker::<PgConnection>(url, id),
             _ => worker::<SqliteConnection>(url, id),
         },
-        _ => match std::env::var("DATABASE_URL") {
-            Ok(url) if !url.is_empty() => watch::<PgConnection>("postgres", &url),
-            _ => {
-                let dir = tempfile::tempdir()?;
-                let url = dir.path().join("demo.db").display().to_string();
-                watch::<SqliteConnection>("sqlite", &url)
+        _ => {
+            // A SQLite file in a temporary directory, or a schema of its own in DATABASE_URL's
+            // PostgreSQL database; removed at the end (see `example_db`).
+            let db = ExampleDb::open("semaphore-demo")?;
+            println!("{}", db.describe());
+            match db.backend() {
+                Backend::Postgres => watch::<PgConnection>("postgres", db.url()),
+                Backend::Sqlite => watch::<SqliteConnection>("sqlite", db.url()),
             }
-        },
+        }
     }
 }
 

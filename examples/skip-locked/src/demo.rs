@@ -103,7 +103,7 @@ pub(super) fn run(url: &str, backend: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Recreates the table with `ROWS` unprocessed rows.
+/// Creates the table with `ROWS` unprocessed rows.
 fn create_rows(conn: &mut Conn) -> QueryResult<()> {
     conn.batch_execute(DDL)?;
     let rows: Vec<_> = (1..=ROWS)

@@ -11,13 +11,14 @@
 //!
 //! ```text
 //! cargo run -p skip-locked                                  # SQLite file in a temporary directory
-//! DATABASE_URL=postgres://… cargo run -p skip-locked        # PostgreSQL (recreates `test`)
+//! DATABASE_URL=postgres://… cargo run -p skip-locked        # PostgreSQL, in a schema of its own (see example-db)
 //! ```
 
 use std::process::ExitCode;
 
 use diesel::prelude::*;
 use diesel_lease::prelude::*;
+use example_db::{Backend, BoxError, ExampleDb};
 
 mod schema {
     diesel::table! {
@@ -46,11 +47,9 @@ const WORKERS: usize = 4;
 const FLAKY_ROW: i64 = 500;
 
 /// The seed's table (NOT NULL added); the same DDL works on both backends.
-const DDL: &str = "DROP TABLE IF EXISTS test;
-    CREATE TABLE test (id BIGINT PRIMARY KEY, data TEXT NOT NULL, processed BOOLEAN NOT NULL);
+const DDL: &str =
+    "CREATE TABLE test (id BIGINT PRIMARY KEY, data TEXT NOT NULL, processed BOOLEAN NOT NULL);
     CREATE INDEX test_unprocessed ON test (processed, id);";
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 // Diesel code is written against one connection type, so `demo.rs` is compiled once per
 // backend. Read it as if `Conn` were your application's connection type.
@@ -73,20 +72,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// PostgreSQL when `DATABASE_URL` is a postgres:// URL; otherwise a SQLite file in a temporary
-/// directory, deleted at the end.
+/// The example's own database: a SQLite file in a temporary directory, or, when `DATABASE_URL`
+/// is a postgres:// URL, a schema of its own in that database (see `example_db`). Either is
+/// removed at the end; no other table is touched.
 fn run() -> Result<(), BoxError> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            on_postgres::run(&url, "PostgreSQL")
-        }
-        Ok(url) if !url.is_empty() => {
-            Err("DATABASE_URL must be a postgres:// URL (unset it to use SQLite)".into())
-        }
-        _ => {
-            let dir = tempfile::tempdir()?;
-            let path = dir.path().join("skip-locked.db");
-            on_sqlite::run(&path.display().to_string(), "SQLite")
-        }
+    let db = ExampleDb::open("skip-locked")?;
+    println!("{}", db.describe());
+    match db.backend() {
+        Backend::Postgres => on_postgres::run(db.url(), "PostgreSQL"),
+        Backend::Sqlite => on_sqlite::run(db.url(), "SQLite"),
     }
 }

@@ -28,8 +28,20 @@ pub(super) fn run(url: &str, backend: &str) -> Result<(), BoxError> {
     let sending = Mutex::new(HashMap::<String, u32>::new());
     let busiest = Mutex::new(0);
     let stop = AtomicBool::new(false);
-    // A panicking handler is part of the demo: one line instead of a backtrace.
-    std::panic::set_hook(Box::new(|info| eprintln!("(a handler panicked: {info})")));
+    // A panicking handler is part of the demo: one line instead of a backtrace, announced first.
+    println!(
+        "{EMAILS} e-mails, {THREADS} threads, at most {PER_TENANT} per tenant, {ATTEMPTS} attempts each.\n\
+         On purpose, `bounce@…` always fails and `flaky@…` panics on its first attempt: the \
+         \"(expected: a handler panicked …)\" lines below are part of the demo, and the Worker \
+         retries those e-mails."
+    );
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = (payload.downcast_ref::<String>().map(String::as_str))
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        eprintln!("(expected: a handler panicked: {message})")
+    }));
     let started = Instant::now();
     let report = std::thread::scope(|s| {
         s.spawn(|| produce(&pool));

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! cargo run -p worker                                   # SQLite file in a temporary directory
-//! DATABASE_URL=postgres://… cargo run -p worker         # PostgreSQL (recreates `emails`)
+//! DATABASE_URL=postgres://… cargo run -p worker         # PostgreSQL, in a schema of its own (see example-db)
 //! ```
 
 use std::process::ExitCode;
@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use chrono::NaiveDateTime;
 use diesel::prelude::*;
 use diesel_lease::prelude::*;
+use example_db::{Backend, BoxError, ExampleDb};
 
 mod schema {
     diesel::table! {
@@ -69,15 +70,13 @@ const THREADS: usize = 4;
 const PER_TENANT: u32 = 2;
 const ATTEMPTS: u32 = 3;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
 // Diesel code is written against one connection type, so `demo.rs` is compiled once per
 // backend. Read it as if `Conn` were your application's connection type.
 mod on_sqlite {
     type Conn = diesel::SqliteConnection;
     /// The table; `run_at` defaults to the database's now (UTC).
-    const DDL: &str = "DROP TABLE IF EXISTS emails;
-        CREATE TABLE emails (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new',
+    const DDL: &str =
+        "CREATE TABLE emails (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new',
             owner TEXT, claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0,
             run_at TIMESTAMP NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
             last_error TEXT, tenant TEXT NOT NULL, recipient TEXT NOT NULL);
@@ -89,8 +88,8 @@ mod on_sqlite {
 mod on_postgres {
     type Conn = diesel::PgConnection;
     /// The partial index serves exactly the claim: due rows in `run_at` order.
-    const DDL: &str = "DROP TABLE IF EXISTS emails;
-        CREATE TABLE emails (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new',
+    const DDL: &str =
+        "CREATE TABLE emails (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new',
             owner TEXT, claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0,
             run_at TIMESTAMP NOT NULL DEFAULT (now() AT TIME ZONE 'UTC'),
             last_error TEXT, tenant TEXT NOT NULL, recipient TEXT NOT NULL);
@@ -109,20 +108,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// PostgreSQL when `DATABASE_URL` is a postgres:// URL; otherwise a SQLite file in a temporary
-/// directory, deleted at the end.
+/// The example's own database: a SQLite file in a temporary directory, or, when `DATABASE_URL`
+/// is a postgres:// URL, a schema of its own in that database (see `example_db`). Either is
+/// removed at the end; no other table is touched.
 fn run() -> Result<(), BoxError> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            on_postgres::run(&url, "PostgreSQL")
-        }
-        Ok(url) if !url.is_empty() => {
-            Err("DATABASE_URL must be a postgres:// URL (unset it to use SQLite)".into())
-        }
-        _ => {
-            let dir = tempfile::tempdir()?;
-            let path = dir.path().join("worker.db");
-            on_sqlite::run(&path.display().to_string(), "SQLite")
-        }
+    let db = ExampleDb::open("worker")?;
+    println!("{}", db.describe());
+    match db.backend() {
+        Backend::Postgres => on_postgres::run(db.url(), "PostgreSQL"),
+        Backend::Sqlite => on_sqlite::run(db.url(), "SQLite"),
     }
 }

@@ -12,12 +12,13 @@ diesel::table! {
     }
 }
 
+// The field is an `Option`, the column is not: the column's type check reports it.
 #[derive(Queryable, Selectable, Claimable)]
 #[diesel(table_name = jobs)]
 #[claimable(claim_if_null = status)]
 pub struct Job {
     pub id: i64,
-    pub status: String,
+    pub status: Option<String>,
     pub worker: Option<String>,
     pub claimed_at: Option<chrono::NaiveDateTime>,
     pub attempts: i32,

@@ -7,7 +7,8 @@ diesel::table! {
     }
 }
 
-// Only `Claimable` is derived, so the unknown column is reported by this derive alone.
+// Only `Claimable` is derived, so the unknown column is reported by this derive alone (and the
+// missing `Selectable`, which claims need, is reported too).
 #[derive(Claimable)]
 #[diesel(table_name = jobs)]
 #[claimable(state = state, ready = "new", claimed = "running")]
