@@ -12,6 +12,10 @@
 #                             # ($MARIADBD overrides the server binary)
 #   mariadb_sql "SQL"         # runs SQL on that server as root
 #   stop_mariadb
+#   ensure_pgbouncer_installed  # installs PgBouncer from Debian's packages when it is missing
+#   start_pgbouncer           # after start_postgres: sets PGBOUNCER_URL, PGBOUNCER_PORT,
+#                             # PGBOUNCER_DIR (transaction pooling in front of that PostgreSQL)
+#   stop_pgbouncer
 #
 # Every server lives in its own `mktemp -d` directory (data, unix socket, log), listens on a free
 # TCP port of 127.0.0.1 only, and is tuned for tests: no fsync, so a crash of the machine may lose
@@ -138,27 +142,35 @@ ensure_mariadb_installed() {
     if [ -x "$(mariadbd_bin)" ] && command -v mariadb_config >/dev/null 2>&1; then
         return 0
     fi
+    apt_install "mariadbd or libmariadb-dev" mariadb-server libmariadb-dev || return 1
+    if [ ! -x "$(mariadbd_bin)" ]; then
+        server_error "apt-get installed mariadb-server but $(mariadbd_bin) is still missing"
+        return 1
+    fi
+}
+
+# Installs Debian packages PACKAGES for WHAT is missing: directly as root (the CI machine), else
+# with password-less sudo. Fails with the reason on stderr.
+apt_install() {
+    local what=$1
+    shift
     local sudo=()
     if [ "$(id -u)" -ne 0 ]; then
         if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
             sudo=(sudo -n)
         else
-            server_error "mariadbd or libmariadb-dev is not installed, and we are neither root nor allowed password-less sudo to install them (apt-get install mariadb-server libmariadb-dev)"
+            server_error "$what is not installed, and we are neither root nor allowed password-less sudo to install it (apt-get install $*)"
             return 1
         fi
     fi
     if ! command -v apt-get >/dev/null 2>&1; then
-        server_error "mariadbd or libmariadb-dev is not installed, and apt-get is not available to install them"
+        server_error "$what is not installed, and apt-get is not available to install it"
         return 1
     fi
-    echo "MariaDB server or client library not found: installing mariadb-server and libmariadb-dev with apt-get" >&2
+    echo "$what not found: installing $* with apt-get" >&2
     if ! "${sudo[@]}" apt-get update -q >&2 ||
-        ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server libmariadb-dev >&2; then
-        server_error "'apt-get install mariadb-server libmariadb-dev' failed (output above)"
-        return 1
-    fi
-    if [ ! -x "$(mariadbd_bin)" ]; then
-        server_error "apt-get installed mariadb-server but $(mariadbd_bin) is still missing"
+        ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >&2; then
+        server_error "'apt-get install $*' failed (output above)"
         return 1
     fi
 }
@@ -273,4 +285,98 @@ stop_mariadb() {
         rm -rf "$MYSQL_DIR"
     fi
     MYSQL_DIR=
+}
+
+# ---------------------------------------------------------------------------------------------
+# PgBouncer, in transaction pooling mode, in front of the throwaway PostgreSQL
+# ---------------------------------------------------------------------------------------------
+
+# Installs PgBouncer from the distribution's packages when it is missing (root, or password-less
+# sudo). Debian's package also enables a systemd service; nothing here uses it (policy-rc.d or
+# the lack of systemd usually keeps it from starting, and it would listen on 6432, not on ours).
+ensure_pgbouncer_installed() {
+    if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then
+        return 0
+    fi
+    apt_install pgbouncer pgbouncer
+}
+
+pgbouncer_bin() {
+    command -v pgbouncer 2>/dev/null || echo /usr/sbin/pgbouncer
+}
+
+# Starts PgBouncer on a free port of 127.0.0.1, forwarding every database name to the PostgreSQL
+# that start_postgres started (as user postgres, no password), in transaction pooling mode: each
+# transaction of a client may run on another server connection, as in production set-ups that
+# put PgBouncer in front of PostgreSQL. The pool per database is small (PGBOUNCER_POOL_SIZE,
+# default 4 server connections), so clients really share server connections.
+start_pgbouncer() {
+    if [ -z "${PG_PORT:-}" ]; then
+        server_error "start_pgbouncer: start_postgres first"
+        return 1
+    fi
+    # PgBouncer refuses to run as root.
+    local user=postgres
+    [ "$(id -u)" -ne 0 ] && user=$(id -un)
+    PGBOUNCER_DIR=$(server_dir "$user") || return 1
+    PGBOUNCER_PORT=$(free_port) || return 1
+    cat >"$PGBOUNCER_DIR/userlist.txt" <<'USERS' || return 1
+"postgres" ""
+USERS
+    cat >"$PGBOUNCER_DIR/pgbouncer.ini" <<INI || return 1
+[databases]
+* = host=127.0.0.1 port=$PG_PORT
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $PGBOUNCER_PORT
+unix_socket_dir = $PGBOUNCER_DIR
+auth_type = trust
+auth_file = $PGBOUNCER_DIR/userlist.txt
+admin_users = postgres
+pool_mode = transaction
+default_pool_size = ${PGBOUNCER_POOL_SIZE:-4}
+max_client_conn = 500
+logfile = $PGBOUNCER_DIR/pgbouncer.log
+pidfile = $PGBOUNCER_DIR/pgbouncer.pid
+INI
+    if [ "$(id -u)" -eq 0 ]; then
+        chown "$user": "$PGBOUNCER_DIR"/*
+    fi
+    if ! as_user "$user" "$(pgbouncer_bin)" -d -q "$PGBOUNCER_DIR/pgbouncer.ini" >"$PGBOUNCER_DIR/start.log" 2>&1; then
+        cat "$PGBOUNCER_DIR/start.log" "$PGBOUNCER_DIR/pgbouncer.log" >&2 2>/dev/null
+        server_error "start_pgbouncer: pgbouncer did not start (its output is above)"
+        return 1
+    fi
+    PGBOUNCER_URL="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/postgres"
+    # Ready means: a query through it reaches PostgreSQL.
+    for _ in $(seq 1 60); do
+        if "$PG_BIN_DIR/psql" -X -q -t -A -d "$PGBOUNCER_URL" -c "SELECT 1" >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.25
+    done
+    cat "$PGBOUNCER_DIR/pgbouncer.log" >&2 2>/dev/null
+    server_error "start_pgbouncer: no answer through 127.0.0.1:$PGBOUNCER_PORT (its log is above)"
+    return 1
+}
+
+stop_pgbouncer() {
+    local pid=
+    if [ -n "${PGBOUNCER_DIR:-}" ] && [ -s "$PGBOUNCER_DIR/pgbouncer.pid" ]; then
+        pid=$(cat "$PGBOUNCER_DIR/pgbouncer.pid")
+    fi
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        # SIGINT: close every connection and exit at once.
+        kill -INT "$pid" 2>/dev/null || true
+        for _ in $(seq 1 40); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.25
+        done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    if [ -n "${PGBOUNCER_DIR:-}" ] && [ -d "$PGBOUNCER_DIR" ]; then
+        rm -rf "$PGBOUNCER_DIR"
+    fi
+    PGBOUNCER_DIR=
 }

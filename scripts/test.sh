@@ -10,11 +10,14 @@
 # 2. Starts a throwaway MariaDB (installing it from Debian's packages when it is missing, as root).
 #    If MariaDB cannot be installed or started, the MySQL tests are reported as SKIPPED with the
 #    reason, loudly; under CI (CI=true) that is a failure instead, because CI must run them.
+#    Then a throwaway PgBouncer in transaction pooling mode in front of that PostgreSQL (installed
+#    from Debian's packages when missing; skipped loudly, or failed on CI, the same way).
 #    For the PostgreSQL failover tests it exports DIESEL_LEASE_TEST_PG_PAIR, the path of
 #    scripts/pg-pair.sh, with which each of those tests starts its own primary + streaming standby.
 # 3. Exports DIESEL_LEASE_TEST_PG / DIESEL_LEASE_TEST_MYSQL (admin URLs; every test creates its
-#    own database) and DIESEL_LEASE_TEST_REQUIRE (the backends that must run: a required backend
-#    whose URL is missing fails its tests instead of skipping them). SQLite needs no server.
+#    own database), DIESEL_LEASE_TEST_PGBOUNCER (the same PostgreSQL through PgBouncer) and
+#    DIESEL_LEASE_TEST_REQUIRE (the servers that must be there: a test of a required one whose URL
+#    is missing fails instead of skipping). SQLite needs no server.
 # 4. Builds every binary (`cargo build --workspace --all-features --bins --tests`: the suite runs
 #    the examples' binaries, which `cargo test` alone does not build), then
 #    runs `cargo test --workspace --all-features --no-fail-fast CARGO_ARGS -- TEST_ARGS`: unit
@@ -96,6 +99,7 @@ cleanup() {
     local rc=$?
     trap - EXIT INT TERM
     section "Stopping servers"
+    stop_pgbouncer
     stop_mariadb
     stop_postgres
     end_section
@@ -147,6 +151,22 @@ elif [ "${CI:-}" = "true" ]; then
     exit 1
 else
     loud "MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
+fi
+
+section "Starting PgBouncer (transaction pooling)"
+unset DIESEL_LEASE_TEST_PGBOUNCER
+PGBOUNCER_SKIP_REASON=
+if ensure_pgbouncer_installed && start_pgbouncer; then
+    export DIESEL_LEASE_TEST_PGBOUNCER=$PGBOUNCER_URL
+    REQUIRE+=(pgbouncer)
+    echo "DIESEL_LEASE_TEST_PGBOUNCER=$DIESEL_LEASE_TEST_PGBOUNCER ($("$(pgbouncer_bin)" --version | head -1))"
+elif [ "${CI:-}" = "true" ]; then
+    loud "PgBouncer tests cannot run on CI: $SERVERS_ERROR"
+    exit 1
+else
+    PGBOUNCER_SKIP_REASON=$SERVERS_ERROR
+    loud "PgBouncer tests SKIPPED: $PGBOUNCER_SKIP_REASON"
+    stop_pgbouncer
 fi
 
 # PostgreSQL failover (tests/faults/failover.rs): the tests start their own primary + standby
@@ -243,6 +263,9 @@ section "Summary"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
 if [ -n "$MYSQL_SKIP_REASON" ]; then
     echo "  MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
+fi
+if [ -n "$PGBOUNCER_SKIP_REASON" ]; then
+    echo "  PgBouncer tests SKIPPED: $PGBOUNCER_SKIP_REASON"
 fi
 if [ ${#FAILED_TESTS[@]} -gt 0 ]; then
     echo

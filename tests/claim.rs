@@ -9,7 +9,7 @@ mod jobs;
 mod literals;
 mod locking;
 mod precision;
-mod schedule;
+pub(crate) mod schedule;
 mod waiting;
 mod worker;
 mod zones;

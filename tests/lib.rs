@@ -5,11 +5,13 @@
 pub mod common;
 
 pub(crate) mod claim;
+mod engines;
 #[cfg(feature = "postgres")]
 mod examples;
 mod faults;
 mod lease;
 pub mod models;
-mod ops;
+pub(crate) mod ops;
+mod pooler;
 mod semaphore;
 mod smoke;

@@ -5,4 +5,4 @@ mod cli;
 mod doctor;
 #[cfg(feature = "metrics")]
 mod metrics;
-mod tracing;
+pub(crate) mod tracing;

@@ -17,10 +17,14 @@ pub enum Error {
     /// The input was refused before anything reached the database; nothing was locked or changed.
     #[error("invalid input: {0}")]
     InvalidInput(#[from] InvalidInput),
-    /// The model's `#[claimable(...)]` description cannot do what was asked (a `complete()` on a
-    /// model without a done state, a claim timeout on a model without `claimed_at`). Nothing was
-    /// sent to the database; fix the attribute.
-    #[error("the model's #[claimable(...)] configuration does not allow this: {0}")]
+    /// The set-up cannot do what was asked, and trying again will not help; the message says
+    /// what to change. The model's `#[claimable(...)]` description (a claim timeout on a model
+    /// without `claimed_at`: nothing was sent to the database), or the connection's: a database
+    /// engine diesel-lease refuses (TiDB, CockroachDB, YugabyteDB: see
+    /// [`ServerEngine`](crate::backend::ServerEngine)), or a transaction pooler (PgBouncer) in
+    /// front of PostgreSQL that the pool was not built for (see
+    /// [`PoolOptions::transaction_pooler`](crate::pool::PoolOptions::transaction_pooler)).
+    #[error("configuration error: {0}")]
     Config(String),
     /// A wait ended at its deadline: the caller's timeout for a lease or permit, or a lock or
     /// statement timeout the database enforced (PostgreSQL `lock_timeout`/`statement_timeout`,
@@ -59,7 +63,7 @@ pub enum Error {
     Database(#[source] diesel::result::Error),
     /// No connection could be taken from the r2d2 pool in time.
     #[error("could not get a connection from the pool: {0}")]
-    Pool(#[from] r2d2::Error),
+    Pool(#[source] r2d2::Error),
     /// Running the built-in migrations failed.
     #[error("running diesel-lease migrations failed: {source}")]
     Migration {

@@ -18,7 +18,10 @@
 //! # Events (WARN, target `diesel_lease`)
 //!
 //! A lost lease, permit or claim; a failed heartbeat; a retried deadlock or serialization
-//! failure; stale claims moved to the failed state; an error the farm scheduler retries.
+//! failure; stale claims moved to the failed state; an error the farm scheduler retries; waiters
+//! that poll instead of being woken by `LISTEN/NOTIFY` (a pool built for a transaction pooler
+//! without a direct URL, once per pool; a wait on a caller's own connection in a process with
+//! such a pool, once per process).
 //!
 //! # Metrics
 //!
@@ -288,6 +291,15 @@ pub(crate) fn schedule_retry(name: &str, error: &dyn std::fmt::Display) {
     #[cfg(feature = "metrics")]
     metrics::counter!("diesel_lease_retries_total", "cause" => "schedule").increment(1);
     let _ = (name, error);
+}
+
+/// Waiters will not be woken by PostgreSQL's `LISTEN/NOTIFY`, for the reason `why`: they poll
+/// (within their max poll interval) and wake each other within this process only. The callers
+/// say it once (per pool, per process).
+pub(crate) fn wakeups_polled(why: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "diesel_lease", "{why}: no LISTEN/NOTIFY wake-ups, waiters poll (within their max poll interval) and wake each other within this process only");
+    let _ = why;
 }
 
 /// The table name of a Diesel `table!` type (`app::schema::jobs::table` → `jobs`): no allocation,

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use diesel::connection::CacheSize;
 use diesel::r2d2::event::CheckoutEvent;
 use diesel::r2d2::{
     ConnectionManager, CustomizeConnection, HandleEvent, Pool, PooledConnection, R2D2Connection,
@@ -19,7 +20,10 @@ use crate::notify::Notifications;
 /// On SQLite it sets `busy_timeout` (writers wait for the lock instead of failing with
 /// `SQLITE_BUSY`), `journal_mode = WAL` (readers never block the writer) and
 /// `synchronous = NORMAL`. On MySQL / MariaDB it sets the session's `wait_timeout` to
-/// [`mysql_idle_timeout`](Self::mysql_idle_timeout): see there. On PostgreSQL it does nothing.
+/// [`mysql_idle_timeout`](Self::mysql_idle_timeout): see there. On every backend it first
+/// refuses a server diesel-lease does not run on ([`check_server`](crate::backend::check_server)),
+/// and with [`transaction_pooler`](Self::transaction_pooler) turns Diesel's prepared-statement
+/// cache off.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -54,6 +58,13 @@ pub struct ConnectionTuning {
     /// operating system's TCP timeouts apply), and a connection your code keeps checked out
     /// and idle for longer (inside a transaction, across a slow external call) is closed too.
     pub mysql_idle_timeout: Option<Duration>,
+    /// The connection goes through a transaction pooler (PgBouncer with `pool_mode =
+    /// transaction`, or any proxy that runs each transaction on whichever server connection is
+    /// free): turn Diesel's prepared-statement cache off, so every statement is sent with its
+    /// text in one round of the protocol that ends with its transaction (Diesel's unnamed
+    /// statements), and never `LISTEN` on a connection a caller passes in (in this process).
+    /// Default `false`. See [`PoolOptions::transaction_pooler`].
+    pub transaction_pooler: bool,
 }
 
 impl Default for ConnectionTuning {
@@ -61,14 +72,21 @@ impl Default for ConnectionTuning {
         ConnectionTuning {
             busy_timeout: crate::backend::DEFAULT_BUSY_TIMEOUT,
             mysql_idle_timeout: Some(Duration::from_secs(600)),
+            transaction_pooler: false,
         }
     }
 }
 
 impl ConnectionTuning {
     /// Applies the tuning to one connection (what the pool does for every new connection).
-    pub fn apply<C: Dialect>(&self, conn: &mut C) -> diesel::QueryResult<()> {
-        conn.tune(self.busy_timeout, self.mysql_idle_timeout)
+    /// [`Error::Config`](crate::Error::Config) for a server diesel-lease refuses.
+    pub fn apply<C: Dialect>(&self, conn: &mut C) -> crate::Result<()> {
+        if self.transaction_pooler {
+            conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+            crate::notify::note_transaction_pooler();
+        }
+        crate::backend::check_engine(conn)?;
+        Ok(conn.tune(self.busy_timeout, self.mysql_idle_timeout)?)
     }
 }
 
@@ -77,23 +95,115 @@ where
     C: Dialect + R2D2Connection,
 {
     fn on_acquire(&self, conn: &mut C) -> Result<(), diesel::r2d2::Error> {
-        self.apply(conn).map_err(diesel::r2d2::Error::QueryError)
+        self.apply(conn).map_err(|e| {
+            diesel::r2d2::Error::QueryError(diesel::result::Error::QueryBuilderError(Box::new(e)))
+        })
     }
 }
 
 /// Builds an r2d2 pool of `max_size` connections to `url` with [`ConnectionTuning`] applied and
-/// [`WaiterWakeups`] installed. Its connections (and the listener's) connect with
-/// [`with_network_settings`]`(url)`, so on PostgreSQL a silent network breaks them within about
-/// 20 s.
+/// [`WaiterWakeups`] installed: [`build_pool_with`] and the default [`PoolOptions`]. Its
+/// connections (and the listener's) connect with [`with_network_settings`]`(url)`, so on
+/// PostgreSQL a silent network breaks them within about 20 s.
 pub fn build_pool<C>(url: &str, max_size: u32) -> crate::Result<Pool<ConnectionManager<C>>>
 where
     C: Notifications + R2D2Connection,
 {
+    build_pool_with(url, max_size, &PoolOptions::default())
+}
+
+/// How [`build_pool_with`] builds a pool; the default is [`build_pool`]'s.
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")] {
+/// use diesel_lease::pool::{build_pool_with, PoolOptions};
+///
+/// // The application's connections go through PgBouncer (pool_mode = transaction); the
+/// // listener that wakes waiters connects to PostgreSQL itself.
+/// let pool = build_pool_with::<diesel::PgConnection>(
+///     "postgres://app@pgbouncer:6432/app",
+///     16,
+///     &PoolOptions::default()
+///         .transaction_pooler()
+///         .listen_url("postgres://app@db:5432/app"),
+/// )
+/// .unwrap();
+/// # let _ = pool;
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct PoolOptions {
+    transaction_pooler: bool,
+    listen_url: Option<String>,
+}
+
+impl PoolOptions {
+    /// The URL goes through a transaction pooler (PgBouncer with `pool_mode = transaction`):
+    /// every connection gets [`ConnectionTuning::transaction_pooler`] (Diesel's
+    /// prepared-statement cache off), and the pool's listener, which `LISTEN`s and so needs a
+    /// session of its own, connects to [`listen_url`](Self::listen_url) or, without one, is not
+    /// started: waiters then poll, which the pool says once in a WARN. Claims, guards, leases,
+    /// semaphores and the `Worker` run through it unchanged.
+    ///
+    /// Without it, [`build_pool_with`] refuses a URL where it sees a transaction pooler (two
+    /// connections open at once answered from one server session) with
+    /// [`Error::Config`](crate::Error::Config), and an error that shows one later (a cached
+    /// statement that another session answered) is that same error.
+    pub fn transaction_pooler(mut self) -> Self {
+        self.transaction_pooler = true;
+        self
+    }
+
+    /// Where the pool's listener connects for `LISTEN/NOTIFY` wake-ups (PostgreSQL), instead of
+    /// the pool's URL: PostgreSQL itself, or a PgBouncer database in session mode, when the
+    /// pool's URL goes through a transaction pooler.
+    pub fn listen_url(mut self, url: impl Into<String>) -> Self {
+        self.listen_url = Some(url.into());
+        self
+    }
+}
+
+/// Builds an r2d2 pool of `max_size` connections to `url` as `options` say, with
+/// [`ConnectionTuning`] applied and [`WaiterWakeups`] installed.
+///
+/// Before it builds the pool it checks the server on a connection of its own: a server
+/// diesel-lease refuses ([`check_server`](crate::backend::check_server)), and a transaction
+/// pooler that `options` do not mention, are [`Error::Config`](crate::Error::Config) at once.
+pub fn build_pool_with<C>(
+    url: &str,
+    max_size: u32,
+    options: &PoolOptions,
+) -> crate::Result<Pool<ConnectionManager<C>>>
+where
+    C: Notifications + R2D2Connection,
+{
+    // Every connection, the check's and the listener's included, with the network bounds.
     let url = with_network_settings::<C>(url);
+    let url = url.as_str();
+    crate::backend::check_url::<C>(url, options.transaction_pooler)?;
+    let listen_url = match (&options.listen_url, options.transaction_pooler) {
+        (Some(listen_url), _) => Some(listen_url.as_str()),
+        (None, false) => Some(url),
+        (None, true) => {
+            if C::NOTIFICATIONS {
+                crate::observe::wakeups_polled(
+                    "this pool goes through a transaction pooler and has no direct URL for its \
+                     listener (`PoolOptions::listen_url`)",
+                );
+            }
+            None
+        }
+    };
+    let tuning = ConnectionTuning {
+        transaction_pooler: options.transaction_pooler,
+        ..ConnectionTuning::default()
+    };
     Ok(Pool::builder()
         .max_size(max_size)
-        .connection_customizer(Box::new(ConnectionTuning::default()))
-        .event_handler(Box::new(WaiterWakeups::new::<C>(url.as_str())))
+        .connection_customizer(Box::new(tuning))
+        .event_handler(Box::new(WaiterWakeups {
+            listener: listen_url.and_then(|url| listener::<C>(with_network_settings::<C>(url))),
+        }))
         .build(ConnectionManager::<C>::new(url))?)
 }
 
@@ -154,9 +264,10 @@ pub fn with_network_settings<C: Dialect>(url: &str) -> String {
 /// `diesel-lease listener`), while anybody waits and for 30 s after. If that connection breaks,
 /// waiters poll (at most once per max poll interval, one second by default) while it reconnects.
 ///
-/// [`build_pool`] installs it. For a pool you build yourself, install it with the same URL;
-/// without it PostgreSQL waiters only poll, so a freed permit is handed over at the next waiter's
-/// poll instead of within milliseconds.
+/// [`build_pool`] installs it. For a pool you build yourself, install it with the same URL (or,
+/// when that URL goes through a transaction pooler, a direct one: see
+/// [`PoolOptions::listen_url`]); without it PostgreSQL waiters only poll, so a freed permit is
+/// handed over at the next waiter's poll instead of within milliseconds.
 ///
 /// r2d2 keeps a pool's URL to itself, so the listener is told the URL here; and r2d2 lets
 /// nothing be attached to a pool but its event handler, so the handler is how waiters find the
@@ -191,10 +302,17 @@ impl WaiterWakeups {
     {
         let url = url.into();
         WaiterWakeups {
-            listener: C::NOTIFICATIONS
-                .then(|| Arc::new(Listener::new::<C>(with_network_settings::<C>(&url)))),
+            listener: listener::<C>(with_network_settings::<C>(&url)),
         }
     }
+}
+
+/// A listener on `url` where the backend has notifications.
+fn listener<C>(url: impl Into<String>) -> Option<Arc<Listener>>
+where
+    C: Notifications + R2D2Connection,
+{
+    C::NOTIFICATIONS.then(|| Arc::new(Listener::new::<C>(url.into())))
 }
 
 impl fmt::Debug for WaiterWakeups {

@@ -579,3 +579,23 @@ pub(crate) struct Block14;
 /// ```
 #[allow(dead_code)]
 pub(crate) struct Block15;
+
+/// README block 16.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use diesel_lease::pool::{build_pool_with, PoolOptions};
+///
+/// let pool = build_pool_with::<diesel::PgConnection>(
+///     "postgres://app@pgbouncer:6432/app",                  // through PgBouncer
+///     16,
+///     &PoolOptions::default()
+///         .transaction_pooler()                             // Diesel's statement cache off
+///         .listen_url("postgres://app@db-primary:5432/app"), // wake-ups from PostgreSQL itself
+/// )?;
+/// # let _ = pool;
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct Block16;

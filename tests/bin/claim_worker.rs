@@ -7,6 +7,9 @@
 //! `claim-worker <backend> <url> tenants <threads> <limit>`: runs a `Worker` on `tasks` with a
 //! per-tenant limit until killed; each run prints `run <id> <tenant> <start µs> <end µs>`
 //! (system clock, shared by the processes of one machine).
+//!
+//! With `DIESEL_LEASE_TEST_TRANSACTION_POOLER` set, `url` goes through a transaction pooler and
+//! the pools are built for one (`PoolOptions::transaction_pooler`).
 
 #[path = "../models.rs"]
 mod models;
@@ -42,6 +45,19 @@ fn main() {
     }
 }
 
+/// A pool of `size` connections to `url`, built for a transaction pooler when the environment
+/// says so.
+fn worker_pool<C>(url: &str, size: u32) -> diesel_lease::Result<Pool<ConnectionManager<C>>>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    let mut options = diesel_lease::pool::PoolOptions::default();
+    if std::env::var_os("DIESEL_LEASE_TEST_TRANSACTION_POOLER").is_some() {
+        options = options.transaction_pooler();
+    }
+    diesel_lease::pool::build_pool_with::<C>(url, size, &options)
+}
+
 fn arg<T: std::str::FromStr>(rest: &[String], i: usize) -> Result<T, String> {
     rest.get(i)
         .and_then(|s| s.parse().ok())
@@ -57,8 +73,7 @@ where
         diesel::dsl::Eq<importjobs::statuscode, &'a str>,
     >: diesel::query_dsl::LoadQuery<'a, C, i64>,
 {
-    let pool: Pool<ConnectionManager<C>> =
-        diesel_lease::pool::build_pool::<C>(url, 4).map_err(|e| e.to_string())?;
+    let pool: Pool<ConnectionManager<C>> = worker_pool::<C>(url, 4).map_err(|e| e.to_string())?;
     match mode {
         "drain" => {
             let batch: usize = arg(rest, 0)?;
@@ -95,9 +110,8 @@ where
         "tenants" => {
             let threads: usize = arg(rest, 0)?;
             let limit: u32 = arg(rest, 1)?;
-            let pool =
-                diesel_lease::pool::build_pool::<C>(url, u32::try_from(threads + 6).unwrap_or(16))
-                    .map_err(|e| e.to_string())?;
+            let pool = worker_pool::<C>(url, u32::try_from(threads + 6).unwrap_or(16))
+                .map_err(|e| e.to_string())?;
             let never = std::sync::atomic::AtomicBool::new(false);
             let out = std::sync::Mutex::new(std::io::stdout());
             diesel_lease::worker::Worker::new(pool)

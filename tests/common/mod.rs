@@ -5,6 +5,8 @@
 //! script (`scripts/test.sh`), which exports:
 //! - `DIESEL_LEASE_TEST_PG`: an admin URL of a throwaway PostgreSQL server;
 //! - `DIESEL_LEASE_TEST_MYSQL`: an admin URL of a throwaway MariaDB/MySQL server;
+//! - `DIESEL_LEASE_TEST_PGBOUNCER`: a URL of a throwaway PgBouncer (transaction pooling) in front
+//!   of that PostgreSQL server (`through_pgbouncer`);
 //! - `DIESEL_LEASE_TEST_REQUIRE`: comma-separated backends that must be available; a test of a
 //!   required backend whose server is missing fails instead of being skipped;
 //! - `DIESEL_LEASE_TEST_BACKENDS` (optional): comma-separated backends to run; the others' tests
@@ -194,6 +196,28 @@ impl TestBackend for Mysql {
     fn create(test: &str) -> Option<TestDb<Self>> {
         server_db(env_var(Self::NAME), test)
     }
+}
+
+/// `db`'s database through the PgBouncer (transaction pooling) that `scripts/test.sh` starts in
+/// front of the PostgreSQL server, or `None` without one: the test is SKIPPED, or fails when
+/// `pgbouncer` is required (`DIESEL_LEASE_TEST_REQUIRE`).
+#[cfg(feature = "postgres")]
+pub fn through_pgbouncer(db: &TestDb<Postgres>, test: &str) -> Option<String> {
+    const VAR: &str = "DIESEL_LEASE_TEST_PGBOUNCER";
+    let Some(bouncer) = std::env::var(VAR).ok().filter(|u| !u.is_empty()) else {
+        let required = std::env::var("DIESEL_LEASE_TEST_REQUIRE").unwrap_or_default();
+        assert!(
+            !required.split(',').any(|r| r.trim() == "pgbouncer"),
+            "pgbouncer is required (DIESEL_LEASE_TEST_REQUIRE) but {VAR} is not set; run the suite through scripts/test.sh"
+        );
+        eprintln!("SKIPPED {test}: {VAR} is not set (scripts/test.sh starts PgBouncer)");
+        return None;
+    };
+    let (base, _) = bouncer
+        .rsplit_once('/')
+        .expect("PgBouncer URL ends in /database");
+    let (_, name) = db.url.rsplit_once('/').expect("test URL ends in /database");
+    Some(format!("{base}/{name}"))
 }
 
 fn env_var(backend: &str) -> &'static str {

@@ -34,8 +34,12 @@ mod libpq;
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod server;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+
+pub(crate) use server::{check as check_engine, check_url};
+pub use server::{check_server, ServerEngine};
 
 pub(crate) mod sealed {
     /// Seals the raw connection types and the dialect traits.
@@ -292,6 +296,19 @@ pub trait Dialect:
         f: impl FnOnce(&mut Self) -> QueryResult<T>,
     ) -> QueryResult<T>;
 
+    /// The server behind this connection, from its version string (PostgreSQL `version()`,
+    /// MySQL `VERSION()`, in a statement Diesel does not cache); SQLite is always SQLite.
+    #[doc(hidden)]
+    fn server_engine(&mut self) -> QueryResult<ServerEngine>;
+
+    /// The server session this connection's statements run in now (PostgreSQL's backend pid and
+    /// the server's start time; not from Diesel's statement cache), to see a transaction pooler
+    /// by; `None` where the backend has none to compare.
+    #[doc(hidden)]
+    fn server_session(&mut self) -> QueryResult<Option<String>> {
+        Ok(None)
+    }
+
     /// Takes the lock that stands in for row locks where the backend has none, before a locking
     /// read: SQLite runs `write_nothing` (a write that matches no row but takes the database write
     /// lock); backends with row locks do nothing (their `FOR UPDATE` locks the row).
@@ -489,6 +506,9 @@ pub(crate) enum Kind {
     Timeout,
     ConnectionLost,
     Conflict,
+    /// Another server session answered than the one that prepared the statement: a transaction
+    /// pooler is in between (see `server.rs`).
+    Pooler,
 }
 
 /// Sorts a database error by what Diesel knows and by the server's message.
@@ -519,7 +539,20 @@ pub(crate) fn classify_common(e: DieselError) -> Error {
             attempts: 1,
             source: e,
         },
+        Some(Kind::Pooler) => server::pooler_error(&e.to_string()),
         None => Error::Database(e),
+    }
+}
+
+/// A pool's error, unless it says that a transaction pooler is in between (a checkout's health
+/// check is a cached statement too): then [`Error::Config`] with what to change.
+impl From<r2d2::Error> for Error {
+    fn from(e: r2d2::Error) -> Self {
+        let said = e.to_string();
+        if classify_message(&said) == Some(Kind::Pooler) {
+            return server::pooler_error(&said);
+        }
+        Error::Pool(e)
     }
 }
 
@@ -574,9 +607,11 @@ pub(crate) fn kind<C: Dialect>() -> BackendKind {
 ///
 /// Idempotent: already-applied migrations are skipped. Uses Diesel's own
 /// `__diesel_schema_migrations` bookkeeping table, so it coexists with the application's
-/// migrations.
+/// migrations. A server diesel-lease refuses ([`check_server`]) gets no tables:
+/// [`Error::Config`] says why.
 pub fn run_migrations(conn: &mut impl BorrowConnection) -> crate::Result<()> {
     fn run<C: Dialect>(conn: &mut C) -> crate::Result<()> {
+        server::check(conn)?;
         conn.run_pending_migrations(C::MIGRATIONS)
             .map(|_| ())
             .map_err(|source| Error::Migration { source })

@@ -13,7 +13,7 @@ use diesel::result::Error as DieselError;
 use diesel::MysqlConnection;
 use diesel_migrations::EmbeddedMigrations;
 
-use super::{raw_connection, BackendKind, Dialect, Kind, Offset, SqlDialect};
+use super::{raw_connection, BackendKind, Dialect, Kind, Offset, ServerEngine, SqlDialect};
 
 raw_connection!(MysqlConnection);
 
@@ -137,6 +137,12 @@ impl Dialect for MysqlConnection {
         // A lock wait timeout rolls back the statement only (innodb_rollback_on_timeout is off
         // by default), so the session's value is put back after a timeout too.
         with_lock_wait(self, wait, f)
+    }
+
+    fn server_engine(&mut self) -> QueryResult<ServerEngine> {
+        let version = diesel::select(diesel::dsl::sql::<diesel::sql_types::Text>("VERSION()"))
+            .get_result::<String>(self)?;
+        Ok(ServerEngine::from_mysql_version(&version))
     }
 }
 

@@ -10,7 +10,9 @@ use diesel::result::Error as DieselError;
 use diesel::PgConnection;
 use diesel_migrations::EmbeddedMigrations;
 
-use super::{raw_connection, BackendKind, Dialect, Kind, Offset, SqlDialect};
+use diesel::sql_types::Text;
+
+use super::{raw_connection, BackendKind, Dialect, Kind, Offset, ServerEngine, SqlDialect};
 
 raw_connection!(PgConnection);
 impl super::sealed::Sealed for Pg {}
@@ -119,6 +121,22 @@ impl Dialect for PgConnection {
         set_lock_timeout(self, &previous)?;
         Ok(value)
     }
+
+    fn server_engine(&mut self) -> QueryResult<ServerEngine> {
+        let version =
+            diesel::select(diesel::dsl::sql::<Text>("version()")).get_result::<String>(self)?;
+        Ok(ServerEngine::from_postgres_version(&version))
+    }
+
+    fn server_session(&mut self) -> QueryResult<Option<String>> {
+        // The backend's pid is unique among a server's live sessions; the server's start time
+        // tells servers apart (two behind one load balancer may hand out the same pids).
+        diesel::select(diesel::dsl::sql::<Text>(
+            "'process ' || pg_backend_pid() || ' of the server started at ' || pg_postmaster_start_time()",
+        ))
+        .get_result(self)
+        .map(Some)
+    }
 }
 
 /// `max_wait` as a `lock_timeout` value: whole milliseconds, at least 1 (0 means "no limit").
@@ -170,6 +188,10 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
         // 40P01 deadlock_detected, 40001 serialization_failure
         ("deadlock detected", Kind::Conflict),
         ("could not serialize access", Kind::Conflict),
+        // 42P05 duplicate_prepared_statement, 26000 invalid_sql_statement_name, 08P01 (a bind
+        // that does not fit the statement), each naming one of the statements Diesel prepares
+        // and caches: another session answered, so a transaction pooler is in between
+        ("prepared statement \"__diesel_stmt_", Kind::Pooler),
     ];
     super::first_match(PATTERNS, message)
 }

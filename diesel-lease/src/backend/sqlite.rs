@@ -12,7 +12,9 @@ use diesel::sqlite::Sqlite;
 use diesel::SqliteConnection;
 use diesel_migrations::EmbeddedMigrations;
 
-use super::{raw_connection, BackendKind, Dialect, Dynamic, Exec, Kind, Offset, SqlDialect};
+use super::{
+    raw_connection, BackendKind, Dialect, Dynamic, Exec, Kind, Offset, ServerEngine, SqlDialect,
+};
 
 raw_connection!(SqliteConnection);
 impl super::sealed::Sealed for Sqlite {}
@@ -127,6 +129,11 @@ impl Dialect for SqliteConnection {
         E: From<DieselError>,
     {
         immediate_within(self, wait, f)
+    }
+
+    fn server_engine(&mut self) -> QueryResult<ServerEngine> {
+        // The library linked in, not a server: nothing to ask.
+        Ok(ServerEngine::Sqlite)
     }
 }
 

@@ -9,6 +9,7 @@
 //!
 //! Sealed; its items are internal and carry no stability promise.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::QueryResult;
@@ -19,6 +20,25 @@ pub(crate) mod listener;
 pub(crate) mod local;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+
+/// Set once this process set up a connection for a transaction pooler
+/// (`pool::ConnectionTuning::transaction_pooler`).
+static BEHIND_TRANSACTION_POOLER: AtomicBool = AtomicBool::new(false);
+
+/// Notes that this process has connections through a transaction pooler. A `LISTEN` through one
+/// lands on whichever server connection ran it and stays there: the pooler drops what arrives
+/// while no client is linked to it and hands the rest to whichever client is, so the listening
+/// client hears nothing and others collect notifications they never read.
+pub(crate) fn note_transaction_pooler() {
+    BEHIND_TRANSACTION_POOLER.store(true, Ordering::Relaxed);
+}
+
+/// Whether a wait may `LISTEN` on a connection the caller passed in: not in a process with
+/// connections through a transaction pooler, since a connection does not say where it goes (such
+/// waits then wake within this process and poll). A pool's listener is told its own URL.
+pub(crate) fn may_listen_on_callers_connection() -> bool {
+    !BEHIND_TRANSACTION_POOLER.load(Ordering::Relaxed)
+}
 
 /// What a backend delivers between connections: PostgreSQL `LISTEN/NOTIFY`; nothing on SQLite
 /// and MySQL, where every method keeps its default (waiters poll, and wake each other within

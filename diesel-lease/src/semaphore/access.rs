@@ -40,20 +40,35 @@ pub(super) trait Access {
 }
 
 /// A wait on the caller's connection: it stays checked out (and `LISTEN`s, on PostgreSQL) for
-/// the whole wait, as the caller chose by passing it.
+/// the whole wait, as the caller chose by passing it. In a process whose connections go through
+/// a transaction pooler it does not `LISTEN` (see `notify::may_listen_on_callers_connection`)
+/// and wakes as on a backend without notifications.
 pub(super) struct OwnConnection<'a, C: SemaphoreDialect> {
     conn: &'a mut C,
     /// The user's control table, if the requests live there.
     table: Option<ControlTarget>,
-    /// This process's wake-ups, where the backend has no notifications.
+    /// Whether it `LISTEN`s on the connection.
+    listens: bool,
+    /// This process's wake-ups, where it does not listen.
     local: Option<Subscription>,
 }
 
 impl<'a, C: SemaphoreDialect> OwnConnection<'a, C> {
     pub(super) fn new(conn: &'a mut C, req: &Request) -> Self {
+        let listens = C::NOTIFICATIONS && crate::notify::may_listen_on_callers_connection();
+        if C::NOTIFICATIONS && !listens {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                crate::observe::wakeups_polled(
+                    "a wait on a connection of your own (`acquire_on`) does not LISTEN in a \
+                     process whose connections go through a transaction pooler",
+                );
+            });
+        }
         OwnConnection {
             conn,
             table: req.table.clone(),
+            listens,
             local: None,
         }
     }
@@ -69,16 +84,19 @@ impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {
-        if !C::NOTIFICATIONS {
+        if !self.listens {
             self.local = Some(Subscription::new(resource));
+            return Ok(());
         }
         Ok(self.conn.listen(true)?)
     }
 
     fn unlisten(&mut self) {
         self.local = None;
-        // Hygiene for pooled connections only; a failure here does not change who holds what.
-        let _ = self.conn.listen(false);
+        if self.listens {
+            // Hygiene for pooled connections only; a failure here does not change who holds what.
+            let _ = self.conn.listen(false);
+        }
     }
 
     fn sleep(&mut self, resource: &str, max: Duration) -> Result<bool> {
@@ -89,7 +107,7 @@ impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
     }
 
     fn notified_across_processes(&self) -> bool {
-        C::NOTIFICATIONS
+        self.listens
     }
 }
 
@@ -211,9 +229,10 @@ where
 
     fn listen(&mut self, resource: &str) -> Result<()> {
         self.resource = Some(resource.to_owned());
-        if !C::NOTIFICATIONS {
-            self.local = Some(Subscription::new(resource));
-        }
+        // Also where the backend has notifications: a pool without a listener (built for a
+        // transaction pooler without a direct URL, or without `WaiterWakeups`) wakes its waiters
+        // within this process at least.
+        self.local = Some(Subscription::new(resource));
         Ok(())
     }
 
@@ -228,7 +247,6 @@ where
             (Some(registration), Some(mark), _) => Ok(registration.sleep(mark, max)),
             (_, _, Some(local)) => Ok(local.sleep(max)),
             _ => {
-                // A PostgreSQL pool built without `build_pool`: no listener, only polls.
                 std::thread::sleep(max);
                 Ok(false)
             }
