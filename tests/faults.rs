@@ -9,11 +9,14 @@
 //! deadline.
 //! `read_timeout`: MySQL, a reply that never reaches the client ends in `ConnectionLost`.
 //! `failover`: PostgreSQL, the primary crashes and its streaming standby is promoted.
+//! `galera`: a three-node MariaDB Galera cluster, workers on different nodes, one node killed.
 
 mod errors;
 #[cfg(feature = "postgres")]
 mod failover;
 mod farm;
+#[cfg(feature = "mysql")]
+mod galera;
 mod holders;
 #[cfg(feature = "mysql")]
 mod read_timeout;
