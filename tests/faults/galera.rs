@@ -412,7 +412,11 @@ fn lease_grants_on_three_nodes_are_exclusive_and_ordered() {
                     }
                     std::thread::sleep(Duration::from_millis(2));
                     holders.lock().unwrap().0 -= 1;
-                    assert!(lease.release(&mut conn).expect("release"), "still held");
+                    let token = lease.token().get();
+                    if !lease.release(&mut conn).expect("release") {
+                        let now = lease::inspect(&mut conn, "galera");
+                        panic!("grant {token} was no longer held at its release: {now:?}, granted so far {:?}", granted.lock().unwrap());
+                    }
                     got += 1;
                 }
             });

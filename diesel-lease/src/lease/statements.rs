@@ -187,7 +187,9 @@ macro_rules! mysql_takeover {
         )
         .set((
             l::holder.eq($g.holder),
-            l::token.eq(l::token + 1_i64),
+            // `LAST_INSERT_ID(expr)`: the session remembers the new token, read back after
+            // the commit without a second statement in the grant's transaction.
+            l::token.eq(crate::lease::mysql::remember_token(l::token + 1_i64)),
             l::acquired_at.eq(DbNowMicros),
             l::expires_at.eq(NowPlus($g.ttl_micros)),
             l::next_run.eq(NextRunAfterGrant($g.interval_micros)),
