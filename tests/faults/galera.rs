@@ -98,8 +98,10 @@ impl Cluster {
         };
         let admin: Vec<String> = list.split(',').map(str::to_owned).collect();
         assert_eq!(admin.len(), 3, "three nodes: {list}");
-        let name = format!("dl_galera_{test}_{}", std::process::id()).to_lowercase();
-        let name: String = name.chars().take(60).collect();
+        // A database name has at most 64 characters: the process id first, so that cutting
+        // the name keeps it.
+        let name = format!("dl_g{}_{test}", std::process::id()).to_lowercase();
+        let name: String = name.chars().take(64).collect();
         let mut conn = MysqlConnection::establish(&admin[0]).expect("connect to node 1");
         conn.batch_execute(&format!("CREATE DATABASE `{name}`"))
             .expect("create the test database");
