@@ -380,3 +380,145 @@ stop_pgbouncer() {
     fi
     PGBOUNCER_DIR=
 }
+
+# ---------------------------------------------------------------------------------------------
+# MariaDB Galera: three nodes of one multi-primary cluster
+# ---------------------------------------------------------------------------------------------
+#
+#   galera_available          # true when the Galera library and an SST method are installed
+#   start_galera              # sets GALERA_URLS (comma-separated admin URLs, node 1 first),
+#                             # GALERA_PORTS, GALERA_DIRS (arrays); every node Synced on return
+#   galera_sql N "SQL"        # runs SQL on node N (1-3) as root
+#   stop_galera               # stops every node and deletes its dir; safe to call twice
+#
+# Each node is a start_mariadb server (its own temp dir, data, log, free ports) with the wsrep
+# options below. Node 1 bootstraps the cluster (--wsrep-new-cluster); nodes 2 and 3 join it one
+# after the other and receive its state by SST (rsync, or mariabackup when rsync is missing).
+# Each node's dir holds `restart.sh`, which starts that node again as a joiner: a test that
+# kills a node with `kill -9` brings it back with it.
+
+GALERA_PROVIDER=${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
+GALERA_URLS=
+GALERA_PORTS=()
+GALERA_DIRS=()
+
+# The state transfer method this machine can run, or nothing.
+galera_sst_method() {
+    if command -v rsync >/dev/null 2>&1 && command -v wsrep_sst_rsync >/dev/null 2>&1; then
+        echo rsync
+    elif command -v mariabackup >/dev/null 2>&1 && command -v wsrep_sst_mariabackup >/dev/null 2>&1; then
+        echo mariabackup
+    fi
+}
+
+galera_available() {
+    if [ ! -f "$GALERA_PROVIDER" ]; then
+        server_error "galera: $GALERA_PROVIDER not found (apt-get install galera-4, or set GALERA_PROVIDER)"
+        return 1
+    fi
+    if [ -z "$(galera_sst_method)" ]; then
+        server_error "galera: no state transfer method (install rsync or mariadb-backup)"
+        return 1
+    fi
+}
+
+galera_sql() {
+    mariadb --no-defaults --protocol=TCP -h 127.0.0.1 -P "${GALERA_PORTS[$(($1 - 1))]}" -u root \
+        --batch --skip-column-names -e "$2"
+}
+
+# Waits (up to 120 s) until node N says it is Synced with the cluster.
+galera_wait_synced() {
+    local state=
+    for _ in $(seq 1 240); do
+        state=$(galera_sql "$1" "SHOW STATUS LIKE 'wsrep_local_state_comment'" 2>/dev/null | cut -f2)
+        if [ "$state" = "Synced" ]; then
+            return 0
+        fi
+        sleep 0.5
+    done
+    server_error "start_galera: node $1 is '$state', not Synced, after 120 s (its log: ${GALERA_DIRS[$(($1 - 1))]}/server.log)"
+    return 1
+}
+
+start_galera() {
+    galera_available || return 1
+    local sst n gports=() isports=() sstports=() address
+    sst=$(galera_sst_method)
+    for n in 1 2 3; do
+        gports+=("$(free_port)") || return 1
+        isports+=("$(free_port)") || return 1
+        sstports+=("$(free_port)") || return 1
+    done
+    address="gcomm://127.0.0.1:${gports[0]},127.0.0.1:${gports[1]},127.0.0.1:${gports[2]}"
+    # start_mariadb keeps one server in MYSQL_*: keep the caller's, start each node with it, and
+    # record the node in GALERA_*.
+    local saved_dir=${MYSQL_DIR:-} saved_port=${MYSQL_PORT:-} saved_pid=${MYSQL_PID:-}
+    local saved_url=${MYSQL_URL:-} rc=0 urls=()
+    GALERA_PORTS=()
+    GALERA_DIRS=()
+    for n in 1 2 3; do
+        local i=$((n - 1)) first=()
+        [ "$n" -eq 1 ] && first=(--wsrep-new-cluster)
+        local wsrep=(
+            --wsrep-on=ON
+            --wsrep-provider="$GALERA_PROVIDER"
+            --wsrep-cluster-name=diesel-lease-test
+            --wsrep-cluster-address="$address"
+            --wsrep-node-name="node$n"
+            --wsrep-node-address="127.0.0.1:${gports[$i]}"
+            --wsrep-provider-options="gmcast.listen_addr=tcp://127.0.0.1:${gports[$i]};ist.recv_addr=127.0.0.1:${isports[$i]};gcache.size=64M"
+            --wsrep-sst-method="$sst"
+            --wsrep-sst-receive-address="127.0.0.1:${sstports[$i]}"
+            --binlog-format=ROW
+            --innodb-autoinc-lock-mode=2
+            --default-storage-engine=InnoDB
+        )
+        MYSQL_DIR= MYSQL_PID= MYSQL_PORT=
+        if ! start_mariadb "${wsrep[@]}" "${first[@]}"; then
+            GALERA_DIRS+=("$MYSQL_DIR")
+            rc=1
+            break
+        fi
+        GALERA_DIRS+=("$MYSQL_DIR")
+        GALERA_PORTS+=("$MYSQL_PORT")
+        urls+=("$MYSQL_URL")
+        # The same node again, as a joiner (a test restarts a node it killed with this).
+        {
+            echo "#!/usr/bin/env bash"
+            [ "$(id -u)" -eq 0 ] && printf '%q ' runuser -u "$(stat -c %U "$MYSQL_DIR")" --
+            printf '%q ' "$(mariadbd_bin)" --no-defaults \
+                --datadir="$MYSQL_DIR/data" --socket="$MYSQL_DIR/mysqld.sock" \
+                --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/server.log" \
+                --port="$MYSQL_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
+                --max-connections=300 --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
+                --innodb-buffer-pool-size=128M --performance-schema=OFF \
+                --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci "${wsrep[@]}"
+            echo '>/dev/null 2>&1 &'
+        } >"$MYSQL_DIR/restart.sh"
+        if ! galera_wait_synced "$n"; then
+            rc=1
+            break
+        fi
+    done
+    MYSQL_DIR=$saved_dir MYSQL_PORT=$saved_port MYSQL_PID=$saved_pid MYSQL_URL=$saved_url
+    GALERA_URLS=$(
+        IFS=,
+        echo "${urls[*]}"
+    )
+    return "$rc"
+}
+
+stop_galera() {
+    local saved_dir=${MYSQL_DIR:-} saved_port=${MYSQL_PORT:-} saved_pid=${MYSQL_PID:-} dir
+    # Joiners first, the bootstrap node last: a node that leaves last shuts down cleanly.
+    for ((i = ${#GALERA_DIRS[@]} - 1; i >= 0; i--)); do
+        dir=${GALERA_DIRS[$i]}
+        MYSQL_DIR=$dir MYSQL_PID= MYSQL_PORT=
+        [ -n "$dir" ] && stop_mariadb
+    done
+    MYSQL_DIR=$saved_dir MYSQL_PORT=$saved_port MYSQL_PID=$saved_pid
+    GALERA_DIRS=()
+    GALERA_PORTS=()
+    GALERA_URLS=
+}

@@ -14,6 +14,11 @@
 #    from Debian's packages when missing; skipped loudly, or failed on CI, the same way).
 #    For the PostgreSQL failover tests it exports DIESEL_LEASE_TEST_PG_PAIR, the path of
 #    scripts/pg-pair.sh, with which each of those tests starts its own primary + streaming standby.
+#    When the Galera library is installed (Debian's galera-4, which mariadb-server pulls in), it
+#    also starts a three-node MariaDB Galera cluster in the background, while the build runs, and
+#    exports DIESEL_LEASE_TEST_GALERA (the nodes' admin URLs, comma-separated) for
+#    tests/faults/galera.rs; without the library those tests are SKIPPED (a failure under CI).
+#    Their claim farm is small by default; DIESEL_LEASE_TEST_GALERA_ROWS=5000 runs a large one.
 # 3. Exports DIESEL_LEASE_TEST_PG / DIESEL_LEASE_TEST_MYSQL (admin URLs; every test creates its
 #    own database), DIESEL_LEASE_TEST_PGBOUNCER (the same PostgreSQL through PgBouncer) and
 #    DIESEL_LEASE_TEST_REQUIRE (the servers that must be there: a test of a required one whose URL
@@ -100,6 +105,13 @@ cleanup() {
     trap - EXIT INT TERM
     section "Stopping servers"
     stop_pgbouncer
+    if [ -n "${GALERA_JOB:-}" ]; then wait "$GALERA_JOB" 2>/dev/null || true; fi
+    if [ -s "${GALERA_STATE:-}" ]; then
+        # shellcheck disable=SC1090
+        source "$GALERA_STATE"
+    fi
+    stop_galera
+    rm -f "${GALERA_STATE:-}" "${GALERA_STATE:-}.log"
     stop_mariadb
     stop_postgres
     end_section
@@ -169,6 +181,57 @@ else
     stop_pgbouncer
 fi
 
+# MariaDB Galera (tests/faults/galera.rs): a three-node cluster, started in the background (about
+# 30-45 s, mostly state transfers) while the build runs; galera_ready waits for it before the
+# tests and exports DIESEL_LEASE_TEST_GALERA (the three nodes' admin URLs, comma-separated).
+# Without the Galera library the Galera tests are SKIPPED; under CI that is a failure.
+GALERA_STATE=$(mktemp "${TMPDIR:-/tmp}/diesel-lease-galera.XXXXXX")
+GALERA_JOB=
+if galera_available 2>/dev/null; then
+    section "Starting MariaDB Galera (3 nodes, in the background)"
+    (
+        rc=0
+        start_galera >"$GALERA_STATE.log" 2>&1 || rc=$?
+        {
+            declare -p GALERA_DIRS GALERA_PORTS
+            printf 'GALERA_URLS=%q\nGALERA_RC=%q\nGALERA_ERROR=%q\n' "$GALERA_URLS" "$rc" "$SERVERS_ERROR"
+        } >"$GALERA_STATE"
+    ) &
+    GALERA_JOB=$!
+fi
+# Waits for the background start; exports DIESEL_LEASE_TEST_GALERA and adds `galera` to
+# REQUIRE when the cluster is up. Returns non-zero only when CI must fail.
+galera_ready() {
+    unset DIESEL_LEASE_TEST_GALERA
+    local reason
+    if [ -z "$GALERA_JOB" ]; then
+        galera_available 2>/dev/null || true
+        reason=$SERVERS_ERROR
+    else
+        wait "$GALERA_JOB" || true
+        GALERA_JOB=
+        # shellcheck disable=SC1090
+        source "$GALERA_STATE"
+        reason=${GALERA_ERROR:-}
+        [ "${GALERA_RC:-1}" -eq 0 ] || reason=${reason:-start_galera failed}
+    fi
+    if [ -z "$reason" ]; then
+        export DIESEL_LEASE_TEST_GALERA=$GALERA_URLS
+        REQUIRE+=(galera)
+        echo "DIESEL_LEASE_TEST_GALERA=$DIESEL_LEASE_TEST_GALERA"
+    elif [ "${CI:-}" = "true" ]; then
+        [ -f "$GALERA_STATE.log" ] && cat "$GALERA_STATE.log"
+        loud "Galera tests cannot run on CI: $reason"
+        return 1
+    else
+        loud "Galera tests SKIPPED: $reason"
+    fi
+    DIESEL_LEASE_TEST_REQUIRE=$(
+        IFS=,
+        echo "${REQUIRE[*]}"
+    )
+}
+
 # PostgreSQL failover (tests/faults/failover.rs): the tests start their own primary + standby
 # pairs through this script, with the same PostgreSQL binaries.
 export DIESEL_LEASE_TEST_PG_PAIR=$PWD/scripts/pg-pair.sh
@@ -219,6 +282,10 @@ cargo build --workspace --all-features --bins --tests "${CARGO_ARGS[@]}" 2>&1 |
 SUMMARY+=("build: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
 while IFS= read -r t; do FAILED_TESTS+=("$t (build)"); done < <(failed_tests_of "$PASS_LOGS/build.log")
 [ "$STATUS" -ne 0 ] || STATUS=$rc
+
+section "MariaDB Galera"
+galera_ready
+echo "DIESEL_LEASE_TEST_REQUIRE=$DIESEL_LEASE_TEST_REQUIRE"
 
 FIRST_LEVEL=${ISOLATION_LEVELS[0]}
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then

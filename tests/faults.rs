@@ -14,11 +14,14 @@
 //! holders know they lost in time.
 //! `input`: bad names and owners are typed errors before the database; database timeouts name
 //! the lease, resource or table they concern.
+//! `galera`: a three-node MariaDB Galera cluster, workers on different nodes, one node killed.
 
 mod errors;
 #[cfg(feature = "postgres")]
 mod failover;
 mod farm;
+#[cfg(feature = "mysql")]
+mod galera;
 mod holders;
 mod input;
 mod network;

@@ -92,7 +92,11 @@ impl Dialect for MysqlConnection {
         if !super::in_transaction(self)? {
             read_committed_next(self)?;
         }
-        self.transaction(f)
+        let out = self.transaction(f);
+        if out.is_err() {
+            forget_prepared_statements(self);
+        }
+        out
     }
 
     fn write_tx_within<T>(
@@ -144,6 +148,25 @@ impl Dialect for MysqlConnection {
             .get_result::<String>(self)?;
         Ok(ServerEngine::from_mysql_version(&version))
     }
+}
+
+/// Closes every prepared statement in Diesel's cache of `c` (they are prepared again on their
+/// next use), after a transaction failed.
+///
+/// A cached statement whose execution failed after the server had sent the result's column
+/// definitions leaves libmariadb waiting, on that statement's next execution, for the rest of
+/// the failed result: the client sits in `poll(-1)` for good (see [`super::Uncached`]). On one
+/// server only locking reads fail that way, and they run uncached. On a MariaDB Galera node any
+/// statement of a transaction can: a replicated write that conflicts with the transaction
+/// aborts it wherever it is (a "brute-force abort"; the server then lists the session as
+/// `Killed`), measured on the claim's read-back by key. The failed transaction is rolled back
+/// whole and retried; its statements must not come from the cache again. Closing a statement
+/// right after its failure is what `Uncached` does on every run, and it returns.
+fn forget_prepared_statements(c: &mut MysqlConnection) {
+    use diesel::connection::CacheSize;
+    // Dropping the cache closes its statements; the default (unbounded) cache comes back.
+    c.set_prepared_statement_cache_size(CacheSize::Disabled);
+    c.set_prepared_statement_cache_size(CacheSize::Unbounded);
 }
 
 /// Runs `f` with the session's `innodb_lock_wait_timeout` at `max_wait` (whole seconds, rounded

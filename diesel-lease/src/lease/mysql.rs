@@ -11,25 +11,34 @@ use super::statements::{
 };
 use crate::backend::Dialect;
 
+diesel::define_sql_function! {
+    /// `LAST_INSERT_ID(expr)`: `expr`, which the session also remembers as its
+    /// `LAST_INSERT_ID()`.
+    #[sql_name = "LAST_INSERT_ID"]
+    fn remember_token(token: diesel::sql_types::BigInt) -> diesel::sql_types::BigInt;
+}
+
 impl LeaseStatements for MysqlConnection {
     lease_statements!();
 
     fn lease_grant(&mut self, g: &Grant<'_>) -> QueryResult<Option<Granted>> {
         use super::schema::diesel_lease_leases as l;
-        // Step 1: take the existing row over if it is grantable. READ COMMITTED (see
-        // `write_transaction`): no gap lock when the name has no row yet.
-        let taken = self.write_tx(|c| {
-            if mysql_takeover!(g).execute(c)? != 1 {
-                return Ok::<_, DieselError>(None);
-            }
-            l::table
+        // Step 1: take the existing row over if it is grantable, in one autocommit statement
+        // at READ COMMITTED (no gap lock when the name has no row yet) that leaves the new token
+        // in the session (`remember_token`). One statement: on a multi-primary cluster
+        // (MariaDB Galera) a grant that loses to a concurrent grant on another node fails at
+        // its commit, and nothing was read from a transaction that did not commit.
+        if self.keyed_write(|c| mysql_takeover!(g).execute(c))? == 1 {
+            let token = crate::backend::mysql::inserted_id(self)?;
+            // Our own commit, on the node we are connected to: the row has it unless a later
+            // grant (after ours expired or was released) took the name over meanwhile.
+            let next_run = l::table
                 .find(g.name)
-                .select((l::token, l::next_run))
-                .first::<(i64, Option<i64>)>(c)
-                .map(Some)
-        })?;
-        if let Some((token, next_run)) = taken {
-            return Ok(Some(Granted { token, next_run }));
+                .filter(l::token.eq(token))
+                .select(l::next_run)
+                .first::<Option<i64>>(self)
+                .optional()?;
+            return Ok(next_run.map(|next_run| Granted { token, next_run }));
         }
         // Step 2, the name's first use: a plain insert.
         match mysql_insert!(g).execute(self) {

@@ -19,7 +19,7 @@ use diesel::QueryResult;
 
 use super::schema::diesel_lease_leases as l;
 use crate::backend::Dialect;
-use crate::backend::{refuse_nested, SqlDialect};
+use crate::backend::{refuse_nested, retry_conflicts, SqlDialect};
 use crate::clock::expression;
 #[allow(unused_imports)]
 use crate::clock::DbNowMicros;
@@ -187,7 +187,9 @@ macro_rules! mysql_takeover {
         )
         .set((
             l::holder.eq($g.holder),
-            l::token.eq(l::token + 1_i64),
+            // `LAST_INSERT_ID(expr)`: the session remembers the new token, read back after
+            // the commit without a second statement in the grant's transaction.
+            l::token.eq(crate::lease::mysql::remember_token(l::token + 1_i64)),
             l::acquired_at.eq(DbNowMicros),
             l::expires_at.eq(NowPlus($g.ttl_micros)),
             l::next_run.eq(NextRunAfterGrant($g.interval_micros)),
@@ -356,10 +358,17 @@ macro_rules! grant_by_upsert {
 
 /// Grants the lease (see [`LeaseStatements::lease_grant`]). Refused inside the caller's
 /// transaction: a grant must commit at once to be seen by the others.
+///
+/// A grant, an extension and a release are each rolled back whole when they fail with a
+/// deadlock, so they are tried again ([`retry_conflicts`]). One server hardly ever reports one
+/// for these statements; a multi-primary cluster (MariaDB Galera) reports one for every grant
+/// that lost to a concurrent write of the same lease on another node, at commit.
 pub(crate) fn grant<C: LeaseStatements>(conn: &mut C, g: &Grant<'_>) -> Result<Option<Granted>> {
     refuse_nested(conn)?;
-    conn.single_write(|c| c.lease_grant(g))
-        .map_err(about(g.name))
+    retry_conflicts(|| {
+        conn.single_write(|c| c.lease_grant(g))
+            .map_err(about(g.name))
+    })
 }
 
 /// Classifies a database error, naming the lease in a timeout the database reported.
@@ -380,8 +389,10 @@ pub(crate) fn extend<C: LeaseStatements>(
     ttl_micros: i64,
 ) -> Result<bool> {
     refuse_nested(conn)?;
-    conn.single_write(|c| c.lease_extend(name, token, ttl_micros))
-        .map_err(about(name))
+    retry_conflicts(|| {
+        conn.single_write(|c| c.lease_extend(name, token, ttl_micros))
+            .map_err(about(name))
+    })
 }
 
 /// Releases a valid grant (see [`LeaseStatements::lease_release`]).
@@ -392,8 +403,10 @@ pub(crate) fn release<C: LeaseStatements>(
     at_least_for_micros: i64,
 ) -> Result<bool> {
     refuse_nested(conn)?;
-    conn.single_write(|c| c.lease_release(name, token, at_least_for_micros))
-        .map_err(about(name))
+    retry_conflicts(|| {
+        conn.single_write(|c| c.lease_release(name, token, at_least_for_micros))
+            .map_err(about(name))
+    })
 }
 
 /// Whether the grant is still valid by the database's clock.

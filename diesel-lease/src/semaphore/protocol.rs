@@ -385,7 +385,7 @@ pub(super) fn heartbeat(
     req: &Request,
     ticket: i64,
 ) -> Result<bool> {
-    Ok(sql.touch(ticket, &req.owner, req.ttl)? > 0)
+    Ok(touch(sql, ticket, req)? > 0)
 }
 
 /// The resource's queue, for inspection.
@@ -613,6 +613,29 @@ enum Pause {
     Slept { woken: bool },
 }
 
+/// Pushes the expiry of `ticket` (one autocommit update of the caller's own row), tried again
+/// after a deadlock: on a multi-primary cluster (Galera) it conflicts at commit with a locked
+/// transaction on another node that wrote the same row (a grant, a removal), and is rolled back
+/// whole.
+fn touch(sql: &mut dyn SemaphoreStatements, ticket: i64, req: &Request) -> Result<usize> {
+    crate::backend::retry_conflicts(|| Ok(sql.touch(ticket, &req.owner, req.ttl)?))
+}
+
+/// [`touch`] of a granted row only (see [`SemaphoreStatements::touch_granted`]).
+fn touch_granted(sql: &mut dyn SemaphoreStatements, ticket: i64, req: &Request) -> Result<usize> {
+    touch_granted_as(sql, ticket, &req.owner, req.ttl)
+}
+
+/// [`touch_granted`] for a step that owns what it needs of the request.
+fn touch_granted_as(
+    sql: &mut dyn SemaphoreStatements,
+    ticket: i64,
+    owner: &str,
+    ttl: lease_core::Ttl,
+) -> Result<usize> {
+    crate::backend::retry_conflicts(|| Ok(sql.touch_granted(ticket, owner, ttl)?))
+}
+
 /// Sleeps up to `delay`. With `watch` (the waiter's ticket, when it is at the head of the queue
 /// and releases elsewhere do not wake it) it also reads its own row every [`HEAD_CHECK`].
 fn pause<A: Access>(
@@ -640,7 +663,7 @@ fn pause<A: Access>(
         // confirms it: by an update of its own row that only succeeds while it is granted.
         let (owner, ttl) = (req.owner.clone(), req.ttl);
         let granted = access.step(checkout(sent_at), move |sql| {
-            Ok(sql.is_granted(ticket, &owner)? && sql.touch_granted(ticket, &owner, ttl)? > 0)
+            Ok(sql.is_granted(ticket, &owner)? && touch_granted_as(sql, ticket, &owner, ttl)? > 0)
         })?;
         if granted == Some(true) {
             return Ok(Pause::Granted(Granted { ticket, sent_at }));
@@ -678,11 +701,11 @@ fn look(
         // removal on the row: "1 row" means granted (or waiting) and still alive, and the
         // waiter's expiry is pushed as a full poll would. A row that is gone falls through
         // to the full poll, which reports it lost.
-        if sql.touch_granted(ticket, &req.owner, req.ttl)? > 0 {
+        if touch_granted(sql, ticket, req)? > 0 {
             return Ok(Some(Granted { ticket, sent_at }));
         }
         sent_at = Instant::now();
-        if sql.touch(ticket, &req.owner, req.ttl)? > 0 {
+        if touch(sql, ticket, req)? > 0 {
             return Ok(None);
         }
     }

@@ -126,9 +126,11 @@ macro_rules! new_ticket_values {
 pub(crate) use new_ticket_values;
 
 /// The statements that read the same on every backend. `$($lock)*` is how the backend locks the
-/// resource's row (`.for_update()`; nothing on SQLite, whose `BEGIN IMMEDIATE` locks the file).
+/// resource's row (`.for_update()`; nothing on SQLite, whose `BEGIN IMMEDIATE` locks the file);
+/// `$write_set`, where a row lock alone does not serialize (MySQL under Galera), is a function
+/// `(conn, resource, permits)` run right after the lock to make the transaction write the row.
 macro_rules! semaphore_statements {
-    ($($lock:tt)*) => {
+    (lock: [$($lock:tt)*] $(, write_set: $write_set:path)?) => {
         fn serialized(
             &mut self,
             max_wait: Option<std::time::Duration>,
@@ -143,12 +145,18 @@ macro_rules! semaphore_statements {
 
         fn lock_resource(&mut self, resource: &str) -> diesel::QueryResult<Option<i32>> {
             use crate::semaphore::schema::diesel_lease_semaphores as resources;
-            resources::table
+            let permits = resources::table
                 .find(resource)
                 .select(resources::permits)
                 $($lock)*
                 .first(self)
-                .optional()
+                .optional()?;
+            $(
+                if let Some(permits) = permits {
+                    $write_set(self, resource, permits)?;
+                }
+            )?
+            Ok(permits)
         }
 
         fn set_permits(&mut self, resource: &str, permits: i32) -> diesel::QueryResult<()> {
@@ -251,6 +259,9 @@ macro_rules! semaphore_statements {
             )
             .execute(self)
         }
+    };
+    ($($lock:tt)*) => {
+        crate::semaphore::statements::semaphore_statements!(lock: [$($lock)*]);
     };
 }
 // For `mysql.rs`; PostgreSQL and SQLite expand it above, in this file.
