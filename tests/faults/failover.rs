@@ -396,14 +396,23 @@ fn a_claim_farm_goes_on_after_a_promotion_and_completes_each_row_once() {
     ) else {
         return;
     };
-    const ROWS: i64 = 400;
+    // 400 rows in the suite; DIESEL_LEASE_TEST_FAILOVER_ROWS=20000 for a large farm by hand.
+    let rows: i64 = std::env::var("DIESEL_LEASE_TEST_FAILOVER_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
     const WORKERS: usize = 4;
     let mut conn = pair.connect();
     conn.batch_execute(
         "CREATE TABLE failover_jobs (id BIGINT PRIMARY KEY, status TEXT NOT NULL, owner TEXT,
-             claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0);
-         INSERT INTO failover_jobs (id, status) SELECT g, 'new' FROM generate_series(1, 400) g;",
+             claimed_at TIMESTAMP, attempts INTEGER NOT NULL DEFAULT 0);",
     )
+    .unwrap();
+    diesel::sql_query(
+        "INSERT INTO failover_jobs (id, status) SELECT g, 'new' FROM generate_series(1, $1) g",
+    )
+    .bind::<diesel::sql_types::BigInt, _>(rows)
+    .execute(&mut conn)
     .unwrap();
     let pool =
         diesel_lease::pool::build_pool::<PgConnection>(&pair.url(), WORKERS as u32 + 1).unwrap();
@@ -442,14 +451,15 @@ fn a_claim_farm_goes_on_after_a_promotion_and_completes_each_row_once() {
         }
         // Fail over once a quarter of the rows are done; stop when all are done on the new
         // primary.
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline =
+            Instant::now() + Duration::from_secs(120) + Duration::from_millis(rows as u64 * 5);
         loop {
             if !failed_over.load(Ordering::SeqCst) {
-                if completed.lock().unwrap().len() as i64 >= ROWS / 4 {
+                if completed.lock().unwrap().len() as i64 >= rows / 4 {
                     pair.fail_over();
                     failed_over.store(true, Ordering::SeqCst);
                 }
-            } else if done_rows(&pool) == Some(ROWS) || Instant::now() > deadline {
+            } else if done_rows(&pool) == Some(rows) || Instant::now() > deadline {
                 stop.store(true, Ordering::SeqCst);
                 break;
             }
@@ -461,13 +471,13 @@ fn a_claim_farm_goes_on_after_a_promotion_and_completes_each_row_once() {
     assert!(twice.is_empty(), "completed more than once: {twice:?}");
     let mut conn = pair.connect();
     assert_eq!(Pair::port_of(&mut conn), i32::from(pair.standby));
-    assert_eq!(done_rows(&pool), Some(ROWS), "rows done on the new primary");
+    assert_eq!(done_rows(&pool), Some(rows), "rows done on the new primary");
     // A `complete` whose commit the crash interrupted errs for its caller, although the standby
     // may have received it (the outcome of an unacknowledged commit is unknown): at most one such
     // row per worker is done without anybody having been told.
     assert!(
-        completed.len() as i64 >= ROWS - WORKERS as i64,
-        "only {} of {ROWS} completions acknowledged",
+        completed.len() as i64 >= rows - WORKERS as i64,
+        "only {} of {rows} completions acknowledged",
         completed.len()
     );
     assert!(
