@@ -107,12 +107,7 @@ network_suite! {
             .expect("free");
         let token = guard.token();
         proxy.black_hole();
-        assert!(
-            guard.lost_signal().wait_timeout(TTL + SLACK),
-            "never reported lost"
-        );
-        let lost_after = sent.elapsed();
-        assert!(lost_after < TTL, "lost only after {lost_after:?}");
+        let lost_after = lost_in_time(&guard, sent);
         let ((lost, held, guard), _) = within("is_lost and ensure_held", Duration::ZERO, move || {
             (guard.is_lost(), guard.ensure_held(), guard)
         });
@@ -143,12 +138,7 @@ network_suite! {
         let permit = mutex.try_acquire(&pool).unwrap().expect("free");
         let ticket = permit.ticket();
         proxy.black_hole();
-        assert!(
-            permit.lost_signal().wait_timeout(TTL + SLACK),
-            "never reported lost"
-        );
-        let lost_after = sent.elapsed();
-        assert!(lost_after < TTL, "lost only after {lost_after:?}");
+        let lost_after = lost_in_time(&permit, sent);
         assert!(permit.is_lost());
         assert!(matches!(permit.ensure_held(), Err(Error::PermitNotHeld { .. })));
         let ((), took) = within("dropping the permit", WAIT, move || drop(permit));
@@ -176,12 +166,7 @@ network_suite! {
             .unwrap()
             .expect("a row");
         proxy.black_hole();
-        assert!(
-            guard.lost_signal().wait_timeout(TTL + SLACK),
-            "never reported lost"
-        );
-        let lost_after = sent.elapsed();
-        assert!(lost_after < TTL, "lost only after {lost_after:?}");
+        let lost_after = lost_in_time(&guard, sent);
         assert!(guard.is_lost());
         assert!(matches!(guard.ensure_held(), Err(Error::ClaimLost { .. })));
         let ((), took) = within("dropping the claim guard", WAIT, move || drop(guard));
@@ -324,4 +309,16 @@ network_suite! {
         assert_eq!(report.completed, 0, "the completion cannot have reached the database");
         drop(proxy);
     }
+}
+
+/// Waits for `holder`'s lost signal (granted at `sent`) and asserts it came before the ttl, that
+/// is before the database could hand the grant on; returns when it came.
+fn lost_in_time(holder: &impl Held, sent: Instant) -> Duration {
+    assert!(
+        holder.lost_signal().wait_timeout(TTL + SLACK),
+        "never reported lost"
+    );
+    let lost_after = sent.elapsed();
+    assert!(lost_after < TTL, "lost only after {lost_after:?}");
+    lost_after
 }
