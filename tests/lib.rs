@@ -4,6 +4,7 @@
 #[macro_use]
 pub mod common;
 
+mod asyncapp;
 pub(crate) mod claim;
 mod engines;
 #[cfg(feature = "postgres")]

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use diesel::expression::{AppearsOnTable, Expression};
 use diesel::query_builder::{QueryFragment, QueryId};
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 use diesel::sql_types::Bool;
 use diesel::Connection;
 
@@ -32,6 +32,7 @@ use crate::claim::{
 };
 use crate::lease::job::{self, JobConnection, JobRun, JobRunOptions};
 use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertReturning};
+use crate::pool::ConnectionSource;
 use crate::semaphore::{HasModeColumn, OneResource, ResourceColumn, RwLock, Semaphore};
 use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
 
@@ -184,7 +185,7 @@ pub trait ClaimDsl: Claimable {
     /// within `timeout` plus the claim's drop wait whatever the network does (see
     /// [`claim_next_wait`](crate::claim::claim_next_wait)).
     fn claim_next_wait<C>(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         timeout: Duration,
     ) -> Result<Option<Self>>
     where
@@ -197,7 +198,7 @@ pub trait ClaimDsl: Claimable {
     /// [`claim_next_wait`](Self::claim_next_wait) for up to `n` rows; returns as soon as at
     /// least one row was claimed. `n = 0` returns an empty `Vec` at once.
     fn claim_batch_wait<C>(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         n: usize,
         timeout: Duration,
     ) -> Result<Vec<Self>>
@@ -210,7 +211,9 @@ pub trait ClaimDsl: Claimable {
 
     /// Claims the next row through `pool` and guards it: the [`ClaimGuard`] heartbeats while
     /// the work runs (with a claim timeout) and hands the row back if dropped unfinished.
-    fn claim_next_guarded<C>(pool: &Pool<ConnectionManager<C>>) -> Result<Option<ClaimGuard<Self>>>
+    fn claim_next_guarded<C>(
+        pool: &impl ConnectionSource<Connection = C>,
+    ) -> Result<Option<ClaimGuard<Self>>>
     where
         C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
         Self: Send + Sync,
@@ -221,7 +224,7 @@ pub trait ClaimDsl: Claimable {
     /// [`claim_next_guarded`](Self::claim_next_guarded) for up to `n` rows, each with its own
     /// guard.
     fn claim_batch_guarded<C>(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         n: usize,
     ) -> Result<Vec<ClaimGuard<Self>>>
     where

@@ -64,6 +64,11 @@ pub enum Error {
     /// No connection could be taken from the r2d2 pool in time.
     #[error("could not get a connection from the pool: {0}")]
     Pool(#[source] r2d2::Error),
+    /// No connection could be taken from the `deadpool-diesel` pool in time, or it could not
+    /// make one (feature `deadpool`; see [`pool::Deadpool`](crate::pool::Deadpool)).
+    #[cfg(feature = "deadpool")]
+    #[error("no connection from the deadpool-diesel pool: {0}")]
+    Deadpool(#[source] deadpool_diesel::PoolError),
     /// Running the built-in migrations failed.
     #[error("running diesel-lease migrations failed: {source}")]
     Migration {
@@ -146,13 +151,15 @@ impl Error {
     /// [`ConnectionLost`](Error::ConnectionLost)) may succeed: timeouts, lost connections,
     /// deadlocks and an exhausted pool. Lost leases, bad input and configuration errors are not.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
+        match self {
             Error::Timeout { .. }
-                | Error::ConnectionLost(_)
-                | Error::Deadlock { .. }
-                | Error::Pool(_)
-        )
+            | Error::ConnectionLost(_)
+            | Error::Deadlock { .. }
+            | Error::Pool(_) => true,
+            #[cfg(feature = "deadpool")]
+            Error::Deadpool(_) => true,
+            _ => false,
+        }
     }
 
     /// Names what a timeout concerns (`name`), when the database reported it and nothing named

@@ -583,6 +583,75 @@ pub(crate) struct Block15;
 /// README block 16.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
+/// # #[cfg(feature = "deadpool")]
+/// # mod app {
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # use diesel_lease::lease::{LeaseGuard, LeaseOptions};
+/// # use diesel_lease::worker::Worker;
+/// # use std::sync::atomic::{AtomicBool, Ordering};
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # diesel::table! {
+/// #     orders (id) {
+/// #         id -> BigInt,
+/// #         item -> Text,
+/// #         status -> Text,
+/// #         owner -> Nullable<Text>,
+/// #         claimed_at -> Nullable<Timestamp>,
+/// #         attempts -> Integer,
+/// #     }
+/// # }
+/// # #[derive(Queryable, Selectable, Claimable)]
+/// # #[diesel(table_name = orders)]
+/// # #[claimable(state = status, ready = "placed", claimed = "packing", done = "shipped",
+/// #             failed = "undeliverable", owner = owner, claimed_at = claimed_at, attempts = attempts)]
+/// # struct Order { id: i64, item: String, status: String, owner: Option<String>,
+/// #                claimed_at: Option<chrono::NaiveDateTime>, attempts: i32 }
+/// # fn ship(_: &mut PgConnection, _: &Order) -> Result<(), diesel::result::Error> { Ok(()) }
+/// # fn take_stock(_: &mut PgConnection, _: &str) -> Result<(), diesel::result::Error> { Ok(()) }
+/// # async fn app(url: String, body: String) -> Result<(), Box<dyn std::error::Error>> {
+/// use diesel_lease::pool::{build_deadpool, Deadpool};
+///
+/// // At start-up, on the runtime: one pool for the application and diesel-lease.
+/// let db = Deadpool::from_current(build_deadpool::<PgConnection>(&url, 16)?)?;
+///
+/// // Beside the runtime, on a thread of its own: the Worker.
+/// let stop = Arc::new(AtomicBool::new(false));
+/// let worker = std::thread::spawn({
+///     let (db, stop) = (db.clone(), stop.clone());
+///     move || Worker::<Order, PgConnection>::new(db).run_until(&stop, |conn, order: &Order| ship(conn, order))
+/// });
+///
+/// // In a request handler: the row is queued in the request's own transaction, so a request
+/// // that fails after it queues nothing.
+/// let item = body.clone();
+/// let conn = db.pool().get().await?;
+/// conn.interact(move |conn| conn.transaction(|conn| {
+///     take_stock(conn, &item)?;                                  // the request's own writes
+///     diesel::insert_into(orders::table).values(orders::item.eq(&item)).execute(conn)
+/// })).await??;
+///
+/// // Leases and permits block, like Diesel: take them in spawn_blocking, never in the async fn.
+/// let lease = { let db = db.clone(); tokio::task::spawn_blocking(move || {
+///     LeaseGuard::try_acquire(&db, "nightly-report", &LeaseOptions::new(Duration::from_secs(60)))
+/// }) }.await??;
+///
+/// // On Ctrl-C: stop the server first (axum's `with_graceful_shutdown`), then the Worker.
+/// stop.store(true, Ordering::SeqCst);
+/// let report = tokio::task::spawn_blocking(move || worker.join()).await?;
+/// # let _ = (lease, report);
+/// # Ok(())
+/// # }
+/// # }
+/// # fn main() {}
+/// ```
+#[allow(dead_code)]
+pub(crate) struct Block16;
+
+/// README block 17.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use diesel_lease::pool::{build_pool_with, PoolOptions};
 ///
@@ -598,4 +667,4 @@ pub(crate) struct Block15;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block16;
+pub(crate) struct Block17;

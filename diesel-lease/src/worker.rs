@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 use lease_core::{Backoff, RetryPolicy};
 
 use crate::claim::schedule::release_unstarted;
@@ -18,6 +18,7 @@ use crate::claim::{
     fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
     HasAttempts, HasDoneState, HasFailedState, RetryOutcome,
 };
+use crate::pool::{AnySource, ConnectionSource};
 use crate::semaphore::Semaphore;
 use crate::{Error, LeaseConnection, Result};
 
@@ -114,7 +115,7 @@ pub struct Worker<M, C>
 where
     C: LeaseConnection + R2D2Connection,
 {
-    pool: Pool<ConnectionManager<C>>,
+    pool: AnySource<C>,
     concurrency: usize,
     batch: usize,
     grace: Duration,
@@ -168,10 +169,10 @@ where
     /// A worker on `pool`: one thread, one row per claim, a grace period of 30 s, retries with
     /// 1 s doubling to 1 h and 20 % jitter, for the model's `max_attempts` runs (5 when it sets
     /// none).
-    pub fn new(pool: Pool<ConnectionManager<C>>) -> Self {
+    pub fn new(pool: impl ConnectionSource<Connection = C>) -> Self {
         let attempts = M::MAX_ATTEMPTS.and_then(|n| u32::try_from(n).ok());
         Worker {
-            pool,
+            pool: AnySource::new(&pool),
             concurrency: 1,
             batch: 1,
             grace: Duration::from_secs(30),
@@ -492,7 +493,7 @@ where
         let pool = self.worker.pool.clone();
         let back = self.call(
             calls,
-            move || release_unstarted(&mut pool.get()?, &row, Duration::ZERO),
+            move || pool.with_connection(|conn| release_unstarted(conn, &row, Duration::ZERO)),
             |_| {},
         )?;
         self.count(if back { Done::Released } else { Done::Lost });
@@ -521,15 +522,15 @@ where
                 let (row, held) = self.call(
                     calls,
                     move || {
-                        let held = heartbeat(&mut pool.get()?, &row);
+                        let held = pool.with_connection(|conn| heartbeat(conn, &row));
                         Ok((row, held))
                     },
                     // Renewed after the thread gave up: nobody will start it, so it goes back.
                     move |renewed| {
                         if let Ok((row, Ok(true))) = renewed {
-                            if let Ok(mut conn) = returner.get() {
-                                let _ = release_unstarted(&mut conn, &row, Duration::ZERO);
-                            }
+                            let _ = returner.with_connection(|conn| {
+                                release_unstarted(conn, &row, Duration::ZERO)
+                            });
                         }
                     },
                 )?;
@@ -565,7 +566,11 @@ where
                         let pool = w.pool.clone();
                         let back = self.call(
                             calls,
-                            move || release_unstarted(&mut pool.get()?, &row, KEY_BUSY_DELAY),
+                            move || {
+                                pool.with_connection(|conn| {
+                                    release_unstarted(conn, &row, KEY_BUSY_DELAY)
+                                })
+                            },
                             |_| {},
                         )?;
                         self.count(if back { Done::Released } else { Done::Lost });
@@ -576,7 +581,7 @@ where
         };
         let mut guard = ClaimGuard::start(&w.pool, row, &w.options, sent_at)?;
         let pool = w.pool.clone();
-        let conn = match self.call(calls, move || Ok(pool.get()?), drop) {
+        let conn = match self.call(calls, move || pool.lend(pool.connection_timeout()), drop) {
             Ok(conn) => conn,
             Err(e) => {
                 // No connection for the handler: it never started. The guard's drop hands
@@ -588,7 +593,9 @@ where
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut conn = conn;
-            handler(&mut conn, &guard).map_err(|e| e.to_string())
+            AnySource::with_lent(&mut conn, |conn| Ok(handler(conn, &guard)))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
         }));
         calls.quiet_since = Instant::now();
         // The heartbeat may be inside a call that does not return: wait for it no longer than
@@ -611,15 +618,16 @@ where
         let done = self.try_call(
             calls,
             move || {
-                let mut conn = pool.get()?;
-                Ok(match error {
-                    None if finish(&mut conn, &*row, Finish::Done)? => Done::Completed,
-                    None => Done::Lost,
-                    Some(error) => match fail_or_retry(&mut conn, &*row, &policy, Some(&error))? {
-                        RetryOutcome::Retried { .. } => Done::Retried { panicked },
-                        RetryOutcome::Failed { .. } => Done::Failed { panicked },
-                        RetryOutcome::Lost => Done::Lost,
-                    },
+                pool.with_connection(|conn| {
+                    Ok(match error {
+                        None if finish(conn, &*row, Finish::Done)? => Done::Completed,
+                        None => Done::Lost,
+                        Some(error) => match fail_or_retry(conn, &*row, &policy, Some(&error))? {
+                            RetryOutcome::Retried { .. } => Done::Retried { panicked },
+                            RetryOutcome::Failed { .. } => Done::Failed { panicked },
+                            RetryOutcome::Lost => Done::Lost,
+                        },
+                    })
                 })
             },
             |_| {},

@@ -218,6 +218,7 @@ pub trait Dialect:
     + Sized
     + 'static
     + sealed::Sealed
+    + BorrowConnection<Conn = Self>
 {
     /// The built-in tables' migrations for this backend.
     #[doc(hidden)]

@@ -6,7 +6,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 
 use super::{
     finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish, HasDoneState,
@@ -15,10 +15,10 @@ use super::{
 use crate::claim::ClaimDialect;
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::{end_within, ConnectionSource};
-use crate::{BorrowConnection, Error, Held, Result};
+use crate::pool::{end_within, AnySource, ConnectionSource};
+use crate::{Error, Held, Result};
 
-/// A row claimed through an r2d2 pool, for work that may run longer than the claim timeout.
+/// A row claimed through a pool (an r2d2 pool, or any [`ConnectionSource`]), for work that may run longer than the claim timeout.
 ///
 /// While the guard lives, a background heartbeat moves the row's `claimed_at` to the database's
 /// now every timeout/3, so the claim is not rescued while its work runs. Finish it with
@@ -98,7 +98,7 @@ where
     M: Claimable + Send + Sync,
 {
     /// Claims the next row through `pool` (see [`claim_next`](super::claim_next)) and guards it.
-    pub fn claim_next<C>(pool: &Pool<ConnectionManager<C>>) -> Result<Option<Self>>
+    pub fn claim_next<C>(pool: &impl ConnectionSource<Connection = C>) -> Result<Option<Self>>
     where
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
@@ -107,23 +107,28 @@ where
 
     /// [`claim_next`](Self::claim_next) with an explicit owner or claim timeout.
     pub fn claim_next_with<C>(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         options: &ClaimOptions,
     ) -> Result<Option<Self>>
     where
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let sent_at = Instant::now();
-        let row = super::claim_batch_with::<M, _>(&mut pool.get()?, 1, options)?
+        let row = pool
+            .with_connection(|conn| super::claim_batch_with::<M, _>(conn, 1, options))?
             .into_iter()
             .next();
-        row.map(|row| Self::start(pool, row, options, sent_at))
+        let pool = AnySource::new(pool);
+        row.map(|row| Self::start(&pool, row, options, sent_at))
             .transpose()
     }
 
     /// Claims up to `n` rows through `pool` (see [`claim_batch`](super::claim_batch)) and guards
     /// each of them.
-    pub fn claim_batch<C>(pool: &Pool<ConnectionManager<C>>, n: usize) -> Result<Vec<Self>>
+    pub fn claim_batch<C>(
+        pool: &impl ConnectionSource<Connection = C>,
+        n: usize,
+    ) -> Result<Vec<Self>>
     where
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
@@ -132,7 +137,7 @@ where
 
     /// [`claim_batch`](Self::claim_batch) with an explicit owner or claim timeout.
     pub fn claim_batch_with<C>(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         n: usize,
         options: &ClaimOptions,
     ) -> Result<Vec<Self>>
@@ -140,18 +145,20 @@ where
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let sent_at = Instant::now();
-        let rows = super::claim_batch_with::<M, _>(&mut pool.get()?, n, options)?;
+        let rows =
+            pool.with_connection(|conn| super::claim_batch_with::<M, _>(conn, n, options))?;
+        let pool = AnySource::new(pool);
         // Every row gets its guard first: one that fails to start hands its own row back, and
         // on such an error the guards already started drop with the `Vec`, handing theirs back.
         let guards: Vec<Result<Self>> = rows
             .into_iter()
-            .map(|row| Self::start(pool, row, options, sent_at))
+            .map(|row| Self::start(&pool, row, options, sent_at))
             .collect();
         guards.into_iter().collect()
     }
 
     pub(crate) fn start<C>(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &AnySource<C>,
         row: M,
         options: &ClaimOptions,
         sent_at: Instant,
@@ -302,7 +309,7 @@ where
     move |budget| {
         let beat = source
             .lend(budget.remaining())
-            .and_then(|mut conn| conn.borrow_connection().finish(&touch));
+            .and_then(|mut conn| S::with_lent(&mut conn, |conn| conn.finish(&touch)));
         match beat {
             Ok(true) => Beat::Held { ttl: timeout },
             Ok(false) => Beat::Lost,

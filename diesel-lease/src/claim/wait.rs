@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::query_builder::{AstPass, QueryBuilder, QueryFragment, QueryId};
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 use diesel::QueryResult;
 use lease_core::Backoff;
 
@@ -24,6 +24,7 @@ use crate::claim::ClaimDialect;
 use crate::courier::Courier;
 use crate::notify::listener::{Listener, Mark, Registration};
 use crate::notify::Notifications;
+use crate::pool::ConnectionSource;
 use crate::{BorrowConnection, Error, Result};
 
 /// The longest pause between two polls of an idle waiter: each costs the database at most one
@@ -134,7 +135,7 @@ where
 /// [`Error::Timeout`](crate::Error::Timeout) naming the table and goes on in the background,
 /// where rows it claims are handed back.
 pub fn claim_next_wait<M, C>(
-    pool: &Pool<ConnectionManager<C>>,
+    pool: &impl ConnectionSource<Connection = C>,
     timeout: Duration,
 ) -> Result<Option<M>>
 where
@@ -147,7 +148,7 @@ where
 /// [`claim_next_wait`] for up to `n` rows at once, with explicit claim options; returns as soon
 /// as at least one row was claimed.
 pub fn claim_batch_wait<M, C>(
-    pool: &Pool<ConnectionManager<C>>,
+    pool: &impl ConnectionSource<Connection = C>,
     n: usize,
     options: &ClaimOptions,
     timeout: Duration,
@@ -210,7 +211,7 @@ impl Waiter {
     /// and goes on in the background, where the rows it claims are handed back.
     pub(crate) fn claim<M, C>(
         &mut self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         deadline: Option<Instant>,
         stop: &dyn Fn() -> bool,
         give_up: &dyn Fn(Instant) -> Option<Instant>,
@@ -265,9 +266,9 @@ impl Waiter {
     /// pool had no connection to spare (a missed poll, not a failure; the wait for one is
     /// bounded so that a stop is still seen). A poll given up on is [`Error::Timeout`] with the
     /// time waited since `began`.
-    fn poll<M, C>(
+    fn poll<M, C, S>(
         &mut self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &S,
         began: Instant,
         give_up: &dyn Fn(Instant) -> Option<Instant>,
         claim: ClaimFn<M, C>,
@@ -275,6 +276,7 @@ impl Waiter {
     where
         M: Claimable + Send,
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        S: ConnectionSource<Connection = C>,
     {
         let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);
         let (lender, returner) = (pool.clone(), pool.clone());
@@ -286,16 +288,20 @@ impl Waiter {
                 else {
                     return Ok(None);
                 };
-                Ok(Some((claim(&mut conn)?, listener)))
+                Ok(Some((
+                    S::with_lent(&mut conn, |conn| claim(conn))?,
+                    listener,
+                )))
             },
             // Claimed after the caller gave up: nobody will run them, so they go back.
             move |polled: Result<Option<Polled<M>>>| {
                 let Ok(Some((rows, _))) = polled else { return };
-                if let Ok(mut conn) = returner.get() {
+                let _ = returner.with_connection(|conn| {
                     for row in &rows {
-                        let _ = release_unstarted(&mut conn, row, Duration::ZERO);
+                        let _ = release_unstarted(conn, row, Duration::ZERO);
                     }
-                }
+                    Ok(())
+                });
             },
         );
         polled.unwrap_or_else(|| {

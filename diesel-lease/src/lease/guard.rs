@@ -1,20 +1,20 @@
-//! [`LeaseGuard`]: a lease tied to an r2d2 pool, released on drop, optionally kept alive.
+//! [`LeaseGuard`]: a lease tied to a pool, released on drop, optionally kept alive.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
 use crate::courier::Courier;
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
 use crate::lease::statements::LeaseStatements;
-use crate::pool::{end_within, ConnectionSource};
-use crate::{BorrowConnection, Error, Held, Result};
+use crate::pool::{end_within, AnySource, ConnectionSource};
+use crate::{Error, Held, Result};
 
-/// A lease taken through an r2d2 pool. It borrows a connection from the pool only while it talks
+/// A lease taken through a pool (an r2d2 pool, or any [`ConnectionSource`]). It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
 /// [`release`](Self::release) to see them; a drop waits at most [`LeaseOptions::drop_wait`], by
 /// default [`DROP_WAIT`](crate::pool::DROP_WAIT)).
@@ -48,7 +48,7 @@ use crate::{BorrowConnection, Error, Held, Result};
 /// # }
 /// ```
 pub struct LeaseGuard<C: LeaseStatements + R2D2Connection> {
-    pool: Pool<ConnectionManager<C>>,
+    pool: AnySource<C>,
     lease: Arc<Mutex<Lease>>,
     token: FencingToken,
     name: String,
@@ -78,13 +78,13 @@ fn lock(lease: &Mutex<Lease>) -> MutexGuard<'_, Lease> {
 impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     /// Tries once to take the lease `name` (see [`try_acquire`](super::try_acquire)).
     pub fn try_acquire(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         name: &str,
         options: &LeaseOptions,
     ) -> Result<Option<Self>> {
-        let lease = super::try_acquire(&mut pool.get()?, name, options)?;
+        let lease = pool.with_connection(|conn| super::try_acquire(conn, name, options))?;
         lease
-            .map(|lease| Self::new(pool.clone(), lease, options))
+            .map(|lease| Self::new(AnySource::new(pool), lease, options))
             .transpose()
     }
 
@@ -100,7 +100,7 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     /// deadline, or the drop wait from its start if that is later; an attempt still under way
     /// then goes on in the background, and a grant it gets is released there.
     pub fn acquire(
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         name: &str,
         options: &LeaseOptions,
         timeout: Duration,
@@ -114,38 +114,35 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
                 .checked_add(options.drop_wait_limit())
                 .zip(deadline)
                 .map(|(allowed, deadline)| allowed.max(deadline));
-            let (lender, named, checked) = (pool.clone(), name.to_owned(), checked.clone());
-            let releaser = pool.clone();
+            let source = AnySource::new(pool);
+            let (lender, named, checked) = (source.clone(), name.to_owned(), checked.clone());
+            let releaser = source;
             let attempt = courier.call(
                 &|| attempt_bound,
                 move || {
                     let Ok(mut conn) = lender.lend(left) else {
                         return Ok(None);
                     };
-                    let granted = super::grant(conn.borrow_connection(), &named, &checked, None)?;
+                    let granted = AnySource::with_lent(&mut conn, |conn| {
+                        super::grant(conn, &named, &checked, None)
+                    })?;
                     Ok(granted.map(|(lease, _)| lease))
                 },
                 // Granted after the caller gave up: nobody holds it, so it goes back.
                 move |granted: Result<Option<Lease>>| {
                     if let Ok(Some(mut lease)) = granted {
-                        if let Ok(mut conn) = releaser.lend(releaser.connection_timeout()) {
-                            let _ = lease.release(&mut conn);
-                        }
+                        let _ = releaser.with_connection(|conn| lease.release(conn));
                     }
                 },
             );
             attempt.unwrap_or_else(|| Err(Error::waited(name, started.elapsed())))
         })?;
-        Self::new(pool.clone(), lease, options)
+        Self::new(AnySource::new(pool), lease, options)
     }
 
     /// Wraps a granted lease. If the heartbeat thread cannot be started, the lease is released
     /// again and [`Error::Heartbeat`](crate::Error::Heartbeat) returned.
-    pub(crate) fn new(
-        pool: Pool<ConnectionManager<C>>,
-        lease: Lease,
-        options: &LeaseOptions,
-    ) -> Result<Self> {
+    pub(crate) fn new(pool: AnySource<C>, lease: Lease, options: &LeaseOptions) -> Result<Self> {
         let keep_alive = options.keeps_alive();
         let token = lease.token();
         let name = lease.name().to_string();
@@ -188,15 +185,15 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     /// Whether the lease still holds, asked of the database (its clock decides expiry); see
     /// [`Held::ensure_held`] for what this holder believes without asking.
     pub fn confirm_held(&self) -> Result<bool> {
-        let mut conn = self.pool.get()?;
-        lock(&self.lease).confirm_held(&mut conn)
+        self.pool
+            .with_connection(|conn| lock(&self.lease).confirm_held(conn))
     }
 
     /// Moves the expiry to `ttl` from now (see [`Lease::extend`]); later keep-alive extensions
     /// use this ttl too.
     pub fn extend(&self, ttl: Duration) -> Result<()> {
-        let mut conn = self.pool.get()?;
-        lock(&self.lease).extend(&mut conn, ttl)
+        self.pool
+            .with_connection(|conn| lock(&self.lease).extend(conn, ttl))
     }
 
     /// Stops the heartbeat and releases the lease, within `wait` in all whatever the database
@@ -252,7 +249,7 @@ fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
         };
         let mut copy = lock(&lease).copy();
         let ttl = copy.ttl();
-        let extended = copy.extend(&mut conn, ttl);
+        let extended = S::with_lent(&mut conn, |conn| copy.extend(conn, ttl));
         lock(&lease).absorb(copy);
         match extended {
             Ok(()) => Beat::Held { ttl },

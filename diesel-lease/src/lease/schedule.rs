@@ -25,6 +25,7 @@ use lease_core::{Backoff, FencingToken, Ttl};
 
 use crate::lease::statements::LeaseStatements;
 use crate::lease::{LeaseGuard, LeaseOptions};
+use crate::pool::AnySource;
 use crate::{Error, Held, Result};
 
 /// Runs `job` if the lease `name` can be taken now; `Ok(None)` without running it if another
@@ -311,7 +312,7 @@ impl Every {
         let Some((lease, next_run)) = granted else {
             return Ok(None);
         };
-        let guard = LeaseGuard::new(pool.clone(), lease, &options)?;
+        let guard = LeaseGuard::new(AnySource::new(pool), lease, &options)?;
         // The grant set next_run to the slot after the one being run.
         let due_at_micros = next_run.unwrap_or_default() - interval.as_micros();
         let out = job(&Occurrence {

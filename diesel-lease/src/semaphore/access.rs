@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 
 use super::protocol::{on_table, ControlTarget, Request};
 use super::statements::{SemaphoreDialect, SemaphoreStatements};
 use crate::courier::Courier;
 use crate::notify::listener::{Listener, Mark, Registration};
 use crate::notify::local::Subscription;
+use crate::pool::{AnySource, ConnectionSource};
 use crate::{Error, Result};
 
 /// Where the steps of one wait run, and how it sleeps between them.
@@ -121,11 +122,11 @@ impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
 /// [`Error::Timeout`] and goes on in the background (a request it queued expires after its
 /// ttl), and the steps after it (taking the request back out) are only handed to the
 /// background, not waited for. So a wait ends within its timeout plus the drop wait.
-pub(super) struct FromPool<'a, C>
+pub(super) struct FromPool<C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
-    pool: &'a Pool<ConnectionManager<C>>,
+    pool: AnySource<C>,
     /// Makes the steps, on a thread of its own.
     courier: Courier,
     /// The resource's name, for the timeout of a step given up on.
@@ -148,16 +149,12 @@ where
     local: Option<Subscription>,
 }
 
-impl<'a, C> FromPool<'a, C>
+impl<C> FromPool<C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
     /// The access of a wait for `req` that ends `timeout` from now.
-    pub(super) fn new(
-        pool: &'a Pool<ConnectionManager<C>>,
-        req: &Request,
-        timeout: Duration,
-    ) -> Self {
+    pub(super) fn new(pool: AnySource<C>, req: &Request, timeout: Duration) -> Self {
         FromPool {
             pool,
             courier: Courier::new(),
@@ -187,7 +184,7 @@ where
     }
 }
 
-impl<C> Access for FromPool<'_, C>
+impl<C> Access for FromPool<C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
@@ -213,7 +210,8 @@ where
                 let Ok((mut conn, listener)) = crate::pool::lend_with_listener(&pool, wait) else {
                     return Ok(None);
                 };
-                on_table(table.as_ref(), &mut *conn, step).map(|value| Some((value, listener)))
+                AnySource::with_lent(&mut conn, |conn| on_table(table.as_ref(), conn, step))
+                    .map(|value| Some((value, listener)))
             },
             |_| {},
         );

@@ -90,14 +90,14 @@ pub mod statements;
 
 use std::time::Duration;
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 
 use self::access::{FromPool, OwnConnection};
 use self::protocol::{ControlTarget, Request};
 use self::statements::SemaphoreDialect;
 use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
-use crate::pool::DROP_WAIT;
+use crate::pool::{AnySource, ConnectionSource, DROP_WAIT};
 #[doc(hidden)]
 pub use control::{
     ControlDialect, ControlRequests, Insert, OnEveryConnection, RequestsOnMysql, RequestsOnPg,
@@ -294,7 +294,7 @@ impl Semaphore {
     /// passed (it goes on in the background; a request it queued expires after its ttl).
     pub fn acquire<C>(
         &self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
@@ -307,7 +307,7 @@ impl Semaphore {
     /// `Ok(None)` when busy (nothing is left queued).
     pub fn try_acquire<C>(
         &self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Option<PermitGuard<C>>>
     where
         C: SemaphoreDialect + R2D2Connection,
@@ -373,17 +373,17 @@ fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
     })
 }
 
-fn pooled_try<C>(pool: &Pool<ConnectionManager<C>>, req: Request) -> Result<Option<PermitGuard<C>>>
+fn pooled_try<C>(
+    pool: &impl ConnectionSource<Connection = C>,
+    req: Request,
+) -> Result<Option<PermitGuard<C>>>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
     let op = acquire_op(crate::backend::kind::<C>(), &req);
-    let granted = pool
-        .get()
-        .map_err(crate::Error::from)
-        .and_then(|mut conn| req.on(&mut *conn, |sql| protocol::try_once(sql, &req)));
+    let granted = pool.with_connection(|conn| req.on(conn, |sql| protocol::try_once(sql, &req)));
     match op.finish(granted, granted_outcome)? {
-        Some(granted) => PermitGuard::start(pool.clone(), req, granted).map(Some),
+        Some(granted) => PermitGuard::start(AnySource::new(pool), req, granted).map(Some),
         None => Ok(None),
     }
 }
@@ -429,7 +429,7 @@ impl GrantedTicket for Option<protocol::Granted> {
 /// Waits up to `timeout` for `req` with connections from `pool`; the permit then heartbeats
 /// itself.
 fn pooled<C>(
-    pool: &Pool<ConnectionManager<C>>,
+    pool: &impl ConnectionSource<Connection = C>,
     req: Request,
     timeout: Duration,
     max_poll: Duration,
@@ -438,14 +438,15 @@ where
     C: SemaphoreDialect + R2D2Connection,
 {
     let op = acquire_op(crate::backend::kind::<C>(), &req);
+    let pool = AnySource::new(pool);
     let granted = protocol::acquire(
-        &mut FromPool::new(pool, &req, timeout),
+        &mut FromPool::new(pool.clone(), &req, timeout),
         &req,
         timeout,
         max_poll,
     );
     let granted = op.finish(granted, granted_outcome)?;
-    PermitGuard::start(pool.clone(), req, granted)
+    PermitGuard::start(pool, req, granted)
 }
 
 fn manual(

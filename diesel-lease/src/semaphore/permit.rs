@@ -4,16 +4,17 @@
 use std::fmt;
 use std::time::Duration;
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 
 use super::protocol::{self, Granted, Request};
 use super::Mode;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
-use crate::pool::{end_within, ConnectionSource};
+use crate::pool::{end_within, AnySource, ConnectionSource};
 use crate::semaphore::statements::SemaphoreDialect;
 use crate::{BorrowConnection, Error, Held, Result};
 
-/// A held permit (or read/write lock) whose connections come from a pool.
+/// A held permit (or read/write lock) whose connections come from a pool (an r2d2 pool, or any
+/// [`ConnectionSource`]).
 ///
 /// While it lives, a background heartbeat extends it every ttl/3. It is released when dropped
 /// (waiting at most [`Semaphore::with_drop_wait`](super::Semaphore::with_drop_wait), by default
@@ -31,7 +32,7 @@ pub struct PermitGuard<C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
-    pool: Pool<ConnectionManager<C>>,
+    pool: AnySource<C>,
     held: Permit,
     local: HolderState,
     heartbeat: Option<Heartbeat<Error>>,
@@ -42,11 +43,7 @@ impl<C> PermitGuard<C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
-    pub(super) fn start(
-        pool: Pool<ConnectionManager<C>>,
-        req: Request,
-        granted: Granted,
-    ) -> Result<Self> {
+    pub(super) fn start(pool: AnySource<C>, req: Request, granted: Granted) -> Result<Self> {
         let ttl = req.ttl.as_duration();
         let local = HolderState::new(granted.sent_at, ttl, default_margin(ttl));
         let beat = heartbeat_beat(pool.clone(), req.clone(), granted.ticket);
@@ -140,8 +137,8 @@ fn heartbeat_beat<S: ConnectionSource<Connection: SemaphoreDialect>>(
 ) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
     move |budget| {
         let beat = source.lend(budget.remaining()).and_then(|mut conn| {
-            req.on(conn.borrow_connection(), |sql| {
-                protocol::heartbeat(sql, &req, ticket)
+            S::with_lent(&mut conn, |conn| {
+                req.on(conn, |sql| protocol::heartbeat(sql, &req, ticket))
             })
         });
         match beat {

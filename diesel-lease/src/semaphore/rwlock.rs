@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 
 use super::{
     manual, pooled, pooled_try, queue_of, Mode, Permit, PermitGuard, QueuedRequest, Semaphore,
 };
+use crate::pool::ConnectionSource;
 use crate::semaphore::statements::SemaphoreDialect;
 use crate::{BorrowConnection, OwnerId, Result};
 
@@ -110,7 +111,7 @@ impl RwLock {
     /// Waits up to `timeout` to read (shared); see [`Semaphore::acquire`].
     pub fn read<C>(
         &self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
@@ -122,7 +123,7 @@ impl RwLock {
     /// Waits up to `timeout` to write (exclusive); see [`Semaphore::acquire`].
     pub fn write<C>(
         &self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
@@ -137,7 +138,10 @@ impl RwLock {
     }
 
     /// Reads if possible right now; never waits.
-    pub fn try_read<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<PermitGuard<C>>>
+    pub fn try_read<C>(
+        &self,
+        pool: &impl ConnectionSource<Connection = C>,
+    ) -> Result<Option<PermitGuard<C>>>
     where
         C: SemaphoreDialect + R2D2Connection,
     {
@@ -145,7 +149,10 @@ impl RwLock {
     }
 
     /// Writes if possible right now; never waits.
-    pub fn try_write<C>(&self, pool: &Pool<ConnectionManager<C>>) -> Result<Option<PermitGuard<C>>>
+    pub fn try_write<C>(
+        &self,
+        pool: &impl ConnectionSource<Connection = C>,
+    ) -> Result<Option<PermitGuard<C>>>
     where
         C: SemaphoreDialect + R2D2Connection,
     {

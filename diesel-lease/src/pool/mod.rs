@@ -1,4 +1,11 @@
-//! Connection set-up that coordination needs: r2d2 pools whose connections are tuned for it.
+//! Connection set-up that coordination needs: r2d2 pools whose connections are tuned for it,
+//! and where guards, permits, waiters and the `Worker` get their connections
+//! ([`ConnectionSource`]: an r2d2 pool, or a `deadpool-diesel` one through [`Deadpool`]).
+
+#[cfg(feature = "deadpool")]
+mod deadpool;
+#[cfg(feature = "deadpool")]
+pub use self::deadpool::{build_deadpool, Deadpool, DeadpoolLent};
 
 use std::cell::RefCell;
 use std::fmt;
@@ -11,7 +18,7 @@ use diesel::r2d2::{
     ConnectionManager, CustomizeConnection, HandleEvent, Pool, PooledConnection, R2D2Connection,
 };
 
-use crate::backend::{BorrowConnection, Dialect};
+use crate::backend::Dialect;
 use crate::notify::listener::Listener;
 use crate::notify::Notifications;
 
@@ -336,20 +343,15 @@ impl HandleEvent for WaiterWakeups {
     }
 }
 
-/// A connection checked out of an r2d2 pool of `C`.
-type Pooled<C> = PooledConnection<ConnectionManager<C>>;
-
-/// Lends a connection of `pool` (see [`ConnectionSource::lend`]) together with the pool's
-/// listener, if the pool has one ([`WaiterWakeups`]).
-pub(crate) fn lend_with_listener<C>(
-    pool: &Pool<ConnectionManager<C>>,
+/// Lends a connection of `source` (see [`ConnectionSource::lend`]) together with the listener
+/// of the r2d2 pool it came from, if that pool has one ([`WaiterWakeups`]; another pool has
+/// none, and its waiters poll).
+pub(crate) fn lend_with_listener<S: ConnectionSource>(
+    source: &S,
     wait: Duration,
-) -> crate::Result<(Pooled<C>, Option<Arc<Listener>>)>
-where
-    C: Dialect + R2D2Connection,
-{
+) -> crate::Result<(S::Lent, Option<Arc<Listener>>)> {
     CHECKED_OUT.with(|slot| slot.borrow_mut().take());
-    let conn = pool.lend(wait)?;
+    let conn = source.lend(wait)?;
     let listener = CHECKED_OUT
         .with(|slot| slot.borrow_mut().take())
         .and_then(|listener| listener.upgrade());
@@ -376,7 +378,7 @@ pub(crate) fn end_within<S, T>(
     source: &S,
     wait: Duration,
     what: &str,
-    end: impl FnOnce(&mut S::Lent) -> crate::Result<T> + Send + 'static,
+    end: impl FnOnce(&mut S::Connection) -> crate::Result<T> + Send + 'static,
 ) -> crate::Result<T>
 where
     S: ConnectionSource,
@@ -399,26 +401,51 @@ where
                 // The caller has gone: nothing starts after its bound (what is held expires).
                 return Err(crate::Error::waited(&named, wait));
             }
-            end(&mut conn)
+            S::with_lent(&mut conn, end)
         },
         |_| {},
     );
     ended.unwrap_or_else(|| Err(crate::Error::waited(what, started.elapsed())))
 }
 
-/// Where background work (heartbeats, releases on drop) gets a connection from: an r2d2 pool
-/// today, another pool by implementing this.
+/// Where guards, permits, waiters and the `Worker` get their connections: an r2d2 pool, or
+/// any other pool implementing this ([`Deadpool`], feature `deadpool`, for a `deadpool-diesel`
+/// pool of an async application).
 ///
-/// The wait is bounded by the caller: a heartbeat never waits past its holder's local deadline,
-/// and a drop never waits long, so a starved pool cannot make a holder believe it still holds
-/// what the database already gave away.
+/// A lent connection is used through [`with_lent`](Self::with_lent), a closure on the thread
+/// that holds it: a `deadpool-diesel` connection sits behind a mutex whose guard cannot leave its
+/// thread, while the loan itself ([`Lent`](Self::Lent)) can.
+///
+/// Each wait for a connection is bounded by the caller: a heartbeat never waits past its holder's
+/// local deadline, and a drop never waits long, so a starved pool cannot make a holder believe it
+/// still holds what the database already gave away.
 pub trait ConnectionSource: Clone + Send + Sync + 'static {
     /// The raw connection the pool lends.
     type Connection: Dialect;
     /// A lent connection; returned to the pool when dropped.
-    type Lent: BorrowConnection<Conn = Self::Connection>;
-    /// Lends a connection, waiting at most `wait` for one.
+    type Lent: Send + 'static;
+    /// Lends a connection, waiting at most `wait` for one:
+    /// [`Error::Pool`](crate::Error::Pool) or [`Error::Timeout`](crate::Error::Timeout) when none
+    /// came.
     fn lend(&self, wait: Duration) -> crate::Result<Self::Lent>;
+    /// Runs `work` on the lent connection, on this thread.
+    fn with_lent<T>(
+        lent: &mut Self::Lent,
+        work: impl FnOnce(&mut Self::Connection) -> crate::Result<T>,
+    ) -> crate::Result<T>;
+    /// How long a call waits for a connection when nothing else bounds it (an r2d2 pool's
+    /// connection timeout).
+    fn connection_timeout(&self) -> Duration;
+
+    /// Lends a connection for at most the [`connection_timeout`](Self::connection_timeout) and
+    /// runs `work` on it.
+    fn with_connection<T>(
+        &self,
+        work: impl FnOnce(&mut Self::Connection) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        let mut lent = self.lend(self.connection_timeout())?;
+        Self::with_lent(&mut lent, work)
+    }
 }
 
 impl<C> ConnectionSource for Pool<ConnectionManager<C>>
@@ -434,5 +461,84 @@ where
             .min(self.connection_timeout())
             .max(Duration::from_millis(1));
         Ok(self.get_timeout(wait)?)
+    }
+    fn with_lent<T>(
+        lent: &mut Self::Lent,
+        work: impl FnOnce(&mut C) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        work(lent)
+    }
+    fn connection_timeout(&self) -> Duration {
+        Pool::connection_timeout(self)
+    }
+}
+
+/// A [`ConnectionSource`] whatever its type: what a guard, permit or `Worker` keeps, so that its
+/// type names only the connection (`LeaseGuard<PgConnection>` from an r2d2 pool or a
+/// `deadpool-diesel` one alike).
+pub(crate) struct AnySource<C>(Arc<dyn ErasedSource<C>>);
+
+impl<C> Clone for AnySource<C> {
+    fn clone(&self) -> Self {
+        AnySource(Arc::clone(&self.0))
+    }
+}
+
+impl<C: Dialect + Send + 'static> AnySource<C> {
+    /// `source` with its type erased.
+    pub(crate) fn new<S: ConnectionSource<Connection = C>>(source: &S) -> Self {
+        AnySource(Arc::new(source.clone()))
+    }
+}
+
+/// [`ConnectionSource`] as an object.
+trait ErasedSource<C>: Send + Sync {
+    fn lend(&self, wait: Duration) -> crate::Result<Box<dyn ErasedLent<C>>>;
+    fn connection_timeout(&self) -> Duration;
+}
+
+/// A loan of an erased source: runs one closure on its connection.
+pub(crate) trait ErasedLent<C>: Send {
+    fn with(&mut self, work: &mut dyn FnMut(&mut C)) -> crate::Result<()>;
+}
+
+/// The loan of a source of type `S`.
+struct LentOf<S: ConnectionSource>(S::Lent);
+
+impl<S: ConnectionSource> ErasedLent<S::Connection> for LentOf<S> {
+    fn with(&mut self, work: &mut dyn FnMut(&mut S::Connection)) -> crate::Result<()> {
+        S::with_lent(&mut self.0, |conn| {
+            work(conn);
+            Ok(())
+        })
+    }
+}
+
+impl<S: ConnectionSource> ErasedSource<S::Connection> for S {
+    fn lend(&self, wait: Duration) -> crate::Result<Box<dyn ErasedLent<S::Connection>>> {
+        Ok(Box::new(LentOf::<S>(ConnectionSource::lend(self, wait)?)))
+    }
+    fn connection_timeout(&self) -> Duration {
+        ConnectionSource::connection_timeout(self)
+    }
+}
+
+impl<C: Dialect + Send + 'static> ConnectionSource for AnySource<C> {
+    type Connection = C;
+    type Lent = Box<dyn ErasedLent<C>>;
+    fn lend(&self, wait: Duration) -> crate::Result<Self::Lent> {
+        self.0.lend(wait)
+    }
+    fn with_lent<T>(
+        lent: &mut Self::Lent,
+        work: impl FnOnce(&mut C) -> crate::Result<T>,
+    ) -> crate::Result<T> {
+        let mut work = Some(work);
+        let mut done = None;
+        lent.with(&mut |conn| done = work.take().map(|work| work(conn)))?;
+        done.unwrap_or_else(|| Err(crate::Error::Config("a lent connection ran nothing".into())))
+    }
+    fn connection_timeout(&self) -> Duration {
+        self.0.connection_timeout()
     }
 }

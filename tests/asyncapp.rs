@@ -1,0 +1,203 @@
+//! Issue 25.3: an async application's `deadpool-diesel` pool lends its connections to lease
+//! guards, permits, waiting claims and the `Worker`, on every backend, with the application's
+//! tokio runtime running beside them (calls made from `spawn_blocking` and from plain threads).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use diesel_lease::lease::{LeaseGuard, LeaseOptions};
+use diesel_lease::pool::{build_deadpool, ConnectionSource, Deadpool};
+use diesel_lease::prelude::*;
+use diesel_lease::semaphore::Semaphore;
+use diesel_lease::worker::Worker;
+use diesel_lease::Error;
+
+use crate::common::{TestBackend, TestDb};
+use crate::models::schema::tasks;
+use crate::models::*;
+
+/// The application's runtime: two worker threads, timers and I/O on.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+backend_suite! {
+    fixtures: crate::claim::schedule;
+    tests: [
+        a_lease_guard_on_deadpool_keeps_alive_and_learns_a_forced_release,
+        permits_on_deadpool_never_exceed_the_count,
+        a_worker_on_deadpool_runs_what_requests_committed_exactly_once,
+        an_exhausted_or_runtimeless_deadpool_is_a_typed_error,
+    ];
+
+    fn source(db: &TestDb<B>, rt: &tokio::runtime::Runtime, size: usize) -> Deadpool<<B as TestBackend>::Conn> {
+        let _entered = rt.enter();
+        let pool = build_deadpool::<<B as TestBackend>::Conn>(&db.url, size).unwrap();
+        Deadpool::from_current(pool).unwrap()
+    }
+
+    pub(crate) fn a_lease_guard_on_deadpool_keeps_alive_and_learns_a_forced_release(db: &TestDb<B>) {
+        db.migrate();
+        let rt = runtime();
+        let source = source(db, &rt, 4);
+        let options = LeaseOptions::new(Duration::from_millis(900)).keep_alive(true);
+        // Taken in a request handler: off the runtime's threads, as the docs say.
+        let taken = {
+            let (source, options) = (source.clone(), options.clone());
+            rt.spawn_blocking(move || LeaseGuard::try_acquire(&source, "nightly", &options))
+        };
+        let guard = rt
+            .block_on(taken)
+            .unwrap()
+            .unwrap()
+            .expect("a free lease is granted");
+        // Three ttls later the heartbeat (on the deadpool pool) has kept it.
+        std::thread::sleep(Duration::from_millis(2700));
+        assert!(!guard.is_lost());
+        assert!(guard.confirm_held().unwrap(), "kept alive through deadpool connections");
+        let r2d2 = db.pool(2);
+        assert!(LeaseGuard::try_acquire(&r2d2, "nightly", &options).unwrap().is_none(), "still held");
+        // The operator takes it away: the holder's next beat learns it.
+        assert!(diesel_lease::admin::force_release_lease(&mut db.conn(), "nightly").unwrap().is_some());
+        assert!(guard.lost_signal().wait_timeout(Duration::from_secs(10)), "the lost signal fires");
+        assert!(guard.is_lost());
+        assert!(!guard.release().unwrap(), "a lost lease is not released as if held");
+    }
+
+    pub(crate) fn permits_on_deadpool_never_exceed_the_count(db: &TestDb<B>) {
+        db.migrate();
+        let rt = runtime();
+        let source = source(db, &rt, 8);
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let runs = 12;
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (source, inside, most) = (source.clone(), inside.clone(), most.clone());
+                rt.spawn_blocking(move || {
+                    let semaphore = Semaphore::new("exports", 2);
+                    for _ in 0..runs / 6 {
+                        let permit = semaphore.acquire(&source, Duration::from_secs(60))?;
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(40));
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        assert!(permit.release()?, "held until released");
+                    }
+                    Ok::<_, Error>(())
+                })
+            })
+            .collect();
+        for task in tasks {
+            rt.block_on(task).unwrap().unwrap();
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 2, "two at once at most, and the two were used");
+    }
+
+    pub(crate) fn a_worker_on_deadpool_runs_what_requests_committed_exactly_once(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
+        db.migrate();
+        let rt = runtime();
+        let source = source(db, &rt, 8);
+        // Requests enqueue inside their own transaction; every third one fails after its insert
+        // and rolls back: its row never existed.
+        let committed: Vec<i64> = rt.block_on(async {
+            let mut committed = Vec::new();
+            for i in 0..30 {
+                let conn = source.pool().get().await.unwrap();
+                let id = conn
+                    .interact(move |conn| {
+                        conn.transaction(|conn| {
+                            let id = fixtures::insert_task(conn, -10, "");
+                            if i % 3 == 2 {
+                                return Err(diesel::result::Error::RollbackTransaction);
+                            }
+                            Ok(id)
+                        })
+                    })
+                    .await
+                    .unwrap();
+                if let Ok(id) = id {
+                    committed.push(id);
+                }
+            }
+            committed
+        });
+        assert_eq!(committed.len(), 20);
+        let seen = Mutex::new(Vec::new());
+        let stop = AtomicBool::new(false);
+        let worker = Worker::<Task, _>::new(source.clone()).concurrency(3).batch(2);
+        let report = std::thread::scope(|s| {
+            let run = s.spawn(|| {
+                worker.run_until(&stop, |conn, task: &Task| {
+                    // The handler's connection is a deadpool one: it can query.
+                    let me: i64 = tasks::table.filter(tasks::id.eq(task.id)).count().get_result(conn)?;
+                    assert_eq!(me, 1);
+                    seen.lock().unwrap().push(task.id);
+                    Ok::<_, diesel::result::Error>(())
+                })
+            });
+            let started = Instant::now();
+            while seen.lock().unwrap().len() < committed.len() && started.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::SeqCst);
+            run.join().unwrap().unwrap()
+        });
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen, committed, "each committed row exactly once, no rolled-back row");
+        assert_eq!(report.completed, 20);
+        let done: HashSet<i64> = tasks::table
+            .filter(tasks::status.eq("done"))
+            .select(tasks::id)
+            .load(&mut db.conn())
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(done, committed.into_iter().collect());
+    }
+
+    pub(crate) fn an_exhausted_or_runtimeless_deadpool_is_a_typed_error(db: &TestDb<B>) {
+        db.migrate();
+        let rt = runtime();
+        let source = source(db, &rt, 1);
+        let held = rt.block_on(source.pool().get()).unwrap();
+        let options = LeaseOptions::new(Duration::from_secs(5));
+        let started = Instant::now();
+        let busy = {
+            // A bounded loan: what a heartbeat or a waiting acquire makes.
+            source.lend(Duration::from_millis(200)).map(|_| ())
+        };
+        assert!(matches!(busy, Err(Error::Deadpool(_))), "{busy:?}");
+        assert!(busy.unwrap_err().is_retryable());
+        assert!(started.elapsed() < Duration::from_secs(20), "bounded by the loan's wait");
+        drop(held);
+        assert!(LeaseGuard::try_acquire(&source, "after", &options).unwrap().is_some());
+
+        // A pool built without a runtime cannot bound a wait: said so, before anything is sent.
+        let _entered = rt.enter();
+        let manager = deadpool_diesel::Manager::<<B as TestBackend>::Conn>::new(db.url.clone(), deadpool_diesel::Runtime::Tokio1);
+        let bare = deadpool_diesel::Pool::builder(manager).max_size(1).build().unwrap();
+        let bare = Deadpool::from_current(bare).unwrap();
+        match LeaseGuard::try_acquire(&bare, "bare", &options) {
+            Err(Error::Config(message)) => assert!(message.contains("runtime"), "{message}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+        drop(_entered);
+        // Outside a runtime, `from_current` says what to do instead of panicking.
+        let outside = std::thread::spawn(move || {
+            Deadpool::<<B as TestBackend>::Conn>::from_current(source.pool().clone()).map(|_| ())
+        })
+        .join()
+        .unwrap();
+        assert!(matches!(outside, Err(Error::Config(ref m)) if m.contains("Deadpool::new")), "{outside:?}");
+    }
+}
