@@ -6,6 +6,7 @@
 //! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
+//! diesel-lease serve --table 'import_jobs --state-column status --claimed running --failed failed'
 //! ```
 //!
 //! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, `sqlite://` or a
@@ -19,6 +20,7 @@ mod backend;
 mod commands;
 mod doctor;
 mod report;
+mod serve;
 mod sql;
 
 use std::process::ExitCode;
@@ -60,6 +62,8 @@ enum Command {
     },
     /// EXPLAIN the statements a claim sends and say whether indexes serve them (and the fix if not).
     Doctor(DoctorArgs),
+    /// Serve the operator's page: leases, semaphores, claims, who holds what; refreshes itself.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Debug, Subcommand)]
