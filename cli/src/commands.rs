@@ -9,6 +9,7 @@ use diesel_lease::BorrowConnection;
 use serde_json::{json, Value};
 
 use crate::backend::CliConnection;
+use crate::queues::{semaphores_with_queues, ControlTablesArgs, Requests};
 use crate::report::{duration, relative, Table};
 use crate::sql::{ClaimStats, Ident, StateRow};
 use crate::{ClaimsArgs, Cli, Command, ReleaseWhat};
@@ -52,7 +53,7 @@ where
             })
         }
         Command::Leases => leases(&mut conn, json),
-        Command::Semaphores => semaphores(&mut conn, json),
+        Command::Semaphores(control) => semaphores(&mut conn, control, json),
         Command::Claims(args) => claims(&mut conn, args, json),
         Command::Release { what, yes } => match what {
             ReleaseWhat::Lease { name } => release_lease(&mut conn, name, *yes, json),
@@ -71,13 +72,6 @@ pub(crate) fn connect<C: CliConnection>(url: &str) -> Result<C, String> {
         .apply(&mut conn)
         .map_err(|e| format!("cannot set up the connection: {e}"))?;
     Ok(conn)
-}
-
-/// Every semaphore with its queue (shared by `semaphores` and `serve`).
-pub(crate) fn semaphores_with_queues<C: CliConnection + BorrowConnection<Conn = C>>(
-    conn: &mut C,
-) -> Result<Vec<admin::SemaphoreEntry>, String> {
-    admin::semaphores(conn).map_err(|e| e.to_string())
 }
 
 /// Prints `value` as JSON, or the text `human` makes.
@@ -134,8 +128,12 @@ fn leases<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: boo
     })
 }
 
-fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: bool) -> Outcome {
-    let all = semaphores_with_queues(conn)?;
+fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(
+    conn: &mut C,
+    control: &ControlTablesArgs,
+    json: bool,
+) -> Outcome {
+    let all = semaphores_with_queues(conn, &control.parse()?)?;
     let value = all
         .iter()
         .map(|s| {
@@ -146,9 +144,9 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                     json!({
                         "ticket": q.ticket,
                         "owner": q.owner,
-                        "mode": q.mode.as_str(),
+                        "mode": q.mode,
                         "granted": q.granted,
-                        "age_ms": (s.read_at_micros - q.requested_at_micros) / 1000,
+                        "age_ms": q.requested_at_micros.map(|r| (s.read_at_micros - r) / 1000),
                         "held_for_ms": q.granted_at_micros.map(|g| (s.read_at_micros - g) / 1000),
                         "expires_in_ms": (q.expires_at_micros - s.read_at_micros) / 1000,
                     })
@@ -160,6 +158,11 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                 "holders": s.queue.iter().filter(|q| q.granted).count(),
                 "waiters": s.queue.iter().filter(|q| !q.granted).count(),
                 "queue": queue,
+                "control_table": match &s.requests {
+                    Requests::BuiltIn => None,
+                    Requests::ControlTable(t) | Requests::Undescribed(t) => Some(t),
+                },
+                "queue_known": !matches!(s.requests, Requests::Undescribed(_)),
             })
         })
         .collect();
@@ -175,7 +178,7 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                     "-".into(),
                     "-".into(),
                     "-".into(),
-                    "idle".into(),
+                    s.requests.describe().unwrap_or_else(|| "idle".into()),
                     "-".into(),
                     "-".into(),
                 ]);
@@ -193,9 +196,10 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                     s.permits.to_string(),
                     q.ticket.to_string(),
                     q.owner.clone(),
-                    q.mode.as_str().into(),
+                    q.mode.into(),
                     state,
-                    duration(s.read_at_micros - q.requested_at_micros),
+                    q.requested_at_micros
+                        .map_or("-".into(), |r| duration(s.read_at_micros - r)),
                     relative(q.expires_at_micros, s.read_at_micros),
                 ]);
             }

@@ -19,6 +19,7 @@
 mod backend;
 mod commands;
 mod doctor;
+mod queues;
 mod report;
 mod serve;
 mod sql;
@@ -49,7 +50,7 @@ enum Command {
     /// Every lease: holder, fencing token, when it expires, the next run of a periodic job.
     Leases,
     /// Every semaphore and reader/writer lock: permits, holders and waiters in ticket order.
-    Semaphores,
+    Semaphores(queues::ControlTablesArgs),
     /// Rows of a claimable table per state: how many, the oldest claim, claims older than a timeout.
     Claims(ClaimsArgs),
     /// Force a release (the holder is stuck or gone); the old holder is fenced.

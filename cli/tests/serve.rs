@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel::connection::SimpleConnection;
+use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel::{Connection, RunQueryDsl};
 use diesel_lease::notify::Notifications;
 use diesel_lease::semaphore::Semaphore;
@@ -145,7 +145,7 @@ impl Browser {
             "--disable-component-update",
             "--disable-sync",
             "--disable-dev-shm-usage",
-            "--window-size=1200,900",
+            "--window-size=1100,1000",
             &format!("--user-data-dir={}", browser._profile.0.display()),
         ];
         let caps = json!({"capabilities": {"alwaysMatch": {
@@ -159,7 +159,9 @@ impl Browser {
             .expect("session JSON");
         browser.session = format!(
             "{base}/session/{}",
-            created["value"]["sessionId"].as_str().expect("a session id")
+            created["value"]["sessionId"]
+                .as_str()
+                .expect("a session id")
         );
         Some(browser)
     }
@@ -193,7 +195,9 @@ impl Browser {
         let started = Instant::now();
         loop {
             let url = format!("{}/element", self.session);
-            if let Ok(r) = ureq::post(&url).send_json(json!({"using": "css selector", "value": css})) {
+            if let Ok(r) =
+                ureq::post(&url).send_json(json!({"using": "css selector", "value": css}))
+            {
                 let v: Value = r.into_json().expect("WebDriver JSON");
                 if let Some(id) = v["value"]
                     .as_object()
@@ -280,8 +284,9 @@ where
     (lease.record.is_held(), lease.record.token.get())
 }
 
-/// The page flow on one database: see the file's docs.
-fn page_flow<C>(url: &str, jobs_ddl: &str, screenshot: Option<&Path>)
+/// The page flow on one database: see the file's docs. `jobs_sql` makes `import_jobs` with a
+/// claim older than the timeout (the backend's own SQL for "20 minutes ago").
+fn page_flow<C>(url: &str, jobs_sql: &str, screenshot: Option<&Path>)
 where
     C: LeaseConnection
         + diesel_lease::admin::AdminStatements
@@ -294,14 +299,10 @@ where
     };
     let pool = diesel_lease::pool::build_pool::<C>(url, 4).expect("a pool");
     diesel_lease::run_migrations(&mut pool.get().expect("a connection")).expect("migrations");
-    {
-        let mut conn = pool.get().expect("a connection");
-        conn.batch_execute(jobs_ddl).expect("jobs table");
-        conn.batch_execute(
-            "INSERT INTO import_jobs (status) VALUES ('ready'), ('ready'), ('ready'), ('running'), ('done'), ('failed')",
-        )
-        .expect("jobs");
-    }
+    pool.get()
+        .expect("a connection")
+        .batch_execute(jobs_sql)
+        .expect("import_jobs");
     let holder = "report-worker-7";
     let options = LeaseOptions::new(Duration::from_secs(6))
         .keep_alive(true)
@@ -309,12 +310,30 @@ where
     let guard = LeaseGuard::try_acquire(&pool, "nightly-report", &options)
         .expect("acquire")
         .expect("the lease is free");
-    // A name an attacker might choose: the page must show it as text.
-    let _odd = LeaseGuard::try_acquire(&pool, "<script>window.pwned=1</script>", &options)
+    // A semaphore with a holder and a waiter in line.
+    let slots = |owner: &str| {
+        Semaphore::new("etl-slots", 1)
+            .with_ttl(Duration::from_secs(30))
+            .with_owner(OwnerId::new(owner).expect("an owner id"))
+    };
+    let permit = slots("etl-worker-1")
+        .try_acquire(&pool)
         .expect("acquire")
         .expect("free");
-    let permits = Semaphore::new("etl-slots", 3);
-    let _permit = permits.try_acquire(&pool).expect("acquire").expect("free");
+    let waiter = std::thread::spawn({
+        let (pool, slots) = (pool.clone(), slots("etl-worker-2"));
+        move || slots.acquire(&pool, PATIENCE).map(|p| p.ticket())
+    });
+    let started = Instant::now();
+    while slots("x")
+        .queue(&mut pool.get().expect("a connection"))
+        .expect("queue")
+        .len()
+        < 2
+    {
+        assert!(started.elapsed() < PATIENCE, "the waiter never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let served = serve(
         url,
@@ -338,7 +357,10 @@ where
     assert!(before_held);
     for form in [
         vec![("name", "nightly-report")],
-        vec![("name", "nightly-report"), ("token", "not-the-token-at-all")],
+        vec![
+            ("name", "nightly-report"),
+            ("token", "not-the-token-at-all"),
+        ],
         vec![("name", "nightly-report"), ("token", "")],
     ] {
         let (status, body) = post(&format!("{base}/actions/release-lease"), &form);
@@ -353,26 +375,61 @@ where
     );
     assert!(!guard.is_lost());
 
-    // Every value is escaped.
-    let (status, html) = get(&format!("{base}/"));
-    assert_eq!(status, 200);
-    assert!(html.contains("&lt;script&gt;window.pwned=1&lt;/script&gt;"), "{html}");
-    assert!(!html.contains("<script>window.pwned"));
-
-    // The page, in the browser: the lease, its holder, the table that is not claimable.
+    // The page, in the browser: the lease and its holder, the semaphore's queue, the claims with
+    // the stale and the dead ones, the table that is not claimable.
     browser.go(&format!("{base}/"));
     let row = browser.text("tr[data-lease='nightly-report']");
     assert!(row.contains(holder) && row.contains("held"), "{row}");
-    assert_eq!(browser.script("return window.pwned === undefined;"), json!(true));
-    let permit_row = browser.text("#semaphores");
-    assert!(permit_row.contains("etl-slots") && permit_row.contains("holding"), "{permit_row}");
+    let semaphores = browser.text("#semaphores");
+    assert!(
+        semaphores.contains("etl-worker-1") && semaphores.contains("holding"),
+        "{semaphores}"
+    );
+    assert!(
+        semaphores.contains("etl-worker-2") && semaphores.contains("waiting #1"),
+        "{semaphores}"
+    );
     let claims = browser.text(".claims");
-    assert!(claims.contains("ready") && claims.contains("dead"), "{claims}");
+    assert!(
+        claims.contains("ready 3") && claims.contains("dead"),
+        "{claims}"
+    );
+    assert!(claims.contains("running 2"), "{claims}");
+    let stale = browser.text(".claims tr[data-state='running'] .stale");
+    assert_eq!(stale, "1", "one claim is older than the timeout");
     let missing = browser.text(".not-claimable");
-    assert!(missing.contains("there is no table `archived_jobs`"), "{missing}");
+    assert!(
+        missing.contains("there is no table `archived_jobs`"),
+        "{missing}"
+    );
+    let holders = browser.text("#holders");
+    assert!(
+        holders.contains(holder) && holders.contains("etl-worker-1"),
+        "{holders}"
+    );
     if let Some(path) = screenshot {
         browser.screenshot(path);
     }
+
+    // Every value is escaped: a name an attacker might choose shows as text.
+    let _odd = LeaseGuard::try_acquire(&pool, "<script>window.pwned=1</script>", &options)
+        .expect("acquire")
+        .expect("free");
+    let (status, html) = get(&format!("{base}/"));
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("&lt;script&gt;window.pwned=1&lt;/script&gt;"),
+        "{html}"
+    );
+    assert!(!html.contains("<script>window.pwned"));
+    browser.go(&format!("{base}/"));
+    assert!(browser
+        .text("#leases")
+        .contains("<script>window.pwned=1</script>"));
+    assert_eq!(
+        browser.script("return window.pwned === undefined;"),
+        json!(true)
+    );
 
     // With the token: the lease is released, the page says so, and the holder learns it.
     let token_field = browser.find("#token");
@@ -383,9 +440,15 @@ where
     let button = browser.find("tr[data-lease='nightly-report'] button");
     browser.cmd(&format!("/element/{button}/click"), Some(json!({})));
     let message = browser.text("#message");
-    assert!(message.contains("Released lease `nightly-report`"), "{message}");
+    assert!(
+        message.contains("Released lease `nightly-report`"),
+        "{message}"
+    );
     let (held, token) = lease_state(&pool, "nightly-report");
-    assert!(!held && token == before_token + 1, "held {held}, token {token}");
+    assert!(
+        !held && token == before_token + 1,
+        "held {held}, token {token}"
+    );
     assert!(
         guard.lost_signal().wait_timeout(PATIENCE),
         "the holder's lost signal did not fire"
@@ -401,22 +464,32 @@ where
         assert!(started.elapsed() < PATIENCE, "the page did not refresh");
         std::thread::sleep(Duration::from_millis(200));
     }
-    // Read-only: no buttons, and the endpoints refuse even with a token.
+    // Read-only: no buttons, and the endpoints refuse even with the token.
     assert_eq!(
         browser.script("return document.querySelectorAll('form').length;"),
         json!(0)
     );
     let (status, body) = post(
         &format!("{}/actions/release-lease", refreshing.base),
-        &[("name", "<script>window.pwned=1</script>"), ("token", TOKEN)],
+        &[
+            ("name", "<script>window.pwned=1</script>"),
+            ("token", TOKEN),
+        ],
     );
     assert_eq!(status, 403, "{body}");
     assert!(body.contains("Actions are off"), "{body}");
+    assert!(lease_state(&pool, "<script>window.pwned=1</script>").0);
+
+    drop(permit);
+    let next = waiter.join().expect("the waiter thread");
+    assert!(next.is_ok(), "the waiter gets the permit: {next:?}");
 }
 
 #[test]
 fn the_page_in_a_browser_on_postgres() {
-    let Some(admin_url) = std::env::var("DIESEL_LEASE_TEST_PG").ok().filter(|u| !u.is_empty())
+    let Some(admin_url) = std::env::var("DIESEL_LEASE_TEST_PG")
+        .ok()
+        .filter(|u| !u.is_empty())
     else {
         assert!(
             !required("postgres"),
@@ -438,7 +511,10 @@ fn the_page_in_a_browser_on_postgres() {
     let screenshot = std::env::var_os("DIESEL_LEASE_SERVE_SCREENSHOT").map(PathBuf::from);
     page_flow::<diesel::PgConnection>(
         &url,
-        "CREATE TABLE import_jobs (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMPTZ)",
+        "CREATE TABLE import_jobs (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMPTZ);
+         INSERT INTO import_jobs (status, claimed_at) VALUES ('ready', NULL), ('ready', NULL), ('ready', NULL),
+           ('running', now() - INTERVAL '20 minutes'), ('running', now() - INTERVAL '1 minute'),
+           ('done', now() - INTERVAL '2 hours'), ('failed', now() - INTERVAL '3 hours');",
         screenshot.as_deref(),
     );
     let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -451,7 +527,10 @@ fn the_page_in_a_browser_on_sqlite() {
     let url = dir.0.join("app.db").display().to_string();
     page_flow::<diesel::SqliteConnection>(
         &url,
-        "CREATE TABLE import_jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, status TEXT NOT NULL, claimed_at TIMESTAMP)",
+        "CREATE TABLE import_jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, status TEXT NOT NULL, claimed_at TIMESTAMP);
+         INSERT INTO import_jobs (status, claimed_at) VALUES ('ready', NULL), ('ready', NULL), ('ready', NULL),
+           ('running', datetime('now', '-20 minutes')), ('running', datetime('now', '-1 minute')),
+           ('done', datetime('now', '-2 hours')), ('failed', datetime('now', '-3 hours'));",
         None,
     );
 }

@@ -22,6 +22,7 @@ use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::backend::CliConnection;
 use crate::commands::Outcome;
+use crate::queues::{ControlTable, ControlTablesArgs};
 use crate::ClaimsArgs;
 
 /// Where and what to serve.
@@ -39,6 +40,8 @@ pub(crate) struct ServeArgs {
     /// claimed_at --older-than 15m --failed failed'`.
     #[arg(long = "table", value_name = "NAME [FLAGS]")]
     tables: Vec<String>,
+    #[command(flatten)]
+    control_tables: ControlTablesArgs,
     /// Serve the actions (forced releases) and show their buttons; each request must carry the
     /// token.
     #[arg(long)]
@@ -81,6 +84,7 @@ struct State {
     url: String,
     refresh: u32,
     tables: Vec<TableSpec>,
+    control_tables: Vec<ControlTable>,
     /// The actions' token; `None`: actions are off.
     token: Option<String>,
 }
@@ -95,6 +99,7 @@ where
         .iter()
         .map(|t| TableSpec::parse(t))
         .collect::<Result<Vec<_>, _>>()?;
+    let control_tables = args.control_tables.parse()?;
     let token = match (&args.token, args.allow_actions) {
         (_, false) => None,
         (Some(t), true) if t.len() < 16 => {
@@ -103,8 +108,8 @@ where
         (Some(t), true) => Some(t.clone()),
         (None, true) => Some(new_token()?),
     };
-    let server = Server::http(args.listen)
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let server =
+        Server::http(args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let at = server
         .server_addr()
         .to_ip()
@@ -112,7 +117,9 @@ where
     let mut out = std::io::stdout().lock();
     let mut banner = format!("diesel-lease serve: listening on http://{at}/\n");
     match (&token, &args.token) {
-        (None, _) => banner.push_str("actions are off (read-only): --allow-actions turns them on\n"),
+        (None, _) => {
+            banner.push_str("actions are off (read-only): --allow-actions turns them on\n")
+        }
         (Some(_), Some(_)) => banner.push_str("actions are on; their token is the one given\n"),
         (Some(t), None) => banner.push_str(&format!("actions are on; their token: {t}\n")),
     }
@@ -124,6 +131,7 @@ where
         url: diesel_lease::pool::with_network_settings::<C>(url),
         refresh: args.refresh,
         tables,
+        control_tables,
         token,
     });
     for mut request in server.incoming_requests() {
@@ -151,7 +159,12 @@ fn route<C>(state: &State, request: &mut Request) -> Reply
 where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
-    let path = request.url().split('?').next().unwrap_or_default().to_string();
+    let path = request
+        .url()
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .to_string();
     match (request.method(), path.as_str()) {
         (Method::Get | Method::Head, "/") => {
             (200, page::overview(&snapshot::read::<C>(state), state))
@@ -160,14 +173,32 @@ where
             // A form of a few fields; anything longer is not ours.
             match read_body(request, 16 * 1024) {
                 Ok(body) => actions::post::<C>(state, &p[actions::PREFIX.len()..], &body),
-                Err(e) => (400, page::message("Bad request", &format!("cannot read the request: {e}"), state)),
+                Err(e) => (
+                    400,
+                    page::message(
+                        "Bad request",
+                        &format!("cannot read the request: {e}"),
+                        state,
+                    ),
+                ),
             }
         }
         (_, p) if p == "/" || p.starts_with(actions::PREFIX) => (
             405,
-            page::message("Method not allowed", "The page is read with GET; actions are POSTed by its buttons.", state),
+            page::message(
+                "Method not allowed",
+                "The page is read with GET; actions are POSTed by its buttons.",
+                state,
+            ),
         ),
-        _ => (404, page::message("Not found", "There is nothing here: the page is at /.", state)),
+        _ => (
+            404,
+            page::message(
+                "Not found",
+                "There is nothing here: the page is at /.",
+                state,
+            ),
+        ),
     }
 }
 

@@ -6,6 +6,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use super::actions::{PREFIX, RELEASE_LEASE, RELEASE_TICKET};
 use super::snapshot::{holders, Snapshot, TableView, Unreadable};
 use super::State;
+use crate::queues::{Requests, SemaphoreView};
 use crate::report::{duration, relative};
 
 const STYLE: &str = "
@@ -150,7 +151,7 @@ fn lease_table(leases: &[diesel_lease::admin::LeaseEntry], state: &State) -> Mar
     }
 }
 
-fn semaphore_table(all: &[diesel_lease::admin::SemaphoreEntry], state: &State) -> Markup {
+fn semaphore_table(all: &[SemaphoreView], state: &State) -> Markup {
     html! {
         @if all.is_empty() { p .muted { "No semaphores." } } @else {
             table #semaphores {
@@ -158,18 +159,24 @@ fn semaphore_table(all: &[diesel_lease::admin::SemaphoreEntry], state: &State) -
                      th { "Age" } th { "Expires" } @if state.token.is_some() { th { "Action" } } }
                 @for s in all {
                     @if s.queue.is_empty() {
-                        tr { td { (s.resource) } td { (s.permits) } td colspan="6" .muted { "idle" }
+                        tr { td { (s.resource) } td { (s.permits) }
+                             td colspan="6" .muted { (s.requests.describe().unwrap_or_else(|| "idle".into())) }
                              @if state.token.is_some() { td {} } }
                     }
                     @for (place, q) in s.queue.iter().enumerate() {
                         tr {
-                            td { (s.resource) } td { (s.permits) } td { (q.ticket) } td { (q.owner) }
-                            td { (q.mode.as_str()) }
+                            td { (s.resource) @if let Requests::ControlTable(t) = &s.requests { br; span .muted { "in " code { (t) } } } }
+                            td { (s.permits) } td { (q.ticket) } td { (q.owner) }
+                            td { (q.mode) }
                             td { @if q.granted { span .ok { "holding" } } @else { "waiting #" (s.queue.iter().take(place).filter(|p| !p.granted).count() + 1) } }
-                            td { @if q.requested_at_micros > 0 { (duration(s.read_at_micros - q.requested_at_micros)) } @else { "-" } }
+                            td { @match q.requested_at_micros { Some(r) => (duration(s.read_at_micros - r)), None => "-" } }
                             td { (relative(q.expires_at_micros, s.read_at_micros)) }
                             @if state.token.is_some() {
-                                td { (action_button(RELEASE_TICKET, "Force release", &[("ticket", &q.ticket.to_string())])) }
+                                // A control table's tickets are its own rows: the built-in
+                                // release would remove a different ticket of the same number.
+                                td { @if s.requests == Requests::BuiltIn {
+                                    (action_button(RELEASE_TICKET, "Force release", &[("ticket", &q.ticket.to_string())]))
+                                } }
                             }
                         }
                     }
@@ -181,7 +188,11 @@ fn semaphore_table(all: &[diesel_lease::admin::SemaphoreEntry], state: &State) -
 
 fn claims_table(view: &TableView<'_>) -> Markup {
     let args = &view.spec.claims;
-    let failed = view.spec.failed.as_deref().map(|f| (f != "NULL").then_some(f));
+    let failed = view
+        .spec
+        .failed
+        .as_deref()
+        .map(|f| (f != "NULL").then_some(f));
     html! {
         h2 { "Claims in " code { (args.table) } }
         @match &view.rows {
@@ -197,11 +208,11 @@ fn claims_table(view: &TableView<'_>) -> Markup {
                 @for r in rows {
                     @let claimed = crate::commands::is_claimed(args, r);
                     @let dead = failed == Some(r.state.as_deref());
-                    tr {
+                    tr data-state=(r.state.as_deref().unwrap_or("NULL")) {
                         td { (r.state.as_deref().unwrap_or("NULL")) }
                         td { (r.n) }
                         td { @match r.oldest.filter(|_| claimed) { Some(o) => { (duration(r.now - o)) " ago" }, None => "-" } }
-                        td { @if claimed { @if r.stale > 0 { span .bad { (r.stale) } } @else { "0" } } @else { "-" } }
+                        td .stale { @if claimed { @if r.stale > 0 { span .bad { (r.stale) } } @else { "0" } } @else { "-" } }
                         td { @if dead && r.n > 0 { span .bad { "dead" } } }
                     }
                 }
@@ -212,7 +223,7 @@ fn claims_table(view: &TableView<'_>) -> Markup {
 
 fn holder_table(
     leases: &[diesel_lease::admin::LeaseEntry],
-    semaphores: &[diesel_lease::admin::SemaphoreEntry],
+    semaphores: &[SemaphoreView],
 ) -> Markup {
     let by_holder = holders(leases, semaphores);
     html! {

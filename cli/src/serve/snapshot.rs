@@ -3,23 +3,27 @@
 
 use std::collections::BTreeMap;
 
-use diesel_lease::admin::{self, LeaseEntry, SemaphoreEntry};
+use diesel_lease::admin::{self, LeaseEntry};
 use diesel_lease::BorrowConnection;
 
 use super::{State, TableSpec};
 use crate::backend::{CliConnection, CliDialect};
+use crate::queues::{semaphores_with_queues, SemaphoreView};
 use crate::sql::StateRow;
 
 /// The database as the page shows it, or why it could not be read.
 #[derive(Debug)]
 pub(super) enum Snapshot<'a> {
     /// No connection: the page says so and keeps refreshing.
-    Unreachable { backend: &'static str, error: String },
+    Unreachable {
+        backend: &'static str,
+        error: String,
+    },
     /// What was read; each part may have failed on its own.
     Read {
         backend: &'static str,
         leases: Result<Vec<LeaseEntry>, String>,
-        semaphores: Result<Vec<SemaphoreEntry>, String>,
+        semaphores: Result<Vec<SemaphoreView>, String>,
         tables: Vec<TableView<'a>>,
     },
 }
@@ -53,7 +57,7 @@ where
     Snapshot::Read {
         backend,
         leases: admin::leases(&mut conn).map_err(|e| e.to_string()),
-        semaphores: crate::commands::semaphores_with_queues(&mut conn),
+        semaphores: semaphores_with_queues(&mut conn, &state.control_tables),
         tables: state
             .tables
             .iter()
@@ -66,7 +70,10 @@ where
 }
 
 /// A table's rows per state, once its columns are known to be there.
-fn table_rows<C: CliConnection>(conn: &mut C, spec: &TableSpec) -> Result<Vec<StateRow>, Unreadable> {
+fn table_rows<C: CliConnection>(
+    conn: &mut C,
+    spec: &TableSpec,
+) -> Result<Vec<StateRow>, Unreadable> {
     let missing = missing_columns(conn, spec).map_err(Unreadable::Failed)?;
     if !missing.is_empty() {
         return Err(Unreadable::NotClaimable(missing));
@@ -75,7 +82,10 @@ fn table_rows<C: CliConnection>(conn: &mut C, spec: &TableSpec) -> Result<Vec<St
 }
 
 /// What a table lacks to be read as described: the table, or the columns named.
-fn missing_columns<C: CliConnection>(conn: &mut C, spec: &TableSpec) -> Result<Vec<String>, String> {
+fn missing_columns<C: CliConnection>(
+    conn: &mut C,
+    spec: &TableSpec,
+) -> Result<Vec<String>, String> {
     let args = &spec.claims;
     let columns = conn
         .columns(&args.table)
@@ -107,7 +117,7 @@ pub(super) struct Holdings {
 /// Who holds what: held leases and granted tickets by holder.
 pub(super) fn holders(
     leases: &[LeaseEntry],
-    semaphores: &[SemaphoreEntry],
+    semaphores: &[SemaphoreView],
 ) -> BTreeMap<String, Holdings> {
     let mut by_holder: BTreeMap<String, Holdings> = BTreeMap::new();
     for l in leases.iter().filter(|l| l.record.is_held()) {
@@ -123,7 +133,7 @@ pub(super) fn holders(
                 .entry(q.owner.clone())
                 .or_default()
                 .permits
-                .push(format!("{} (ticket {}, {})", s.resource, q.ticket, q.mode.as_str()));
+                .push(format!("{} (ticket {}, {})", s.resource, q.ticket, q.mode));
         }
     }
     by_holder
