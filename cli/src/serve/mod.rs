@@ -237,3 +237,117 @@ fn read_body(request: &mut Request, limit: u64) -> std::io::Result<Vec<u8>> {
     request.as_reader().take(limit).read_to_end(&mut body)?;
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queues::{QueueEntry, Requests, SemaphoreView};
+
+    fn state(actions: bool) -> State {
+        State {
+            url: String::new(),
+            refresh: 5,
+            tables: Vec::new(),
+            control_tables: Vec::new(),
+            token: actions.then(|| "0123456789abcdef".to_string()),
+        }
+    }
+
+    #[test]
+    fn tables_take_the_flags_of_claims() {
+        let spec = TableSpec::parse(
+            "jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 2m --failed dead",
+        )
+        .unwrap();
+        assert_eq!(spec.claims.table, "jobs");
+        assert_eq!(spec.claims.claimed.as_deref(), Some("running"));
+        assert_eq!(spec.failed.as_deref(), Some("dead"));
+        let err = TableSpec::parse("jobs --claimed running").unwrap_err();
+        assert!(
+            err.starts_with("--table 'jobs --claimed running': "),
+            "{err}"
+        );
+        assert!(TableSpec::parse("  ").is_err());
+    }
+
+    #[test]
+    fn the_token_must_match_exactly() {
+        assert!(token_matches("0123456789abcdef", "0123456789abcdef"));
+        assert!(!token_matches("0123456789abcdef", "0123456789abcdeF"));
+        assert!(!token_matches("0123456789abcdef", "0123456789abcde"));
+        assert!(!token_matches("0123456789abcdef", ""));
+        assert_eq!(new_token().unwrap().len(), 32);
+        assert_ne!(new_token().unwrap(), new_token().unwrap());
+    }
+
+    fn semaphore(requests: Requests, owner: &str) -> SemaphoreView {
+        SemaphoreView {
+            resource: "process_control#<etl>".into(),
+            permits: 1,
+            requests,
+            queue: vec![QueueEntry {
+                ticket: 7,
+                owner: owner.into(),
+                mode: "shared",
+                granted: true,
+                requested_at_micros: None,
+                granted_at_micros: None,
+                expires_at_micros: 2_000_000,
+            }],
+            read_at_micros: 1_000_000,
+        }
+    }
+
+    fn overview(semaphores: Vec<SemaphoreView>, state: &State) -> String {
+        page::overview(
+            &snapshot::Snapshot::Read {
+                backend: "SQLite",
+                leases: Ok(Vec::new()),
+                semaphores: Ok(semaphores),
+                tables: Vec::new(),
+            },
+            state,
+        )
+    }
+
+    /// A control table's tickets are its own rows: the built-in forced release would remove
+    /// another ticket of the same number, so they get no button. Values are escaped.
+    #[test]
+    fn buttons_only_where_an_action_applies_and_values_escaped() {
+        let state = state(true);
+        let html = overview(
+            vec![semaphore(
+                Requests::ControlTable("process_control".into()),
+                "<img src=x>",
+            )],
+            &state,
+        );
+        assert!(!html.contains("<form"), "{html}");
+        assert!(html.contains("&lt;img src=x&gt;") && !html.contains("<img"));
+        assert!(html.contains("process_control#&lt;etl&gt;"));
+        let html = overview(vec![semaphore(Requests::BuiltIn, "w")], &state);
+        assert!(
+            html.contains("action=\"/actions/release-ticket\""),
+            "{html}"
+        );
+        // Read-only: no buttons, no token field.
+        let html = overview(vec![semaphore(Requests::BuiltIn, "w")], &self::state(false));
+        assert!(!html.contains("<form") && !html.contains("id=\"token\""));
+    }
+
+    #[test]
+    fn an_unreachable_database_says_so_and_refreshes() {
+        let html = page::overview(
+            &snapshot::Snapshot::Unreachable {
+                backend: "PostgreSQL",
+                error: "cannot connect to the database: <refused>".into(),
+            },
+            &state(false),
+        );
+        assert!(html.contains("cannot be reached") && html.contains("&lt;refused&gt;"));
+        assert!(
+            html.contains("http-equiv=\"refresh\" content=\"5;url=/\""),
+            "{html}"
+        );
+    }
+}
