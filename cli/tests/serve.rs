@@ -1,6 +1,6 @@
 //! `diesel-lease serve` in a real browser: headless Chromium driven over WebDriver
-//! (chromedriver), against PostgreSQL (`DIESEL_LEASE_TEST_PG`, which `scripts/test.sh` sets) and
-//! SQLite. The page shows a lease this test holds with a `LeaseGuard`; pressing its release
+//! (chromedriver), against PostgreSQL and MySQL/MariaDB (`DIESEL_LEASE_TEST_PG`,
+//! `DIESEL_LEASE_TEST_MYSQL`, which `scripts/test.sh` sets) and SQLite. The page shows a lease this test holds with a `LeaseGuard`; pressing its release
 //! button with the token releases it and the guard's lost signal fires; without the token the
 //! action is refused and the lease stays held. Also: an unreachable database is a page that
 //! says so while the server stays up, and a table that is not claimable is named with what it
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
-use diesel::{Connection, RunQueryDsl};
+use diesel::Connection;
 use diesel_lease::notify::Notifications;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::{admin, Held, LeaseConnection, LeaseGuard, LeaseOptions, OwnerId};
@@ -36,6 +36,21 @@ fn required(what: &str) -> bool {
         .unwrap_or_default()
         .split(',')
         .any(|r| r.trim() == what)
+}
+
+/// Whether `DIESEL_LEASE_TEST_BACKENDS` (a pass of the test script that runs one backend's
+/// tests only) leaves `backend` in; says SKIPPED when not.
+fn selected(backend: &str) -> bool {
+    let Ok(selected) = std::env::var("DIESEL_LEASE_TEST_BACKENDS") else {
+        return true;
+    };
+    let keep = selected.split(',').any(|s| s.trim() == backend);
+    if !keep {
+        eprintln!(
+            "SKIPPED the browser test on {backend}: not in DIESEL_LEASE_TEST_BACKENDS={selected}"
+        );
+    }
+    keep
 }
 
 /// The `diesel-lease serve` process, killed on drop.
@@ -485,44 +500,66 @@ where
     assert!(next.is_ok(), "the waiter gets the permit: {next:?}");
 }
 
-#[test]
-fn the_page_in_a_browser_on_postgres() {
-    let Some(admin_url) = std::env::var("DIESEL_LEASE_TEST_PG")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
+/// Runs `body` with the URL of a new database on the server whose admin URL is in `env` (the
+/// test script sets it), dropped afterwards; SKIPPED when it is not set and not required.
+fn on_server<C: Connection>(env: &str, backend: &str, body: impl FnOnce(&str)) {
+    if !selected(backend) {
+        return;
+    }
+    let Some(admin_url) = std::env::var(env).ok().filter(|u| !u.is_empty()) else {
         assert!(
-            !required("postgres"),
-            "postgres is required (DIESEL_LEASE_TEST_REQUIRE) but DIESEL_LEASE_TEST_PG is not set"
+            !required(backend),
+            "{backend} is required (DIESEL_LEASE_TEST_REQUIRE) but {env} is not set"
         );
-        eprintln!("SKIPPED the browser test on PostgreSQL: DIESEL_LEASE_TEST_PG is not set (scripts/test.sh starts the server)");
+        eprintln!("SKIPPED the browser test on {backend}: {env} is not set (scripts/test.sh starts the server)");
         return;
     };
+    // Test-chosen text only: a name no quoting can go wrong with.
     let name = format!("dl_serve_browser_{}", std::process::id());
-    let mut admin = diesel::PgConnection::establish(&admin_url).expect("connect");
-    diesel::sql_query(format!("DROP DATABASE IF EXISTS {name}"))
-        .execute(&mut admin)
-        .expect("drop");
-    diesel::sql_query(format!("CREATE DATABASE {name}"))
-        .execute(&mut admin)
+    let mut admin = C::establish(&admin_url).expect("connect");
+    let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"));
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
         .expect("create the test database");
     let (base, _) = admin_url.rsplit_once('/').expect("URL ends in /database");
-    let url = format!("{base}/{name}");
-    let screenshot = std::env::var_os("DIESEL_LEASE_SERVE_SCREENSHOT").map(PathBuf::from);
-    page_flow::<diesel::PgConnection>(
-        &url,
-        "CREATE TABLE import_jobs (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMPTZ);
-         INSERT INTO import_jobs (status, claimed_at) VALUES ('ready', NULL), ('ready', NULL), ('ready', NULL),
-           ('running', now() - INTERVAL '20 minutes'), ('running', now() - INTERVAL '1 minute'),
-           ('done', now() - INTERVAL '2 hours'), ('failed', now() - INTERVAL '3 hours');",
-        screenshot.as_deref(),
-    );
-    let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&mut admin);
+    body(&format!("{base}/{name}"));
+    let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"));
+}
+
+#[test]
+fn the_page_in_a_browser_on_postgres() {
+    on_server::<diesel::PgConnection>("DIESEL_LEASE_TEST_PG", "postgres", |url| {
+        let screenshot = std::env::var_os("DIESEL_LEASE_SERVE_SCREENSHOT").map(PathBuf::from);
+        page_flow::<diesel::PgConnection>(
+            url,
+            "CREATE TABLE import_jobs (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMPTZ);
+             INSERT INTO import_jobs (status, claimed_at) VALUES ('ready', NULL), ('ready', NULL), ('ready', NULL),
+               ('running', now() - INTERVAL '20 minutes'), ('running', now() - INTERVAL '1 minute'),
+               ('done', now() - INTERVAL '2 hours'), ('failed', now() - INTERVAL '3 hours');",
+            screenshot.as_deref(),
+        );
+    });
+}
+
+#[test]
+fn the_page_in_a_browser_on_mysql() {
+    on_server::<diesel::MysqlConnection>("DIESEL_LEASE_TEST_MYSQL", "mysql", |url| {
+        page_flow::<diesel::MysqlConnection>(
+            url,
+            "CREATE TABLE import_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(20) NOT NULL, claimed_at DATETIME(6));
+             INSERT INTO import_jobs (status, claimed_at) VALUES ('ready', NULL), ('ready', NULL), ('ready', NULL),
+               ('running', UTC_TIMESTAMP(6) - INTERVAL 20 MINUTE), ('running', UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE),
+               ('done', UTC_TIMESTAMP(6) - INTERVAL 2 HOUR), ('failed', UTC_TIMESTAMP(6) - INTERVAL 3 HOUR);",
+            None,
+        );
+    });
 }
 
 #[test]
 fn the_page_in_a_browser_on_sqlite() {
+    if !selected("sqlite") {
+        return;
+    }
     let dir = TempDir::new("sqlite");
     let url = dir.0.join("app.db").display().to_string();
     page_flow::<diesel::SqliteConnection>(
