@@ -584,4 +584,16 @@ fn an_unreachable_database_is_a_page_and_the_server_stays_up() {
     }
     let (status, _) = get(&format!("{}/nothing-here", served.base));
     assert_eq!(status, 404);
+    // A name that is not the page's own (a web page's, pointed at 127.0.0.1) is not answered.
+    let (status, body) = http(
+        ureq::get(&format!("{}/", served.base)).set("Host", "attacker.example:80"),
+        None,
+    );
+    assert_eq!(status, 421, "{body}");
+    let port = served.base.rsplit(':').next().expect("a port");
+    let (status, _) = http(
+        ureq::get(&format!("{}/", served.base)).set("Host", &format!("localhost:{port}")),
+        None,
+    );
+    assert_eq!(status, 200);
 }

@@ -87,6 +87,10 @@ struct State {
     control_tables: Vec<ControlTable>,
     /// The actions' token; `None`: actions are off.
     token: Option<String>,
+    /// On a loopback address, the `Host` values a request may carry (`127.0.0.1:7878`,
+    /// `localhost:7878`): a web page the operator visits cannot read this one by pointing a
+    /// name of its own at 127.0.0.1 (DNS rebinding). `None`: any (the operator exposed it).
+    hosts: Option<Vec<String>>,
 }
 
 /// Serves until the process is stopped.
@@ -110,10 +114,12 @@ where
     };
     let server =
         Server::http(args.listen).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let at = server
-        .server_addr()
-        .to_ip()
-        .map_or_else(|| args.listen.to_string(), |a| a.to_string());
+    let bound = server.server_addr().to_ip().unwrap_or(args.listen);
+    let at = bound.to_string();
+    let hosts = bound.ip().is_loopback().then(|| {
+        let port = bound.port();
+        vec![at.clone(), format!("localhost:{port}")]
+    });
     let mut out = std::io::stdout().lock();
     let mut banner = format!("diesel-lease serve: listening on http://{at}/\n");
     match (&token, &args.token) {
@@ -133,6 +139,7 @@ where
         tables,
         control_tables,
         token,
+        hosts,
     });
     for mut request in server.incoming_requests() {
         let state = Arc::clone(&state);
@@ -165,6 +172,16 @@ where
         .next()
         .unwrap_or_default()
         .to_string();
+    if !host_allowed(state, request) {
+        return (
+            421,
+            page::message(
+                "Misdirected request",
+                "This page answers to the address it printed at start only.",
+                state,
+            ),
+        );
+    }
     match (request.method(), path.as_str()) {
         (Method::Get | Method::Head, "/") => {
             (200, page::overview(&snapshot::read::<C>(state), state))
@@ -226,6 +243,19 @@ fn reply(request: Request, status: u16, body: String) {
     let _ = request.respond(response);
 }
 
+/// Whether the request's `Host` is one the server answers to (see [`State::hosts`]).
+fn host_allowed(state: &State, request: &Request) -> bool {
+    let Some(hosts) = &state.hosts else {
+        return true;
+    };
+    let host = request
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Host"))
+        .map(|h| h.value.as_str().to_ascii_lowercase());
+    host.is_some_and(|host| hosts.iter().any(|h| *h == host))
+}
+
 /// Whether `given` is the token, compared in constant time.
 fn token_matches(token: &str, given: &str) -> bool {
     bool::from(token.as_bytes().ct_eq(given.as_bytes()))
@@ -250,6 +280,7 @@ mod tests {
             tables: Vec::new(),
             control_tables: Vec::new(),
             token: actions.then(|| "0123456789abcdef".to_string()),
+            hosts: None,
         }
     }
 
