@@ -253,7 +253,7 @@ fn host_allowed(state: &State, request: &Request) -> bool {
         .iter()
         .find(|h| h.field.equiv("Host"))
         .map(|h| h.value.as_str().to_ascii_lowercase());
-    host.is_some_and(|host| hosts.iter().any(|h| *h == host))
+    host.is_some_and(|host| hosts.contains(&host))
 }
 
 /// Whether `given` is the token, compared in constant time.
