@@ -4,7 +4,7 @@
 //! value they insert (names come from the database).
 //!
 //! Everything is read-only unless `--allow-actions` is given; then the actions of
-//! [`actions::ACTIONS`] are served at `POST /actions/<name>`, each checked against the token
+//! [`actions::actions`] are served at `POST /actions/<name>`, each checked against the token
 //! (printed at start, or `--token` / `DIESEL_LEASE_SERVE_TOKEN`) in constant time.
 
 mod actions;
