@@ -19,6 +19,8 @@
 #    exports DIESEL_LEASE_TEST_GALERA (the nodes' admin URLs, comma-separated) for
 #    tests/faults/galera.rs; without the library those tests are SKIPPED (a failure under CI).
 #    Their claim farm is small by default; DIESEL_LEASE_TEST_GALERA_ROWS=5000 runs a large one.
+#    It also installs Debian's chromium and chromium-driver when missing, for the browser test of
+#    `diesel-lease serve` (cli/tests/serve.rs; skipped loudly, or failed on CI, the same way).
 # 3. Exports DIESEL_LEASE_TEST_PG / DIESEL_LEASE_TEST_MYSQL (admin URLs; every test creates its
 #    own database), DIESEL_LEASE_TEST_PGBOUNCER (the same PostgreSQL through PgBouncer) and
 #    DIESEL_LEASE_TEST_REQUIRE (the servers that must be there: a test of a required one whose URL
@@ -181,6 +183,23 @@ else
     stop_pgbouncer
 fi
 
+# Headless Chromium for the browser test of `diesel-lease serve` (cli/tests/serve.rs): Debian's
+# chromium and chromium-driver, installed when missing. Without them the test is SKIPPED, loudly;
+# under CI that is a failure, and `chromium` in DIESEL_LEASE_TEST_REQUIRE makes the test fail too.
+section "Chromium (the operator page's browser test)"
+CHROMIUM_SKIP_REASON=
+if { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } ||
+    apt_install "chromium or chromedriver" chromium chromium-driver; then
+    REQUIRE+=(chromium)
+    echo "$(/usr/bin/chromium --version 2>/dev/null | head -1), $(/usr/bin/chromedriver --version | head -1)"
+elif [ "${CI:-}" = "true" ]; then
+    loud "The browser test cannot run on CI: $SERVERS_ERROR"
+    exit 1
+else
+    CHROMIUM_SKIP_REASON=$SERVERS_ERROR
+    loud "The browser test SKIPPED: $CHROMIUM_SKIP_REASON"
+fi
+
 # MariaDB Galera (tests/faults/galera.rs): a three-node cluster, started in the background (about
 # 30-45 s, mostly state transfers) while the build runs; galera_ready waits for it before the
 # tests and exports DIESEL_LEASE_TEST_GALERA (the three nodes' admin URLs, comma-separated).
@@ -333,6 +352,9 @@ if [ -n "$MYSQL_SKIP_REASON" ]; then
 fi
 if [ -n "$PGBOUNCER_SKIP_REASON" ]; then
     echo "  PgBouncer tests SKIPPED: $PGBOUNCER_SKIP_REASON"
+fi
+if [ -n "$CHROMIUM_SKIP_REASON" ]; then
+    echo "  The browser test SKIPPED: $CHROMIUM_SKIP_REASON"
 fi
 if [ ${#FAILED_TESTS[@]} -gt 0 ]; then
     echo

@@ -10,7 +10,7 @@
 
 mod contention;
 mod control;
-mod control_model;
+pub(crate) mod control_model;
 mod handoff;
 mod history;
 mod small_pool;
@@ -300,7 +300,7 @@ backend_tests!(
 );
 
 /// Seed 001's `process_control` table, with the two columns diesel-lease adds.
-fn control_table<B: TestBackend>(db: &TestDb<B>) {
+pub(crate) fn control_table<B: TestBackend>(db: &TestDb<B>) {
     let [pg, sqlite, mysql] = control_model::PROCESS_CONTROL_DDL;
     db.ddl(pg, sqlite, mysql);
 }

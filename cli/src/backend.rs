@@ -237,15 +237,27 @@ pub(crate) trait CliConnection:
         &mut self,
         stmt: crate::sql::ClaimStats<'_>,
     ) -> QueryResult<Vec<crate::sql::StateRow>>;
+    /// Runs [`ControlQueue`](crate::queues::ControlQueue).
+    fn control_queue(
+        &mut self,
+        stmt: crate::queues::ControlQueue<'_>,
+    ) -> QueryResult<Vec<crate::queues::ControlRow>>;
 }
 
-/// `claim_stats`, the same on every backend (the row type needs the concrete backend).
+/// `claim_stats` and `control_queue`, the same on every backend (the row types need the
+/// concrete backend).
 macro_rules! claim_stats {
     () => {
         fn claim_stats(
             &mut self,
             stmt: crate::sql::ClaimStats<'_>,
         ) -> QueryResult<Vec<crate::sql::StateRow>> {
+            stmt.load(self)
+        }
+        fn control_queue(
+            &mut self,
+            stmt: crate::queues::ControlQueue<'_>,
+        ) -> QueryResult<Vec<crate::queues::ControlRow>> {
             stmt.load(self)
         }
     };

@@ -9,6 +9,7 @@ use diesel_lease::BorrowConnection;
 use serde_json::{json, Value};
 
 use crate::backend::CliConnection;
+use crate::queues::{semaphores_with_queues, ControlTablesArgs, Requests};
 use crate::report::{duration, relative, Table};
 use crate::sql::{ClaimStats, Ident, StateRow};
 use crate::{ClaimsArgs, Cli, Command, ReleaseWhat};
@@ -38,10 +39,11 @@ fn with<C>(cli: &Cli, url: &str) -> Outcome
 where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
-    let mut conn = C::establish(url).map_err(|e| format!("cannot connect to the database: {e}"))?;
-    diesel_lease::pool::ConnectionTuning::default()
-        .apply(&mut conn)
-        .map_err(|e| format!("cannot set up the connection: {e}"))?;
+    // The page connects for each request, and stays up while the database is away.
+    if let Command::Serve(args) = &cli.command {
+        return crate::serve::serve::<C>(url, args);
+    }
+    let mut conn = connect::<C>(url)?;
     let json = cli.json;
     match &cli.command {
         Command::Migrate => {
@@ -51,14 +53,25 @@ where
             })
         }
         Command::Leases => leases(&mut conn, json),
-        Command::Semaphores => semaphores(&mut conn, json),
+        Command::Semaphores(control) => semaphores(&mut conn, control, json),
         Command::Claims(args) => claims(&mut conn, args, json),
         Command::Release { what, yes } => match what {
             ReleaseWhat::Lease { name } => release_lease(&mut conn, name, *yes, json),
             ReleaseWhat::Ticket { id } => release_ticket(&mut conn, *id, *yes, json),
         },
         Command::Doctor(args) => crate::doctor::doctor(&mut conn, args, json),
+        // Served above, before connecting.
+        Command::Serve(_) => Ok(()),
     }
+}
+
+/// A new connection, tuned as diesel-lease tunes its pools' connections.
+pub(crate) fn connect<C: CliConnection>(url: &str) -> Result<C, String> {
+    let mut conn = C::establish(url).map_err(|e| format!("cannot connect to the database: {e}"))?;
+    diesel_lease::pool::ConnectionTuning::default()
+        .apply(&mut conn)
+        .map_err(|e| format!("cannot set up the connection: {e}"))?;
+    Ok(conn)
 }
 
 /// Prints `value` as JSON, or the text `human` makes.
@@ -115,8 +128,12 @@ fn leases<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: boo
     })
 }
 
-fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: bool) -> Outcome {
-    let all = admin::semaphores(conn).map_err(|e| e.to_string())?;
+fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(
+    conn: &mut C,
+    control: &ControlTablesArgs,
+    json: bool,
+) -> Outcome {
+    let all = semaphores_with_queues(conn, &control.parse()?)?;
     let value = all
         .iter()
         .map(|s| {
@@ -127,9 +144,9 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                     json!({
                         "ticket": q.ticket,
                         "owner": q.owner,
-                        "mode": q.mode.as_str(),
+                        "mode": q.mode,
                         "granted": q.granted,
-                        "age_ms": (s.read_at_micros - q.requested_at_micros) / 1000,
+                        "age_ms": q.requested_at_micros.map(|r| (s.read_at_micros - r) / 1000),
                         "held_for_ms": q.granted_at_micros.map(|g| (s.read_at_micros - g) / 1000),
                         "expires_in_ms": (q.expires_at_micros - s.read_at_micros) / 1000,
                     })
@@ -141,6 +158,11 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                 "holders": s.queue.iter().filter(|q| q.granted).count(),
                 "waiters": s.queue.iter().filter(|q| !q.granted).count(),
                 "queue": queue,
+                "control_table": match &s.requests {
+                    Requests::BuiltIn => None,
+                    Requests::ControlTable(t) | Requests::Undescribed(t) => Some(t),
+                },
+                "queue_known": !matches!(s.requests, Requests::Undescribed(_)),
             })
         })
         .collect();
@@ -156,7 +178,7 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                     "-".into(),
                     "-".into(),
                     "-".into(),
-                    "idle".into(),
+                    s.requests.describe().unwrap_or_else(|| "idle".into()),
                     "-".into(),
                     "-".into(),
                 ]);
@@ -174,9 +196,10 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
                     s.permits.to_string(),
                     q.ticket.to_string(),
                     q.owner.clone(),
-                    q.mode.as_str().into(),
+                    q.mode.into(),
                     state,
-                    duration(s.read_at_micros - q.requested_at_micros),
+                    q.requested_at_micros
+                        .map_or("-".into(), |r| duration(s.read_at_micros - r)),
                     relative(q.expires_at_micros, s.read_at_micros),
                 ]);
             }
@@ -189,22 +212,39 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json:
     })
 }
 
-fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outcome {
+/// The claim timeout `claims` counts against, in µs (`--older-than`, default 15 minutes).
+pub(crate) fn older_than_micros(args: &ClaimsArgs) -> i64 {
     let older_than = args.older_than.unwrap_or(Duration::from_secs(15 * 60));
-    let older_than_micros = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+    i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// A table's rows per state, as `claims` describes it (shared with `serve`).
+pub(crate) fn claim_rows<C: CliConnection>(
+    conn: &mut C,
+    args: &ClaimsArgs,
+) -> Result<Vec<StateRow>, String> {
     let stmt = ClaimStats {
         table: Ident(&args.table),
         state: Ident(&args.state_column),
         claimed_at: args.claimed_at_column.as_deref().map(Ident),
-        older_than_micros,
+        older_than_micros: older_than_micros(args),
     };
-    let rows: Vec<StateRow> = conn
-        .claim_stats(stmt)
-        .map_err(|e| format!("cannot read `{}`: {e}", args.table))?;
-    // A claim's age means something only in the claimed state (clap makes `--claimed` and
-    // `--claimed-at-column` come together): finished rows keep the claimed-at of their last claim.
+    conn.claim_stats(stmt)
+        .map_err(|e| format!("cannot read `{}`: {e}", args.table))
+}
+
+/// Whether `row` is in the claimed state (`--claimed`, `NULL` for `None`): a claim's age means
+/// something only there (clap makes `--claimed` and `--claimed-at-column` come together), as
+/// finished rows keep the claimed-at of their last claim.
+pub(crate) fn is_claimed(args: &ClaimsArgs, row: &StateRow) -> bool {
     let claimed = args.claimed.as_deref().map(|c| (c != "NULL").then_some(c));
-    let is_claimed = |r: &StateRow| claimed == Some(r.state.as_deref());
+    claimed == Some(row.state.as_deref())
+}
+
+fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outcome {
+    let older_than_micros = older_than_micros(args);
+    let rows = claim_rows(conn, args)?;
+    let is_claimed = |r: &StateRow| is_claimed(args, r);
     let older = duration(older_than_micros);
     let value = rows
         .iter()

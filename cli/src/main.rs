@@ -6,6 +6,7 @@
 //! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
+//! diesel-lease serve --table 'import_jobs --state-column status --claimed running --failed failed'
 //! ```
 //!
 //! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, `sqlite://` or a
@@ -18,7 +19,9 @@
 mod backend;
 mod commands;
 mod doctor;
+mod queues;
 mod report;
+mod serve;
 mod sql;
 
 use std::process::ExitCode;
@@ -47,7 +50,7 @@ enum Command {
     /// Every lease: holder, fencing token, when it expires, the next run of a periodic job.
     Leases,
     /// Every semaphore and reader/writer lock: permits, holders and waiters in ticket order.
-    Semaphores,
+    Semaphores(queues::ControlTablesArgs),
     /// Rows of a claimable table per state: how many, the oldest claim, claims older than a timeout.
     Claims(ClaimsArgs),
     /// Force a release (the holder is stuck or gone); the old holder is fenced.
@@ -60,6 +63,8 @@ enum Command {
     },
     /// EXPLAIN the statements a claim sends and say whether indexes serve them (and the fix if not).
     Doctor(DoctorArgs),
+    /// Serve the operator's page: leases, semaphores, claims, who holds what; refreshes itself.
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -3,9 +3,9 @@
 //! escaped literals); the backend's clock and syntax come from diesel-lease's `SqlDialect` and
 //! [`CliDialect`](crate::backend::CliDialect).
 
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Nullable, Text, Untyped};
-use diesel::{QueryResult, QueryableByName, RunQueryDsl};
+use diesel::query_builder::{AstPass, QueryFragment};
+use diesel::sql_types::{BigInt, Nullable, Text};
+use diesel::{QueryResult, QueryableByName};
 
 use crate::backend::CliDialect;
 
@@ -163,14 +163,15 @@ where
 /// Untyped statements loaded into `QueryableByName` rows, as `sql_query` is.
 macro_rules! untyped {
     ($($t:ident $(<$l:lifetime>)? $(<$s:ident>)?),*) => {$(
-        impl$(<$l>)?$(<$s>)? QueryId for $t$(<$l>)?$(<$s>)? {
+        impl$(<$l>)?$(<$s>)? ::diesel::query_builder::QueryId for $t$(<$l>)?$(<$s>)? {
             type QueryId = ();
             const HAS_STATIC_QUERY_ID: bool = false;
         }
-        impl$(<$l>)?$(<$s>)? Query for $t$(<$l>)?$(<$s>)? {
-            type SqlType = Untyped;
+        impl$(<$l>)?$(<$s>)? ::diesel::query_builder::Query for $t$(<$l>)?$(<$s>)? {
+            type SqlType = ::diesel::sql_types::Untyped;
         }
-        impl<$($l,)? $($s,)? Conn> RunQueryDsl<Conn> for $t$(<$l>)?$(<$s>)? {}
+        impl<$($l,)? $($s,)? Conn> ::diesel::RunQueryDsl<Conn> for $t$(<$l>)?$(<$s>)? {}
     )*};
 }
 untyped!(ClaimStats<'a>, Explain<S>);
+pub(crate) use untyped;

@@ -25,6 +25,7 @@ fn help_lists_every_command() {
         "claims",
         "release",
         "doctor",
+        "serve",
     ] {
         assert!(help.contains(command), "{command} missing from:\n{help}");
     }

@@ -326,8 +326,100 @@ fn claims_are_counted_and_names_stay_identifiers<B: TestBackend>(db: &TestDb<B>)
     );
 }
 
+/// Semaphores on a user's control table (seed 001): their queues are rows of that table, which
+/// `semaphores` reads once `--control-table` describes it; undescribed, the entry says where its
+/// queue is instead of showing an empty one.
+fn control_table_queues_are_listed_when_described<B: TestBackend>(db: &TestDb<B>) {
+    use crate::semaphore::control_model::ProcessControl;
+    use diesel_lease::prelude::*;
+    use diesel_lease::OwnerId;
+
+    db.migrate();
+    let pool = db.pool(4);
+    crate::semaphore::control_table(db);
+    let ttl = Duration::from_secs(30);
+    let owner = |name: &str| OwnerId::new(name).unwrap();
+    let etl = ProcessControl::semaphore("etl", 1)
+        .with_ttl(ttl)
+        .with_owner(owner("Process A"));
+    let held = etl.try_acquire(&pool).unwrap().expect("free");
+    let report = ProcessControl::rw_lock("report").with_owner(owner("Process A"));
+    let writer = report.try_write(&pool).unwrap().expect("free");
+    let waiter = std::thread::spawn({
+        let pool = pool.clone();
+        let etl = ProcessControl::semaphore("etl", 1)
+            .with_ttl(ttl)
+            .with_owner(owner("Process B"));
+        move || {
+            etl.acquire(&pool, Duration::from_secs(60))
+                .map(|p| p.ticket())
+        }
+    });
+    let started = std::time::Instant::now();
+    while etl.queue(&mut pool.get().unwrap()).unwrap().len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the waiter never queued"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let entry = |listed: &Value, resource: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["resource"] == resource)
+            .unwrap_or_else(|| panic!("{resource} missing from {listed}"))
+            .clone()
+    };
+
+    let undescribed = entry(&json(db, &["semaphores"]), "process_control#etl");
+    assert_eq!(undescribed["queue"], serde_json::json!([]));
+    assert_eq!(undescribed["queue_known"], false);
+    assert_eq!(undescribed["control_table"], "process_control");
+    assert!(ok(db, &["semaphores"]).contains("queue in control table `process_control`"));
+
+    let spec = "process_control --ticket queue_position --owner requesting_id --resource resource \
+                --mode access_type --shared R --exclusive W";
+    let listed = json(db, &["semaphores", "--control-table", spec]);
+    let etl_entry = entry(&listed, "process_control#etl");
+    assert_eq!(etl_entry["queue_known"], true);
+    assert_eq!(
+        (etl_entry["holders"].as_i64(), etl_entry["waiters"].as_i64()),
+        (Some(1), Some(1))
+    );
+    let queue = etl_entry["queue"].as_array().unwrap();
+    assert_eq!(queue[0]["ticket"], held.ticket());
+    assert_eq!(
+        (&queue[0]["owner"], &queue[0]["granted"], &queue[0]["mode"]),
+        (
+            &Value::from("Process A"),
+            &Value::from(true),
+            &Value::from("shared")
+        )
+    );
+    assert_eq!(
+        (&queue[1]["owner"], &queue[1]["granted"]),
+        (&Value::from("Process B"), &Value::from(false))
+    );
+    let report_entry = entry(&listed, "process_control#report");
+    assert_eq!(report_entry["queue"][0]["ticket"], writer.ticket());
+    assert_eq!(report_entry["queue"][0]["mode"], "exclusive");
+    let text = ok(db, &["semaphores", "--control-table", spec]);
+    assert!(
+        text.contains("waiting #1") && text.contains("Process B"),
+        "{text}"
+    );
+
+    drop(held);
+    let ticket = waiter.join().unwrap().expect("the waiter gets the permit");
+    assert!(ticket > queue[0]["ticket"].as_i64().unwrap());
+    drop(writer);
+}
+
 backend_tests!(
     a_workers_lease_is_listed_and_a_forced_release_fences_it,
     a_forced_ticket_release_takes_the_permit_away,
     claims_are_counted_and_names_stay_identifiers,
+    control_table_queues_are_listed_when_described,
 );
