@@ -9,6 +9,7 @@ mod jobs;
 mod literals;
 mod locking;
 mod precision;
+pub(crate) mod priority;
 pub(crate) mod schedule;
 mod waiting;
 mod worker;

@@ -86,13 +86,14 @@ fn describe<DB: CliDialect>(
         None => None,
     };
     let order: Vec<(&'static str, SortOrder)> = if args.order_by.is_empty() {
-        // The derive's default: due rows first, then by key.
-        available_at
+        // The derive's default: higher priority first, then due rows first, then by key.
+        let priority = optional(&args.priority_column)?.map(|c| (c, SortOrder::Desc));
+        let ascending = available_at
             .iter()
             .map(|c| c.name)
             .chain(pk.iter().copied())
-            .map(|c| (c, SortOrder::Asc))
-            .collect()
+            .map(|c| (c, SortOrder::Asc));
+        priority.into_iter().chain(ascending).collect()
     } else {
         args.order_by
             .iter()

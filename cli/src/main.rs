@@ -143,6 +143,9 @@ struct DoctorArgs {
     /// column if any, then the primary key).
     #[arg(long = "order-by")]
     order_by: Vec<String>,
+    /// `priority = …`: the priority column, if any (higher first, then the default order).
+    #[arg(long, conflicts_with = "order_by")]
+    priority_column: Option<String>,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.

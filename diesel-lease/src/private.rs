@@ -124,6 +124,18 @@ impl IntegerColumn for Nullable<SmallInt> {}
 impl IntegerColumn for Nullable<Integer> {}
 impl IntegerColumn for Nullable<BigInt> {}
 
+/// The SQL types a priority column may have: integers that are never NULL (backends sort NULL
+/// differently, so a NULL priority would claim in a different order on each).
+#[diagnostic::on_unimplemented(
+    message = "the priority column must be a NOT NULL integer column, but its SQL type is `{Self}`",
+    label = "not a `SmallInt`, `Integer` or `BigInt` column",
+    note = "claims take higher priorities first: map `priority` to a NOT NULL integer column"
+)]
+pub trait PriorityColumn {}
+impl PriorityColumn for SmallInt {}
+impl PriorityColumn for Integer {}
+impl PriorityColumn for BigInt {}
+
 /// The SQL types a control table's ticket column may have.
 #[diagnostic::on_unimplemented(
     message = "the semaphore's ticket column must be an integer column, but its SQL type is `{Self}`",

@@ -299,6 +299,31 @@ pub(crate) struct Block6;
 #[allow(dead_code)]
 pub(crate) struct Block7;
 
+/// README block: Priorities.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # use chrono::NaiveDateTime;
+/// # diesel::table! {
+/// #     reports (id) {
+/// #         id -> BigInt,
+/// #         status -> Text,
+/// #         priority -> Integer,
+/// #         run_at -> Timestamp,
+/// #     }
+/// # }
+/// #[derive(Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = reports)]
+/// #[claimable(state = status, ready = "new", claimed = "running", done = "done",
+///             priority = priority,   // higher first
+///             available_at = run_at)] // then due time, then id
+/// struct Report { id: i64, status: String, priority: i32, run_at: NaiveDateTime }
+/// # fn main() {}
+/// ```
+#[allow(dead_code)]
+pub(crate) struct BlockPriorities;
+
 /// README block 8.
 /// ```no_run
 /// # #![allow(unused, dead_code)]

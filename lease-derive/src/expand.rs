@@ -195,16 +195,22 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     };
     let attempts_name = option(c.attempts.as_ref().map(|(col, _)| name_of(col)));
     let order: Vec<TokenStream> = if c.order_by.is_empty() {
-        // Due rows first (with a not-before column), then by key: the order of a partial index
-        // `(available_at, pk) WHERE state = ready`.
-        c.available_at
+        // Higher priority first (with a priority column), then due rows first (with a
+        // not-before column), then by key: the order of a partial index
+        // `(priority DESC, available_at, pk) WHERE state = ready`.
+        let priority = c.priority.iter().map(|col| {
+            let n = name_of(col);
+            quote!((#n, ::diesel_lease::__private::SortOrder::Desc))
+        });
+        let ascending = c
+            .available_at
             .iter()
             .chain(model.pk.iter().map(|(col, _)| col))
             .map(|col| {
                 let n = name_of(col);
                 quote!((#n, ::diesel_lease::__private::SortOrder::Asc))
-            })
-            .collect()
+            });
+        priority.chain(ascending).collect()
     } else {
         c.order_by
             .iter()
@@ -255,6 +261,14 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             col,
             "owner_must_be_a_nullable_text_column",
             quote!(::diesel_lease::__private::OwnerColumn),
+        ));
+    }
+    if let Some(col) = &c.priority {
+        checks.push(type_check(
+            model,
+            col,
+            "priority_must_be_an_integer_column",
+            quote!(::diesel_lease::__private::PriorityColumn),
         ));
     }
     if let Some((col, _)) = &c.attempts {

@@ -33,6 +33,8 @@ pub(crate) struct Claim {
     pub(crate) order_by: Vec<OrderItem>,
     pub(crate) available_at: Option<Ident>,
     pub(crate) error: Option<Ident>,
+    /// The priority column (higher first).
+    pub(crate) priority: Option<Ident>,
 }
 
 /// Everything the expansion needs.
@@ -159,6 +161,7 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
             .unwrap_or_default(),
         available_at: a.available_at.as_ref().map(|c| c.value.clone()),
         error: a.error.as_ref().map(|c| c.value.clone()),
+        priority: a.priority.as_ref().map(|c| c.value.clone()),
     })
 }
 

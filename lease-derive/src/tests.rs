@@ -164,6 +164,24 @@ fn scheduled_task_with_error_column() {
     insta::assert_snapshot!(code);
 }
 
+/// Issue 24: a priority column leads the default order (higher first), then the not-before
+/// column, then the key.
+#[test]
+fn priority_leads_the_default_order() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", priority = priority, available_at = run_at)]
+        pub struct Task {
+            pub id: i64,
+            pub status: String,
+            pub priority: i32,
+            pub run_at: NaiveDateTime,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
 #[test]
 fn seed_004_bool_state() {
     let code = expand(quote! {

@@ -11,6 +11,7 @@ use diesel_lease::prelude::*;
 use serde_json::Value;
 
 use super::cli::{fails, json, ok};
+use crate::claim::priority::PRIO_JOBS_DDL;
 use crate::common::{pick, TestBackend, TestDb};
 
 pub(crate) mod schema {
@@ -82,6 +83,27 @@ const DOCTOR_JOBS_DDL: (&str, &str, &str) = (
        claimed_at DATETIME(6), attempts INT NOT NULL DEFAULT 0, enqueued_at BIGINT NOT NULL);",
 );
 
+/// `PrioJob` described to `doctor` with the flags named after its attributes.
+const DOCTOR_PRIO_JOB: &[&str] = &[
+    "doctor",
+    "--table",
+    "prio_jobs",
+    "--state-column",
+    "status",
+    "--ready",
+    "new",
+    "--claimed",
+    "running",
+    "--owner-column",
+    "owner",
+    "--claimed-at-column",
+    "claimed_at",
+    "--available-at-column",
+    "run_at",
+    "--priority-column",
+    "priority",
+];
+
 /// 1 … 10 000, in SQL every backend reads.
 const NUMBERS: &str = "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 1 AS n FROM \
     (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
@@ -118,6 +140,7 @@ backend_suite! {
         the_demo_index_serves_its_claim,
         names_and_states_are_checked,
         doctor_explains_the_statements_claim_next_sends,
+        the_readme_index_serves_the_priority_claim,
     ];
 
     /// A queue mid-drain: 8 990 done rows, 10 running, 1 000 ready, in `enqueued_at` (= id) order.
@@ -419,5 +442,35 @@ backend_suite! {
             .filter(|s| s.contains(table) && !s.contains(&format!("(({table}.")))
             .collect();
         assert_eq!(by_state, explained);
+    }
+
+    /// The README's index for a priority queue, and `doctor` told the priority column: every
+    /// statement of the claim reads the table through that index, without a sort (on
+    /// PostgreSQL, the plan `EXPLAIN` prints names `prio_jobs_claim`).
+    pub(crate) fn the_readme_index_serves_the_priority_claim(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = PRIO_JOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        db.conn()
+            .batch_execute(&format!(
+                "INSERT INTO prio_jobs (id, status, priority, run_at) \
+                 SELECT n, CASE WHEN n > 9000 THEN 'new' ELSE 'done' END, n % 7, {past} FROM {NUMBERS}",
+                past = pick::<B>("TIMESTAMP '2020-01-01 00:00:00'", "'2020-01-01 00:00:00'", "TIMESTAMP '2020-01-01 00:00:00'"),
+            ))
+            .unwrap();
+        analyze(db, "prio_jobs");
+        let report = json(db, DOCTOR_PRIO_JOB);
+        assert_eq!(report["verdict"], "ok", "{report:#}");
+        let claim = &report["statements"][0];
+        let sql = claim["sql"].as_str().unwrap();
+        let q = pick::<B>("\"", "`", "`");
+        assert!(
+            sql.contains(&format!("ORDER BY {q}priority{q} DESC, {q}run_at{q} ASC, {q}id{q} ASC")),
+            "{sql}"
+        );
+        if B::NAME == "postgres" {
+            let plan = claim["plan"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect::<Vec<_>>().join("\n");
+            assert!(plan.contains("prio_jobs_claim"), "{plan}");
+            assert!(!plan.contains("Sort"), "{plan}");
+        }
     }
 }
