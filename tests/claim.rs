@@ -2,6 +2,7 @@
 
 pub(crate) mod basics;
 mod batch;
+mod cancel;
 mod contention;
 mod guards;
 mod heartbeat;

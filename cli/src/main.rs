@@ -5,6 +5,7 @@
 //! diesel-lease semaphores --json
 //! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
+//! diesel-lease cancel --table import_jobs --state-column status --ready ready --claimed running --to cancelled 42 --yes
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
 //! ```
 //!
@@ -16,6 +17,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod backend;
+mod claimctl;
 mod commands;
 mod doctor;
 mod report;
@@ -60,6 +62,9 @@ enum Command {
     },
     /// EXPLAIN the statements a claim sends and say whether indexes serve them (and the fix if not).
     Doctor(DoctorArgs),
+    /// Cancel a row: a ready row never runs; a claimed row's holder loses its claim at its next
+    /// heartbeat, and its completion is refused.
+    Cancel(CancelArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,6 +151,32 @@ struct DoctorArgs {
     /// `priority = …`: the priority column, if any (higher first, then the default order).
     #[arg(long, conflicts_with = "order_by")]
     priority_column: Option<String>,
+}
+
+/// The row to cancel and its table, as `#[claimable(…)]` describes it.
+#[derive(Debug, clap::Args)]
+struct CancelArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// `state = …`: its state column.
+    #[arg(long)]
+    state_column: String,
+    /// `ready = …`: the ready state(s) (repeat for several; `NULL` for `None`).
+    #[arg(long = "ready", required = true)]
+    ready: Vec<String>,
+    /// `claimed = …`: the claimed state.
+    #[arg(long)]
+    claimed: String,
+    /// `cancelled = …` (or `failed = …` when the model has no cancelled state): the state the
+    /// row goes to.
+    #[arg(long)]
+    to: String,
+    /// The row's primary key (a one-column key).
+    key: String,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.

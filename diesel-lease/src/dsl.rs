@@ -28,7 +28,8 @@ use diesel::Connection;
 
 use crate::claim::{
     self, ClaimConnection, ClaimGuard, ClaimOptions, ClaimableLockConnection, Finish, HasAttempts,
-    HasClaimedAt, HasDoneState, HasFailedState, NullLockConnection, RetryOutcome, RetryPolicy,
+    HasCancelState, HasClaimedAt, HasDoneState, HasFailedState, NullLockConnection, RetryOutcome,
+    RetryPolicy,
 };
 use crate::lease::job::{self, JobConnection, JobRun, JobRunOptions};
 use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertReturning};
@@ -434,6 +435,48 @@ pub trait ClaimDsl: Claimable {
         C::Conn: ClaimConnection<Self>,
     {
         claim::install_ready_trigger::<Self, C>(conn)
+    }
+
+    /// Cancels the row with key `pk`: a ready row is never claimed; a claimed row's holder
+    /// loses its claim (a [`ClaimGuard`]'s heartbeat finds it, so its
+    /// [`lost_signal`](crate::Held::lost_signal) fires within one heartbeat, and `complete`
+    /// returns `false`). The row goes to the `cancelled = …` state, or the failed state when
+    /// the model names none. `true` when the row was ready or claimed and is now cancelled;
+    /// `false` when there is no such row or it had finished already (left alone). Needs
+    /// `cancelled = …` or `failed = …`.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_lease::prelude::*;
+    ///
+    /// diesel::table! { mails (id) { id -> BigInt, status -> Text, } }
+    ///
+    /// #[derive(Debug, Queryable, Selectable, Claimable)]
+    /// #[diesel(table_name = mails)]
+    /// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent",
+    ///             cancelled = "cancelled")]
+    /// struct Mail { id: i64, status: String }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+    /// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL);
+    /// #      INSERT INTO mails VALUES (1, 'new'), (2, 'new');")?;
+    /// assert!(Mail::cancel_by_pk(&mut conn, 1)?);
+    /// assert!(!Mail::cancel_by_pk(&mut conn, 1)?); // already cancelled
+    /// assert_eq!(Mail::claim_next(&mut conn)?.map(|m| m.id), Some(2));
+    /// # Ok(()) }
+    /// # main().unwrap();
+    /// # }
+    /// ```
+    fn cancel_by_pk<C>(conn: &mut C, pk: Self::Pk) -> Result<bool>
+    where
+        Self: HasCancelState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self>,
+    {
+        claim::cancel_by_pk(conn, pk)
     }
 }
 

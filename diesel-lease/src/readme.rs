@@ -324,6 +324,38 @@ pub(crate) struct Block7;
 #[allow(dead_code)]
 pub(crate) struct BlockPriorities;
 
+/// README block: Cancelling a row.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # use chrono::NaiveDateTime;
+/// # diesel::table! {
+/// #     exports (id) {
+/// #         id -> BigInt,
+/// #         status -> Text,
+/// #         owner -> Nullable<Text>,
+/// #         claimed_at -> Nullable<Timestamp>,
+/// #     }
+/// # }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mut conn = SqliteConnection::establish(":memory:")?;
+/// #[derive(Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = exports)]
+/// #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+///             cancelled = "cancelled",   // else cancelled rows go to "dead"
+///             owner = owner, claimed_at = claimed_at, timeout_secs = 30)]
+/// struct Export { id: i64, status: String, owner: Option<String>, claimed_at: Option<NaiveDateTime> }
+///
+/// if Export::cancel_by_pk(&mut conn, 42)? {
+///     println!("export 42 will not run (or its worker stops at its next heartbeat)");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct BlockCancel;
+
 /// README block 8.
 /// ```no_run
 /// # #![allow(unused, dead_code)]

@@ -26,6 +26,7 @@ pub(crate) const KEYS: &[&str] = &[
     JOB,
     SEMAPHORE,
     PRIORITY,
+    CANCELLED,
 ];
 pub(crate) const STATE: &str = "state";
 pub(crate) const READY: &str = "ready";
@@ -50,6 +51,7 @@ pub(crate) const STARTED_AT: &str = "started_at";
 pub(crate) const NEXT_RUN: &str = "next_run";
 pub(crate) const SEMAPHORE: &str = "semaphore";
 pub(crate) const PRIORITY: &str = "priority";
+pub(crate) const CANCELLED: &str = "cancelled";
 
 /// `semaphore(ticket = …, owner = …, resource = …, mode = …, shared = "…", exclusive = "…",
 /// granted = …, expires_at = …)`: seed 001's control table.
@@ -112,6 +114,8 @@ pub(crate) struct ClaimableAttrs {
     pub(crate) semaphore: Option<Spanned<SemaphoreAttrs>>,
     /// The priority column: higher first, ahead of the default claim order.
     pub(crate) priority: Option<Spanned<Ident>>,
+    /// The state a cancelled row goes to.
+    pub(crate) cancelled: Option<Spanned<Expr>>,
     /// Which of `timeout_secs` / `timeout_ms` set `timeout_ms`, for messages.
     pub(crate) timeout_key: &'static str,
     /// Every known key that was written, even with an invalid value: checks that ask "was `x`
@@ -208,6 +212,7 @@ fn format_help(key: &str) -> &'static str {
         CLAIM_IF_NULL => "#[claimable(claim_if_null = notified)]",
         JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
         PRIORITY => "#[claimable(priority = priority)]",
+        CANCELLED => "#[claimable(cancelled = \"cancelled\")]",
         SEMAPHORE => "#[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource, mode = access_type, shared = \"R\", exclusive = \"W\"))]",
         _ => "#[claimable(insert_once)]` or `#[claimable(insert_once(returning = Model))]",
     }
@@ -336,6 +341,7 @@ impl ClaimableAttrs {
             DONE => set(&mut self.done, key, expr_value(meta)?),
             FAILED => set(&mut self.failed, key, expr_value(meta)?),
             PRIORITY => set(&mut self.priority, key, ident_value(meta)?),
+            CANCELLED => set(&mut self.cancelled, key, expr_value(meta)?),
             READY => {
                 let values = if meta.input.peek(Token![=]) {
                     vec![expr_value(meta)?]

@@ -246,6 +246,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let schedule_consts = schedule_consts(model, c);
+    let cancelled_const = c.cancelled.as_ref().map(|e| {
+        let sql = crate::literal::tokens(e);
+        quote!(const CANCELLED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = ::core::option::Option::Some(#sql);)
+    });
     let mut checks = vec![];
     if let Some(col) = &c.error {
         checks.push(type_check(
@@ -284,6 +288,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         (c.failed.is_some(), "HasFailedState"),
         (c.claimed_at.is_some(), "HasClaimedAt"),
         (c.attempts.is_some(), "HasAttempts"),
+        (
+            c.cancelled.is_some() || c.failed.is_some(),
+            "HasCancelState",
+        ),
     ]
     .into_iter()
     .filter(|(has, _)| *has)
@@ -299,6 +307,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             .chain(std::iter::once(&c.claimed))
             .chain(&c.done)
             .chain(&c.failed)
+            .chain(&c.cancelled)
             .map(|e| {
                 let ty = respan(quote!(#state_ty), e.span());
                 quote_spanned!(e.span()=> let _: #ty = <#ty as ::core::convert::From<_>>::from(#e);)
@@ -328,6 +337,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const DONE_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #done_sql;
             const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
             #schedule_consts
+            #cancelled_const
             fn owner(&self) -> ::core::option::Option<&str> {
                 #owner_value
             }

@@ -41,6 +41,7 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
             "HasFailedState",
             "HasClaimedAt",
             "HasAttempts",
+            "HasCancelState",
         ]
         .map(|t| expand::marker(name, generics, t));
         quote! {

@@ -35,6 +35,8 @@ pub(crate) struct Claim {
     pub(crate) error: Option<Ident>,
     /// The priority column (higher first).
     pub(crate) priority: Option<Ident>,
+    /// The state cancelled rows go to.
+    pub(crate) cancelled: Option<Expr>,
 }
 
 /// Everything the expansion needs.
@@ -162,6 +164,7 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
         available_at: a.available_at.as_ref().map(|c| c.value.clone()),
         error: a.error.as_ref().map(|c| c.value.clone()),
         priority: a.priority.as_ref().map(|c| c.value.clone()),
+        cancelled: a.cancelled.as_ref().map(|d| d.value.clone()),
     })
 }
 
