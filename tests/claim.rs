@@ -9,6 +9,7 @@ mod heartbeat;
 mod jobs;
 mod literals;
 mod locking;
+mod pause;
 mod precision;
 pub(crate) mod priority;
 pub(crate) mod schedule;

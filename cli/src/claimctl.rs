@@ -4,6 +4,7 @@
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::QueryResult;
 use diesel_lease::backend::SqlDialect;
+use diesel_lease::claim::pause::{pause_described, resume_described, PauseTarget};
 use diesel_lease::claim::statements::ClaimShape;
 use diesel_lease::claim::StateLiteral;
 use diesel_lease::BorrowConnection;
@@ -13,7 +14,7 @@ use crate::backend::{CliConnection, CliDialect};
 use crate::commands::{confirm, say, Outcome};
 use crate::doctor::{leak, state_value};
 use crate::sql::Ident;
-use crate::CancelArgs;
+use crate::{CancelArgs, PauseArgs};
 
 /// A primary-key value the operator typed, bound as the key column's type.
 #[derive(Debug)]
@@ -96,6 +97,7 @@ pub(crate) fn cancel<C: CliConnection + BorrowConnection<Conn = C>>(
         max_attempts: None,
         available_at: None,
         order: &[],
+        pause: None,
     };
     let to = literal(&args.to)?;
     let (table, key) = (args.table.as_str(), args.key.as_str());
@@ -120,6 +122,48 @@ pub(crate) fn cancel<C: CliConnection + BorrowConnection<Conn = C>>(
             } else {
                 format!("row {key} of `{table}` is not ready or claimed (finished, or no such row): nothing changed\n")
             }
+        },
+    )
+}
+
+/// `diesel-lease pause` / `resume`: claims of the table (or of its rows of one key) stop, or
+/// go on and its waiters wake.
+pub(crate) fn pause_or_resume<C: CliConnection + BorrowConnection<Conn = C>>(
+    conn: &mut C,
+    args: &PauseArgs,
+    pause: bool,
+    json: bool,
+) -> Outcome {
+    let key = match (&args.key_column, &args.key) {
+        (Some(column), Some(value)) => Some((column.clone(), value.clone())),
+        (None, None) => None,
+        _ => return Err("--key-column and --key go together".into()),
+    };
+    let target = PauseTarget {
+        table: args.table.clone(),
+        key,
+    };
+    let changed = if pause {
+        pause_described(conn, &target)
+    } else {
+        resume_described(conn, &target)
+    }
+    .map_err(|e| e.to_string())?;
+    let what = match &target.key {
+        Some((c, v)) => format!("rows of `{}` with {c} = {v:?}", target.table),
+        None => format!("`{}`", target.table),
+    };
+    say(
+        json,
+        json!({"table": target.table, "key_column": args.key_column, "key": args.key,
+               "paused": pause, "changed": changed}),
+        || match (pause, changed) {
+            (true, true) => {
+                format!("paused claims of {what}: claims skip them until `diesel-lease resume`\n")
+            }
+            (true, false) => format!("claims of {what} were paused already\n"),
+            (false, true) => format!("resumed claims of {what}; waiting claimers were woken\n"),
+            (false, false) => format!("claims of {what} were not paused\n"),
         },
     )
 }

@@ -59,6 +59,8 @@ where
         },
         Command::Doctor(args) => crate::doctor::doctor(&mut conn, args, json),
         Command::Cancel(args) => crate::claimctl::cancel(&mut conn, args, json),
+        Command::Pause(args) => crate::claimctl::pause_or_resume(&mut conn, args, true, json),
+        Command::Resume(args) => crate::claimctl::pause_or_resume(&mut conn, args, false, json),
     }
 }
 

@@ -125,6 +125,8 @@ fn describe<DB: CliDialect>(
         max_attempts: args.max_attempts,
         available_at,
         order: Box::leak(order.into_boxed_slice()),
+        // A pausable model's claims also look up its pauses, by primary key.
+        pause: None,
     })
 }
 
@@ -566,6 +568,7 @@ mod tests {
         max_attempts: None,
         available_at: None,
         order: &[],
+        pause: None,
     };
     const SHAPE: ClaimShape = ClaimShape {
         pk: &["id"],

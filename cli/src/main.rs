@@ -6,6 +6,7 @@
 //! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
 //! diesel-lease cancel --table import_jobs --state-column status --ready ready --claimed running --to cancelled 42 --yes
+//! diesel-lease pause --table import_jobs --key-column tenant --key acme
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
 //! ```
 //!
@@ -44,7 +45,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create or update diesel-lease's built-in tables (leases, semaphores).
+    /// Create or update diesel-lease's built-in tables (leases, semaphores, pauses).
     Migrate,
     /// Every lease: holder, fencing token, when it expires, the next run of a periodic job.
     Leases,
@@ -65,6 +66,11 @@ enum Command {
     /// Cancel a row: a ready row never runs; a claimed row's holder loses its claim at its next
     /// heartbeat, and its completion is refused.
     Cancel(CancelArgs),
+    /// Pause claims from a `pausable` table (or its rows of one key) across the farm: claims
+    /// return nothing, waiters keep waiting.
+    Pause(PauseArgs),
+    /// Resume claims paused by `pause`, and wake the waiting claimers.
+    Resume(PauseArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,6 +183,20 @@ struct CancelArgs {
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
+}
+
+/// The table (or key) to pause or resume.
+#[derive(Debug, clap::Args)]
+struct PauseArgs {
+    /// The table, as its SQL name (`schema.table` outside the default schema).
+    #[arg(long)]
+    table: String,
+    /// `pausable(key = …)`: the key column, to pause only the rows of `--key`.
+    #[arg(long, requires = "key")]
+    key_column: Option<String>,
+    /// The key value whose rows to pause (with `--key-column`).
+    #[arg(long, requires = "key_column")]
+    key: Option<String>,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.

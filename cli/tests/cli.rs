@@ -26,6 +26,8 @@ fn help_lists_every_command() {
         "release",
         "doctor",
         "cancel",
+        "pause",
+        "resume",
     ] {
         assert!(help.contains(command), "{command} missing from:\n{help}");
     }
@@ -167,5 +169,81 @@ fn cancel_moves_ready_and_claimed_rows_only() {
     let bad_key = run(&[CANCEL, &["two"]].concat(), Some(&path));
     assert!(String::from_utf8_lossy(&bad_key.stderr).contains("is not an integer"));
     assert_eq!(statuses(&path)[1].1, "new");
+    let _ = std::fs::remove_file(&path);
+}
+
+/// `pause` and `resume` write and delete the pause rows claims look up (the claims themselves
+/// are tested in the suite, `tests/claim/pause.rs`): each says whether it changed anything.
+#[test]
+fn pause_and_resume_a_table_and_a_key() {
+    use diesel::prelude::*;
+    let path = jobs_db("pause");
+    let migrated = run(&["migrate"], Some(&path));
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    let changed = |args: &[&str]| {
+        let out = run(&[&["--json"], args].concat(), Some(&path));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v["changed"].as_bool().expect("changed")
+    };
+    let pauses = || -> Vec<(String, String, String)> {
+        diesel::table! { diesel_lease_pauses (table_name, key_column, key_value) {
+        table_name -> Text, key_column -> Text, key_value -> Text, } }
+        let mut conn = diesel::SqliteConnection::establish(&path).expect("open");
+        diesel_lease_pauses::table
+            .select((
+                diesel_lease_pauses::table_name,
+                diesel_lease_pauses::key_column,
+                diesel_lease_pauses::key_value,
+            ))
+            .order(diesel_lease_pauses::key_column)
+            .load(&mut conn)
+            .expect("pauses")
+    };
+    assert!(changed(&["pause", "--table", "jobs"]));
+    assert!(!changed(&["pause", "--table", "jobs"]));
+    assert!(changed(&[
+        "pause",
+        "--table",
+        "jobs",
+        "--key-column",
+        "tenant",
+        "--key",
+        "acme"
+    ]));
+    let s = |v: &str| v.to_string();
+    assert_eq!(
+        pauses(),
+        [
+            (s("jobs"), s(""), s("")),
+            (s("jobs"), s("tenant"), s("acme"))
+        ]
+    );
+    assert!(changed(&["resume", "--table", "jobs"]));
+    assert!(!changed(&["resume", "--table", "jobs"]));
+    assert_eq!(pauses(), [(s("jobs"), s("tenant"), s("acme"))]);
+    assert!(changed(&[
+        "resume",
+        "--table",
+        "jobs",
+        "--key-column",
+        "tenant",
+        "--key",
+        "acme"
+    ]));
+    assert!(pauses().is_empty());
+    assert!(
+        !run(&["pause", "--table", "jobs", "--key", "acme"], Some(&path))
+            .status
+            .success()
+    );
     let _ = std::fs::remove_file(&path);
 }

@@ -324,6 +324,36 @@ pub(crate) struct Block7;
 #[allow(dead_code)]
 pub(crate) struct BlockPriorities;
 
+/// README block: Pause and resume.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # diesel::table! {
+/// #     emails (id) {
+/// #         id -> BigInt,
+/// #         status -> Text,
+/// #         tenant -> Text,
+/// #     }
+/// # }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mut conn = SqliteConnection::establish(":memory:")?;
+/// #[derive(Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = emails)]
+/// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent",
+///             pausable(key = tenant))]
+/// struct Email { id: i64, status: String, tenant: String }
+///
+/// Email::pause(&mut conn)?;                 // every claim of the table returns nothing
+/// Email::resume(&mut conn)?;                // claims go on; waiting claimers wake at once
+/// Email::pause_key(&mut conn, "acme")?;     // only acme's rows wait, the others are claimed
+/// Email::resume_key(&mut conn, "acme")?;
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct BlockPause;
+
 /// README block: Cancelling a row.
 /// ```no_run
 /// # #![allow(unused, dead_code)]

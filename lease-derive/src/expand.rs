@@ -246,6 +246,10 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let schedule_consts = schedule_consts(model, c);
+    let pause_const = c.pausable.as_ref().map(|key| {
+        let key = option(key.as_ref().map(name_of));
+        quote!(const PAUSE: ::core::option::Option<::diesel_lease::__private::PauseShape> = ::core::option::Option::Some(::diesel_lease::__private::PauseShape { key: #key });)
+    });
     let cancelled_const = c.cancelled.as_ref().map(|e| {
         let sql = crate::literal::tokens(e);
         quote!(const CANCELLED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = ::core::option::Option::Some(#sql);)
@@ -265,6 +269,14 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             col,
             "owner_must_be_a_nullable_text_column",
             quote!(::diesel_lease::__private::OwnerColumn),
+        ));
+    }
+    if let Some(Some(col)) = &c.pausable {
+        checks.push(type_check(
+            model,
+            col,
+            "pause_key_must_be_a_text_column",
+            quote!(::diesel_lease::__private::PauseKeyColumn),
         ));
     }
     if let Some(col) = &c.priority {
@@ -292,6 +304,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             c.cancelled.is_some() || c.failed.is_some(),
             "HasCancelState",
         ),
+        (c.pausable.is_some(), "Pausable"),
+        (matches!(c.pausable, Some(Some(_))), "HasPauseKey"),
     ]
     .into_iter()
     .filter(|(has, _)| *has)
@@ -338,6 +352,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
             #schedule_consts
             #cancelled_const
+            #pause_const
             fn owner(&self) -> ::core::option::Option<&str> {
                 #owner_value
             }

@@ -42,6 +42,8 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
             "HasClaimedAt",
             "HasAttempts",
             "HasCancelState",
+            "Pausable",
+            "HasPauseKey",
         ]
         .map(|t| expand::marker(name, generics, t));
         quote! {

@@ -37,6 +37,8 @@ pub(crate) struct Claim {
     pub(crate) priority: Option<Ident>,
     /// The state cancelled rows go to.
     pub(crate) cancelled: Option<Expr>,
+    /// `pausable`: `Some(None)`, `pausable(key = col)`: `Some(Some(col))`.
+    pub(crate) pausable: Option<Option<Ident>>,
 }
 
 /// Everything the expansion needs.
@@ -165,6 +167,7 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
         error: a.error.as_ref().map(|c| c.value.clone()),
         priority: a.priority.as_ref().map(|c| c.value.clone()),
         cancelled: a.cancelled.as_ref().map(|d| d.value.clone()),
+        pausable: a.pausable.as_ref().map(|p| p.value.clone()),
     })
 }
 

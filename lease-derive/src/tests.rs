@@ -387,6 +387,7 @@ fn fallback_implements_every_trait_the_derive_can() {
                 insert_once,
                 job(holder = worker, started_at = started),
                 semaphore(ticket = id, owner = worker, resource = status, mode = status, shared = "r", exclusive = "w"),
+                pausable(key = status),
                 #extra
             )]
             pub struct Job {
@@ -403,7 +404,7 @@ fn fallback_implements_every_trait_the_derive_can() {
     let mut fallback = impls(&derive_claimable_inner(model(quote!(stat = status))));
     generated.sort();
     fallback.sort();
-    assert_eq!(generated.len(), 13, "{generated:?}");
+    assert_eq!(generated.len(), 15, "{generated:?}");
     assert_eq!(fallback, generated);
 }
 

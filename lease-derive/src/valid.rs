@@ -155,7 +155,7 @@ fn check_claim(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
 
 /// Every claim key given without `state`, reported at the key.
 fn check_claim_keys_without_state(a: &ClaimableAttrs, errors: &mut Errors) {
-    let claim_only: [(&str, Option<Span>); 14] = [
+    let claim_only: [(&str, Option<Span>); 15] = [
         (attrs::READY, a.ready.as_ref().map(|s| s.span)),
         (attrs::CLAIMED, a.claimed.as_ref().map(|s| s.span)),
         (attrs::DONE, a.done.as_ref().map(|s| s.span)),
@@ -170,6 +170,7 @@ fn check_claim_keys_without_state(a: &ClaimableAttrs, errors: &mut Errors) {
         (attrs::ERROR, a.error.as_ref().map(|s| s.span)),
         (attrs::PRIORITY, a.priority.as_ref().map(|s| s.span)),
         (attrs::CANCELLED, a.cancelled.as_ref().map(|s| s.span)),
+        (attrs::PAUSABLE, a.pausable.as_ref().map(|s| s.span)),
     ];
     for (key, span) in claim_only {
         if let Some(span) = span {

@@ -24,6 +24,7 @@ pub mod cancel;
 mod dialect;
 mod guard;
 mod literal;
+pub mod pause;
 mod per_key;
 pub(crate) mod schedule;
 #[doc(hidden)]
@@ -43,6 +44,7 @@ pub use by_key::{
     NullLockConnection, DEFAULT_LOCK_WAIT,
 };
 pub use cancel::{cancel_by_pk, HasCancelState};
+pub use pause::{pause, pause_key, resume, resume_key, HasPauseKey, Pausable, PauseShape};
 
 pub use crate::model::Keyed;
 pub use dialect::{ClaimDialect, ClaimSqlDialect};
@@ -108,6 +110,8 @@ pub trait Claimable: Keyed {
     /// The state cancelled rows go to (`cancelled = …`), if configured; else they go to the
     /// failed state ([`cancel_by_pk`]).
     const CANCELLED_SQL: Option<StateLiteral> = None;
+    /// Whether claims skip paused rows (`pausable`, `pausable(key = col)`): see [`pause`].
+    const PAUSE: Option<pause::PauseShape> = None;
 
     /// The owner stored in this row (`None` when unmapped or NULL).
     fn owner(&self) -> Option<&str>;
