@@ -182,6 +182,23 @@ fn priority_leads_the_default_order() {
     insta::assert_snapshot!(code);
 }
 
+/// Issue 24: a cancelled state, and claims that look for pauses of the table and of a tenant.
+#[test]
+fn cancelled_state_and_pausable_key() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", cancelled = "cancelled",
+                    pausable(key = tenant))]
+        pub struct Task {
+            pub id: i64,
+            pub status: String,
+            pub tenant: String,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
 #[test]
 fn seed_004_bool_state() {
     let code = expand(quote! {

@@ -110,7 +110,7 @@ pub trait Claimable: Keyed {
     /// The state cancelled rows go to (`cancelled = …`), if configured; else they go to the
     /// failed state ([`cancel_by_pk`]).
     const CANCELLED_SQL: Option<StateLiteral> = None;
-    /// Whether claims skip paused rows (`pausable`, `pausable(key = col)`): see [`pause`].
+    /// Whether claims skip paused rows (`pausable`, `pausable(key = col)`): see [`pause()`].
     const PAUSE: Option<pause::PauseShape> = None;
 
     /// The owner stored in this row (`None` when unmapped or NULL).
