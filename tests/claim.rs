@@ -9,7 +9,7 @@ mod heartbeat;
 mod jobs;
 mod literals;
 mod locking;
-mod pause;
+pub(crate) mod pause;
 mod precision;
 pub(crate) mod priority;
 pub(crate) mod schedule;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use diesel::sql_types::{Timestamp, Timestamptz};
 use diesel_lease::backend::SqlDialect;
 use diesel_lease::claim::statements::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
-use diesel_lease::claim::{ClaimDialect, SortOrder, StateLiteral, TimeColumn};
+use diesel_lease::claim::{ClaimDialect, PauseShape, SortOrder, StateLiteral, TimeColumn};
 use diesel_lease::clock::TimestampType;
 use serde_json::{json, Value};
 
@@ -126,7 +126,13 @@ fn describe<DB: CliDialect>(
         available_at,
         order: Box::leak(order.into_boxed_slice()),
         // A pausable model's claims also look up its pauses, by primary key.
-        pause: None,
+        pause: (args.pausable || args.pause_key_column.is_some())
+            .then(|| {
+                Ok::<_, String>(PauseShape {
+                    key: optional(&args.pause_key_column)?,
+                })
+            })
+            .transpose()?,
     })
 }
 

@@ -157,6 +157,12 @@ struct DoctorArgs {
     /// `priority = …`: the priority column, if any (higher first, then the default order).
     #[arg(long, conflicts_with = "order_by")]
     priority_column: Option<String>,
+    /// `pausable`: the claims also look up the table's pauses (diesel-lease's migrations).
+    #[arg(long)]
+    pausable: bool,
+    /// `pausable(key = …)`: the pause key column (implies `--pausable`).
+    #[arg(long)]
+    pause_key_column: Option<String>,
 }
 
 /// The row to cancel and its table, as `#[claimable(…)]` describes it.

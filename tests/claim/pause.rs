@@ -51,7 +51,7 @@ pub(crate) struct UnpausableJob {
     pub(crate) tenant: String,
 }
 
-const PAUSE_JOBS_DDL: (&str, &str, &str) = (
+pub(crate) const PAUSE_JOBS_DDL: (&str, &str, &str) = (
     "CREATE TABLE pause_jobs (id BIGINT PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', owner TEXT, attempts INTEGER NOT NULL DEFAULT 0, tenant TEXT NOT NULL);",
     "CREATE TABLE pause_jobs (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', owner TEXT, attempts INTEGER NOT NULL DEFAULT 0, tenant TEXT NOT NULL);",
     "CREATE TABLE pause_jobs (id BIGINT PRIMARY KEY, status VARCHAR(32) NOT NULL DEFAULT 'new', owner VARCHAR(255), attempts INT NOT NULL DEFAULT 0, tenant VARCHAR(64) NOT NULL);",
