@@ -2,13 +2,16 @@
 
 pub(crate) mod basics;
 mod batch;
+mod cancel;
 mod contention;
 mod guards;
 mod heartbeat;
 mod jobs;
 mod literals;
 mod locking;
+pub(crate) mod pause;
 mod precision;
+pub(crate) mod priority;
 pub(crate) mod schedule;
 mod waiting;
 mod worker;

@@ -62,6 +62,9 @@ where
         Command::Doctor(args) => crate::doctor::doctor(&mut conn, args, json),
         // Served above, before connecting.
         Command::Serve(_) => Ok(()),
+        Command::Cancel(args) => crate::claimctl::cancel(&mut conn, args, json),
+        Command::Pause(args) => crate::claimctl::pause_or_resume(&mut conn, args, true, json),
+        Command::Resume(args) => crate::claimctl::pause_or_resume(&mut conn, args, false, json),
     }
 }
 
@@ -290,7 +293,7 @@ fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outc
 }
 
 /// Asks on the terminal unless `--yes`, after showing `state`; refuses without a terminal.
-fn confirm(state: &str, what: &str, yes: bool) -> Outcome {
+pub(crate) fn confirm(state: &str, what: &str, yes: bool) -> Outcome {
     if yes {
         return Ok(());
     }

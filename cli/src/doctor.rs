@@ -13,7 +13,7 @@ use std::time::Duration;
 use diesel::sql_types::{Timestamp, Timestamptz};
 use diesel_lease::backend::SqlDialect;
 use diesel_lease::claim::statements::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
-use diesel_lease::claim::{ClaimDialect, SortOrder, StateLiteral, TimeColumn};
+use diesel_lease::claim::{ClaimDialect, PauseShape, SortOrder, StateLiteral, TimeColumn};
 use diesel_lease::clock::TimestampType;
 use serde_json::{json, Value};
 
@@ -36,7 +36,7 @@ impl<DB: SqlDialect, ST: TimestampType> ClaimTarget<DB> for Described<ST> {
 
 /// `doctor` runs once and exits: the names and states it describes live as long as the
 /// process, as a derived model's constants do.
-fn leak(s: &str) -> &'static str {
+pub(crate) fn leak(s: &str) -> &'static str {
     Box::leak(s.to_owned().into_boxed_str())
 }
 
@@ -86,13 +86,14 @@ fn describe<DB: CliDialect>(
         None => None,
     };
     let order: Vec<(&'static str, SortOrder)> = if args.order_by.is_empty() {
-        // The derive's default: due rows first, then by key.
-        available_at
+        // The derive's default: higher priority first, then due rows first, then by key.
+        let priority = optional(&args.priority_column)?.map(|c| (c, SortOrder::Desc));
+        let ascending = available_at
             .iter()
             .map(|c| c.name)
             .chain(pk.iter().copied())
-            .map(|c| (c, SortOrder::Asc))
-            .collect()
+            .map(|c| (c, SortOrder::Asc));
+        priority.into_iter().chain(ascending).collect()
     } else {
         args.order_by
             .iter()
@@ -124,13 +125,24 @@ fn describe<DB: CliDialect>(
         max_attempts: args.max_attempts,
         available_at,
         order: Box::leak(order.into_boxed_slice()),
+        // A pausable model's claims also look up its pauses, by primary key.
+        pause: (args.pausable || args.pause_key_column.is_some())
+            .then(|| {
+                Ok::<_, String>(PauseShape {
+                    key: optional(&args.pause_key_column)?,
+                })
+            })
+            .transpose()?,
     })
 }
 
 /// A state value typed on the command line, as the derive writes the literal of the state
 /// field's type: `NULL` for `None`, an integer or `true`/`false` for a numeric or boolean column,
 /// else text, quoted as diesel-lease quotes it.
-fn state_value<DB: CliDialect>(value: &str, state: &ColumnInfo) -> Result<StateLiteral, String> {
+pub(crate) fn state_value<DB: CliDialect>(
+    value: &str,
+    state: &ColumnInfo,
+) -> Result<StateLiteral, String> {
     if value == "NULL" {
         return Ok(StateLiteral::NULL);
     }
@@ -562,6 +574,7 @@ mod tests {
         max_attempts: None,
         available_at: None,
         order: &[],
+        pause: None,
     };
     const SHAPE: ClaimShape = ClaimShape {
         pk: &["id"],

@@ -5,6 +5,8 @@
 //! diesel-lease semaphores --json
 //! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
+//! diesel-lease cancel --table import_jobs --state-column status --ready ready --claimed running --to cancelled 42 --yes
+//! diesel-lease pause --table import_jobs --key-column tenant --key acme
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
 //! diesel-lease serve --table 'import_jobs --state-column status --claimed running --failed failed'
 //! ```
@@ -17,6 +19,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod backend;
+mod claimctl;
 mod commands;
 mod doctor;
 mod queues;
@@ -45,7 +48,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create or update diesel-lease's built-in tables (leases, semaphores).
+    /// Create or update diesel-lease's built-in tables (leases, semaphores, pauses).
     Migrate,
     /// Every lease: holder, fencing token, when it expires, the next run of a periodic job.
     Leases,
@@ -65,6 +68,14 @@ enum Command {
     Doctor(DoctorArgs),
     /// Serve the operator's page: leases, semaphores, claims, who holds what; refreshes itself.
     Serve(serve::ServeArgs),
+    /// Cancel a row: a ready row never runs; a claimed row's holder loses its claim at its next
+    /// heartbeat, and its completion is refused.
+    Cancel(CancelArgs),
+    /// Pause claims from a `pausable` table (or its rows of one key) across the farm: claims
+    /// return nothing, waiters keep waiting.
+    Pause(PauseArgs),
+    /// Resume claims paused by `pause`, and wake the waiting claimers.
+    Resume(PauseArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,6 +159,55 @@ struct DoctorArgs {
     /// column if any, then the primary key).
     #[arg(long = "order-by")]
     order_by: Vec<String>,
+    /// `priority = …`: the priority column, if any (higher first, then the default order).
+    #[arg(long, conflicts_with = "order_by")]
+    priority_column: Option<String>,
+    /// `pausable`: the claims also look up the table's pauses (diesel-lease's migrations).
+    #[arg(long)]
+    pausable: bool,
+    /// `pausable(key = …)`: the pause key column (implies `--pausable`).
+    #[arg(long)]
+    pause_key_column: Option<String>,
+}
+
+/// The row to cancel and its table, as `#[claimable(…)]` describes it.
+#[derive(Debug, clap::Args)]
+struct CancelArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// `state = …`: its state column.
+    #[arg(long)]
+    state_column: String,
+    /// `ready = …`: the ready state(s) (repeat for several; `NULL` for `None`).
+    #[arg(long = "ready", required = true)]
+    ready: Vec<String>,
+    /// `claimed = …`: the claimed state.
+    #[arg(long)]
+    claimed: String,
+    /// `cancelled = …` (or `failed = …` when the model has no cancelled state): the state the
+    /// row goes to.
+    #[arg(long)]
+    to: String,
+    /// The row's primary key (a one-column key).
+    key: String,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The table (or key) to pause or resume.
+#[derive(Debug, clap::Args)]
+struct PauseArgs {
+    /// The table, as its SQL name (`schema.table` outside the default schema).
+    #[arg(long)]
+    table: String,
+    /// `pausable(key = …)`: the key column, to pause only the rows of `--key`.
+    #[arg(long, requires = "key")]
+    key_column: Option<String>,
+    /// The key value whose rows to pause (with `--key-column`).
+    #[arg(long, requires = "key_column")]
+    key: Option<String>,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.

@@ -28,7 +28,8 @@ use diesel::Connection;
 
 use crate::claim::{
     self, ClaimConnection, ClaimGuard, ClaimOptions, ClaimableLockConnection, Finish, HasAttempts,
-    HasClaimedAt, HasDoneState, HasFailedState, NullLockConnection, RetryOutcome, RetryPolicy,
+    HasCancelState, HasClaimedAt, HasDoneState, HasFailedState, HasPauseKey, NullLockConnection,
+    Pausable, RetryOutcome, RetryPolicy,
 };
 use crate::lease::job::{self, JobConnection, JobRun, JobRunOptions};
 use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertReturning};
@@ -437,6 +438,124 @@ pub trait ClaimDsl: Claimable {
         C::Conn: ClaimConnection<Self>,
     {
         claim::install_ready_trigger::<Self, C>(conn)
+    }
+
+    /// Cancels the row with key `pk`: a ready row is never claimed; a claimed row's holder
+    /// loses its claim (a [`ClaimGuard`]'s heartbeat finds it, so its
+    /// [`lost_signal`](crate::Held::lost_signal) fires within one heartbeat, and `complete`
+    /// returns `false`). The row goes to the `cancelled = …` state, or the failed state when
+    /// the model names none. `true` when the row was ready or claimed and is now cancelled;
+    /// `false` when there is no such row or it had finished already (left alone). Needs
+    /// `cancelled = …` or `failed = …`.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_lease::prelude::*;
+    ///
+    /// diesel::table! { mails (id) { id -> BigInt, status -> Text, } }
+    ///
+    /// #[derive(Debug, Queryable, Selectable, Claimable)]
+    /// #[diesel(table_name = mails)]
+    /// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent",
+    ///             cancelled = "cancelled")]
+    /// struct Mail { id: i64, status: String }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+    /// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL);
+    /// #      INSERT INTO mails VALUES (1, 'new'), (2, 'new');")?;
+    /// assert!(Mail::cancel_by_pk(&mut conn, 1)?);
+    /// assert!(!Mail::cancel_by_pk(&mut conn, 1)?); // already cancelled
+    /// assert_eq!(Mail::claim_next(&mut conn)?.map(|m| m.id), Some(2));
+    /// # Ok(()) }
+    /// # main().unwrap();
+    /// # }
+    /// ```
+    fn cancel_by_pk<C>(conn: &mut C, pk: Self::Pk) -> Result<bool>
+    where
+        Self: HasCancelState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self>,
+    {
+        claim::cancel_by_pk(conn, pk)
+    }
+
+    /// Pauses claims from this table for every process of the farm: its claims return nothing
+    /// and its waiters ([`claim_next_wait`](Self::claim_next_wait), a
+    /// [`Worker`](crate::worker::Worker)) keep waiting, until [`resume`](Self::resume). `true`
+    /// when this call paused it, `false` when it was paused already. Needs `pausable` and
+    /// diesel-lease's migrations ([`run_migrations`](crate::run_migrations)).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_lease::prelude::*;
+    ///
+    /// diesel::table! { mails (id) { id -> BigInt, status -> Text, tenant -> Text, } }
+    ///
+    /// #[derive(Debug, Queryable, Selectable, Claimable)]
+    /// #[diesel(table_name = mails)]
+    /// #[claimable(state = status, ready = "new", claimed = "sending", pausable(key = tenant))]
+    /// struct Mail { id: i64, status: String, tenant: String }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut conn = SqliteConnection::establish(":memory:")?;
+    /// diesel_lease::run_migrations(&mut conn)?;
+    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+    /// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, tenant TEXT NOT NULL);
+    /// #      INSERT INTO mails VALUES (1, 'new', 'acme'), (2, 'new', 'globex');")?;
+    /// Mail::pause(&mut conn)?;
+    /// assert!(Mail::claim_next(&mut conn)?.is_none());
+    /// Mail::resume(&mut conn)?;
+    /// Mail::pause_key(&mut conn, "acme")?; // only acme's rows wait
+    /// assert_eq!(Mail::claim_next(&mut conn)?.map(|m| m.tenant), Some("globex".to_string()));
+    /// assert!(Mail::claim_next(&mut conn)?.is_none());
+    /// # Ok(()) }
+    /// # main().unwrap();
+    /// # }
+    /// ```
+    fn pause<C>(conn: &mut C) -> Result<bool>
+    where
+        Self: Pausable,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self>,
+    {
+        claim::pause::<Self, C>(conn)
+    }
+
+    /// Resumes claims from this table and wakes its waiters at once (PostgreSQL `NOTIFY`, sent
+    /// at commit; elsewhere this process's waiters, and other processes' at their next poll).
+    /// `true` when it was paused. Needs `pausable`.
+    fn resume<C>(conn: &mut C) -> Result<bool>
+    where
+        Self: Pausable,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self>,
+    {
+        claim::resume::<Self, C>(conn)
+    }
+
+    /// [`pause`](Self::pause) for the rows whose key column (`pausable(key = …)`) holds `key`:
+    /// the other rows are claimed as before.
+    fn pause_key<C>(conn: &mut C, key: &str) -> Result<bool>
+    where
+        Self: HasPauseKey,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self>,
+    {
+        claim::pause_key::<Self, C>(conn, key)
+    }
+
+    /// [`resume`](Self::resume) for the rows of `key`.
+    fn resume_key<C>(conn: &mut C, key: &str) -> Result<bool>
+    where
+        Self: HasPauseKey,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self>,
+    {
+        claim::resume_key::<Self, C>(conn, key)
     }
 }
 

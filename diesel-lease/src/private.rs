@@ -8,8 +8,8 @@
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
 
 pub use crate::claim::{
-    Claimable, HasAttempts, HasClaimedAt, HasDoneState, HasFailedState, Keyed, SortOrder,
-    StateLiteral, TimeColumn,
+    Claimable, HasAttempts, HasCancelState, HasClaimedAt, HasDoneState, HasFailedState,
+    HasPauseKey, Keyed, Pausable, PauseShape, SortOrder, StateLiteral, TimeColumn,
 };
 pub use crate::clock::TimestampType;
 pub use crate::lease::job::JobLease;
@@ -123,6 +123,28 @@ impl IntegerColumn for BigInt {}
 impl IntegerColumn for Nullable<SmallInt> {}
 impl IntegerColumn for Nullable<Integer> {}
 impl IntegerColumn for Nullable<BigInt> {}
+
+/// The SQL types a priority column may have: integers that are never NULL (backends sort NULL
+/// differently, so a NULL priority would claim in a different order on each).
+#[diagnostic::on_unimplemented(
+    message = "the priority column must be a NOT NULL integer column, but its SQL type is `{Self}`",
+    label = "not a `SmallInt`, `Integer` or `BigInt` column",
+    note = "claims take higher priorities first: map `priority` to a NOT NULL integer column"
+)]
+pub trait PriorityColumn {}
+impl PriorityColumn for SmallInt {}
+impl PriorityColumn for Integer {}
+impl PriorityColumn for BigInt {}
+
+/// The SQL types a pause key column may have: text, compared with the key a pause names.
+#[diagnostic::on_unimplemented(
+    message = "the pause key column must be a text column, but its SQL type is `{Self}`",
+    label = "not a `Text` or `Nullable<Text>` column",
+    note = "a pause names a key value as text (a tenant, a queue): map `pausable(key = …)` to a text column"
+)]
+pub trait PauseKeyColumn {}
+impl PauseKeyColumn for Text {}
+impl PauseKeyColumn for Nullable<Text> {}
 
 /// The SQL types a control table's ticket column may have.
 #[diagnostic::on_unimplemented(

@@ -299,6 +299,93 @@ pub(crate) struct Block6;
 #[allow(dead_code)]
 pub(crate) struct Block7;
 
+/// README block: Priorities.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # use chrono::NaiveDateTime;
+/// # diesel::table! {
+/// #     reports (id) {
+/// #         id -> BigInt,
+/// #         status -> Text,
+/// #         priority -> Integer,
+/// #         run_at -> Timestamp,
+/// #     }
+/// # }
+/// #[derive(Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = reports)]
+/// #[claimable(state = status, ready = "new", claimed = "running", done = "done",
+///             priority = priority,   // higher first
+///             available_at = run_at)] // then due time, then id
+/// struct Report { id: i64, status: String, priority: i32, run_at: NaiveDateTime }
+/// # fn main() {}
+/// ```
+#[allow(dead_code)]
+pub(crate) struct BlockPriorities;
+
+/// README block: Pause and resume.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # diesel::table! {
+/// #     emails (id) {
+/// #         id -> BigInt,
+/// #         status -> Text,
+/// #         tenant -> Text,
+/// #     }
+/// # }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mut conn = SqliteConnection::establish(":memory:")?;
+/// #[derive(Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = emails)]
+/// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent",
+///             pausable(key = tenant))]
+/// struct Email { id: i64, status: String, tenant: String }
+///
+/// Email::pause(&mut conn)?;                 // every claim of the table returns nothing
+/// Email::resume(&mut conn)?;                // claims go on; waiting claimers wake at once
+/// Email::pause_key(&mut conn, "acme")?;     // only acme's rows wait, the others are claimed
+/// Email::resume_key(&mut conn, "acme")?;
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct BlockPause;
+
+/// README block: Cancelling a row.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # use chrono::NaiveDateTime;
+/// # diesel::table! {
+/// #     exports (id) {
+/// #         id -> BigInt,
+/// #         status -> Text,
+/// #         owner -> Nullable<Text>,
+/// #         claimed_at -> Nullable<Timestamp>,
+/// #     }
+/// # }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mut conn = SqliteConnection::establish(":memory:")?;
+/// #[derive(Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = exports)]
+/// #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+///             cancelled = "cancelled",   // else cancelled rows go to "dead"
+///             owner = owner, claimed_at = claimed_at, timeout_secs = 30)]
+/// struct Export { id: i64, status: String, owner: Option<String>, claimed_at: Option<NaiveDateTime> }
+///
+/// if Export::cancel_by_pk(&mut conn, 42)? {
+///     println!("export 42 will not run (or its worker stops at its next heartbeat)");
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct BlockCancel;
+
 /// README block 8.
 /// ```no_run
 /// # #![allow(unused, dead_code)]

@@ -25,6 +25,9 @@ pub(crate) const KEYS: &[&str] = &[
     INSERT_ONCE,
     JOB,
     SEMAPHORE,
+    PRIORITY,
+    CANCELLED,
+    PAUSABLE,
 ];
 pub(crate) const STATE: &str = "state";
 pub(crate) const READY: &str = "ready";
@@ -48,6 +51,9 @@ pub(crate) const HOLDER: &str = "holder";
 pub(crate) const STARTED_AT: &str = "started_at";
 pub(crate) const NEXT_RUN: &str = "next_run";
 pub(crate) const SEMAPHORE: &str = "semaphore";
+pub(crate) const PRIORITY: &str = "priority";
+pub(crate) const CANCELLED: &str = "cancelled";
+pub(crate) const PAUSABLE: &str = "pausable";
 
 /// `semaphore(ticket = …, owner = …, resource = …, mode = …, shared = "…", exclusive = "…",
 /// granted = …, expires_at = …)`: seed 001's control table.
@@ -108,6 +114,12 @@ pub(crate) struct ClaimableAttrs {
     pub(crate) insert_once: Option<Spanned<Option<Path>>>,
     pub(crate) job: Option<Spanned<JobAttrs>>,
     pub(crate) semaphore: Option<Spanned<SemaphoreAttrs>>,
+    /// The priority column: higher first, ahead of the default claim order.
+    pub(crate) priority: Option<Spanned<Ident>>,
+    /// The state a cancelled row goes to.
+    pub(crate) cancelled: Option<Spanned<Expr>>,
+    /// `pausable`, or `pausable(key = column)`: claims skip paused rows.
+    pub(crate) pausable: Option<Spanned<Option<Ident>>>,
     /// Which of `timeout_secs` / `timeout_ms` set `timeout_ms`, for messages.
     pub(crate) timeout_key: &'static str,
     /// Every known key that was written, even with an invalid value: checks that ask "was `x`
@@ -203,6 +215,9 @@ fn format_help(key: &str) -> &'static str {
         ERROR => "#[claimable(error = last_error)]",
         CLAIM_IF_NULL => "#[claimable(claim_if_null = notified)]",
         JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
+        PRIORITY => "#[claimable(priority = priority)]",
+        CANCELLED => "#[claimable(cancelled = \"cancelled\")]",
+        PAUSABLE => "#[claimable(pausable)]` or `#[claimable(pausable(key = tenant))]",
         SEMAPHORE => "#[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource, mode = access_type, shared = \"R\", exclusive = \"W\"))]",
         _ => "#[claimable(insert_once)]` or `#[claimable(insert_once(returning = Model))]",
     }
@@ -330,6 +345,27 @@ impl ClaimableAttrs {
             CLAIMED => set(&mut self.claimed, key, expr_value(meta)?),
             DONE => set(&mut self.done, key, expr_value(meta)?),
             FAILED => set(&mut self.failed, key, expr_value(meta)?),
+            PRIORITY => set(&mut self.priority, key, ident_value(meta)?),
+            CANCELLED => set(&mut self.cancelled, key, expr_value(meta)?),
+            PAUSABLE => {
+                let mut column = None;
+                if meta.input.peek(syn::token::Paren) {
+                    nested(meta, |inner| {
+                        if !inner.path.is_ident("key") {
+                            return Err(inner.error(format!(
+                                "unknown `pausable` option, expected `key`\nhelp: the correct format looks like `{}`",
+                                format_help(PAUSABLE)
+                            )));
+                        }
+                        if column.is_some() {
+                            return Err(inner.error("duplicate `key`\nhelp: give one key column"));
+                        }
+                        column = Some(column_value(inner, PAUSABLE)?);
+                        Ok(())
+                    })?;
+                }
+                set(&mut self.pausable, key, column)
+            }
             READY => {
                 let values = if meta.input.peek(Token![=]) {
                     vec![expr_value(meta)?]

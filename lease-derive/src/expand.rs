@@ -195,16 +195,22 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
     };
     let attempts_name = option(c.attempts.as_ref().map(|(col, _)| name_of(col)));
     let order: Vec<TokenStream> = if c.order_by.is_empty() {
-        // Due rows first (with a not-before column), then by key: the order of a partial index
-        // `(available_at, pk) WHERE state = ready`.
-        c.available_at
+        // Higher priority first (with a priority column), then due rows first (with a
+        // not-before column), then by key: the order of a partial index
+        // `(priority DESC, available_at, pk) WHERE state = ready`.
+        let priority = c.priority.iter().map(|col| {
+            let n = name_of(col);
+            quote!((#n, ::diesel_lease::__private::SortOrder::Desc))
+        });
+        let ascending = c
+            .available_at
             .iter()
             .chain(model.pk.iter().map(|(col, _)| col))
             .map(|col| {
                 let n = name_of(col);
                 quote!((#n, ::diesel_lease::__private::SortOrder::Asc))
-            })
-            .collect()
+            });
+        priority.chain(ascending).collect()
     } else {
         c.order_by
             .iter()
@@ -240,6 +246,14 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let schedule_consts = schedule_consts(model, c);
+    let pause_const = c.pausable.as_ref().map(|key| {
+        let key = option(key.as_ref().map(name_of));
+        quote!(const PAUSE: ::core::option::Option<::diesel_lease::__private::PauseShape> = ::core::option::Option::Some(::diesel_lease::__private::PauseShape { key: #key });)
+    });
+    let cancelled_const = c.cancelled.as_ref().map(|e| {
+        let sql = crate::literal::tokens(e);
+        quote!(const CANCELLED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = ::core::option::Option::Some(#sql);)
+    });
     let mut checks = vec![];
     if let Some(col) = &c.error {
         checks.push(type_check(
@@ -257,6 +271,22 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             quote!(::diesel_lease::__private::OwnerColumn),
         ));
     }
+    if let Some(Some(col)) = &c.pausable {
+        checks.push(type_check(
+            model,
+            col,
+            "pause_key_must_be_a_text_column",
+            quote!(::diesel_lease::__private::PauseKeyColumn),
+        ));
+    }
+    if let Some(col) = &c.priority {
+        checks.push(type_check(
+            model,
+            col,
+            "priority_must_be_an_integer_column",
+            quote!(::diesel_lease::__private::PriorityColumn),
+        ));
+    }
     if let Some((col, _)) = &c.attempts {
         checks.push(type_check(
             model,
@@ -270,6 +300,12 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         (c.failed.is_some(), "HasFailedState"),
         (c.claimed_at.is_some(), "HasClaimedAt"),
         (c.attempts.is_some(), "HasAttempts"),
+        (
+            c.cancelled.is_some() || c.failed.is_some(),
+            "HasCancelState",
+        ),
+        (c.pausable.is_some(), "Pausable"),
+        (matches!(c.pausable, Some(Some(_))), "HasPauseKey"),
     ]
     .into_iter()
     .filter(|(has, _)| *has)
@@ -285,6 +321,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             .chain(std::iter::once(&c.claimed))
             .chain(&c.done)
             .chain(&c.failed)
+            .chain(&c.cancelled)
             .map(|e| {
                 let ty = respan(quote!(#state_ty), e.span());
                 quote_spanned!(e.span()=> let _: #ty = <#ty as ::core::convert::From<_>>::from(#e);)
@@ -314,6 +351,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const DONE_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #done_sql;
             const FAILED_SQL: ::core::option::Option<::diesel_lease::__private::StateLiteral> = #failed_sql;
             #schedule_consts
+            #cancelled_const
+            #pause_const
             fn owner(&self) -> ::core::option::Option<&str> {
                 #owner_value
             }

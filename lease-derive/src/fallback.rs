@@ -41,6 +41,9 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
             "HasFailedState",
             "HasClaimedAt",
             "HasAttempts",
+            "HasCancelState",
+            "Pausable",
+            "HasPauseKey",
         ]
         .map(|t| expand::marker(name, generics, t));
         quote! {

@@ -27,6 +27,7 @@ pub(crate) fn check(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
             (attrs::CLAIMED, &a.claimed),
             (attrs::DONE, &a.done),
             (attrs::FAILED, &a.failed),
+            (attrs::CANCELLED, &a.cancelled),
         ]
         .into_iter()
         .filter_map(|(key, v)| Some((key, false, &v.as_ref()?.value)));

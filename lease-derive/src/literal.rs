@@ -155,7 +155,7 @@ fn not_a_literal(e: &Expr) -> syn::Error {
 /// Reports every state value that is not a safe literal.
 pub(crate) fn check(a: &ClaimableAttrs, errors: &mut Errors) {
     let ready = a.ready.iter().flat_map(|r| r.value.iter());
-    let others = [&a.claimed, &a.done, &a.failed]
+    let others = [&a.claimed, &a.done, &a.failed, &a.cancelled]
         .into_iter()
         .flatten()
         .map(|s| &s.value);

@@ -33,6 +33,12 @@ pub(crate) struct Claim {
     pub(crate) order_by: Vec<OrderItem>,
     pub(crate) available_at: Option<Ident>,
     pub(crate) error: Option<Ident>,
+    /// The priority column (higher first).
+    pub(crate) priority: Option<Ident>,
+    /// The state cancelled rows go to.
+    pub(crate) cancelled: Option<Expr>,
+    /// `pausable`: `Some(None)`, `pausable(key = col)`: `Some(Some(col))`.
+    pub(crate) pausable: Option<Option<Ident>>,
 }
 
 /// Everything the expansion needs.
@@ -159,6 +165,9 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
             .unwrap_or_default(),
         available_at: a.available_at.as_ref().map(|c| c.value.clone()),
         error: a.error.as_ref().map(|c| c.value.clone()),
+        priority: a.priority.as_ref().map(|c| c.value.clone()),
+        cancelled: a.cancelled.as_ref().map(|d| d.value.clone()),
+        pausable: a.pausable.as_ref().map(|p| p.value.clone()),
     })
 }
 

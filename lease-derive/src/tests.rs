@@ -164,6 +164,41 @@ fn scheduled_task_with_error_column() {
     insta::assert_snapshot!(code);
 }
 
+/// Issue 24: a priority column leads the default order (higher first), then the not-before
+/// column, then the key.
+#[test]
+fn priority_leads_the_default_order() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", priority = priority, available_at = run_at)]
+        pub struct Task {
+            pub id: i64,
+            pub status: String,
+            pub priority: i32,
+            pub run_at: NaiveDateTime,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
+/// Issue 24: a cancelled state, and claims that look for pauses of the table and of a tenant.
+#[test]
+fn cancelled_state_and_pausable_key() {
+    let code = expand(quote! {
+        #[derive(Queryable, Selectable, Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", cancelled = "cancelled",
+                    pausable(key = tenant))]
+        pub struct Task {
+            pub id: i64,
+            pub status: String,
+            pub tenant: String,
+        }
+    });
+    insta::assert_snapshot!(code);
+}
+
 #[test]
 fn seed_004_bool_state() {
     let code = expand(quote! {
@@ -369,6 +404,7 @@ fn fallback_implements_every_trait_the_derive_can() {
                 insert_once,
                 job(holder = worker, started_at = started),
                 semaphore(ticket = id, owner = worker, resource = status, mode = status, shared = "r", exclusive = "w"),
+                pausable(key = status),
                 #extra
             )]
             pub struct Job {
@@ -385,7 +421,7 @@ fn fallback_implements_every_trait_the_derive_can() {
     let mut fallback = impls(&derive_claimable_inner(model(quote!(stat = status))));
     generated.sort();
     fallback.sort();
-    assert_eq!(generated.len(), 12, "{generated:?}");
+    assert_eq!(generated.len(), 15, "{generated:?}");
     assert_eq!(fallback, generated);
 }
 

@@ -110,6 +110,12 @@ fn check_claim(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
         }
     }
 
+    if let (Some(p), true) = (&a.priority, given(attrs::ORDER_BY)) {
+        errors.push(syn::Error::new(
+            p.span,
+            "`priority` and `order_by` both set the claim order\nhelp: give `priority = <column>` (higher first, then the not-before column, then the key), or put the column in `order_by(<column> desc, …)` yourself",
+        ));
+    }
     if let Some(t) = &a.timeout_ms {
         if !given(attrs::CLAIMED_AT) {
             errors.push(syn::Error::new(
@@ -149,7 +155,7 @@ fn check_claim(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
 
 /// Every claim key given without `state`, reported at the key.
 fn check_claim_keys_without_state(a: &ClaimableAttrs, errors: &mut Errors) {
-    let claim_only: [(&str, Option<Span>); 12] = [
+    let claim_only: [(&str, Option<Span>); 15] = [
         (attrs::READY, a.ready.as_ref().map(|s| s.span)),
         (attrs::CLAIMED, a.claimed.as_ref().map(|s| s.span)),
         (attrs::DONE, a.done.as_ref().map(|s| s.span)),
@@ -162,6 +168,9 @@ fn check_claim_keys_without_state(a: &ClaimableAttrs, errors: &mut Errors) {
         (attrs::ORDER_BY, a.order_by.as_ref().map(|s| s.span)),
         (attrs::AVAILABLE_AT, a.available_at.as_ref().map(|s| s.span)),
         (attrs::ERROR, a.error.as_ref().map(|s| s.span)),
+        (attrs::PRIORITY, a.priority.as_ref().map(|s| s.span)),
+        (attrs::CANCELLED, a.cancelled.as_ref().map(|s| s.span)),
+        (attrs::PAUSABLE, a.pausable.as_ref().map(|s| s.span)),
     ];
     for (key, span) in claim_only {
         if let Some(span) = span {

@@ -11,6 +11,7 @@ use diesel_lease::prelude::*;
 use serde_json::Value;
 
 use super::cli::{fails, json, ok};
+use crate::claim::priority::PRIO_JOBS_DDL;
 use crate::common::{pick, TestBackend, TestDb};
 
 pub(crate) mod schema {
@@ -82,6 +83,27 @@ const DOCTOR_JOBS_DDL: (&str, &str, &str) = (
        claimed_at DATETIME(6), attempts INT NOT NULL DEFAULT 0, enqueued_at BIGINT NOT NULL);",
 );
 
+/// `PrioJob` described to `doctor` with the flags named after its attributes.
+const DOCTOR_PRIO_JOB: &[&str] = &[
+    "doctor",
+    "--table",
+    "prio_jobs",
+    "--state-column",
+    "status",
+    "--ready",
+    "new",
+    "--claimed",
+    "running",
+    "--owner-column",
+    "owner",
+    "--claimed-at-column",
+    "claimed_at",
+    "--available-at-column",
+    "run_at",
+    "--priority-column",
+    "priority",
+];
+
 /// 1 … 10 000, in SQL every backend reads.
 const NUMBERS: &str = "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 1 AS n FROM \
     (SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 \
@@ -118,6 +140,8 @@ backend_suite! {
         the_demo_index_serves_its_claim,
         names_and_states_are_checked,
         doctor_explains_the_statements_claim_next_sends,
+        the_readme_index_serves_the_priority_claim,
+        doctor_explains_a_pausable_claim_as_claim_next_sends_it,
     ];
 
     /// A queue mid-drain: 8 990 done rows, 10 running, 1 000 ready, in `enqueued_at` (= id) order.
@@ -381,6 +405,37 @@ backend_suite! {
         rows[0].n
     }
 
+    /// The statements `claim` sends that read `table` by state, as doctor prints them: what
+    /// the claim returns (`M`'s selection) written `*`, without MySQL's locks, marks and
+    /// read-backs by key (`WHERE (((<table>.<pk> = ?)) …)`).
+    fn sent_by_state<M: Selectable<<<B as TestBackend>::Conn as Connection>::Backend>>(
+        db: &TestDb<B>,
+        table: &str,
+        claim: impl FnOnce(&mut <B as TestBackend>::Conn),
+    ) -> Vec<String>
+    where
+        diesel::dsl::AsSelect<M, <<B as TestBackend>::Conn as Connection>::Backend>:
+            diesel::query_builder::QueryFragment<<<B as TestBackend>::Conn as Connection>::Backend>,
+    {
+        let sent = Sent::default();
+        let mut conn = db.conn();
+        conn.set_instrumentation(sent.clone());
+        claim(&mut conn);
+        let selection = text_of(
+            &diesel::debug_query::<<<B as TestBackend>::Conn as Connection>::Backend, _>(
+                &M::as_select(),
+            )
+            .to_string(),
+        );
+        let quoted = pick::<B>("\"{t}\"", "`{t}`", "`{t}`").replace("{t}", table);
+        let statements = sent.0.lock().unwrap().clone();
+        statements
+            .iter()
+            .map(|s| text_of(s).replace(&selection, "*"))
+            .filter(|s| s.contains(&quoted) && !s.contains(&format!("(({quoted}.")))
+            .collect()
+    }
+
     /// The statements doctor EXPLAINs are, word for word, the ones a `claim_next` of the model
     /// it describes sends and that read the table by state (the others address picked rows by
     /// key), apart from what the claim returns: doctor knows no model, so `*`.
@@ -397,27 +452,67 @@ backend_suite! {
             .map(|s| text_of(s["sql"].as_str().unwrap()))
             .collect();
 
-        let sent = Sent::default();
-        let mut conn = db.conn();
-        conn.set_instrumentation(sent.clone());
-        let job = DoctorJob::claim_next(&mut conn).unwrap().expect("the ready row");
-        assert_eq!(job.id, 1);
-        let selection = text_of(
-            &diesel::debug_query::<<<B as TestBackend>::Conn as Connection>::Backend, _>(
-                &DoctorJob::as_select(),
-            )
-            .to_string(),
+        let by_state = sent_by_state::<DoctorJob>(db, "doctor_jobs", |conn| {
+            let job = DoctorJob::claim_next(conn).unwrap().expect("the ready row");
+            assert_eq!(job.id, 1);
+        });
+        assert_eq!(by_state, explained);
+    }
+
+    /// The README's index for a priority queue, and `doctor` told the priority column: every
+    /// statement of the claim reads the table through that index, without a sort (on
+    /// PostgreSQL, the plan `EXPLAIN` prints names `prio_jobs_claim`).
+    pub(crate) fn the_readme_index_serves_the_priority_claim(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = PRIO_JOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        db.conn()
+            .batch_execute(&format!(
+                "INSERT INTO prio_jobs (id, status, priority, run_at) \
+                 SELECT n, CASE WHEN n > 9000 THEN 'new' ELSE 'done' END, n % 7, {past} FROM {NUMBERS}",
+                past = pick::<B>("TIMESTAMP '2020-01-01 00:00:00'", "'2020-01-01 00:00:00'", "TIMESTAMP '2020-01-01 00:00:00'"),
+            ))
+            .unwrap();
+        analyze(db, "prio_jobs");
+        let report = json(db, DOCTOR_PRIO_JOB);
+        assert_eq!(report["verdict"], "ok", "{report:#}");
+        let claim = &report["statements"][0];
+        let sql = claim["sql"].as_str().unwrap();
+        let q = pick::<B>("\"", "`", "`");
+        assert!(
+            sql.contains(&format!("ORDER BY {q}priority{q} DESC, {q}run_at{q} ASC, {q}id{q} ASC")),
+            "{sql}"
         );
-        let table = pick::<B>("\"doctor_jobs\"", "`doctor_jobs`", "`doctor_jobs`");
-        let by_state: Vec<String> = sent
-            .0
-            .lock()
+        if B::NAME == "postgres" {
+            let plan = claim["plan"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect::<Vec<_>>().join("\n");
+            assert!(plan.contains("prio_jobs_claim"), "{plan}");
+            assert!(!plan.contains("Sort"), "{plan}");
+        }
+    }
+
+    /// A `pausable(key = tenant)` model described with `--pause-key-column`: doctor's statement
+    /// is, word for word, the one `claim_next` sends, pause lookup included.
+    pub(crate) fn doctor_explains_a_pausable_claim_as_claim_next_sends_it(db: &TestDb<B>) {
+        use crate::claim::pause::{schema::pause_jobs, PauseJob, PAUSE_JOBS_DDL};
+        db.migrate();
+        let (pg, sqlite, mysql) = PAUSE_JOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        diesel::insert_into(pause_jobs::table)
+            .values((pause_jobs::id.eq(1), pause_jobs::tenant.eq("acme")))
+            .execute(&mut db.conn())
+            .unwrap();
+        let report = json(db, &["doctor", "--table", "pause_jobs", "--state-column", "status",
+            "--ready", "new", "--claimed", "running", "--owner-column", "owner",
+            "--attempts-column", "attempts", "--pause-key-column", "tenant"]);
+        let explained: Vec<String> = report["statements"]
+            .as_array()
             .unwrap()
             .iter()
-            .map(|s| text_of(s).replace(&selection, "*"))
-            // MySQL's locks, marks and read-backs by key: `WHERE (((<table>.<pk> = ?)) …)`.
-            .filter(|s| s.contains(table) && !s.contains(&format!("(({table}.")))
+            .map(|s| text_of(s["sql"].as_str().unwrap()))
             .collect();
+        assert!(explained[0].contains("diesel_lease_pauses"), "{explained:?}");
+        let by_state = sent_by_state::<PauseJob>(db, "pause_jobs", |conn| {
+            assert_eq!(PauseJob::claim_next(conn).unwrap().map(|j| j.id), Some(1));
+        });
         assert_eq!(by_state, explained);
     }
 }

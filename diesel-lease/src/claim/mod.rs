@@ -20,9 +20,11 @@ use crate::{BorrowConnection, Error, OwnerId, Result};
 #[doc(hidden)]
 pub mod batch;
 mod by_key;
+pub mod cancel;
 mod dialect;
 mod guard;
 mod literal;
+pub mod pause;
 mod per_key;
 pub(crate) mod schedule;
 #[doc(hidden)]
@@ -41,6 +43,8 @@ pub use by_key::{
     lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
     NullLockConnection, DEFAULT_LOCK_WAIT,
 };
+pub use cancel::{cancel_by_pk, HasCancelState};
+pub use pause::{pause, pause_key, resume, resume_key, HasPauseKey, Pausable, PauseShape};
 
 pub use crate::model::Keyed;
 pub use dialect::{ClaimDialect, ClaimSqlDialect};
@@ -103,6 +107,11 @@ pub trait Claimable: Keyed {
     const DONE_SQL: Option<StateLiteral>;
     /// The failed state as an SQL constant, if configured.
     const FAILED_SQL: Option<StateLiteral>;
+    /// The state cancelled rows go to (`cancelled = …`), if configured; else they go to the
+    /// failed state ([`cancel_by_pk`]).
+    const CANCELLED_SQL: Option<StateLiteral> = None;
+    /// Whether claims skip paused rows (`pausable`, `pausable(key = col)`): see [`pause()`].
+    const PAUSE: Option<pause::PauseShape> = None;
 
     /// The owner stored in this row (`None` when unmapped or NULL).
     fn owner(&self) -> Option<&str>;
@@ -275,6 +284,10 @@ pub trait ClaimConnection<M: Claimable>: ClaimDialect {
         key: &'static str,
         max: i64,
     ) -> Result<Vec<M>>;
+
+    /// Moves the row with key `pk` to `to` if it is ready or claimed (`claim/cancel.rs`).
+    #[doc(hidden)]
+    fn cancel_row(&mut self, pk: M::Pk, to: StateLiteral) -> Result<bool>;
 }
 
 impl<M, C> ClaimConnection<M> for C
@@ -363,6 +376,10 @@ where
             max,
         };
         self.claim_matching::<statements::Dynamic>(limit, options, Some(&filter))
+    }
+
+    fn cancel_row(&mut self, pk: M::Pk, to: StateLiteral) -> Result<bool> {
+        cancel::cancel_model::<M, C>(self, pk, to)
     }
 }
 

@@ -253,6 +253,8 @@ pub struct ClaimShape {
     pub available_at: Option<TimeColumn>,
     /// The claim order.
     pub order: &'static [(&'static str, SortOrder)],
+    /// Whether claims skip paused rows (`pausable`), and the column a pause may name a key of.
+    pub pause: Option<super::pause::PauseShape>,
 }
 
 impl ClaimShape {
@@ -270,6 +272,7 @@ impl ClaimShape {
             max_attempts: M::MAX_ATTEMPTS,
             available_at: M::AVAILABLE_AT,
             order: M::ORDER,
+            pause: M::PAUSE,
         }
     }
 }
@@ -285,6 +288,8 @@ pub struct ClaimParts<M: ClaimTarget<DB>, DB: SqlDialect> {
     /// Claims older than this are claimable again (when a claimed-at column is mapped).
     pub(crate) cutoff: Option<DbNowOffset<M::ClaimedAt>>,
     pub(crate) max_attempts: Option<i64>,
+    /// The name the table's pauses are stored under, for a `pausable` shape.
+    pub(crate) pause_name: Option<String>,
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
@@ -315,6 +320,7 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> ClaimParts<M, DB> {
             (Some(_), Some(t)) => Some(DbNowOffset::ago(t)),
             _ => None,
         };
+        let pause_name = shape.pause.map(|_| super::pause::pause_name::<DB>(&table));
         ClaimParts {
             table,
             select,
@@ -323,6 +329,7 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> ClaimParts<M, DB> {
             owner: owner.to_owned(),
             cutoff,
             max_attempts: shape.max_attempts.filter(|_| shape.attempts.is_some()),
+            pause_name,
         }
     }
 
@@ -513,7 +520,8 @@ fn claimable_predicate<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
         out.push_sql(")");
     }
     out.push_sql(")");
-    super::schedule::push_not_before(out, shape.available_at)
+    super::schedule::push_not_before(out, shape.available_at)?;
+    super::pause::push_not_paused(out, parts)
 }
 
 /// Which claimable rows a pick looks at: ready or stale (one statement, PostgreSQL and SQLite),

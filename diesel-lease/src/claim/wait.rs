@@ -185,6 +185,8 @@ pub(crate) type ClaimFn<M, C> = Arc<dyn Fn(&mut C) -> Result<Vec<M>> + Send + Sy
 pub(crate) struct Waiter {
     resource: String,
     registration: Option<Registration>,
+    /// Wake-ups from this process where the pool has no listener (a resume, `claim/pause.rs`).
+    local: crate::notify::local::Subscription,
     pause: Backoff,
     courier: Courier,
 }
@@ -195,8 +197,10 @@ impl Waiter {
         M: Claimable,
         C: ClaimConnection<M>,
     {
+        let resource = C::ready_resource()?;
         Ok(Waiter {
-            resource: C::ready_resource()?,
+            local: crate::notify::local::Subscription::new(&resource),
+            resource,
             registration: None,
             pause: Backoff::new(FIRST_POLL_PAUSE, MAX_POLL_INTERVAL),
             courier: Courier::new(),
@@ -314,7 +318,7 @@ impl Waiter {
 
     /// Sleeps up to `max` in slices, looking at `stop` between them; `true` when woken early by
     /// a notification (or the listener's reconnection, after which notifications may be lost).
-    fn nap(&self, mark: Option<Mark>, max: Duration, stop: &dyn Fn() -> bool) -> bool {
+    fn nap(&mut self, mark: Option<Mark>, max: Duration, stop: &dyn Fn() -> bool) -> bool {
         let end = Instant::now() + max;
         loop {
             let left = end.saturating_duration_since(Instant::now());
@@ -329,7 +333,11 @@ impl Waiter {
                         return true;
                     }
                 }
-                _ => std::thread::sleep(slice),
+                _ => {
+                    if self.local.sleep(slice) {
+                        return true;
+                    }
+                }
             }
         }
     }

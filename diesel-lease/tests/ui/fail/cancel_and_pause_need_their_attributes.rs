@@ -1,0 +1,32 @@
+use diesel::prelude::*;
+use diesel_lease::prelude::*;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+        worker -> Nullable<Text>,
+        claimed_at -> Nullable<Timestamp>,
+        attempts -> Integer,
+        notified -> Nullable<Timestamp>,
+    }
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready = "new", claimed = "running")]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+    pub worker: Option<String>,
+    pub claimed_at: Option<chrono::NaiveDateTime>,
+    pub attempts: i32,
+    pub notified: Option<chrono::NaiveDateTime>,
+}
+
+fn cancel(conn: &mut diesel::SqliteConnection) {
+    let _ = Job::cancel_by_pk(conn, 1);
+    let _ = Job::pause(conn);
+}
+
+fn main() {}
