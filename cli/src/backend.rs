@@ -242,6 +242,8 @@ pub(crate) trait CliConnection:
         &mut self,
         stmt: crate::queues::ControlQueue<'_>,
     ) -> QueryResult<Vec<crate::queues::ControlRow>>;
+    /// The pauses in force (`diesel_lease_pauses`), by table.
+    fn pauses(&mut self) -> QueryResult<Vec<crate::claimctl::PauseRow>>;
 }
 
 /// `claim_stats` and `control_queue`, the same on every backend (the row types need the
@@ -259,6 +261,9 @@ macro_rules! claim_stats {
             stmt: crate::queues::ControlQueue<'_>,
         ) -> QueryResult<Vec<crate::queues::ControlRow>> {
             stmt.load(self)
+        }
+        fn pauses(&mut self) -> QueryResult<Vec<crate::claimctl::PauseRow>> {
+            diesel::sql_query(crate::claimctl::PAUSES_SQL).load(self)
         }
     };
 }

@@ -47,72 +47,21 @@ pub(crate) fn cancel<C: CliConnection + BorrowConnection<Conn = C>>(
     args: &CancelArgs,
     json: bool,
 ) -> Outcome {
-    let columns = conn
-        .columns(&args.table)
-        .map_err(|e| format!("cannot read the columns of `{}`: {e}", args.table))?;
-    if columns.is_empty() {
-        return Err(format!("no table `{}`", args.table));
-    }
-    let column = |name: &str| {
-        columns
-            .iter()
-            .find(|c| c.name == name)
-            .or_else(|| columns.iter().find(|c| c.name.eq_ignore_ascii_case(name)))
-            .ok_or_else(|| format!("`{}` has no column `{name}`", args.table))
-    };
-    let state = column(&args.state_column)?;
-    let literal = |v: &str| state_value::<C::Backend>(v, state);
-    let ready: Vec<StateLiteral> = args
-        .ready
-        .iter()
-        .map(|v| literal(v))
-        .collect::<Result<_, _>>()?;
-    let pk: Vec<_> = columns.iter().filter(|c| c.pk > 0).collect();
-    let [key_column] = pk.as_slice() else {
-        return Err(format!(
-            "`{}` has {} primary-key columns: cancel addresses a row by a one-column key",
-            args.table,
-            pk.len()
-        ));
-    };
-    let value = if <C::Backend as CliDialect>::is_integer_type(&key_column.type_name) {
-        KeyValue::Int(args.key.parse().map_err(|_| {
-            format!(
-                "`{}` is not an integer, and the key column `{}` is `{}`",
-                args.key, key_column.name, key_column.type_name
-            )
-        })?)
-    } else {
-        KeyValue::Text(args.key.clone())
-    };
-    let shape = ClaimShape {
-        pk: Box::leak(vec![leak(&key_column.name)].into_boxed_slice()),
-        state: leak(&state.name),
-        ready: Box::leak(ready.into_boxed_slice()),
-        claimed: literal(&args.claimed)?,
-        failed: None,
-        owner: None,
-        claimed_at: None,
-        attempts: None,
-        max_attempts: None,
-        available_at: None,
-        order: &[],
-        pause: None,
-    };
-    let to = literal(&args.to)?;
     let (table, key) = (args.table.as_str(), args.key.as_str());
     confirm(
         &format!("row {key} of `{table}`: if it is ready or claimed, it goes to `{}`; its holder, if any, loses its claim", args.to),
         &format!("cancel row {key} of `{table}`"),
         args.yes,
     )?;
-    let key_eq = KeyEq {
-        column: Ident(&key_column.name),
-        value,
+    let row = RowToCancel {
+        table,
+        state_column: &args.state_column,
+        ready: &args.ready,
+        claimed: &args.claimed,
+        to: &args.to,
+        key,
     };
-    let cancelled =
-        diesel_lease::claim::cancel::cancel_described(conn, Ident(table), key_eq, shape, to)
-            .map_err(|e| e.to_string())?;
+    let cancelled = cancel_row(conn, &row)?;
     say(
         json,
         json!({"table": table, "key": key, "cancelled": cancelled, "state": args.to}),
@@ -124,6 +73,85 @@ pub(crate) fn cancel<C: CliConnection + BorrowConnection<Conn = C>>(
             }
         },
     )
+}
+
+/// One row to cancel, described at run time (by `cancel`'s flags or a `serve --table`).
+#[derive(Debug)]
+pub(crate) struct RowToCancel<'a> {
+    pub(crate) table: &'a str,
+    pub(crate) state_column: &'a str,
+    pub(crate) ready: &'a [String],
+    pub(crate) claimed: &'a str,
+    /// The state it goes to.
+    pub(crate) to: &'a str,
+    /// Its primary key, as typed.
+    pub(crate) key: &'a str,
+}
+
+/// Cancels `row` (see `diesel_lease::claim::cancel`): `true` when it was ready or claimed.
+pub(crate) fn cancel_row<C: CliConnection + BorrowConnection<Conn = C>>(
+    conn: &mut C,
+    row: &RowToCancel<'_>,
+) -> Result<bool, String> {
+    let table = row.table;
+    let columns = conn
+        .columns(table)
+        .map_err(|e| format!("cannot read the columns of `{table}`: {e}"))?;
+    if columns.is_empty() {
+        return Err(format!("no table `{table}`"));
+    }
+    let column = |name: &str| {
+        columns
+            .iter()
+            .find(|c| c.name == name)
+            .or_else(|| columns.iter().find(|c| c.name.eq_ignore_ascii_case(name)))
+            .ok_or_else(|| format!("`{table}` has no column `{name}`"))
+    };
+    let state = column(row.state_column)?;
+    let literal = |v: &str| state_value::<C::Backend>(v, state);
+    let ready: Vec<StateLiteral> = row
+        .ready
+        .iter()
+        .map(|v| literal(v))
+        .collect::<Result<_, _>>()?;
+    let pk: Vec<_> = columns.iter().filter(|c| c.pk > 0).collect();
+    let [key_column] = pk.as_slice() else {
+        return Err(format!(
+            "`{table}` has {} primary-key columns: cancel addresses a row by a one-column key",
+            pk.len()
+        ));
+    };
+    let value = if <C::Backend as CliDialect>::is_integer_type(&key_column.type_name) {
+        KeyValue::Int(row.key.parse().map_err(|_| {
+            format!(
+                "`{}` is not an integer, and the key column `{}` is `{}`",
+                row.key, key_column.name, key_column.type_name
+            )
+        })?)
+    } else {
+        KeyValue::Text(row.key.to_owned())
+    };
+    let shape = ClaimShape {
+        pk: Box::leak(vec![leak(&key_column.name)].into_boxed_slice()),
+        state: leak(&state.name),
+        ready: Box::leak(ready.into_boxed_slice()),
+        claimed: literal(row.claimed)?,
+        failed: None,
+        owner: None,
+        claimed_at: None,
+        attempts: None,
+        max_attempts: None,
+        available_at: None,
+        order: &[],
+        pause: None,
+    };
+    let to = literal(row.to)?;
+    let key_eq = KeyEq {
+        column: Ident(&key_column.name),
+        value,
+    };
+    diesel_lease::claim::cancel::cancel_described(conn, Ident(table), key_eq, shape, to)
+        .map_err(|e| e.to_string())
 }
 
 /// `diesel-lease pause` / `resume`: claims of the table (or of its rows of one key) stop, or
@@ -143,12 +171,7 @@ pub(crate) fn pause_or_resume<C: CliConnection + BorrowConnection<Conn = C>>(
         table: args.table.clone(),
         key,
     };
-    let changed = if pause {
-        pause_described(conn, &target)
-    } else {
-        resume_described(conn, &target)
-    }
-    .map_err(|e| e.to_string())?;
+    let changed = set_paused(conn, &target, pause)?;
     let what = match &target.key {
         Some((c, v)) => format!("rows of `{}` with {c} = {v:?}", target.table),
         None => format!("`{}`", target.table),
@@ -166,4 +189,34 @@ pub(crate) fn pause_or_resume<C: CliConnection + BorrowConnection<Conn = C>>(
             (false, false) => format!("claims of {what} were not paused\n"),
         },
     )
+}
+
+/// Pauses (`pause`) or resumes `target`: `true` when that changed anything.
+pub(crate) fn set_paused<C: CliConnection + BorrowConnection<Conn = C>>(
+    conn: &mut C,
+    target: &PauseTarget,
+    pause: bool,
+) -> Result<bool, String> {
+    if pause {
+        pause_described(conn, target)
+    } else {
+        resume_described(conn, target)
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// Every pause in force, in a stable order.
+pub(crate) const PAUSES_SQL: &str =
+    "SELECT table_name, key_column, key_value FROM diesel_lease_pauses \
+     ORDER BY table_name, key_column, key_value";
+
+/// A row of `diesel_lease_pauses`: the whole table when `key_column` is empty.
+#[derive(Debug, Clone, diesel::QueryableByName)]
+pub(crate) struct PauseRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub(crate) table_name: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub(crate) key_column: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub(crate) key_value: String,
 }

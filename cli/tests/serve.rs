@@ -597,3 +597,124 @@ fn an_unreachable_database_is_a_page_and_the_server_stays_up() {
     );
     assert_eq!(status, 200);
 }
+
+/// The page's pause, resume and cancel actions, over HTTP with the token (SQLite; the library
+/// functions they call are tested on every backend): what each did is in the database, and the
+/// page shows the pauses in force.
+#[test]
+fn the_page_pauses_resumes_and_cancels_rows() {
+    if !selected("sqlite") {
+        return;
+    }
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        a: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        b: String,
+    }
+    let dir = TempDir::new("actions");
+    let url = dir.0.join("app.db").display().to_string();
+    let mut conn = diesel::SqliteConnection::establish(&url).expect("connect");
+    diesel_lease::run_migrations(&mut conn).expect("migrations");
+    conn.batch_execute(
+        "CREATE TABLE import_jobs (id INTEGER PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMP, tenant TEXT NOT NULL);
+         INSERT INTO import_jobs (id, status, tenant) VALUES (1, 'ready', 'acme'), (2, 'done', 'acme'), (3, 'ready', 'globex');",
+    )
+    .expect("table");
+    let pauses = |conn: &mut diesel::SqliteConnection| -> Vec<(String, String)> {
+        diesel::RunQueryDsl::load::<Row>(
+            diesel::sql_query("SELECT key_column AS a, key_value AS b FROM diesel_lease_pauses WHERE table_name = 'import_jobs' ORDER BY a, b"),
+            conn,
+        )
+        .expect("pauses")
+        .into_iter()
+        .map(|r| (r.a, r.b))
+        .collect()
+    };
+    let status_of = |conn: &mut diesel::SqliteConnection, id: i64| -> String {
+        diesel::RunQueryDsl::get_result::<Row>(
+            diesel::sql_query(format!(
+                "SELECT status AS a, tenant AS b FROM import_jobs WHERE id = {id}"
+            )),
+            conn,
+        )
+        .expect("row")
+        .a
+    };
+    let token = "a-token-of-twenty-chars";
+    let served = serve(
+        &url,
+        &[
+            "--allow-actions",
+            "--token",
+            token,
+            "--table",
+            "import_jobs --state-column status --claimed-at-column claimed_at --claimed running --ready ready --cancelled cancelled",
+        ],
+    );
+    let action = |name: &str, fields: &[(&str, &str)]| {
+        let mut form = vec![("token", token)];
+        form.extend_from_slice(fields);
+        post(&format!("{}/actions/{name}", served.base), &form)
+    };
+    // The whole table.
+    let (status, body) = action("pause", &[("table", "import_jobs")]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(pauses(&mut conn), [(String::new(), String::new())]);
+    let (_, page) = get(&format!("{}/", served.base));
+    assert!(page.contains("Claims paused (the whole table)"), "{page}");
+    assert!(page.contains("Resume claims"), "{page}");
+    let (status, body) = action("resume", &[("table", "import_jobs")]);
+    assert_eq!(status, 200, "{body}");
+    assert!(pauses(&mut conn).is_empty());
+    // One key.
+    let (status, body) = action(
+        "pause",
+        &[
+            ("table", "import_jobs"),
+            ("key_column", "tenant"),
+            ("key", "acme"),
+        ],
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        pauses(&mut conn),
+        [("tenant".to_string(), "acme".to_string())]
+    );
+    let (_, page) = get(&format!("{}/", served.base));
+    assert!(page.contains("tenant = acme"), "{page}");
+    let (status, _) = action(
+        "pause",
+        &[("table", "import_jobs"), ("key_column", "tenant")],
+    );
+    assert_eq!(status, 400, "a key's pause needs its value");
+    // Only tables the page was started with; only with the token.
+    let (status, _) = action("pause", &[("table", "other_table")]);
+    assert_eq!(status, 404);
+    let (status, _) = post(
+        &format!("{}/actions/resume", served.base),
+        &[
+            ("table", "import_jobs"),
+            ("key_column", "tenant"),
+            ("key", "acme"),
+        ],
+    );
+    assert_eq!(status, 403);
+    assert_eq!(pauses(&mut conn).len(), 1, "refused: nothing changed");
+    // Cancel: a ready row goes to the cancelled state; a finished row is left alone.
+    let (status, body) = action("cancel", &[("table", "import_jobs"), ("key", "1")]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Cancelled row 1"), "{body}");
+    assert_eq!(status_of(&mut conn, 1), "cancelled");
+    let (status, body) = action("cancel", &[("table", "import_jobs"), ("key", "2")]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("nothing changed"), "{body}");
+    assert_eq!(status_of(&mut conn, 2), "done");
+    let (status, _) = post(
+        &format!("{}/actions/cancel", served.base),
+        &[("table", "import_jobs"), ("key", "3")],
+    );
+    assert_eq!(status, 403);
+    assert_eq!(status_of(&mut conn, 3), "ready");
+}

@@ -8,8 +8,11 @@ use std::collections::HashMap;
 use diesel_lease::admin;
 use diesel_lease::BorrowConnection;
 
-use super::{page, token_matches, Reply, State};
+use diesel_lease::claim::pause::PauseTarget;
+
+use super::{page, token_matches, Reply, State, TableSpec};
 use crate::backend::CliConnection;
+use crate::claimctl::{cancel_row, set_paused, RowToCancel};
 
 /// Where actions are posted: `/actions/<name>`.
 pub(super) const PREFIX: &str = "/actions/";
@@ -21,6 +24,11 @@ pub(super) struct Form(HashMap<String, String>);
 impl Form {
     fn parse(body: &[u8]) -> Form {
         Form(form_urlencoded::parse(body).into_owned().collect())
+    }
+
+    /// A field's value, if the form has a non-empty one.
+    fn optional(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
     }
 
     /// A field's value, or the refusal that names it.
@@ -48,13 +56,13 @@ pub(super) enum Refusal {
 pub(super) struct Action<C> {
     /// `/actions/<name>`.
     pub(super) name: &'static str,
-    /// Runs it; `Ok` says what happened, for the operator.
-    pub(super) run: fn(&mut C, &Form) -> Result<String, Refusal>,
+    /// Runs it (with the page's `--table`s at hand); `Ok` says what happened, for the operator.
+    pub(super) run: fn(&mut C, &State, &Form) -> Result<String, Refusal>,
 }
 
 /// Every action the page offers. A new one is a function below and a line here, and its button
 /// on the page ([`page::action_button`]).
-pub(super) fn actions<C>() -> [Action<C>; 2]
+pub(super) fn actions<C>() -> [Action<C>; 5]
 where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
@@ -67,7 +75,118 @@ where
             name: RELEASE_TICKET,
             run: release_ticket::<C>,
         },
+        Action {
+            name: PAUSE,
+            run: pause::<C>,
+        },
+        Action {
+            name: RESUME,
+            run: resume::<C>,
+        },
+        Action {
+            name: CANCEL,
+            run: cancel::<C>,
+        },
     ]
+}
+
+/// Pauses claims of a `--table` (or of its rows of one key).
+pub(super) const PAUSE: &str = "pause";
+/// Resumes them.
+pub(super) const RESUME: &str = "resume";
+/// Cancels one row of a `--table` by its primary key.
+pub(super) const CANCEL: &str = "cancel";
+
+/// The `--table` the form names: only tables the page was started with are acted on.
+fn described<'s>(state: &'s State, form: &Form) -> Result<&'s TableSpec, Refusal> {
+    let table = form.field("table")?;
+    state
+        .tables
+        .iter()
+        .find(|t| t.claims.table == table)
+        .ok_or_else(|| Refusal::NotFound(format!("`{table}` is not a table this page shows")))
+}
+
+/// The pause the form names: the whole table, or its rows whose `key_column` is `key`.
+fn pause_target(state: &State, form: &Form) -> Result<PauseTarget, Refusal> {
+    let table = described(state, form)?.claims.table.clone();
+    let key = match (form.optional("key_column"), form.optional("key")) {
+        (Some(column), Some(value)) => Some((column.to_owned(), value.to_owned())),
+        (None, None) => None,
+        _ => {
+            return Err(Refusal::BadRequest(
+                "a key's pause needs both its column and its value".into(),
+            ))
+        }
+    };
+    Ok(PauseTarget { table, key })
+}
+
+fn pause_or_resume<C>(
+    conn: &mut C,
+    state: &State,
+    form: &Form,
+    pause: bool,
+) -> Result<String, Refusal>
+where
+    C: CliConnection + BorrowConnection<Conn = C>,
+{
+    let target = pause_target(state, form)?;
+    let changed = set_paused(conn, &target, pause).map_err(Refusal::Failed)?;
+    let what = match &target.key {
+        Some((column, value)) => format!("rows of `{}` with {column} = {value:?}", target.table),
+        None => format!("`{}`", target.table),
+    };
+    Ok(match (pause, changed) {
+        (true, true) => format!("Paused claims of {what}: claims skip them until resumed."),
+        (true, false) => format!("Claims of {what} were paused already."),
+        (false, true) => format!("Resumed claims of {what}; waiting claimers were woken."),
+        (false, false) => format!("Claims of {what} were not paused."),
+    })
+}
+
+fn pause<C>(conn: &mut C, state: &State, form: &Form) -> Result<String, Refusal>
+where
+    C: CliConnection + BorrowConnection<Conn = C>,
+{
+    pause_or_resume(conn, state, form, true)
+}
+
+fn resume<C>(conn: &mut C, state: &State, form: &Form) -> Result<String, Refusal>
+where
+    C: CliConnection + BorrowConnection<Conn = C>,
+{
+    pause_or_resume(conn, state, form, false)
+}
+
+fn cancel<C>(conn: &mut C, state: &State, form: &Form) -> Result<String, Refusal>
+where
+    C: CliConnection + BorrowConnection<Conn = C>,
+{
+    let spec = described(state, form)?;
+    let Some((ready, claimed, to)) = spec.cancel_states() else {
+        return Err(Refusal::BadRequest(format!(
+            "`{}` was described without --ready, --claimed or a cancelled (or failed) state: \
+             rows cannot be cancelled from this page",
+            spec.claims.table
+        )));
+    };
+    let key = form.field("key")?;
+    let row = RowToCancel {
+        table: &spec.claims.table,
+        state_column: &spec.claims.state_column,
+        ready,
+        claimed,
+        to,
+        key,
+    };
+    let cancelled = cancel_row(conn, &row).map_err(Refusal::Failed)?;
+    let table = &spec.claims.table;
+    Ok(if cancelled {
+        format!("Cancelled row {key} of `{table}`: it is `{to}` now; its holder, if any, learns it at its next heartbeat.")
+    } else {
+        format!("Row {key} of `{table}` is not ready or claimed (finished, or no such row): nothing changed.")
+    })
 }
 
 /// Force-releases lease `name` (and fences its holder).
@@ -75,7 +194,7 @@ pub(super) const RELEASE_LEASE: &str = "release-lease";
 /// Force-releases semaphore ticket `ticket`.
 pub(super) const RELEASE_TICKET: &str = "release-ticket";
 
-fn release_lease<C>(conn: &mut C, form: &Form) -> Result<String, Refusal>
+fn release_lease<C>(conn: &mut C, _: &State, form: &Form) -> Result<String, Refusal>
 where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
@@ -89,7 +208,7 @@ where
     ))
 }
 
-fn release_ticket<C>(conn: &mut C, form: &Form) -> Result<String, Refusal>
+fn release_ticket<C>(conn: &mut C, _: &State, form: &Form) -> Result<String, Refusal>
 where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
@@ -138,7 +257,7 @@ where
         Ok(conn) => conn,
         Err(e) => return refused(503, &format!("Nothing was changed: {e}")),
     };
-    match (action.run)(&mut conn, &form) {
+    match (action.run)(&mut conn, state, &form) {
         Ok(done) => (200, page::message("Done", &done, state)),
         Err(Refusal::BadRequest(why)) => refused(400, &why),
         Err(Refusal::NotFound(why)) => refused(404, &why),

@@ -60,6 +60,23 @@ pub(crate) struct TableSpec {
     /// The failed state (`#[claimable(failed = …)]`): its rows are the dead ones.
     #[arg(long)]
     failed: Option<String>,
+    /// The ready state(s) (`#[claimable(ready = …)]`, repeat for several): with `--claimed`,
+    /// rows can be cancelled from the page.
+    #[arg(long = "ready")]
+    ready: Vec<String>,
+    /// The state a cancelled row goes to (`#[claimable(cancelled = …)]`; default: `--failed`).
+    #[arg(long)]
+    cancelled: Option<String>,
+}
+
+impl TableSpec {
+    /// What cancelling a row of this table needs: its ready and claimed states and the state a
+    /// cancelled row goes to; `None` when the spec lacks one.
+    pub(super) fn cancel_states(&self) -> Option<(&[String], &str, &str)> {
+        let to = self.cancelled.as_deref().or(self.failed.as_deref())?;
+        let claimed = self.claims.claimed.as_deref()?;
+        (!self.ready.is_empty()).then_some((self.ready.as_slice(), claimed, to))
+    }
 }
 
 impl TableSpec {

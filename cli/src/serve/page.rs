@@ -3,7 +3,7 @@
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use super::actions::{PREFIX, RELEASE_LEASE, RELEASE_TICKET};
+use super::actions::{CANCEL, PAUSE, PREFIX, RELEASE_LEASE, RELEASE_TICKET, RESUME};
 use super::snapshot::{holders, Snapshot, TableView, Unreadable};
 use super::State;
 use crate::queues::{Requests, SemaphoreView};
@@ -19,7 +19,7 @@ th{background:#f0f0f0}.muted{color:#777}.bad{color:#b00020;font-weight:600}.ok{c
 button{cursor:pointer}#token{width:22em}
 ";
 
-/// Refreshes unless the operator is typing the token, and keeps the token for this tab only
+/// Refreshes unless the operator is typing into a field (the token, a key), and keeps the token for this tab only
 /// (sessionStorage), copying it into every action form.
 const SCRIPT: &str = "
 (function(){
@@ -27,7 +27,7 @@ var secs=+document.body.dataset.refresh, field=document.getElementById('token');
 function fill(){document.querySelectorAll('input[name=token]').forEach(function(i){i.value=field.value;});}
 if(field){field.value=sessionStorage.getItem('diesel-lease-token')||'';fill();
  field.addEventListener('input',function(){sessionStorage.setItem('diesel-lease-token',field.value);fill();});}
-if(secs>0){setInterval(function(){if(!field||document.activeElement!==field){location.replace('/');}},secs*1000);}
+if(secs>0){setInterval(function(){if(!document.activeElement||document.activeElement.tagName!=='INPUT'){location.replace('/');}},secs*1000);}
 })();
 ";
 
@@ -106,7 +106,7 @@ pub(super) fn overview(snapshot: &Snapshot<'_>, state: &State) -> String {
                 Ok(all) => (semaphore_table(all, state)),
                 Err(e) => p .bad { "Cannot read the semaphores: " (e) },
             }
-            @for table in tables { (claims_table(table)) }
+            @for table in tables { (claims_table(table, state)) }
             h2 { "Who holds what" }
             @match (leases, semaphores) {
                 (Ok(l), Ok(s)) => (holder_table(l, s)),
@@ -186,7 +186,7 @@ fn semaphore_table(all: &[SemaphoreView], state: &State) -> Markup {
     }
 }
 
-fn claims_table(view: &TableView<'_>) -> Markup {
+fn claims_table(view: &TableView<'_>, state: &State) -> Markup {
     let args = &view.spec.claims;
     let failed = view
         .spec
@@ -195,6 +195,7 @@ fn claims_table(view: &TableView<'_>) -> Markup {
         .map(|f| (f != "NULL").then_some(f));
     html! {
         h2 { "Claims in " code { (args.table) } }
+        (pause_line(view, state))
         @match &view.rows {
             Err(Unreadable::NotClaimable(missing)) => div .banner.note .not-claimable {
                 strong { "Not claimable as described:" }
@@ -217,6 +218,54 @@ fn claims_table(view: &TableView<'_>) -> Markup {
                     }
                 }
             },
+        }
+    }
+}
+
+/// Whether claims of the table (or of some keys) are paused, and, with actions on, the pause,
+/// resume and cancel forms.
+fn pause_line(view: &TableView<'_>, state: &State) -> Markup {
+    let table = view.spec.claims.table.as_str();
+    let whole = matches!(&view.pauses, Ok(p) if p.iter().any(|(column, _)| column.is_empty()));
+    html! {
+        @match &view.pauses {
+            Ok(pauses) if whole => p .bad .paused { "Claims paused (the whole table): claims return nothing, waiters wait." },
+            Ok(pauses) if !pauses.is_empty() => p .bad .paused {
+                "Claims paused for "
+                @for (i, (column, value)) in pauses.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    code { (column) " = " (value) }
+                }
+            },
+            Ok(_) => {},
+            Err(e) => p .muted { "Pauses unknown (" (e) ")" },
+        }
+        @if state.token.is_some() {
+            p .actions {
+                @if whole {
+                    (action_button(RESUME, "Resume claims", &[("table", table)]))
+                } @else {
+                    (action_button(PAUSE, "Pause claims", &[("table", table)]))
+                }
+                " "
+                form method="post" action=(format!("{PREFIX}{PAUSE}")) {
+                    input type="hidden" name="token";
+                    input type="hidden" name="table" value=(table);
+                    input name="key_column" placeholder="key column" size="10";
+                    input name="key" placeholder="key value" size="10";
+                    button type="submit" { "Pause key" }
+                    button type="submit" formaction=(format!("{PREFIX}{RESUME}")) { "Resume key" }
+                }
+                @if view.spec.cancel_states().is_some() {
+                    " "
+                    form method="post" action=(format!("{PREFIX}{CANCEL}")) {
+                        input type="hidden" name="token";
+                        input type="hidden" name="table" value=(table);
+                        input name="key" placeholder="primary key" size="8";
+                        button type="submit" { "Cancel row" }
+                    }
+                }
+            }
         }
     }
 }

@@ -33,6 +33,9 @@ pub(super) enum Snapshot<'a> {
 pub(super) struct TableView<'a> {
     pub(super) spec: &'a TableSpec,
     pub(super) rows: Result<Vec<StateRow>, Unreadable>,
+    /// The pauses of this table in force (`(key column, key value)`, both empty for the whole
+    /// table), or why they could not be read (diesel-lease's migrations not run).
+    pub(super) pauses: Result<Vec<(String, String)>, String>,
 }
 
 /// Why a table's claims are not shown.
@@ -54,6 +57,7 @@ where
         Ok(conn) => conn,
         Err(error) => return Snapshot::Unreachable { backend, error },
     };
+    let pauses = conn.pauses().map_err(|e| e.to_string());
     Snapshot::Read {
         backend,
         leases: admin::leases(&mut conn).map_err(|e| e.to_string()),
@@ -64,6 +68,12 @@ where
             .map(|spec| TableView {
                 spec,
                 rows: table_rows(&mut conn, spec),
+                pauses: pauses.clone().map(|all| {
+                    all.into_iter()
+                        .filter(|p| p.table_name == spec.claims.table)
+                        .map(|p| (p.key_column, p.key_value))
+                        .collect()
+                }),
             })
             .collect(),
     }
