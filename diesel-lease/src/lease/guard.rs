@@ -122,7 +122,12 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
                     let Ok(mut conn) = lender.lend(left) else {
                         return Ok(None);
                     };
-                    let granted = super::grant(conn.borrow_connection(), &named, &checked, None)?;
+                    let granted = super::grant(
+                        conn.borrow_connection(),
+                        &named,
+                        &checked,
+                        super::statements::Periodic::No,
+                    )?;
                     Ok(granted.map(|(lease, _)| lease))
                 },
                 // Granted after the caller gave up: nobody holds it, so it goes back.
