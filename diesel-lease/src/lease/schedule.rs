@@ -368,8 +368,8 @@ impl Every {
         (spacing / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
     }
 
-    /// What this poll would grant, from the database's `now` and the lease row (`None` when
-    /// nothing is due). The slot's time comes back too: the run's due time.
+    /// What this poll asks the grant for, from the database's `now` and the lease row (`None`:
+    /// no cron slot is due, so nothing is sent). An interval's due check is the grant's own.
     fn periodic<C: LeaseStatements>(&self, conn: &mut C, name: &str) -> Result<Option<Periodic>> {
         let cron = match &self.schedule {
             Schedule::Interval(interval) => {
