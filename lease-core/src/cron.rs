@@ -66,6 +66,10 @@ pub struct Cron {
     grace: Duration,
 }
 
+/// One of croner's searches (forwards, backwards) from an instant.
+type Step =
+    fn(&croner::Cron, &DateTime<Tz>, bool) -> Result<DateTime<Tz>, croner::errors::CronError>;
+
 /// How late a slot may start and still count as on time, unless [`Cron::grace`] says otherwise.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
 
@@ -164,16 +168,7 @@ impl Cron {
         self.find(micros, true, croner::Cron::find_previous_occurrence)
     }
 
-    fn find(
-        &self,
-        micros: i64,
-        inclusive: bool,
-        step: fn(
-            &croner::Cron,
-            &DateTime<Tz>,
-            bool,
-        ) -> Result<DateTime<Tz>, croner::errors::CronError>,
-    ) -> Result<Option<i64>, InvalidInput> {
+    fn find(&self, micros: i64, inclusive: bool, step: Step) -> Result<Option<i64>, InvalidInput> {
         let at = DateTime::<Utc>::from_timestamp_micros(micros)
             .ok_or_else(|| self.no_slot("near", micros))?
             .with_timezone(&self.tz);

@@ -28,7 +28,6 @@ fn slots(cron: &Cron, from: i64, n: usize) -> Vec<i64> {
         .collect()
 }
 
-const HOUR: i64 = 3_600_000_000;
 const MINUTE: i64 = 60_000_000;
 const SECOND: i64 = 1_000_000;
 
