@@ -32,6 +32,8 @@
 //! are skipped (a slot runs only within its [grace](Cron::grace) of one minute); with
 //! [`Missed::RunOnce`] the job runs once, late, for the latest missed slot, then goes back on
 //! schedule. A cron job that has never run owes no slot: its first run is its first slot on time.
+//! A skipped slot writes nothing: until the next run, the row's `next_run` (what `diesel-lease
+//! leases` shows) still holds the missed slot.
 
 use std::time::Duration;
 
