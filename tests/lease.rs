@@ -1,7 +1,7 @@
 //! Leases, the farm scheduler and the expiring mutex, on every backend.
 //!
 //! `shedlock`: the cases of ShedLock's shared provider suite; `guard`: pools, drop, keep-alive,
-//! `run_exclusive`, `with_lock`, `every`; `bad_input`: typed errors; `fencing`: a late write of a
+//! `run_exclusive`, `with_lock`, `every`; `cron`: cron schedules of `every`; `bad_input`: typed errors; `fencing`: a late write of a
 //! paused holder is rejected; `clock`: only the database clock is used; `processes`: SIGKILLed
 //! holders and 1,000 contended grants across processes; `farm`: seed 000's farm of 5 processes.
 
@@ -9,6 +9,7 @@ mod support;
 
 mod bad_input;
 mod clock;
+mod cron;
 mod farm;
 mod fencing;
 mod guard;

@@ -78,4 +78,12 @@ pub enum InvalidInput {
         /// The limit.
         max: u64,
     },
+    /// A cron expression that does not parse, or that names no instant at all.
+    #[error("the cron expression {expr:?} cannot be used: {reason}; write five fields (`min hour day month weekday`, e.g. \"0 3 * * *\") or six with seconds first")]
+    BadCron {
+        /// The expression as given.
+        expr: String,
+        /// What the parser said.
+        reason: String,
+    },
 }

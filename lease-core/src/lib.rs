@@ -3,11 +3,13 @@
 //! Everything here is pure and unit/property-tested without a server: who a worker is
 //! ([`OwnerId`]), how long things last ([`Ttl`]), the numbers that order grants ([`FencingToken`]),
 //! what an operation can end in ([`InsertOutcome`]), how to wait politely ([`Backoff`]), and the
-//! input checks every entry point runs before it talks to the database ([`InvalidInput`]), and who
-//! may enter a semaphore ([`admission`]).
+//! input checks every entry point runs before it talks to the database ([`InvalidInput`]), who
+//! may enter a semaphore ([`admission`]), and which slot of a periodic schedule a poll runs
+//! ([`Schedule`], [`Cron`]).
 
 pub mod admission;
 mod backoff;
+pub mod cron;
 mod error;
 mod owner;
 mod retry;
@@ -17,6 +19,7 @@ mod ttl;
 
 pub use admission::Mode;
 pub use backoff::Backoff;
+pub use cron::{Cron, Missed, Plan, Schedule, Tz};
 pub use error::InvalidInput;
 pub use owner::{validate_name, OwnerId, MAX_OWNER_LEN};
 pub use retry::RetryPolicy;

@@ -124,7 +124,7 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
                         return Ok(None);
                     };
                     let granted = AnySource::with_lent(&mut conn, |conn| {
-                        super::grant(conn, &named, &checked, None)
+                        super::grant(conn, &named, &checked, super::statements::Periodic::No)
                     })?;
                     Ok(granted.map(|(lease, _)| lease))
                 },

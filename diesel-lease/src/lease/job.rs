@@ -22,6 +22,18 @@
 //! the holder plus a random part per run), so a run that was taken over — by another node, or by
 //! another thread with the same holder — cannot release the new run; times come from the
 //! database clock only.
+//!
+//! # Cron schedules
+//!
+//! [`JobRunOptions::every`] also takes a [`Cron`](crate::lease::schedule::Cron): a start first
+//! reads the database's `now`, picks the latest slot at or before it (skipped, by default,
+//! when it is later than its grace: [`Missed`](crate::lease::schedule::Missed)), and sets
+//! `next_run` to the first slot after that `now` (written as `now + (slot - now read)` on the
+//! database clock, so it can stand a few milliseconds after the slot). The statement above still
+//! decides alone who runs: a run starts only while `next_run` has passed, and moves it past
+//! every slot up to `now`, so no slot runs twice. A whole-second `next_run` column makes each
+//! slot due up to a second late (its stored value's upper bound), so a per-second expression
+//! needs a column with fractional seconds.
 
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -34,6 +46,7 @@ use crate::model::Keyed;
 use lease_core::ClaimStamp;
 
 use crate::{BorrowConnection, OwnerId, Result, Ttl};
+use lease_core::{Plan, Schedule};
 
 /// A model with a farm job's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
 pub trait JobLease: Keyed {
@@ -55,7 +68,7 @@ pub trait JobLease: Keyed {
 pub struct JobRunOptions {
     holder: OwnerId,
     timeout: std::time::Duration,
-    interval: Option<std::time::Duration>,
+    schedule: Option<Schedule>,
 }
 
 impl JobRunOptions {
@@ -67,13 +80,15 @@ impl JobRunOptions {
         JobRunOptions {
             holder: OwnerId::process_default().clone(),
             timeout,
-            interval: None,
+            schedule: None,
         }
     }
 
-    /// After a run starts, the job is next due `interval` later (`next_run = now + interval`).
-    pub fn every(mut self, interval: std::time::Duration) -> Self {
-        self.interval = Some(interval);
+    /// After a run starts, the job is next due `interval` later (`next_run = now + interval`),
+    /// or, given a [`Cron`](crate::lease::schedule::Cron), at its next slot (see the
+    /// [module docs](self#cron-schedules)).
+    pub fn every(mut self, schedule: impl Into<Schedule>) -> Self {
+        self.schedule = Some(schedule.into());
         self
     }
 
@@ -228,9 +243,15 @@ where
 #[must_use = "finish the run with finish_run, or it is taken over after the timeout"]
 pub struct JobRun {
     stamp: ClaimStamp,
+    slot: Option<i64>,
 }
 
 impl JobRun {
+    /// On a cron schedule, the slot this run stands for (µs since 1970, database clock).
+    pub fn due_at_micros(&self) -> Option<i64> {
+        self.slot
+    }
+
     /// What the holder column stores for this run.
     pub fn stamp(&self) -> &ClaimStamp {
         &self.stamp
@@ -251,10 +272,20 @@ where
 {
     // The options' one check, before any SQL.
     let timeout = Ttl::new("job run timeout", options.timeout)?;
-    let interval = options
-        .interval
-        .map(|i| Ttl::new("job interval", i))
-        .transpose()?;
+    let (next_run, slot) = match &options.schedule {
+        None => (None, None),
+        Some(Schedule::Interval(i)) => (Some(Ttl::new("job interval", *i)?.as_micros()), None),
+        Some(Schedule::Cron(cron)) => {
+            cron.check()?;
+            let now = crate::lease::statements::now(conn.borrow_connection())?;
+            // The stored next run is the user's column, read by the statement itself: here
+            // only whether the latest slot is still owed by the policy (as if missed long ago).
+            match cron.plan(Some(i64::MIN), now)? {
+                Plan::Run { slot, next } => (Some(next - now), Some(slot)),
+                Plan::Wait { .. } => return Ok(None),
+            }
+        }
+    };
     let stamp = ClaimStamp::new(&options.holder);
     let started = conn.borrow_connection().start_run(StartRunStmt {
         table: M::Table::default(),
@@ -263,9 +294,9 @@ where
         now: DbNow::new(),
         dead_before: DbNowOffset::ago(timeout.as_micros()),
         due_by: DbNow::new(),
-        next_run: interval.map(|i| DbNowOffset::new(i.as_micros())),
+        next_run: next_run.map(DbNowOffset::new),
     })?;
-    Ok(started.then_some(JobRun { stamp }))
+    Ok(started.then_some(JobRun { stamp, slot }))
 }
 
 /// Ends `run` of job `pk` (`running_at = NULL`), only if it is still this run; `false` when the

@@ -270,7 +270,7 @@ pub fn try_acquire(
 ) -> Result<Option<Lease>> {
     let checked = options.check(name)?;
     let conn = conn.borrow_connection();
-    match grant(conn, name, &checked, None)? {
+    match grant(conn, name, &checked, statements::Periodic::No)? {
         Some((lease, _)) => Ok(Some(lease)),
         // Refused: held by someone, or (after 9.2 × 10¹⁸ grants) out of tokens. Told apart here,
         // once per call, not on every poll of a waiting `acquire`.
@@ -317,7 +317,7 @@ pub fn acquire(
     let checked = options.check(name)?;
     let conn = conn.borrow_connection();
     retry_until_granted(name, options, timeout, |_| {
-        Ok(grant(conn, name, &checked, None)?.map(|(lease, _)| lease))
+        Ok(grant(conn, name, &checked, statements::Periodic::No)?.map(|(lease, _)| lease))
     })
 }
 
@@ -345,12 +345,13 @@ pub(crate) fn retry_until_granted(
     }
 }
 
-/// Grants `name` (periodically when `interval` is set); returns the lease and the new `next_run`.
+/// Grants `name` (as a periodic job's run when `periodic` says so); returns the lease and the new
+/// `next_run`.
 pub(crate) fn grant<C: LeaseStatements>(
     conn: &mut C,
     name: &str,
     checked: &Checked,
-    interval: Option<Ttl>,
+    periodic: statements::Periodic,
 ) -> Result<Option<(Lease, Option<i64>)>> {
     let sent_at = Instant::now();
     let op = op!(
@@ -367,7 +368,7 @@ pub(crate) fn grant<C: LeaseStatements>(
                 name,
                 holder: checked.holder.as_str(),
                 ttl_micros: checked.ttl.as_micros(),
-                interval_micros: interval.map(Ttl::as_micros),
+                periodic,
             },
         ),
         |g| match g {
@@ -413,7 +414,7 @@ pub fn acquire_sql<C: LeaseStatements>(name: &str, options: &LeaseOptions) -> Re
         name,
         holder: checked.holder.as_str(),
         ttl_micros: checked.ttl.as_micros(),
-        interval_micros: None,
+        periodic: statements::Periodic::No,
     }))
 }
 

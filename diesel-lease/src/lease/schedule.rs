@@ -4,8 +4,9 @@
 //! occurrence. Three forms:
 //!
 //! - [`run_exclusive`]: run the job now if nobody else is running it (ShedLock's model);
-//! - [`every`]: run a periodic job once per interval across the whole farm, with the schedule
-//!   (`next_run`) kept in the database, so nodes started at different times share one schedule;
+//! - [`every`]: run a periodic job once per interval, or once per slot of a [`cron`] expression,
+//!   across the whole farm, with the schedule (`next_run`) kept in the database, so nodes started
+//!   at different times share one schedule;
 //! - [`with_lock`]: wait for an expiring mutex, run, release (django-db-mutex's model).
 //!
 //! # Missed intervals
@@ -16,14 +17,33 @@
 //! occurrence: the missed ones are skipped and coalesced into it, and the grid does not shift.
 //! A holder that dies mid-run keeps the job's lease until its ttl; the schedule is unaffected
 //! because `next_run` moved forward when that run was granted.
+//!
+//! # Cron schedules
+//!
+//! `every(cron("0 3 * * *")?.in_tz(Tz::Europe__Berlin))` runs at the expression's slots on that
+//! zone's wall clock ([`Cron`]; its docs say what happens at daylight-saving changes). A poll
+//! reads the lease row and the database's `now` ([`inspect`](crate::lease::inspect)), computes in
+//! Rust the slot that is due ([`Cron::plan`]) and the first slot after `now`, and sends one grant
+//! that succeeds only if `next_run` still holds what it read and the slot has come by the
+//! database clock; the same statement moves `next_run` to that next slot. So every slot runs on
+//! one node at most, and slots only move forward.
+//!
+//! Slots missed while no node was up follow the expression's [`Missed`] policy: by default they
+//! are skipped (a slot runs only within its [grace](Cron::grace) of one minute); with
+//! [`Missed::RunOnce`] the job runs once, late, for the latest missed slot, then goes back on
+//! schedule. A cron job that has never run owes no slot: its first run is its first slot on time.
+//! A skipped slot writes nothing: until the next run, the row's `next_run` (what `diesel-lease
+//! leases` shows) still holds the missed slot.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
-use lease_core::{Backoff, FencingToken, Ttl};
+use lease_core::{Backoff, FencingToken, Plan, Ttl};
 
-use crate::lease::statements::LeaseStatements;
+pub use lease_core::{Cron, Missed, Schedule, Tz};
+
+use crate::lease::statements::{LeaseStatements, Periodic};
 use crate::lease::{LeaseGuard, LeaseOptions};
 use crate::pool::AnySource;
 use crate::{Error, Held, Result};
@@ -168,14 +188,31 @@ fn release_or_lost<C: LeaseStatements + R2D2Connection>(guard: LeaseGuard<C>) ->
     }))
 }
 
-/// A periodic job's schedule: once per `interval` across the farm (see [`Every`]).
-pub fn every(interval: Duration) -> Every {
+/// A periodic job's schedule: once per interval (a [`Duration`]) or once per slot of a
+/// [`Cron`] expression, across the farm (see [`Every`]).
+pub fn every(schedule: impl Into<Schedule>) -> Every {
     Every {
-        interval,
+        schedule: schedule.into(),
         lease: None,
         poll: None,
         on_error: None,
     }
+}
+
+/// Parses a cron expression for [`every`] (five fields, or six with seconds first), read in UTC
+/// until [`Cron::in_tz`]; a bad expression is [`Error::InvalidInput`] with
+/// [`InvalidInput::BadCron`](crate::InvalidInput::BadCron).
+///
+/// ```
+/// use diesel_lease::lease::schedule::{cron, every, Missed, Tz};
+///
+/// # fn main() -> diesel_lease::Result<()> {
+/// let nightly = every(cron("30 2 * * *")?.in_tz(Tz::Europe__Berlin).on_missed(Missed::RunOnce));
+/// assert!(cron("30 2 * *").is_err());
+/// # let _ = nightly; Ok(()) }
+/// ```
+pub fn cron(expr: &str) -> Result<Cron> {
+    Ok(Cron::parse(expr)?)
 }
 
 /// A periodic job's schedule, built by [`every`].
@@ -205,7 +242,7 @@ pub fn every(interval: Duration) -> Every {
 /// ```
 #[derive(Clone)]
 pub struct Every {
-    interval: Duration,
+    schedule: Schedule,
     lease: Option<LeaseOptions>,
     poll: Option<Duration>,
     on_error: Option<ErrorHook>,
@@ -214,13 +251,27 @@ pub struct Every {
 /// What [`Every::on_error`] calls.
 type ErrorHook = std::sync::Arc<dyn Fn(&Error) + Send + Sync>;
 
+/// The lease a cron schedule's run takes unless [`Every::lease`] says otherwise: a node that
+/// dies mid-run keeps the job from running for at most this long.
+pub const DEFAULT_CRON_LEASE: Duration = Duration::from_secs(60);
+
+/// The time between a cron expression's next two slots after this machine's now.
+fn cron_spacing(cron: &Cron) -> Option<Duration> {
+    let now = Utc::now().timestamp_micros();
+    let first = cron.next_after(now).ok()?;
+    let second = cron.next_after(first).ok()?;
+    u64::try_from(second - first)
+        .ok()
+        .map(Duration::from_micros)
+}
+
 /// The longest pause [`Every::run_until`] makes after consecutive errors.
 pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for Every {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Every")
-            .field("interval", &self.interval)
+            .field("schedule", &self.schedule)
             .field("lease", &self.lease)
             .field("poll", &self.poll)
             .field("on_error", &self.on_error.is_some())
@@ -250,7 +301,8 @@ impl<C: LeaseStatements + R2D2Connection> Occurrence<'_, C> {
     }
 
     /// When this occurrence was due: µs since 1970 by the database clock. Each due time is run
-    /// at most once; consecutive runs' due times differ by a whole number of intervals.
+    /// at most once; consecutive runs' due times differ by a whole number of intervals, or, on a
+    /// cron schedule, are slots of its expression.
     pub fn due_at_micros(&self) -> i64 {
         self.due_at_micros
     }
@@ -269,14 +321,16 @@ impl<C: LeaseStatements + R2D2Connection> Occurrence<'_, C> {
 impl Every {
     /// The lease each run takes. Its ttl bounds how long a dead node's run blocks the job;
     /// keep it shorter than the interval (or turn on [`LeaseOptions::keep_alive`] for runs that
-    /// may last longer). Default: `LeaseOptions::new(interval)`.
+    /// may last longer). Default: `LeaseOptions::new(interval)`; on a cron schedule,
+    /// [`DEFAULT_CRON_LEASE`].
     pub fn lease(mut self, options: LeaseOptions) -> Self {
         self.lease = Some(options);
         self
     }
 
     /// How often [`run_until`](Self::run_until) asks whether the job is due. Default: a tenth of
-    /// the interval, between 5 ms and 1 s (with jitter, so that nodes do not poll in lockstep).
+    /// the interval (on a cron schedule, of the time between its next two slots), between 5 ms
+    /// and 1 s (with jitter, so that nodes do not poll in lockstep).
     pub fn poll_every(mut self, poll: Duration) -> Self {
         self.poll = Some(poll);
         self
@@ -289,9 +343,57 @@ impl Every {
     }
 
     fn lease_options(&self) -> LeaseOptions {
-        self.lease
-            .clone()
-            .unwrap_or_else(|| LeaseOptions::new(self.interval))
+        self.lease.clone().unwrap_or_else(|| {
+            LeaseOptions::new(match &self.schedule {
+                Schedule::Interval(interval) => *interval,
+                Schedule::Cron(_) => DEFAULT_CRON_LEASE,
+            })
+        })
+    }
+
+    /// The schedule's own check, before any SQL.
+    fn check_schedule(&self) -> Result<()> {
+        match &self.schedule {
+            Schedule::Interval(interval) => Ttl::new("interval", *interval).map(drop),
+            Schedule::Cron(cron) => cron.check(),
+        }
+        .map_err(Error::from)
+    }
+
+    /// The default poll period: a tenth of the time between runs. A cron schedule's spacing is
+    /// read off this machine's clock, which paces the polls only: every decision is the
+    /// database's.
+    fn default_poll(&self) -> Duration {
+        let spacing = match &self.schedule {
+            Schedule::Interval(interval) => *interval,
+            Schedule::Cron(cron) => cron_spacing(cron).unwrap_or(Duration::from_secs(10)),
+        };
+        (spacing / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
+    }
+
+    /// What this poll asks the grant for, from the database's `now` and the lease row (`None`:
+    /// no cron slot is due, so nothing is sent). An interval's due check is the grant's own.
+    fn periodic<C: LeaseStatements>(&self, conn: &mut C, name: &str) -> Result<Option<Periodic>> {
+        let cron = match &self.schedule {
+            Schedule::Interval(interval) => {
+                return Ok(Some(Periodic::Interval(
+                    Ttl::new("interval", *interval)?.as_micros(),
+                )))
+            }
+            Schedule::Cron(cron) => cron,
+        };
+        let (expected, now) = match crate::lease::statements::inspect(conn, name)? {
+            Some((_, _, _, _, next_run, now)) => (next_run, now),
+            None => (None, crate::lease::statements::now(conn)?),
+        };
+        Ok(match cron.plan(expected, now)? {
+            Plan::Run { slot, next } => Some(Periodic::Slot {
+                expected,
+                slot,
+                next,
+            }),
+            Plan::Wait { .. } => None,
+        })
     }
 
     /// Runs `job` once if its next occurrence is due and nobody is running it; `Ok(None)`
@@ -305,16 +407,25 @@ impl Every {
     where
         C: LeaseStatements + R2D2Connection,
     {
-        let interval = Ttl::new("interval", self.interval)?;
+        self.check_schedule()?;
         let options = self.lease_options();
         let checked = options.check(name)?;
-        let granted = crate::lease::grant(&mut *pool.get()?, name, &checked, Some(interval))?;
+        let mut conn = pool.get()?;
+        let Some(periodic) = self.periodic(&mut *conn, name)? else {
+            return Ok(None);
+        };
+        let granted = crate::lease::grant(&mut *conn, name, &checked, periodic)?;
+        drop(conn);
         let Some((lease, next_run)) = granted else {
             return Ok(None);
         };
         let guard = LeaseGuard::new(AnySource::new(pool), lease, &options)?;
-        // The grant set next_run to the slot after the one being run.
-        let due_at_micros = next_run.unwrap_or_default() - interval.as_micros();
+        let due_at_micros = match periodic {
+            // The grant set next_run to the slot after the one being run.
+            Periodic::Interval(interval) => next_run.unwrap_or_default() - interval,
+            Periodic::Slot { slot, .. } => slot,
+            Periodic::No => 0,
+        };
         let out = job(&Occurrence {
             guard: &guard,
             due_at_micros,
@@ -367,12 +478,10 @@ impl Every {
     {
         let poll = self
             .poll
-            .unwrap_or_else(|| {
-                (self.interval / 10).clamp(Duration::from_millis(5), Duration::from_secs(1))
-            })
+            .unwrap_or_else(|| self.default_poll())
             .max(Duration::from_millis(1));
         // Bad input would fail every poll the same way: refuse it once.
-        Ttl::new("interval", self.interval)?;
+        self.check_schedule()?;
         self.lease_options().check(name)?;
         let mut jitter = Backoff::new(poll, poll);
         let mut after_error = Backoff::new(poll, MAX_ERROR_BACKOFF.max(poll));

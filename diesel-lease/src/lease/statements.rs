@@ -14,7 +14,7 @@ use diesel::expression::{
     is_aggregate, AppearsOnTable, Expression, SelectableExpression, ValidGrouping,
 };
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Nullable};
+use diesel::sql_types::{BigInt, Bool, Nullable};
 use diesel::QueryResult;
 
 use super::schema::diesel_lease_leases as l;
@@ -25,7 +25,7 @@ use crate::clock::expression;
 use crate::clock::DbNowMicros;
 use crate::Result;
 
-/// What one acquisition asks for. `interval` is set for a periodic job (see `schedule`).
+/// What one acquisition asks for. `periodic` is set for a periodic job (see `schedule`).
 #[derive(Debug, Clone, Copy)]
 pub struct Grant<'a> {
     /// The lease name.
@@ -34,8 +34,35 @@ pub struct Grant<'a> {
     pub holder: &'a str,
     /// How long the grant lasts, in µs.
     pub ttl_micros: i64,
-    /// For a periodic job: its interval, in µs.
-    pub interval_micros: Option<i64>,
+    /// For a periodic job: how its `next_run` is decided and moved.
+    pub periodic: Periodic,
+}
+
+/// How a grant treats `next_run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Periodic {
+    /// A plain lease: `next_run` is not looked at nor changed.
+    No,
+    /// Every interval (µs): due once `next_run` has passed, moved along its grid in SQL.
+    Interval(i64),
+    /// A cron slot the client computed from the database's `now`: granted only if `next_run`
+    /// still holds the value the client read (`expected`, `None`: NULL or no row) and `slot` has
+    /// come by the database clock; `next_run` moves to `next`.
+    Slot {
+        /// The `next_run` the client read.
+        expected: Option<i64>,
+        /// The slot being run (µs).
+        slot: i64,
+        /// The next slot (µs), later than the database's `now`.
+        next: i64,
+    },
+}
+
+impl Periodic {
+    /// Whether `next_run` takes part in the grant.
+    pub(crate) fn is_periodic(&self) -> bool {
+        !matches!(self, Periodic::No)
+    }
 }
 
 /// What the database granted: the new fencing token and, for a periodic job, the new `next_run`.
@@ -48,22 +75,23 @@ pub struct Granted {
 }
 
 /// `next_run` of a newly inserted row: `NULL` for a plain lease, `now + interval` for a periodic
-/// job (its grid starts at its first run).
+/// job (its grid starts at its first run), the next slot for a cron job.
 #[derive(Debug, Clone, Copy, QueryId)]
-pub(crate) struct FirstNextRun(pub(crate) Option<i64>);
+pub(crate) struct FirstNextRun(pub(crate) Periodic);
 expression!(FirstNextRun, Nullable<BigInt>);
 
 impl<DB: SqlDialect> QueryFragment<DB> for FirstNextRun {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         match &self.0 {
-            None => out.push_sql("NULL"),
-            Some(interval) => {
+            Periodic::No => out.push_sql("NULL"),
+            Periodic::Interval(interval) => {
                 out.push_sql("(");
                 DB::push_now_micros(&mut out);
                 out.push_sql(" + ");
                 DB::bind_i64(&mut out, interval)?;
                 out.push_sql(")");
             }
+            Periodic::Slot { next, .. } => DB::bind_i64(&mut out, next)?,
         }
         Ok(())
     }
@@ -72,9 +100,10 @@ impl<DB: SqlDialect> QueryFragment<DB> for FirstNextRun {
 /// `next_run` after taking over an existing row: unchanged for a plain lease; for a periodic job
 /// the first slot of its grid that lies in the future:
 /// `base + ((now - base) DIV interval + 1) * interval` with `base = COALESCE(next_run, now)`.
-/// Occurrences missed while nobody ran are skipped, and the grid does not drift.
+/// Occurrences missed while nobody ran are skipped, and the grid does not drift. For a cron job:
+/// the next slot, which the client computed.
 #[derive(Debug, Clone, Copy, QueryId)]
-pub(crate) struct NextRunAfterGrant(pub(crate) Option<i64>);
+pub(crate) struct NextRunAfterGrant(pub(crate) Periodic);
 expression!(NextRunAfterGrant, Nullable<BigInt>);
 
 impl<DB: SqlDialect> QueryFragment<DB> for NextRunAfterGrant
@@ -82,8 +111,10 @@ where
     l::next_run: QueryFragment<DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        let Some(interval) = &self.0 else {
-            return l::next_run.walk_ast(out);
+        let interval = match &self.0 {
+            Periodic::No => return l::next_run.walk_ast(out),
+            Periodic::Slot { next, .. } => return DB::bind_i64(&mut out, next),
+            Periodic::Interval(interval) => interval,
         };
         let base = |mut out: AstPass<'_, 'b, DB>| -> QueryResult<()> {
             out.push_sql("COALESCE(");
@@ -109,8 +140,43 @@ where
     }
 }
 
+/// For a cron slot: `next_run` still holds what the client read, and the slot has come by the
+/// database clock (`next_run = <read> AND <slot> <= now`). Of the nodes that read the same
+/// `next_run`, the first grant moves it past the slot and the others no longer match: one run
+/// per slot. `TRUE` (`1 = 1`) for every other grant.
+#[derive(Debug, Clone, Copy, QueryId)]
+pub(crate) struct SlotStillDue(pub(crate) Periodic);
+expression!(SlotStillDue, Bool);
+
+impl<DB: SqlDialect> QueryFragment<DB> for SlotStillDue
+where
+    l::next_run: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        let Periodic::Slot { expected, slot, .. } = &self.0 else {
+            out.push_sql("1 = 1");
+            return Ok(());
+        };
+        out.push_sql("(");
+        l::next_run.walk_ast(out.reborrow())?;
+        match expected {
+            Some(expected) => {
+                out.push_sql(" = ");
+                DB::bind_i64(&mut out, expected)?;
+            }
+            None => out.push_sql(" IS NULL"),
+        }
+        out.push_sql(" AND ");
+        DB::bind_i64(&mut out, slot)?;
+        out.push_sql(" <= ");
+        DB::push_now_micros(&mut out);
+        out.push_sql(")");
+        Ok(())
+    }
+}
+
 /// The condition under which an existing row may be granted: expired, and for a periodic job
-/// also due (`next_run` reached or never set).
+/// also due (`next_run` reached or never set), and for a cron slot still due ([`SlotStillDue`]).
 macro_rules! grantable {
     ($g:expr) => {
         // A token at i64::MAX has no successor: such a row is never granted again (the caller
@@ -122,11 +188,9 @@ macro_rules! grantable {
                 l::next_run
                     .is_null()
                     .or(l::next_run.assume_not_null().le(DbNowMicros))
-                    .or($g
-                        .interval_micros
-                        .is_none()
-                        .into_sql::<diesel::sql_types::Bool>()),
+                    .or((!$g.periodic.is_periodic()).into_sql::<diesel::sql_types::Bool>()),
             )
+            .and(SlotStillDue($g.periodic))
     };
 }
 pub(crate) use grantable;
@@ -140,7 +204,7 @@ macro_rules! first_grant {
             l::token.eq(1_i64),
             l::acquired_at.eq(DbNowMicros),
             l::expires_at.eq(NowPlus($g.ttl_micros)),
-            l::next_run.eq(FirstNextRun($g.interval_micros)),
+            l::next_run.eq(FirstNextRun($g.periodic)),
         )
     };
 }
@@ -162,7 +226,7 @@ macro_rules! upsert {
                     l::token.eq(l::token + 1_i64),
                     l::acquired_at.eq(excluded(l::acquired_at)),
                     l::expires_at.eq(excluded(l::expires_at)),
-                    l::next_run.eq(NextRunAfterGrant($g.interval_micros)),
+                    l::next_run.eq(NextRunAfterGrant($g.periodic)),
                 )),
             crate::lease::statements::grantable!($g),
         )
@@ -192,7 +256,7 @@ macro_rules! mysql_takeover {
             l::token.eq(crate::lease::mysql::remember_token(l::token + 1_i64)),
             l::acquired_at.eq(DbNowMicros),
             l::expires_at.eq(NowPlus($g.ttl_micros)),
-            l::next_run.eq(NextRunAfterGrant($g.interval_micros)),
+            l::next_run.eq(NextRunAfterGrant($g.periodic)),
         ))
     }};
 }
@@ -225,7 +289,7 @@ pub(crate) use held;
 /// The names the statement macros use, imported inside each expansion.
 pub(crate) mod dsl {
     pub(crate) use super::super::schema::diesel_lease_leases as l;
-    pub(crate) use super::{FirstNextRun, NextRunAfterGrant};
+    pub(crate) use super::{FirstNextRun, NextRunAfterGrant, SlotStillDue};
     pub(crate) use crate::clock::{DbNowMicros, NowPlus};
     pub(crate) use diesel::dsl::case_when;
     pub(crate) use diesel::prelude::*;
@@ -263,6 +327,9 @@ pub trait LeaseStatements: Dialect {
     /// The lease's row and the database's current time.
     #[doc(hidden)]
     fn lease_inspect(&mut self, name: &str) -> QueryResult<Option<Row>>;
+    /// The database's current time (µs since 1970), for a schedule whose lease has no row yet.
+    #[doc(hidden)]
+    fn lease_now(&mut self) -> QueryResult<i64>;
 }
 
 /// The row of a lease as the database holds it, with the database's time of the read.
@@ -328,6 +395,11 @@ macro_rules! lease_statements {
                 ))
                 .first(self)
                 .optional()
+        }
+
+        fn lease_now(&mut self) -> diesel::QueryResult<i64> {
+            use crate::lease::statements::dsl::*;
+            diesel::select(DbNowMicros).get_result(self)
         }
     };
 }
@@ -412,6 +484,11 @@ pub(crate) fn release<C: LeaseStatements>(
 /// Whether the grant is still valid by the database's clock.
 pub(crate) fn is_valid<C: LeaseStatements>(conn: &mut C, name: &str, token: i64) -> Result<bool> {
     conn.lease_is_valid(name, token).map_err(about(name))
+}
+
+/// The database's current time, µs since 1970.
+pub(crate) fn now<C: LeaseStatements>(conn: &mut C) -> Result<i64> {
+    Ok(conn.lease_now()?)
 }
 
 /// The lease's row and the database's current time.

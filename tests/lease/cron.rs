@@ -1,0 +1,176 @@
+//! Cron schedules of `every` on the built-in lease table: one run per slot across pools, the
+//! missed-slot policies, and typed errors for bad input.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use diesel_lease::lease::schedule::{cron, every, Cron, Missed};
+use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::{Error, InvalidInput};
+
+use super::support::exec;
+use super::{ms, opts};
+use crate::common::{TestBackend, TestDb};
+
+const SECOND: i64 = 1_000_000;
+
+/// Three nodes, each with its own pool, poll a job that runs every two seconds: every slot
+/// that came while they polled ran exactly once, and none was skipped.
+fn cron_runs_each_slot_once_across_nodes<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let every_two = cron("*/2 * * * * *").unwrap();
+    let runs = Mutex::new(Vec::new());
+    let pools: Vec<_> = (0..3).map(|_| db.pool(2)).collect();
+    let until = Instant::now() + ms(7_000);
+    std::thread::scope(|s| {
+        for (node, pool) in pools.iter().enumerate() {
+            let (runs, every_two) = (&runs, every_two.clone());
+            s.spawn(move || {
+                every(every_two)
+                    .lease(LeaseOptions::new(ms(1_500)))
+                    .poll_every(ms(40))
+                    .run_until(
+                        pool,
+                        "every-two",
+                        || Instant::now() >= until,
+                        |o| {
+                            runs.lock()
+                                .unwrap()
+                                .push((o.due_at_micros(), node, o.token().get()))
+                        },
+                    )
+                    .unwrap();
+            });
+        }
+    });
+    let mut runs = runs.into_inner().unwrap();
+    runs.sort();
+    let slots: BTreeSet<i64> = runs.iter().map(|r| r.0).collect();
+    assert_eq!(slots.len(), runs.len(), "a slot ran twice: {runs:?}");
+    assert!(
+        runs.len() >= 3,
+        "7 s of polling saw at least 3 slots: {runs:?}"
+    );
+    for run in &runs {
+        assert_eq!(run.0 % (2 * SECOND), 0, "runs are on the slots: {runs:?}");
+    }
+    for pair in runs.windows(2) {
+        assert_eq!(
+            pair[1].0 - pair[0].0,
+            2 * SECOND,
+            "no slot skipped: {runs:?}"
+        );
+        assert!(pair[1].2 > pair[0].2, "tokens increase: {runs:?}");
+    }
+}
+
+/// Sets the job's stored next run one hour back (as if the farm had been down since) and
+/// returns the database's `now` at a moment when the latest slot of `every_five` is late
+/// beyond its one-second grace (more than 1.5 s, less than 4 s after it).
+fn an_hour_of_missed_slots<B: TestBackend>(db: &TestDb<B>, name: &str, every_five: &Cron) -> i64 {
+    let mut conn = db.conn();
+    lease::try_acquire(&mut conn, name, &opts(1_000))
+        .unwrap()
+        .unwrap()
+        .release(&mut conn)
+        .unwrap();
+    loop {
+        let now = lease::inspect(&mut conn, name)
+            .unwrap()
+            .unwrap()
+            .read_at_micros;
+        let latest = every_five.latest_at_or_before(now).unwrap().unwrap();
+        if (now - latest) > 1_500_000 && (now - latest) < 3_000_000 {
+            exec(
+                &mut conn,
+                "UPDATE diesel_lease_leases SET next_run = ?",
+                &[now - 3_600 * SECOND],
+            );
+            return now;
+        }
+        std::thread::sleep(ms(100));
+    }
+}
+
+/// Polls `job` every 40 ms until it ran twice or 15 s passed; the slots it ran.
+fn poll_twice<B: TestBackend>(db: &TestDb<B>, name: &str, every_five: Cron) -> Vec<i64> {
+    let pool = db.pool(2);
+    let job = every(every_five).lease(opts(1_000)).poll_every(ms(40));
+    let mut slots = Vec::new();
+    let start = Instant::now();
+    while slots.len() < 2 && start.elapsed() < ms(15_000) {
+        if let Some(slot) = job.run_if_due(&pool, name, |o| o.due_at_micros()).unwrap() {
+            slots.push(slot);
+        }
+        std::thread::sleep(ms(40));
+    }
+    slots
+}
+
+/// `Missed::Skip` (the default): an hour of missed slots, and the latest one late: none of them
+/// runs; the next run is the first slot after the farm came back.
+fn cron_skips_missed_slots_by_default<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let every_five = cron("*/5 * * * * *").unwrap().grace(ms(1_000));
+    let back_at = an_hour_of_missed_slots(db, "skip", &every_five);
+    let slots = poll_twice(db, "skip", every_five.clone());
+    let first_future = every_five.next_after(back_at).unwrap();
+    assert_eq!(
+        slots,
+        [first_future, first_future + 5 * SECOND],
+        "no late run"
+    );
+}
+
+/// `Missed::RunOnce`: exactly one late run (for the latest missed slot), then back on schedule.
+fn cron_runs_once_late_when_asked<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let every_five = cron("*/5 * * * * *")
+        .unwrap()
+        .grace(ms(1_000))
+        .on_missed(Missed::RunOnce);
+    let back_at = an_hour_of_missed_slots(db, "once", &every_five);
+    let slots = poll_twice(db, "once", every_five.clone());
+    let latest_missed = every_five.latest_at_or_before(back_at).unwrap().unwrap();
+    assert_eq!(
+        slots,
+        [latest_missed, latest_missed + 5 * SECOND],
+        "one late run, then on time"
+    );
+}
+
+/// A bad expression, a zero grace: typed errors, before any SQL.
+fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let err = cron("0 3 * *").unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidInput(InvalidInput::BadCron { expr, .. }) if expr == "0 3 * *"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("0 3 * *"), "{err}");
+    let pool = db.pool(1);
+    let zero_grace = every(cron("* * * * * *").unwrap().grace(ms(0)));
+    let err = zero_grace.run_if_due(&pool, "tick", |_| ()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput(InvalidInput::ZeroDuration {
+                what: "cron grace",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+    assert!(
+        lease::inspect(&mut db.conn(), "tick").unwrap().is_none(),
+        "nothing was written"
+    );
+}
+
+backend_tests!(
+    cron_runs_each_slot_once_across_nodes,
+    cron_skips_missed_slots_by_default,
+    cron_runs_once_late_when_asked,
+    cron_bad_input_is_a_typed_error,
+);
