@@ -9,6 +9,7 @@ mod jobs;
 mod literals;
 mod locking;
 mod precision;
+mod rate;
 pub(crate) mod schedule;
 mod waiting;
 mod worker;
