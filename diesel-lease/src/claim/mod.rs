@@ -25,6 +25,7 @@ mod guard;
 mod literal;
 mod per_key;
 mod rate;
+pub mod retention;
 pub(crate) mod schedule;
 #[doc(hidden)]
 pub mod statements;
