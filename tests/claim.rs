@@ -10,7 +10,7 @@ mod literals;
 mod locking;
 mod precision;
 mod rate;
-mod retention;
+pub(crate) mod retention;
 pub(crate) mod schedule;
 mod waiting;
 mod worker;

@@ -58,6 +58,8 @@ where
             ReleaseWhat::Ticket { id } => release_ticket(&mut conn, *id, *yes, json),
         },
         Command::Doctor(args) => crate::doctor::doctor(&mut conn, args, json),
+        Command::Purge(args) => crate::retention::purge(&mut conn, args, json),
+        Command::Redrive(args) => crate::retention::redrive(&mut conn, args, json),
     }
 }
 
@@ -250,7 +252,7 @@ fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outc
 }
 
 /// Asks on the terminal unless `--yes`, after showing `state`; refuses without a terminal.
-fn confirm(state: &str, what: &str, yes: bool) -> Outcome {
+pub(crate) fn confirm(state: &str, what: &str, yes: bool) -> Outcome {
     if yes {
         return Ok(());
     }

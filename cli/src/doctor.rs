@@ -36,7 +36,7 @@ impl<DB: SqlDialect, ST: TimestampType> ClaimTarget<DB> for Described<ST> {
 
 /// `doctor` runs once and exits: the names and states it describes live as long as the
 /// process, as a derived model's constants do.
-fn leak(s: &str) -> &'static str {
+pub(crate) fn leak(s: &str) -> &'static str {
     Box::leak(s.to_owned().into_boxed_str())
 }
 
@@ -130,7 +130,10 @@ fn describe<DB: CliDialect>(
 /// A state value typed on the command line, as the derive writes the literal of the state
 /// field's type: `NULL` for `None`, an integer or `true`/`false` for a numeric or boolean column,
 /// else text, quoted as diesel-lease quotes it.
-fn state_value<DB: CliDialect>(value: &str, state: &ColumnInfo) -> Result<StateLiteral, String> {
+pub(crate) fn state_value<DB: CliDialect>(
+    value: &str,
+    state: &ColumnInfo,
+) -> Result<StateLiteral, String> {
     if value == "NULL" {
         return Ok(StateLiteral::NULL);
     }

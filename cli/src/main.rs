@@ -6,6 +6,8 @@
 //! diesel-lease claims --table import_jobs --state-column status --claimed running --claimed-at-column claimed_at --older-than 15m
 //! diesel-lease release lease nightly-report --yes
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
+//! diesel-lease purge --table import_jobs --state-column status --done done --failed dead --age-column finished_at --older-than 30d --yes
+//! diesel-lease redrive --table import_jobs --state-column status --ready ready --failed dead --attempts-column attempts --yes
 //! ```
 //!
 //! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, `sqlite://` or a
@@ -19,6 +21,7 @@ mod backend;
 mod commands;
 mod doctor;
 mod report;
+mod retention;
 mod sql;
 
 use std::process::ExitCode;
@@ -60,6 +63,10 @@ enum Command {
     },
     /// EXPLAIN the statements a claim sends and say whether indexes serve them (and the fix if not).
     Doctor(DoctorArgs),
+    /// Delete done and dead rows older than a period, in batches (each its own transaction).
+    Purge(PurgeArgs),
+    /// Move dead-letter rows back to ready: attempts reset, owner and error cleared.
+    Redrive(RedriveArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,6 +150,76 @@ struct DoctorArgs {
     /// column if any, then the primary key).
     #[arg(long = "order-by")]
     order_by: Vec<String>,
+}
+
+/// The rows to purge: the table, its finished states (as `#[claimable(…)]` names them), and the
+/// timestamp column whose age counts.
+#[derive(Debug, clap::Args)]
+struct PurgeArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// `state = …`: its state column.
+    #[arg(long)]
+    state_column: String,
+    /// `done = …`: purge rows in this state.
+    #[arg(long)]
+    done: Option<String>,
+    /// `failed = …`: purge rows in this (dead-letter) state.
+    #[arg(long)]
+    failed: Option<String>,
+    /// The timestamp column whose age counts (e.g. a `finished_at`, or the claimed-at column);
+    /// rows where it is NULL stay.
+    #[arg(long)]
+    age_column: String,
+    /// Delete rows older than this by the database clock (e.g. `7d`, `12h`).
+    #[arg(long, value_parser = parse_duration)]
+    older_than: Duration,
+    /// Rows per transaction.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The dead letters to move back: the table and its model's columns, as `#[claimable(…)]`
+/// names them (each optional column is reset when given).
+#[derive(Debug, clap::Args)]
+struct RedriveArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// `state = …`: its state column.
+    #[arg(long)]
+    state_column: String,
+    /// `ready = …`: the state redriven rows get (the model's first ready state).
+    #[arg(long)]
+    ready: String,
+    /// `failed = …`: the dead-letter state.
+    #[arg(long)]
+    failed: String,
+    /// `owner = …`: cleared.
+    #[arg(long)]
+    owner_column: Option<String>,
+    /// `attempts = …`: reset to 0.
+    #[arg(long)]
+    attempts_column: Option<String>,
+    /// `error = …`: cleared.
+    #[arg(long)]
+    error_column: Option<String>,
+    /// `available_at = …`: set to now.
+    #[arg(long)]
+    available_at_column: Option<String>,
+    /// Move at most this many rows (default: every dead row).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Rows per transaction.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.

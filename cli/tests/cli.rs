@@ -25,6 +25,8 @@ fn help_lists_every_command() {
         "claims",
         "release",
         "doctor",
+        "purge",
+        "redrive",
     ] {
         assert!(help.contains(command), "{command} missing from:\n{help}");
     }

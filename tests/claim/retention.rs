@@ -24,7 +24,7 @@ backend_suite! {
 
     /// A task in `status` whose `claimed_at` is `secs_ago` seconds before the database's now
     /// (`None`: NULL), with a used attempt, an error and an owner.
-    fn insert(conn: &mut <B as TestBackend>::Conn, status: &str, secs_ago: Option<i64>, tenant: &str) -> i64 {
+    pub(crate) fn insert(conn: &mut <B as TestBackend>::Conn, status: &str, secs_ago: Option<i64>, tenant: &str) -> i64 {
         let sql = pick::<B>(
             "INSERT INTO tasks (status, claimed_at, tenant, attempts, last_error, owner) VALUES \
              ($1, (now() AT TIME ZONE 'UTC') - $2 * INTERVAL '1 second', $3, 5, 'boom', 'w1')",
@@ -42,14 +42,14 @@ backend_suite! {
         tasks::table.select(diesel::dsl::max(tasks::id)).first::<Option<i64>>(conn).unwrap().unwrap()
     }
 
-    fn ids(conn: &mut <B as TestBackend>::Conn) -> BTreeSet<i64> {
+    pub(crate) fn ids(conn: &mut <B as TestBackend>::Conn) -> BTreeSet<i64> {
         tasks::table.select(tasks::id).load::<i64>(conn).unwrap().into_iter().collect()
     }
 
     const DAY: i64 = 24 * 3600;
 
     /// Rows a purge of one day must keep, and rows it must delete.
-    fn seed(conn: &mut <B as TestBackend>::Conn) -> (BTreeSet<i64>, BTreeSet<i64>, BTreeSet<i64>) {
+    pub(crate) fn seed(conn: &mut <B as TestBackend>::Conn) -> (BTreeSet<i64>, BTreeSet<i64>, BTreeSet<i64>) {
         let mut keep = BTreeSet::new();
         let (mut old_done, mut old_dead) = (BTreeSet::new(), BTreeSet::new());
         for _ in 0..7 {
@@ -65,6 +65,11 @@ backend_suite! {
         keep.insert(insert(conn, "running", Some(2 * DAY), ""));
         keep.insert(insert(conn, "done", None, ""));
         (keep, old_done, old_dead)
+    }
+
+    /// The tasks table, empty.
+    pub(crate) fn table(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
     }
 
     pub(crate) fn a_purge_deletes_exactly_the_old_done_and_dead_rows_in_batches(db: &TestDb<B>) {
@@ -106,7 +111,8 @@ backend_suite! {
         let dead_a: Vec<i64> = (0..4).map(|_| insert(&mut conn, "dead", Some(60), "a")).collect();
         let dead_b = insert(&mut conn, "dead", Some(60), "b");
         let done = insert(&mut conn, "done", Some(60), "a");
-        let running = insert(&mut conn, "running", Some(60), "a");
+        // Claimed just now: not stale, so no claim rescues it.
+        let running = insert(&mut conn, "running", Some(0), "a");
         let before: Vec<Task> = tasks::table.order(tasks::id).select(Task::as_select()).load(&mut conn).unwrap();
         // Only tenant b's one dead row matches the filter.
         assert_eq!(Task::redrive_dead_where(&mut conn, 3, tasks::tenant.eq("b")).unwrap(), 1);
