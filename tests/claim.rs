@@ -12,6 +12,8 @@ mod locking;
 pub(crate) mod pause;
 mod precision;
 pub(crate) mod priority;
+mod rate;
+pub(crate) mod retention;
 pub(crate) mod schedule;
 mod waiting;
 mod worker;

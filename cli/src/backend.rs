@@ -13,7 +13,9 @@ use diesel_lease::LeaseConnection;
 use crate::sql::{Explain, Ident};
 
 /// SQL text per backend, and what its planner can do with an index.
-pub(crate) trait CliDialect: SqlDialect {
+pub(crate) trait CliDialect:
+    SqlDialect + diesel_lease::claim::retention::RetentionSqlDialect
+{
     /// The backend's name, for people.
     const NAME: &'static str;
     /// The statement that refreshes a table's planner statistics, before the table's name.

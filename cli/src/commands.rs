@@ -65,6 +65,8 @@ where
         Command::Cancel(args) => crate::claimctl::cancel(&mut conn, args, json),
         Command::Pause(args) => crate::claimctl::pause_or_resume(&mut conn, args, true, json),
         Command::Resume(args) => crate::claimctl::pause_or_resume(&mut conn, args, false, json),
+        Command::Purge(args) => crate::retention::purge(&mut conn, args, json),
+        Command::Redrive(args) => crate::retention::redrive(&mut conn, args, json),
     }
 }
 

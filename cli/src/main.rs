@@ -9,6 +9,8 @@
 //! diesel-lease pause --table import_jobs --key-column tenant --key acme
 //! diesel-lease doctor --table import_jobs --state-column status --ready ready --claimed running --order-by enqueued_at --order-by id
 //! diesel-lease serve --table 'import_jobs --state-column status --claimed running --failed failed'
+//! diesel-lease purge --table import_jobs --state-column status --done done --failed dead --age-column finished_at --older-than 30d --yes
+//! diesel-lease redrive --table import_jobs --state-column status --ready ready --failed dead --attempts-column attempts --yes
 //! ```
 //!
 //! The URL picks the backend: `postgres://` or `postgresql://`, `mysql://`, `sqlite://` or a
@@ -24,6 +26,7 @@ mod commands;
 mod doctor;
 mod queues;
 mod report;
+mod retention;
 mod serve;
 mod sql;
 
@@ -76,6 +79,10 @@ enum Command {
     Pause(PauseArgs),
     /// Resume claims paused by `pause`, and wake the waiting claimers.
     Resume(PauseArgs),
+    /// Delete done and dead rows older than a period, in batches (each its own transaction).
+    Purge(PurgeArgs),
+    /// Move dead-letter rows back to ready: attempts reset, owner and error cleared.
+    Redrive(RedriveArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -208,6 +215,76 @@ struct PauseArgs {
     /// The key value whose rows to pause (with `--key-column`).
     #[arg(long, requires = "key_column")]
     key: Option<String>,
+}
+
+/// The rows to purge: the table, its finished states (as `#[claimable(…)]` names them), and the
+/// timestamp column whose age counts.
+#[derive(Debug, clap::Args)]
+struct PurgeArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// `state = …`: its state column.
+    #[arg(long)]
+    state_column: String,
+    /// `done = …`: purge rows in this state.
+    #[arg(long)]
+    done: Option<String>,
+    /// `failed = …`: purge rows in this (dead-letter) state.
+    #[arg(long)]
+    failed: Option<String>,
+    /// The timestamp column whose age counts (e.g. a `finished_at`, or the claimed-at column);
+    /// rows where it is NULL stay.
+    #[arg(long)]
+    age_column: String,
+    /// Delete rows older than this by the database clock (e.g. `7d`, `12h`).
+    #[arg(long, value_parser = parse_duration)]
+    older_than: Duration,
+    /// Rows per transaction.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The dead letters to move back: the table and its model's columns, as `#[claimable(…)]`
+/// names them (each optional column is reset when given).
+#[derive(Debug, clap::Args)]
+struct RedriveArgs {
+    /// The table.
+    #[arg(long)]
+    table: String,
+    /// `state = …`: its state column.
+    #[arg(long)]
+    state_column: String,
+    /// `ready = …`: the state redriven rows get (the model's first ready state).
+    #[arg(long)]
+    ready: String,
+    /// `failed = …`: the dead-letter state.
+    #[arg(long)]
+    failed: String,
+    /// `owner = …`: cleared.
+    #[arg(long)]
+    owner_column: Option<String>,
+    /// `attempts = …`: reset to 0.
+    #[arg(long)]
+    attempts_column: Option<String>,
+    /// `error = …`: cleared.
+    #[arg(long)]
+    error_column: Option<String>,
+    /// `available_at = …`: set to now.
+    #[arg(long)]
+    available_at_column: Option<String>,
+    /// Move at most this many rows (default: every dead row).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Rows per transaction.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.

@@ -29,6 +29,8 @@ fn help_lists_every_command() {
         "cancel",
         "pause",
         "resume",
+        "purge",
+        "redrive",
     ] {
         assert!(help.contains(command), "{command} missing from:\n{help}");
     }

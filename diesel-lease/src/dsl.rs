@@ -26,11 +26,14 @@ use diesel::r2d2::R2D2Connection;
 use diesel::sql_types::Bool;
 use diesel::Connection;
 
+use crate::claim::retention::{self, Purged, Retention, RetentionSqlDialect};
+use crate::claim::statements::ClaimSql;
 use crate::claim::{
     self, ClaimConnection, ClaimGuard, ClaimOptions, ClaimableLockConnection, Finish, HasAttempts,
     HasCancelState, HasClaimedAt, HasDoneState, HasFailedState, HasPauseKey, NullLockConnection,
     Pausable, RetryOutcome, RetryPolicy,
 };
+use crate::clock::TimestampType;
 use crate::lease::job::{self, JobConnection, JobRun, JobRunOptions};
 use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertReturning};
 use crate::pool::ConnectionSource;
@@ -864,3 +867,80 @@ pub trait OneResourceControlTableDsl: ControlTable + OneResource + Sized {
 }
 
 impl<T: ControlTable + OneResource> OneResourceControlTableDsl for T {}
+
+/// Retention and redrive of a claimable model's rows: delete done and dead rows older than a
+/// period in small batches, and move dead letters back to ready (see the README, "Retention
+/// and redrive").
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_lease::prelude::*;
+///
+/// diesel::table! {
+///     mails (id) { id -> BigInt, status -> Text, attempts -> Integer, last_error -> Nullable<Text>, }
+/// }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = mails)]
+/// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent", failed = "dead",
+///             attempts = attempts, error = last_error)]
+/// struct Mail {
+///     id: i64,
+///     status: String,
+///     attempts: i32,
+///     last_error: Option<String>,
+/// }
+///
+/// # let mut conn = SqliteConnection::establish(":memory:").unwrap();
+/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+/// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, attempts INTEGER NOT NULL,
+/// #          last_error TEXT);
+/// #      INSERT INTO mails VALUES (1, 'dead', 5, 'smtp down'), (2, 'dead', 5, 'smtp down');").unwrap();
+/// // The mail server is back: both dead letters are new mails again, with no attempt used.
+/// assert_eq!(Mail::redrive_dead(&mut conn, 100).unwrap(), 2);
+/// let mail = Mail::claim_next(&mut conn).unwrap().expect("ready again");
+/// assert_eq!((mail.attempts, mail.last_error), (1, None));
+/// # }
+/// ```
+pub trait RetentionDsl: Claimable {
+    /// Deletes done and dead rows whose `column` is older than the retention's period by the
+    /// database clock, in batches; see
+    /// [`claim::retention::purge_finished`](crate::claim::retention::purge_finished()).
+    fn purge_finished<C, Col>(conn: &mut C, column: Col, retention: &Retention) -> Result<Purged>
+    where
+        Self: ClaimSql<<C::Conn as Connection>::Backend>,
+        C: BorrowConnection,
+        <C::Conn as Connection>::Backend: RetentionSqlDialect,
+        Col: diesel::Column<Table = Self::Table>,
+        Col::SqlType: TimestampType,
+    {
+        retention::purge_finished::<Self, C, Col>(conn, column, retention)
+    }
+
+    /// Moves up to `limit` dead rows back to ready, attempts reset; see
+    /// [`claim::retention::redrive_dead`](crate::claim::retention::redrive_dead()).
+    fn redrive_dead<C>(conn: &mut C, limit: u64) -> Result<u64>
+    where
+        Self: HasFailedState + ClaimSql<<C::Conn as Connection>::Backend>,
+        C: BorrowConnection,
+        <C::Conn as Connection>::Backend: RetentionSqlDialect,
+    {
+        retention::redrive_dead::<Self, C>(conn, limit)
+    }
+
+    /// [`redrive_dead`](Self::redrive_dead) of the dead rows that also match `filter`.
+    fn redrive_dead_where<C, F>(conn: &mut C, limit: u64, filter: F) -> Result<u64>
+    where
+        Self: HasFailedState + ClaimSql<<C::Conn as Connection>::Backend>,
+        C: BorrowConnection,
+        <C::Conn as Connection>::Backend: RetentionSqlDialect,
+        F: Expression<SqlType = Bool>
+            + AppearsOnTable<Self::Table>
+            + QueryFragment<<C::Conn as Connection>::Backend>,
+    {
+        retention::redrive_dead_where::<Self, C, F>(conn, limit, filter)
+    }
+}
+
+impl<M: Claimable> RetentionDsl for M {}

@@ -7,6 +7,6 @@
 
 pub use crate::dsl::{
     ClaimDsl, ClaimIfNullDsl, ControlTableDsl, InsertOnceDsl, JobLeaseDsl,
-    OneResourceControlTableDsl,
+    OneResourceControlTableDsl, RetentionDsl,
 };
 pub use crate::{Claimable, Held, InsertOutcome};

@@ -386,6 +386,107 @@ pub(crate) struct BlockPause;
 #[allow(dead_code)]
 pub(crate) struct BlockCancel;
 
+/// README block 7a (Rate limits).
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # use chrono::NaiveDateTime;
+/// # use std::time::Duration;
+/// # use diesel_lease::worker::Worker;
+/// # use std::sync::atomic::AtomicBool;
+/// # diesel::table! {
+/// #     emails (id) {
+/// #         id -> BigInt,
+/// #         tenant -> Text,
+/// #         status -> Text,
+/// #         owner -> Nullable<Text>,
+/// #         claimed_at -> Nullable<Timestamp>,
+/// #         attempts -> Integer,
+/// #         run_at -> Nullable<Timestamp>,
+/// #         last_error -> Nullable<Text>,
+/// #     }
+/// # }
+/// # #[derive(Queryable, Selectable, Claimable)]
+/// # #[diesel(table_name = emails)]
+/// # #[claimable(state = status, ready = "new", claimed = "sending", done = "sent", failed = "dead",
+/// #             owner = owner, claimed_at = claimed_at, attempts = attempts, timeout_secs = 30,
+/// #             available_at = run_at, error = last_error)]
+/// # struct Email { id: i64, tenant: String, status: String, owner: Option<String>,
+/// #                claimed_at: Option<NaiveDateTime>, attempts: i32, run_at: Option<NaiveDateTime>,
+/// #                last_error: Option<String> }
+/// # fn send(_: &mut SqliteConnection, _: &Email) -> Result<(), String> { Ok(()) }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
+/// # let mut conn = pool.get()?;
+/// # let stop = AtomicBool::new(false);
+/// use diesel_lease::claim::{ClaimOptions, RateLimit};
+///
+/// let report = Worker::new(pool.clone())
+///     .concurrency(8)
+///     .rate_limit(RateLimit::per_key(emails::tenant, 5, Duration::from_secs(2)))  // 5 per 2 s per tenant
+///     .rate_limit(RateLimit::global(100, Duration::from_secs(60)))                // and 100 a minute in all
+///     .limit_per_key(emails::tenant, 2, |e: &Email| e.tenant.clone())            // 2 at once per tenant
+///     .run_until(&stop, |conn, email: &Email| send(conn, email))?;
+///
+/// // Plain claims take the same limits through their options.
+/// let options = ClaimOptions::default().rate_limit(RateLimit::global(100, Duration::from_secs(60)));
+/// let batch = Email::claim_batch_with(&mut conn, 10, &options)?;   // at most the room left
+/// # let _ = (report, batch);
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct Block7a;
+
+/// README block 7b (Retention and redrive).
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
+/// # use chrono::NaiveDateTime;
+/// # use std::time::Duration;
+/// # diesel::table! {
+/// #     emails (id) {
+/// #         id -> BigInt,
+/// #         tenant -> Text,
+/// #         status -> Text,
+/// #         owner -> Nullable<Text>,
+/// #         claimed_at -> Nullable<Timestamp>,
+/// #         attempts -> Integer,
+/// #         run_at -> Nullable<Timestamp>,
+/// #         last_error -> Nullable<Text>,
+/// #     }
+/// # }
+/// # #[derive(Queryable, Selectable, Claimable)]
+/// # #[diesel(table_name = emails)]
+/// # #[claimable(state = status, ready = "new", claimed = "sending", done = "sent", failed = "dead",
+/// #             owner = owner, claimed_at = claimed_at, attempts = attempts, timeout_secs = 30,
+/// #             available_at = run_at, error = last_error)]
+/// # struct Email { id: i64, tenant: String, status: String, owner: Option<String>,
+/// #                claimed_at: Option<NaiveDateTime>, attempts: i32, run_at: Option<NaiveDateTime>,
+/// #                last_error: Option<String> }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
+/// # let mut conn = pool.get()?;
+/// use diesel_lease::claim::retention::Retention;
+/// use diesel_lease::lease::schedule::every;
+///
+/// // Hourly, on one node: done and dead emails whose claimed_at is older than 30 days.
+/// let retention = Retention::older_than(Duration::from_secs(30 * 24 * 3600)).batch_size(500);
+/// every(Duration::from_secs(3600)).run_if_due(&pool, "purge-emails", |_| {
+///     Email::purge_finished(&mut pool.get()?, emails::claimed_at, &retention)
+/// })?;
+///
+/// // The SMTP relay is back: dead letters of one tenant go back to ready, attempts reset.
+/// let moved = Email::redrive_dead_where(&mut conn, 1000, emails::tenant.eq("acme"))?;
+/// # let _ = moved;
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct Block7b;
+
 /// README block 8.
 /// ```no_run
 /// # #![allow(unused, dead_code)]

@@ -16,7 +16,7 @@ use crate::claim::schedule::release_unstarted;
 use crate::claim::wait::{ClaimFn, Waiter};
 use crate::claim::{
     fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
-    HasAttempts, HasDoneState, HasFailedState, RetryOutcome,
+    HasAttempts, HasDoneState, HasFailedState, RateLimit, RetryOutcome,
 };
 use crate::pool::{AnySource, ConnectionSource};
 use crate::semaphore::Semaphore;
@@ -239,6 +239,18 @@ where
             max: max.max(1),
             key: Box::new(key),
         });
+        self
+    }
+
+    /// Claims at most `limit`'s number of rows per period, of the table or of each key, across
+    /// every worker and claim that uses the same limit ([`ClaimOptions::rate_limit`] on this
+    /// worker's claim options; set it after [`claim_options`](Self::claim_options), which
+    /// replaces them). Rows over the limit stay ready; idle threads look again at least once a
+    /// second. Combines with [`limit_per_key`](Self::limit_per_key): a row then needs room in
+    /// the window and a free permit of its key, and a row handed back because its key was busy
+    /// has used its start.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.options = self.options.rate_limit(limit);
         self
     }
 

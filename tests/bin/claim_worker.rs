@@ -7,6 +7,10 @@
 //! `claim-worker <backend> <url> tenants <threads> <limit>`: runs a `Worker` on `tasks` with a
 //! per-tenant limit until killed; each run prints `run <id> <tenant> <start µs> <end µs>`
 //! (system clock, shared by the processes of one machine).
+//! `claim-worker <backend> <url> rate <threads> <max> <period ms> <global|tenant> <concurrency>`:
+//! runs a `Worker` on `tasks` under a rate limit (global or per tenant; with a per-tenant
+//! concurrency limit when `concurrency` > 0) until killed; each run prints
+//! `rate <id> <tenant> <claimed_at µs, database clock> <start µs> <end µs>` (system clock).
 //!
 //! With `DIESEL_LEASE_TEST_TRANSACTION_POOLER` set, `url` goes through a transaction pooler and
 //! the pools are built for one (`PoolOptions::transaction_pooler`).
@@ -123,6 +127,44 @@ where
                     let end = micros_now();
                     let mut o = out.lock().map_err(|_| "stdout lock")?;
                     writeln!(o, "run {} {} {start} {end}", t.id, t.tenant)
+                        .map_err(|e| e.to_string())?;
+                    o.flush().map_err(|e| e.to_string())
+                })
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+        "rate" => {
+            let threads: usize = arg(rest, 0)?;
+            let max: u32 = arg(rest, 1)?;
+            let period = std::time::Duration::from_millis(arg(rest, 2)?);
+            let kind: String = arg(rest, 3)?;
+            let concurrency: u32 = arg(rest, 4)?;
+            let limit = match kind.as_str() {
+                "global" => diesel_lease::claim::RateLimit::global(max, period),
+                _ => diesel_lease::claim::RateLimit::per_key(tasks::tenant, max, period),
+            };
+            let pool = worker_pool::<C>(url, u32::try_from(threads + 6).unwrap_or(16))
+                .map_err(|e| e.to_string())?;
+            let never = std::sync::atomic::AtomicBool::new(false);
+            let out = std::sync::Mutex::new(std::io::stdout());
+            let mut worker = diesel_lease::worker::Worker::new(pool)
+                .concurrency(threads)
+                .rate_limit(limit);
+            if concurrency > 0 {
+                worker =
+                    worker.limit_per_key(tasks::tenant, concurrency, |t: &Task| t.tenant.clone());
+            }
+            worker
+                .run_until(&never, |_, t: &Task| {
+                    let start = micros_now();
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    let end = micros_now();
+                    let claimed_at = t
+                        .claimed_at
+                        .map(|c| c.and_utc().timestamp_micros())
+                        .ok_or("claimed_at unset")?;
+                    let mut o = out.lock().map_err(|_| "stdout lock")?;
+                    writeln!(o, "rate {} {} {claimed_at} {start} {end}", t.id, t.tenant)
                         .map_err(|e| e.to_string())?;
                     o.flush().map_err(|e| e.to_string())
                 })

@@ -74,6 +74,11 @@ impl Dialect for SqliteConnection {
         F: FnOnce(&mut Self) -> Result<T, E>,
         E: From<DieselError>,
     {
+        if super::in_transaction(self)? {
+            // As documented: a savepoint of the open transaction, which holds the write lock
+            // already if it wrote (`BEGIN IMMEDIATE` cannot nest).
+            return self.transaction(f);
+        }
         // SQLite's lock is not fair; writers of this process take turns (see `sqlite_writer`).
         let _turn = crate::sqlite_writer::turn();
         ensure_busy_timeout(self)?;

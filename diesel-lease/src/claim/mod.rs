@@ -26,6 +26,8 @@ mod guard;
 mod literal;
 pub mod pause;
 mod per_key;
+mod rate;
+pub mod retention;
 pub(crate) mod schedule;
 #[doc(hidden)]
 pub mod statements;
@@ -51,6 +53,7 @@ pub use dialect::{ClaimDialect, ClaimSqlDialect};
 pub use guard::ClaimGuard;
 pub use lease_core::RetryPolicy;
 pub use literal::StateLiteral;
+pub use rate::{RateDialect, RateLimit, RateSqlDialect};
 pub use schedule::{fail_or_retry, retry, RetryOutcome, TimeColumn};
 pub use wait::{
     claim_batch_wait, claim_next_wait, install_ready_trigger, notify_ready, MAX_POLL_INTERVAL,
@@ -159,6 +162,8 @@ pub struct ClaimOptions {
     owner: OwnerId,
     timeout: Option<std::time::Duration>,
     drop_wait: std::time::Duration,
+    /// At most one global and one per-key limit.
+    rates: Vec<RateLimit>,
 }
 
 impl Default for ClaimOptions {
@@ -167,6 +172,7 @@ impl Default for ClaimOptions {
             owner: OwnerId::process_default().clone(),
             timeout: None,
             drop_wait: crate::pool::DROP_WAIT,
+            rates: Vec::new(),
         }
     }
 }
@@ -218,7 +224,20 @@ impl ClaimOptions {
             }
         }
         crate::Ttl::new("drop wait", self.drop_wait)?;
+        for rate in &self.rates {
+            rate.check::<M>()?;
+        }
         Ok(())
+    }
+
+    /// Claims at most `limit`'s number of rows per period (see [`RateLimit`]): of the table
+    /// ([`RateLimit::global`]) or of each key ([`RateLimit::per_key`]). One of each kind may be
+    /// set (both then hold); a second of the same kind replaces the first. Rows over the limit
+    /// stay ready for a later claim.
+    pub fn rate_limit(mut self, limit: RateLimit) -> Self {
+        self.rates.retain(|r| r.is_per_key() != limit.is_per_key());
+        self.rates.push(limit);
+        self
     }
 
     pub(crate) fn drop_wait_limit(&self) -> std::time::Duration {
@@ -293,7 +312,7 @@ pub trait ClaimConnection<M: Claimable>: ClaimDialect {
 impl<M, C> ClaimConnection<M> for C
 where
     M: Claimable + ClaimModel<C>,
-    C: ClaimDialect,
+    C: ClaimDialect + RateDialect,
 {
     fn claim_matching<F: QueryId>(
         &mut self,
@@ -317,6 +336,9 @@ where
         // A deadlock or serialization failure rolled the claim back whole: nothing was
         // claimed, so trying again is safe.
         let claimed = retry_conflicts(|| {
+            if !options.rates.is_empty() {
+                return rate::claim_limited::<M, C, F>(self, &parts, limit, filter, &options.rates);
+            }
             Ok(ClaimDialect::claim_rows::<M, F>(
                 self, &parts, limit, filter,
             )?)

@@ -1,0 +1,2 @@
+DROP TABLE diesel_lease_rate_starts;
+DROP TABLE diesel_lease_rate_limits;

@@ -1,0 +1,222 @@
+//! Issue 24.1: rate limits. At most N claims per period, of a table or per key, across processes
+//! and threads, by the database clock: never more than N in any window of the period (asserted
+//! from the claimed-at times the claims wrote), every row started exactly once, none lost.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use diesel::prelude::*;
+use diesel_lease::claim::{ClaimOptions, RateLimit};
+use diesel_lease::prelude::*;
+
+use crate::common::{TestBackend, TestDb};
+use crate::models::schema::tasks;
+use crate::models::*;
+
+backend_suite! {
+    fixtures: crate::claim::schedule;
+    tests: [
+        a_global_rate_limit_holds_in_every_window_across_processes_and_threads,
+        a_per_key_rate_limit_holds_with_the_per_key_concurrency_limit,
+        rows_over_a_rate_limit_stay_ready,
+        a_rate_limit_on_another_table_is_refused,
+    ];
+
+    const PERIOD: Duration = Duration::from_secs(2);
+
+    fn seed(db: &TestDb<B>, n: usize, tenants: &[&str]) -> Vec<i64> {
+        db.migrate();
+        fixtures::tasks_table(db);
+        let mut conn = db.conn();
+        (0..n).map(|i| fixtures::insert_task(&mut conn, -10, tenants[i % tenants.len()])).collect()
+    }
+
+    fn left(db: &TestDb<B>, status: &str) -> i64 {
+        tasks::table.filter(tasks::status.eq(status)).count().get_result(&mut db.conn()).unwrap()
+    }
+
+    /// One start: the row, its key, and its claimed-at time (µs, database clock).
+    struct Start {
+        id: i64,
+        tenant: String,
+        claimed_at: i64,
+        /// The handler's run on the system clock (µs), when a worker process ran it.
+        run: Option<(u128, u128)>,
+    }
+
+    fn micros(t: &Task) -> i64 {
+        t.claimed_at.expect("claimed").and_utc().timestamp_micros()
+    }
+
+    /// No `max + 1` starts within less than `period`: sorted by time, each start is at least
+    /// `period` after the one `max` places before it. That is "never more than `max` in any
+    /// window of length `period`".
+    fn assert_windows(starts: &[&Start], max: usize, what: &str) {
+        let mut times: Vec<i64> = starts.iter().map(|s| s.claimed_at).collect();
+        times.sort();
+        let period = i64::try_from(PERIOD.as_micros()).unwrap();
+        for (i, pair) in times.windows(max + 1).enumerate() {
+            let gap = pair[max] - pair[0];
+            assert!(
+                gap >= period,
+                "{what}: starts {i}..={} are {gap} µs apart, less than the period: {times:?}",
+                i + max
+            );
+        }
+        // The limit was reached: the test would have seen a breach.
+        assert!(times.len() > max, "{what}: only {} starts", times.len());
+    }
+
+    /// Spawns `processes` claim-worker processes in `rate` mode with `args`.
+    fn spawn(db: &TestDb<B>, processes: usize, args: &[&str]) -> Vec<std::process::Child> {
+        (0..processes)
+            .map(|_| {
+                std::process::Command::new(crate::common::worker_bin("claim-worker"))
+                    .args([B::NAME, &db.url, "rate"])
+                    .args(args)
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("spawn claim-worker")
+            })
+            .collect()
+    }
+
+    fn collect(children: Vec<std::process::Child>, starts: &mut Vec<Start>) {
+        for mut child in children {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            for line in String::from_utf8(out.stdout).unwrap().lines() {
+                let f: Vec<&str> = line.split(' ').collect();
+                if let ["rate", id, tenant, claimed_at, start, end] = f.as_slice() {
+                    starts.push(Start {
+                        id: id.parse().unwrap(),
+                        tenant: tenant.to_string(),
+                        claimed_at: claimed_at.parse().unwrap(),
+                        run: Some((start.parse().unwrap(), end.parse().unwrap())),
+                    });
+                }
+            }
+        }
+    }
+
+    fn assert_each_once(db: &TestDb<B>, starts: &[Start], ids: &[i64]) {
+        let seen: HashSet<i64> = starts.iter().map(|s| s.id).collect();
+        assert_eq!(starts.len(), ids.len(), "each row started once");
+        assert_eq!(seen, ids.iter().copied().collect::<HashSet<_>>(), "every row started");
+        assert_eq!(left(db, "done"), i64::try_from(ids.len()).unwrap(), "every row done");
+    }
+
+    /// Waits (at most 120 s) until every row is done.
+    fn wait_done(db: &TestDb<B>, n: usize) {
+        let started = Instant::now();
+        while left(db, "done") < i64::try_from(n).unwrap() && started.elapsed() < Duration::from_secs(120) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub(crate) fn a_global_rate_limit_holds_in_every_window_across_processes_and_threads(db: &TestDb<B>) {
+        let ids = seed(db, 18, &[""]);
+        let period_ms = PERIOD.as_millis().to_string();
+        let options = ClaimOptions::default().rate_limit(RateLimit::global(5, PERIOD));
+        // Plain claims here (a first one before the processes start, then two threads of at
+        // most two rows each) and three processes of two worker threads each, which do the
+        // rest: all under 5 per 2 s.
+        let plain = |conn: &mut <B as TestBackend>::Conn, t: Task| {
+            assert!(t.complete(conn).unwrap());
+            Start { id: t.id, tenant: t.tenant.clone(), claimed_at: micros(&t), run: None }
+        };
+        let mut conn = db.conn();
+        let first = Task::claim_next_with(&mut conn, &options).unwrap().expect("the window is empty");
+        let mut starts = vec![plain(&mut conn, first)];
+        let children = spawn(db, 3, &["2", "5", &period_ms, "global", "0"]);
+        starts.extend(std::thread::scope(|s| {
+            let claimers: Vec<_> = (0..2)
+                .map(|_| {
+                    let options = options.clone();
+                    s.spawn(move || {
+                        let mut conn = db.conn();
+                        let mut mine = Vec::new();
+                        while mine.len() < 2 && left(db, "done") < 18 {
+                            match Task::claim_next_with(&mut conn, &options).unwrap() {
+                                Some(t) => mine.push(plain(&mut conn, t)),
+                                None => std::thread::sleep(Duration::from_millis(50)),
+                            }
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            claimers.into_iter().flat_map(|c| c.join().unwrap()).collect::<Vec<_>>()
+        }));
+        wait_done(db, 18);
+        collect(children, &mut starts);
+        assert_each_once(db, &starts, &ids);
+        assert_windows(&starts.iter().collect::<Vec<_>>(), 5, "global");
+        assert!(starts.iter().filter(|s| s.run.is_some()).count() >= 13, "the processes ran the rest");
+    }
+
+    pub(crate) fn a_per_key_rate_limit_holds_with_the_per_key_concurrency_limit(db: &TestDb<B>) {
+        let tenants = ["acme", "globex", "initech"];
+        let ids = seed(db, 21, &tenants);
+        let period_ms = PERIOD.as_millis().to_string();
+        // 3 per 2 s per tenant, and at most one row of a tenant running at once.
+        let children = spawn(db, 3, &["3", "3", &period_ms, "tenant", "1"]);
+        wait_done(db, 21);
+        let mut starts = Vec::new();
+        collect(children, &mut starts);
+        assert_each_once(db, &starts, &ids);
+        for tenant in tenants {
+            let of: Vec<&Start> = starts.iter().filter(|s| s.tenant == tenant).collect();
+            assert_windows(&of, 3, tenant);
+            // The concurrency limit still holds: a tenant's runs never overlap (system clock of
+            // this machine, shared by the processes).
+            let mut runs: Vec<(u128, u128)> = of.iter().filter_map(|s| s.run).collect();
+            runs.sort();
+            for pair in runs.windows(2) {
+                assert!(pair[0].1 <= pair[1].0, "{tenant}: two runs at once: {pair:?}");
+            }
+        }
+    }
+
+    pub(crate) fn rows_over_a_rate_limit_stay_ready(db: &TestDb<B>) {
+        seed(db, 5, &["a", "a", "a", "b", "b"]);
+        let mut conn = db.conn();
+        let options = ClaimOptions::default()
+            .rate_limit(RateLimit::per_key(tasks::tenant, 1, Duration::from_secs(60)))
+            .rate_limit(RateLimit::global(10, Duration::from_secs(60)));
+        let first = Task::claim_batch_with(&mut conn, 10, &options).unwrap();
+        let mut tenants: Vec<&str> = first.iter().map(|t| t.tenant.as_str()).collect();
+        tenants.sort();
+        assert_eq!(tenants, ["a", "b"], "one row per tenant");
+        assert!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().is_empty());
+        // Nothing consumed: the others are ready, and claimable without the limit.
+        let states: HashMap<String, i64> = tasks::table
+            .group_by(tasks::status)
+            .select((tasks::status, diesel::dsl::count_star()))
+            .load::<(String, i64)>(&mut conn)
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(states, HashMap::from([("new".to_string(), 3), ("running".to_string(), 2)]));
+        assert_eq!(Task::claim_batch(&mut conn, 10).unwrap().len(), 3);
+        // A global limit on its own counts every claim with it.
+        let tight = ClaimOptions::default().rate_limit(RateLimit::global(1, Duration::from_secs(60)));
+        fixtures::insert_task(&mut conn, -10, "c");
+        fixtures::insert_task(&mut conn, -10, "c");
+        assert_eq!(Task::claim_batch_with(&mut conn, 10, &tight).unwrap().len(), 1);
+        assert!(Task::claim_next_with(&mut conn, &tight).unwrap().is_none());
+        assert_eq!(left(db, "new"), 1);
+    }
+
+    pub(crate) fn a_rate_limit_on_another_table_is_refused(db: &TestDb<B>) {
+        seed(db, 1, &[""]);
+        let mut conn = db.conn();
+        let wrong = ClaimOptions::default()
+            .rate_limit(RateLimit::per_key(crate::models::schema::reminders::status, 1, PERIOD));
+        let err = Task::claim_next_with(&mut conn, &wrong).unwrap_err();
+        assert!(matches!(err, diesel_lease::Error::Config(_)), "{err}");
+        let zero = ClaimOptions::default().rate_limit(RateLimit::global(0, PERIOD));
+        assert!(Task::claim_next_with(&mut conn, &zero).is_err());
+        assert_eq!(left(db, "new"), 1, "nothing claimed");
+    }
+}

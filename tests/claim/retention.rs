@@ -1,0 +1,145 @@
+//! Issue 24.6: retention and redrive on the user's own table. A purge deletes exactly the done
+//! and dead rows older than the period (by the database clock), in batches of its size; a
+//! redrive moves exactly the dead rows chosen back to ready, attempts reset.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text};
+use diesel_lease::claim::retention::{Purged, Retention};
+use diesel_lease::prelude::*;
+
+use crate::common::{pick, TestBackend, TestDb};
+use crate::models::schema::tasks;
+use crate::models::*;
+
+backend_suite! {
+    fixtures: crate::claim::schedule;
+    tests: [
+        a_purge_deletes_exactly_the_old_done_and_dead_rows_in_batches,
+        a_purge_can_keep_the_dead_rows,
+        a_redrive_resets_exactly_the_dead_rows_chosen,
+    ];
+
+    /// A task in `status` whose `claimed_at` is `secs_ago` seconds before the database's now
+    /// (`None`: NULL), with a used attempt, an error and an owner.
+    pub(crate) fn insert(conn: &mut <B as TestBackend>::Conn, status: &str, secs_ago: Option<i64>, tenant: &str) -> i64 {
+        let sql = pick::<B>(
+            "INSERT INTO tasks (status, claimed_at, tenant, attempts, last_error, owner) VALUES \
+             ($1, (now() AT TIME ZONE 'UTC') - $2 * INTERVAL '1 second', $3, 5, 'boom', 'w1')",
+            "INSERT INTO tasks (status, claimed_at, tenant, attempts, last_error, owner) VALUES \
+             (?, strftime('%Y-%m-%d %H:%M:%f', 'now', printf('%+d seconds', -?)), ?, 5, 'boom', 'w1')",
+            "INSERT INTO tasks (status, claimed_at, tenant, attempts, last_error, owner) VALUES \
+             (?, UTC_TIMESTAMP(6) - INTERVAL ? SECOND, ?, 5, 'boom', 'w1')",
+        );
+        diesel::sql_query(sql)
+            .bind::<Text, _>(status)
+            .bind::<diesel::sql_types::Nullable<BigInt>, _>(secs_ago)
+            .bind::<Text, _>(tenant)
+            .execute(conn)
+            .unwrap();
+        tasks::table.select(diesel::dsl::max(tasks::id)).first::<Option<i64>>(conn).unwrap().unwrap()
+    }
+
+    pub(crate) fn ids(conn: &mut <B as TestBackend>::Conn) -> BTreeSet<i64> {
+        tasks::table.select(tasks::id).load::<i64>(conn).unwrap().into_iter().collect()
+    }
+
+    const DAY: i64 = 24 * 3600;
+
+    /// Rows a purge of one day must keep, and rows it must delete.
+    pub(crate) fn seed(conn: &mut <B as TestBackend>::Conn) -> (BTreeSet<i64>, BTreeSet<i64>, BTreeSet<i64>) {
+        let mut keep = BTreeSet::new();
+        let (mut old_done, mut old_dead) = (BTreeSet::new(), BTreeSet::new());
+        for _ in 0..7 {
+            old_done.insert(insert(conn, "done", Some(2 * DAY), ""));
+        }
+        for _ in 0..5 {
+            old_dead.insert(insert(conn, "dead", Some(3 * DAY), ""));
+        }
+        // Newer than the period, not finished, or never timed: kept.
+        keep.insert(insert(conn, "done", Some(3600), ""));
+        keep.insert(insert(conn, "dead", Some(DAY - 600), ""));
+        keep.insert(insert(conn, "new", Some(2 * DAY), ""));
+        keep.insert(insert(conn, "running", Some(2 * DAY), ""));
+        keep.insert(insert(conn, "done", None, ""));
+        (keep, old_done, old_dead)
+    }
+
+    /// The tasks table, empty.
+    pub(crate) fn table(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
+    }
+
+    pub(crate) fn a_purge_deletes_exactly_the_old_done_and_dead_rows_in_batches(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
+        let mut conn = db.conn();
+        let (keep, _, _) = seed(&mut conn);
+        let retention = Retention::older_than(Duration::from_secs(DAY as u64)).batch_size(3);
+        let purged: Purged = Task::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        // 12 rows, 3 per statement: four full batches, and a fifth that finds none.
+        assert_eq!((purged.deleted, purged.batches, purged.largest_batch), (12, 5, 3));
+        assert_eq!(ids(&mut conn), keep);
+        // Nothing left to do.
+        let again = Task::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        assert_eq!((again.deleted, again.batches), (0, 1));
+        // Inside the caller's transaction it is refused: each batch commits on its own.
+        let nested = conn.transaction::<_, diesel_lease::Error, _>(|c| {
+            Task::purge_finished(c, tasks::claimed_at, &retention).map(drop)
+        });
+        assert!(nested.is_err());
+        let zero = Retention::older_than(Duration::from_secs(1)).batch_size(0);
+        assert!(Task::purge_finished(&mut conn, tasks::claimed_at, &zero).is_err());
+    }
+
+    pub(crate) fn a_purge_can_keep_the_dead_rows(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
+        let mut conn = db.conn();
+        let (keep, old_done, old_dead) = seed(&mut conn);
+        let retention = Retention::older_than(Duration::from_secs(DAY as u64)).failed(false);
+        let purged = Task::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        assert_eq!((purged.deleted, purged.batches), (7, 1));
+        let left = ids(&mut conn);
+        assert!(left.is_disjoint(&old_done));
+        assert_eq!(left, keep.union(&old_dead).copied().collect());
+    }
+
+    pub(crate) fn a_redrive_resets_exactly_the_dead_rows_chosen(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
+        let mut conn = db.conn();
+        let dead_a: Vec<i64> = (0..4).map(|_| insert(&mut conn, "dead", Some(60), "a")).collect();
+        let dead_b = insert(&mut conn, "dead", Some(60), "b");
+        let done = insert(&mut conn, "done", Some(60), "a");
+        // Claimed just now: not stale, so no claim rescues it.
+        let running = insert(&mut conn, "running", Some(0), "a");
+        let before: Vec<Task> = tasks::table.order(tasks::id).select(Task::as_select()).load(&mut conn).unwrap();
+        // Only tenant b's one dead row matches the filter.
+        assert_eq!(Task::redrive_dead_where(&mut conn, 3, tasks::tenant.eq("b")).unwrap(), 1);
+        // Then at most three of the others.
+        assert_eq!(Task::redrive_dead(&mut conn, 3).unwrap(), 3);
+        let after: Vec<Task> = tasks::table.order(tasks::id).select(Task::as_select()).load(&mut conn).unwrap();
+        let redriven: Vec<&Task> = after.iter().filter(|t| t.status == "new").collect();
+        assert_eq!(redriven.len(), 4);
+        assert!(redriven.iter().any(|t| t.id == dead_b));
+        for t in &redriven {
+            assert!(dead_a.contains(&t.id) || t.id == dead_b, "only dead rows: {t:?}");
+            assert_eq!((t.attempts, t.owner.as_deref(), t.last_error.as_deref()), (0, None, None));
+        }
+        // Everything else is as it was.
+        for (b, a) in before.iter().zip(&after) {
+            if a.status != "new" {
+                assert_eq!(a, b);
+            }
+        }
+        assert_eq!(after.iter().filter(|t| t.status == "dead").count(), 1);
+        assert_eq!(after.iter().find(|t| t.id == done).unwrap().status, "done");
+        assert_eq!(after.iter().find(|t| t.id == running).unwrap().status, "running");
+        // A redriven row is claimable again, at once, with its first attempt.
+        let claimed = Task::claim_next(&mut conn).unwrap().expect("ready again");
+        assert!(redriven.iter().any(|t| t.id == claimed.id));
+        assert_eq!(claimed.attempts, 1);
+        assert_eq!(Task::redrive_dead(&mut conn, 10).unwrap(), 1);
+        assert_eq!(Task::redrive_dead(&mut conn, 10).unwrap(), 0);
+    }
+}
