@@ -133,21 +133,15 @@ pub(crate) fn purge<C: CliConnection>(conn: &mut C, args: &PurgeArgs, json: bool
 }
 
 pub(crate) fn redrive<C: CliConnection>(conn: &mut C, args: &RedriveArgs, json: bool) -> Outcome {
-    let columns = Columns::read(conn, &args.table)?;
-    let shape = RowShape {
-        pk: columns.pk()?,
-        state: leak(&columns.get(&args.state_column)?.name),
-        ready: columns.state::<C::Backend>(&args.state_column, &Some(args.ready.clone()))?,
-        done: None,
-        failed: columns.state::<C::Backend>(&args.state_column, &Some(args.failed.clone()))?,
-        owner: columns.name(&args.owner_column)?,
-        attempts: columns.name(&args.attempts_column)?,
-        error: columns.name(&args.error_column)?,
-        available_at: args
-            .available_at_column
-            .as_deref()
-            .map(|c| columns.time(c))
-            .transpose()?,
+    let rows = DeadRows {
+        table: &args.table,
+        state_column: &args.state_column,
+        ready: &args.ready,
+        failed: &args.failed,
+        owner_column: &args.owner_column,
+        attempts_column: &args.attempts_column,
+        error_column: &args.error_column,
+        available_at_column: &args.available_at_column,
     };
     let how_many = args
         .limit
@@ -160,15 +154,7 @@ pub(crate) fn redrive<C: CliConnection>(conn: &mut C, args: &RedriveArgs, json: 
         "redrive them",
         args.yes,
     )?;
-    let moved = redrive_table(
-        conn,
-        &Ident(&args.table),
-        &shape,
-        None,
-        args.limit,
-        args.batch,
-    )
-    .map_err(|e| format!("cannot redrive `{}`: {e}", args.table))?;
+    let moved = redrive_rows(conn, &rows, args.limit, args.batch)?;
     say(
         json,
         json!({"table": args.table, "redriven": moved.deleted, "batches": moved.batches}),
@@ -179,4 +165,47 @@ pub(crate) fn redrive<C: CliConnection>(conn: &mut C, args: &RedriveArgs, json: 
             )
         },
     )
+}
+
+/// A table's dead rows, described at run time (by `redrive`'s flags or a `serve --table`).
+#[derive(Debug)]
+pub(crate) struct DeadRows<'a> {
+    pub(crate) table: &'a str,
+    pub(crate) state_column: &'a str,
+    /// The state they go back to.
+    pub(crate) ready: &'a str,
+    /// The dead-letter state.
+    pub(crate) failed: &'a str,
+    pub(crate) owner_column: &'a Option<String>,
+    pub(crate) attempts_column: &'a Option<String>,
+    pub(crate) error_column: &'a Option<String>,
+    pub(crate) available_at_column: &'a Option<String>,
+}
+
+/// Moves `rows` back to ready (at most `limit`, `batch` per transaction; see
+/// `claim::retention::redrive_dead`).
+pub(crate) fn redrive_rows<C: CliConnection>(
+    conn: &mut C,
+    rows: &DeadRows<'_>,
+    limit: Option<u64>,
+    batch: usize,
+) -> Result<diesel_lease::claim::retention::Purged, String> {
+    let columns = Columns::read(conn, rows.table)?;
+    let shape = RowShape {
+        pk: columns.pk()?,
+        state: leak(&columns.get(rows.state_column)?.name),
+        ready: columns.state::<C::Backend>(rows.state_column, &Some(rows.ready.to_owned()))?,
+        done: None,
+        failed: columns.state::<C::Backend>(rows.state_column, &Some(rows.failed.to_owned()))?,
+        owner: columns.name(rows.owner_column)?,
+        attempts: columns.name(rows.attempts_column)?,
+        error: columns.name(rows.error_column)?,
+        available_at: rows
+            .available_at_column
+            .as_deref()
+            .map(|c| columns.time(c))
+            .transpose()?,
+    };
+    redrive_table(conn, &Ident(rows.table), &shape, None, limit, batch)
+        .map_err(|e| format!("cannot redrive `{}`: {e}", rows.table))
 }

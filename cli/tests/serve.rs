@@ -598,7 +598,7 @@ fn an_unreachable_database_is_a_page_and_the_server_stays_up() {
     assert_eq!(status, 200);
 }
 
-/// The page's pause, resume and cancel actions, over HTTP with the token (SQLite; the library
+/// The page's pause, resume, cancel and retry-dead-rows actions, over HTTP with the token (SQLite; the library
 /// functions they call are tested on every backend): what each did is in the database, and the
 /// page shows the pauses in force.
 #[test]
@@ -618,8 +618,10 @@ fn the_page_pauses_resumes_and_cancels_rows() {
     let mut conn = diesel::SqliteConnection::establish(&url).expect("connect");
     diesel_lease::run_migrations(&mut conn).expect("migrations");
     conn.batch_execute(
-        "CREATE TABLE import_jobs (id INTEGER PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMP, tenant TEXT NOT NULL);
-         INSERT INTO import_jobs (id, status, tenant) VALUES (1, 'ready', 'acme'), (2, 'done', 'acme'), (3, 'ready', 'globex');",
+        "CREATE TABLE import_jobs (id INTEGER PRIMARY KEY, status TEXT NOT NULL, claimed_at TIMESTAMP, tenant TEXT NOT NULL,
+                                   attempts INTEGER NOT NULL DEFAULT 0);
+         INSERT INTO import_jobs (id, status, tenant) VALUES (1, 'ready', 'acme'), (2, 'done', 'acme'), (3, 'ready', 'globex');
+         INSERT INTO import_jobs (id, status, tenant, attempts) VALUES (4, 'failed', 'acme', 5), (5, 'failed', 'globex', 5);",
     )
     .expect("table");
     let pauses = |conn: &mut diesel::SqliteConnection| -> Vec<(String, String)> {
@@ -650,7 +652,7 @@ fn the_page_pauses_resumes_and_cancels_rows() {
             "--token",
             token,
             "--table",
-            "import_jobs --state-column status --claimed-at-column claimed_at --claimed running --ready ready --cancelled cancelled",
+            "import_jobs --state-column status --claimed-at-column claimed_at --claimed running --ready ready --cancelled cancelled --failed failed --attempts-column attempts",
         ],
     );
     let action = |name: &str, fields: &[(&str, &str)]| {
@@ -717,4 +719,30 @@ fn the_page_pauses_resumes_and_cancels_rows() {
     );
     assert_eq!(status, 403);
     assert_eq!(status_of(&mut conn, 3), "ready");
+    // Retry the dead rows: both go back to ready with their attempts reset; not without the token.
+    let (_, page) = get(&format!("{}/", served.base));
+    assert!(page.contains("Retry dead rows"), "{page}");
+    let (status, _) = post(
+        &format!("{}/actions/retry-dead", served.base),
+        &[("table", "import_jobs")],
+    );
+    assert_eq!(status, 403);
+    assert_eq!(status_of(&mut conn, 4), "failed");
+    let (status, body) = action("retry-dead", &[("table", "import_jobs")]);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Moved 2 dead rows"), "{body}");
+    for id in [4, 5] {
+        assert_eq!(status_of(&mut conn, id), "ready");
+    }
+    let attempts: i64 = diesel::RunQueryDsl::get_result::<Row>(
+        diesel::sql_query(
+            "SELECT CAST(SUM(attempts) AS TEXT) AS a, '' AS b FROM import_jobs WHERE id IN (4, 5)",
+        ),
+        &mut conn,
+    )
+    .expect("attempts")
+    .a
+    .parse()
+    .expect("a number");
+    assert_eq!(attempts, 0, "attempts reset");
 }

@@ -62,7 +62,7 @@ pub(super) struct Action<C> {
 
 /// Every action the page offers. A new one is a function below and a line here, and its button
 /// on the page ([`page::action_button`]).
-pub(super) fn actions<C>() -> [Action<C>; 5]
+pub(super) fn actions<C>() -> [Action<C>; 6]
 where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
@@ -87,7 +87,37 @@ where
             name: CANCEL,
             run: cancel::<C>,
         },
+        Action {
+            name: RETRY_DEAD,
+            run: retry_dead::<C>,
+        },
     ]
+}
+
+/// Moves every dead row of a `--table` back to ready (attempts reset), in batches.
+pub(super) const RETRY_DEAD: &str = "retry-dead";
+
+/// Rows per transaction when the page retries dead rows (as `redrive`'s default).
+const RETRY_BATCH: usize = 500;
+
+fn retry_dead<C>(conn: &mut C, state: &State, form: &Form) -> Result<String, Refusal>
+where
+    C: CliConnection + BorrowConnection<Conn = C>,
+{
+    let spec = described(state, form)?;
+    let Some(rows) = spec.dead_rows() else {
+        return Err(Refusal::BadRequest(format!(
+            "`{}` was described without --ready or --failed: its dead rows cannot be retried \
+             from this page",
+            spec.claims.table
+        )));
+    };
+    let moved =
+        crate::retention::redrive_rows(conn, &rows, None, RETRY_BATCH).map_err(Refusal::Failed)?;
+    Ok(format!(
+        "Moved {} dead rows of `{}` from {} back to {} (attempts reset), in {} transactions.",
+        moved.deleted, rows.table, rows.failed, rows.ready, moved.batches
+    ))
 }
 
 /// Pauses claims of a `--table` (or of its rows of one key).

@@ -67,9 +67,36 @@ pub(crate) struct TableSpec {
     /// The state a cancelled row goes to (`#[claimable(cancelled = …)]`; default: `--failed`).
     #[arg(long)]
     cancelled: Option<String>,
+    /// `owner = …`: cleared when dead rows are retried.
+    #[arg(long)]
+    owner_column: Option<String>,
+    /// `attempts = …`: reset to 0 when dead rows are retried.
+    #[arg(long)]
+    attempts_column: Option<String>,
+    /// `error = …`: cleared when dead rows are retried.
+    #[arg(long)]
+    error_column: Option<String>,
+    /// `available_at = …`: set to now when dead rows are retried.
+    #[arg(long)]
+    available_at_column: Option<String>,
 }
 
 impl TableSpec {
+    /// What retrying this table's dead rows needs: its first ready state and its failed state;
+    /// `None` when the spec lacks one.
+    pub(super) fn dead_rows(&self) -> Option<crate::retention::DeadRows<'_>> {
+        Some(crate::retention::DeadRows {
+            table: &self.claims.table,
+            state_column: &self.claims.state_column,
+            ready: self.ready.first()?,
+            failed: self.failed.as_deref().filter(|f| *f != "NULL")?,
+            owner_column: &self.owner_column,
+            attempts_column: &self.attempts_column,
+            error_column: &self.error_column,
+            available_at_column: &self.available_at_column,
+        })
+    }
+
     /// What cancelling a row of this table needs: its ready and claimed states and the state a
     /// cancelled row goes to; `None` when the spec lacks one.
     pub(super) fn cancel_states(&self) -> Option<(&[String], &str, &str)> {

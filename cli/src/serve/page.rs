@@ -3,7 +3,7 @@
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use super::actions::{CANCEL, PAUSE, PREFIX, RELEASE_LEASE, RELEASE_TICKET, RESUME};
+use super::actions::{CANCEL, PAUSE, PREFIX, RELEASE_LEASE, RELEASE_TICKET, RESUME, RETRY_DEAD};
 use super::snapshot::{holders, Snapshot, TableView, Unreadable};
 use super::State;
 use crate::queues::{Requests, SemaphoreView};
@@ -214,7 +214,14 @@ fn claims_table(view: &TableView<'_>, state: &State) -> Markup {
                         td { (r.n) }
                         td { @match r.oldest.filter(|_| claimed) { Some(o) => { (duration(r.now - o)) " ago" }, None => "-" } }
                         td .stale { @if claimed { @if r.stale > 0 { span .bad { (r.stale) } } @else { "0" } } @else { "-" } }
-                        td { @if dead && r.n > 0 { span .bad { "dead" } } }
+                        td {
+                            @if dead && r.n > 0 {
+                                span .bad { "dead" }
+                                @if state.token.is_some() && view.spec.dead_rows().is_some() {
+                                    " " (action_button(RETRY_DEAD, "Retry dead rows", &[("table", args.table.as_str())]))
+                                }
+                            }
+                        }
                     }
                 }
             },
