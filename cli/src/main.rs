@@ -264,6 +264,23 @@ struct RedriveArgs {
     /// `failed = …`: the dead-letter state.
     #[arg(long)]
     failed: String,
+    #[command(flatten)]
+    reset: ResetColumns,
+    /// Move at most this many rows (default: every dead row).
+    #[arg(long)]
+    limit: Option<u64>,
+    /// Rows per transaction.
+    #[arg(long, default_value_t = 500)]
+    batch: usize,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+/// The columns a redrive resets, where the model has them (each flag is the attribute of the
+/// same name).
+#[derive(Debug, clap::Args)]
+struct ResetColumns {
     /// `owner = …`: cleared.
     #[arg(long)]
     owner_column: Option<String>,
@@ -276,15 +293,6 @@ struct RedriveArgs {
     /// `available_at = …`: set to now.
     #[arg(long)]
     available_at_column: Option<String>,
-    /// Move at most this many rows (default: every dead row).
-    #[arg(long)]
-    limit: Option<u64>,
-    /// Rows per transaction.
-    #[arg(long, default_value_t = 500)]
-    batch: usize,
-    /// Do not ask for confirmation.
-    #[arg(long)]
-    yes: bool,
 }
 
 /// `90s`, `15m`, `2h`, `1d`, or plain seconds.

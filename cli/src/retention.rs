@@ -11,7 +11,7 @@ use crate::backend::{has_time_zone, CliConnection, CliDialect, ColumnInfo};
 use crate::commands::{confirm, say, Outcome};
 use crate::doctor::{leak, state_value};
 use crate::sql::Ident;
-use crate::{PurgeArgs, RedriveArgs};
+use crate::{PurgeArgs, RedriveArgs, ResetColumns};
 
 /// The table's columns, and a lookup that names what is missing.
 struct Columns<'a> {
@@ -138,10 +138,7 @@ pub(crate) fn redrive<C: CliConnection>(conn: &mut C, args: &RedriveArgs, json: 
         state_column: &args.state_column,
         ready: &args.ready,
         failed: &args.failed,
-        owner_column: &args.owner_column,
-        attempts_column: &args.attempts_column,
-        error_column: &args.error_column,
-        available_at_column: &args.available_at_column,
+        reset: &args.reset,
     };
     let how_many = args
         .limit
@@ -176,10 +173,8 @@ pub(crate) struct DeadRows<'a> {
     pub(crate) ready: &'a str,
     /// The dead-letter state.
     pub(crate) failed: &'a str,
-    pub(crate) owner_column: &'a Option<String>,
-    pub(crate) attempts_column: &'a Option<String>,
-    pub(crate) error_column: &'a Option<String>,
-    pub(crate) available_at_column: &'a Option<String>,
+    /// The columns it resets.
+    pub(crate) reset: &'a ResetColumns,
 }
 
 /// Moves `rows` back to ready (at most `limit`, `batch` per transaction; see
@@ -197,10 +192,11 @@ pub(crate) fn redrive_rows<C: CliConnection>(
         ready: columns.state::<C::Backend>(rows.state_column, &Some(rows.ready.to_owned()))?,
         done: None,
         failed: columns.state::<C::Backend>(rows.state_column, &Some(rows.failed.to_owned()))?,
-        owner: columns.name(rows.owner_column)?,
-        attempts: columns.name(rows.attempts_column)?,
-        error: columns.name(rows.error_column)?,
+        owner: columns.name(&rows.reset.owner_column)?,
+        attempts: columns.name(&rows.reset.attempts_column)?,
+        error: columns.name(&rows.reset.error_column)?,
         available_at: rows
+            .reset
             .available_at_column
             .as_deref()
             .map(|c| columns.time(c))

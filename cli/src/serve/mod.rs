@@ -67,18 +67,9 @@ pub(crate) struct TableSpec {
     /// The state a cancelled row goes to (`#[claimable(cancelled = …)]`; default: `--failed`).
     #[arg(long)]
     cancelled: Option<String>,
-    /// `owner = …`: cleared when dead rows are retried.
-    #[arg(long)]
-    owner_column: Option<String>,
-    /// `attempts = …`: reset to 0 when dead rows are retried.
-    #[arg(long)]
-    attempts_column: Option<String>,
-    /// `error = …`: cleared when dead rows are retried.
-    #[arg(long)]
-    error_column: Option<String>,
-    /// `available_at = …`: set to now when dead rows are retried.
-    #[arg(long)]
-    available_at_column: Option<String>,
+    /// The columns retrying dead rows resets (as `redrive` takes them).
+    #[command(flatten)]
+    reset: crate::ResetColumns,
 }
 
 impl TableSpec {
@@ -90,10 +81,7 @@ impl TableSpec {
             state_column: &self.claims.state_column,
             ready: self.ready.first()?,
             failed: self.failed.as_deref().filter(|f| *f != "NULL")?,
-            owner_column: &self.owner_column,
-            attempts_column: &self.attempts_column,
-            error_column: &self.error_column,
-            available_at_column: &self.available_at_column,
+            reset: &self.reset,
         })
     }
 
