@@ -213,3 +213,98 @@ fn changes(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) 
     }
     out
 }
+
+/// Issue 25.3: the axum service stops gracefully on Ctrl-C (SIGINT): the server first, then its
+/// Worker, with every accepted order shipped and the process exiting cleanly. Runs on SQLite
+/// (no `DATABASE_URL`), as a reader's first run does.
+#[test]
+fn the_axum_service_stops_gracefully_on_ctrl_c() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    fn http(address: &str, request: &str) -> String {
+        let mut stream = std::net::TcpStream::connect(address).expect("connect to the service");
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("read");
+        response
+    }
+    let mut child = Command::new(binary("axum-service"))
+        .args(["--serve", "--listen", "127.0.0.1:0"])
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start axum-service");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines = Vec::new();
+    let address = loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).expect("read") > 0,
+            "exited early: {lines:?}"
+        );
+        lines.push(line.clone());
+        if let Some(rest) = line.strip_prefix("listening on http://") {
+            break rest
+                .split_whitespace()
+                .next()
+                .expect("an address")
+                .to_owned();
+        }
+    };
+    let mut ids = Vec::new();
+    for item in ["lamp", "desk", "desk"] {
+        let response = http(
+            &address,
+            &format!("POST /orders HTTP/1.1\r\nHost: {address}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{item}", item.len()),
+        );
+        assert!(response.starts_with("HTTP/1.1 201"), "{response}");
+        ids.push(
+            response
+                .split("\r\n\r\n")
+                .nth(1)
+                .expect("a body")
+                .trim()
+                .to_owned(),
+        );
+    }
+    let started = Instant::now();
+    for id in &ids {
+        loop {
+            let response = http(
+                &address,
+                &format!(
+                    "GET /orders/{id} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+                ),
+            );
+            if response.ends_with("shipped\n") {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "order {id} not shipped: {response}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Ctrl-C.
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let rest: Vec<String> = out.lines().map(|l| l.expect("read")).collect();
+    let exited = child.wait().expect("wait");
+    assert!(exited.success(), "{exited:?}: {lines:?} {rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l.starts_with("Ctrl-C: stopping the server, then the worker")),
+        "{rest:?}"
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.starts_with("worker stopped: 3 shipped")),
+        "{rest:?}"
+    );
+}

@@ -36,7 +36,7 @@ impl From<diesel::result::Error> for Refused {
     }
 }
 
-pub(super) async fn run(url: &str, serve: bool) -> Result<(), BoxError> {
+pub(super) async fn run(url: &str, serve: bool, listen: &str) -> Result<(), BoxError> {
     // The application's one pool: request handlers and diesel-lease share it.
     let db = Deadpool::from_current(build_deadpool::<Conn>(url, 8)?)?;
     let setup = db.pool().get().await?;
@@ -81,12 +81,7 @@ pub(super) async fn run(url: &str, serve: bool) -> Result<(), BoxError> {
         .route("/orders", post(place))
         .route("/orders/{id}", get(status))
         .with_state(App { db: db.clone() });
-    let address = if serve {
-        "127.0.0.1:3000"
-    } else {
-        "127.0.0.1:0"
-    };
-    let listener = tokio::net::TcpListener::bind(address).await?;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
     let address = listener.local_addr()?;
     println!("listening on http://{address} (Ctrl-C stops the server, then the worker)");
 

@@ -13,7 +13,8 @@
 //!
 //! By default it plays its own client: 18 orders (8 lamps with 5 in stock, 10 desks), waits
 //! until every accepted order is shipped, stops itself the way Ctrl-C does and checks the
-//! result. `-- --serve` keeps it running on 127.0.0.1:3000 until Ctrl-C:
+//! result. `-- --serve` keeps it running on 127.0.0.1:3000 (`--listen ADDR` to change) until
+//! Ctrl-C:
 //!
 //! ```text
 //! cargo run -p axum-service                              # SQLite file in a temporary directory
@@ -114,14 +115,23 @@ fn main() -> ExitCode {
 
 /// The example's own database (see `example_db`), then the service on a tokio runtime.
 fn run() -> Result<(), BoxError> {
-    let serve = std::env::args().any(|a| a == "--serve");
+    let args: Vec<String> = std::env::args().collect();
+    let serve = args.iter().any(|a| a == "--serve");
+    let listen = match args.iter().position(|a| a == "--listen") {
+        Some(i) => args
+            .get(i + 1)
+            .cloned()
+            .ok_or("--listen needs an address")?,
+        None if serve => "127.0.0.1:3000".to_owned(),
+        None => "127.0.0.1:0".to_owned(),
+    };
     let db = ExampleDb::open("axum-service")?;
     println!("{}", db.describe());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     match db.backend() {
-        Backend::Postgres => runtime.block_on(on_postgres::run(db.url(), serve)),
-        Backend::Sqlite => runtime.block_on(on_sqlite::run(db.url(), serve)),
+        Backend::Postgres => runtime.block_on(on_postgres::run(db.url(), serve, &listen)),
+        Backend::Sqlite => runtime.block_on(on_sqlite::run(db.url(), serve, &listen)),
     }
 }
