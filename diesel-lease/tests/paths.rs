@@ -5,6 +5,7 @@
 
 // The paths a user writes; this file must name each of lease-core's public items (checked below).
 use diesel_lease::claim::RetryPolicy;
+use diesel_lease::lease::schedule::{Cron, Missed, Plan, Schedule, DEFAULT_GRACE};
 use diesel_lease::prelude::InsertOutcome as _;
 use diesel_lease::semaphore::{Mode, QueueEntry};
 use diesel_lease::{
@@ -15,24 +16,31 @@ use diesel_lease::{
 /// The public types, traits and constants lease-core declares or re-exports (functions such as
 /// `validate_name` are lease-core's own helpers, used inside diesel-lease).
 fn lease_core_items() -> Vec<String> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lease-core/src");
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../lease-core/src")];
     let mut items = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("lease-core/src") {
-        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("read");
-        for line in text.lines() {
-            for kind in [
-                "pub struct ",
-                "pub enum ",
-                "pub trait ",
-                "pub const ",
-                "pub type ",
-            ] {
-                if let Some(rest) = line.strip_prefix(kind) {
-                    let name: String = rest
-                        .chars()
-                        .take_while(|c| c.is_alphanumeric() || *c == '_')
-                        .collect();
-                    items.push(name);
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).expect("lease-core/src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("read");
+            for line in text.lines() {
+                for kind in [
+                    "pub struct ",
+                    "pub enum ",
+                    "pub trait ",
+                    "pub const ",
+                    "pub type ",
+                ] {
+                    if let Some(rest) = line.strip_prefix(kind) {
+                        let name: String = rest
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        items.push(name);
+                    }
                 }
             }
         }

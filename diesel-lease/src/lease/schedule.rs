@@ -39,9 +39,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
-use lease_core::{Backoff, FencingToken, Plan, Ttl};
+use lease_core::{Backoff, FencingToken, Ttl};
 
-pub use lease_core::{Cron, Missed, Schedule, Tz};
+pub use lease_core::cron::DEFAULT_GRACE;
+pub use lease_core::{Cron, Missed, Plan, Schedule, Tz};
 
 use crate::lease::statements::{LeaseStatements, Periodic};
 use crate::lease::{LeaseGuard, LeaseOptions};
