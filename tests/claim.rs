@@ -6,6 +6,7 @@ mod cancel;
 mod contention;
 mod guards;
 mod heartbeat;
+mod idle;
 mod jobs;
 mod literals;
 mod locking;

@@ -13,6 +13,7 @@ mod control;
 pub(crate) mod control_model;
 mod handoff;
 mod history;
+mod idle;
 mod small_pool;
 mod stale;
 

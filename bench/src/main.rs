@@ -15,6 +15,7 @@
 
 mod coordination;
 mod e2e;
+mod idle;
 mod measure;
 mod model;
 mod overhead;
@@ -72,7 +73,8 @@ struct Args {
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
-    /// Sections to run (default: all): claim, batch, guard, lease, semaphore, wake, scale, sqlite.
+    /// Sections to run (default: all): claim, batch, guard, lease, semaphore, wake, scale, sqlite,
+    /// idle.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
@@ -242,6 +244,7 @@ fn run() -> BenchResult<()> {
         scale: Vec::new(),
         consecutive: Vec::new(),
         semaphores: Vec::new(),
+        idle: Vec::new(),
         targets: Vec::new(),
         not_measured: Vec::new(),
         warnings: Vec::new(),
@@ -275,6 +278,9 @@ fn run() -> BenchResult<()> {
     }
     if wants("sqlite") {
         sqlite_section(&plan, &mut report)?;
+    }
+    if wants("idle") {
+        idle_section(&args, &mut report)?;
     }
     pg.drop_tables()?;
 
@@ -682,6 +688,49 @@ fn sqlite_section(plan: &Plan, report: &mut Report) -> BenchResult<()> {
         let s = sq.claim_next(w)?;
         record(report, "sqlite", "claim_next", "sqlite", w, "claims/s", s);
     }
+    Ok(())
+}
+
+/// Issue 23 item 2: 1,000 idle claim waiters and 1,000 idle semaphore waiters on SQLite (and
+/// on MySQL at `DIESEL_LEASE_BENCH_MYSQL`, a `mysql://` URL, when set): statements per second,
+/// and the insert-to-claim latency against half the poll interval.
+fn idle_section(args: &Args, report: &mut Report) -> BenchResult<()> {
+    let (waiters, secs, rows) = if args.smoke {
+        (50, 2.0, 3)
+    } else {
+        (1000, 10.0, 30)
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("diesel-lease-bench-idle-")
+        .tempdir()?;
+    let sqlite = dir.path().join("idle.db").display().to_string();
+    let mut runs = vec![idle::run::<diesel::SqliteConnection>(
+        &sqlite, waiters, secs, rows,
+    )?];
+    match std::env::var("DIESEL_LEASE_BENCH_MYSQL") {
+        Ok(url) => runs.push(idle::run::<diesel::MysqlConnection>(
+            &url, waiters, secs, rows,
+        )?),
+        Err(_) => report
+            .not_measured
+            .push("idle on MySQL: DIESEL_LEASE_BENCH_MYSQL not set".into()),
+    }
+    for run in &runs {
+        eprintln!(
+            "  idle    {}: {} claim waiters {:.1} statements/s, {} semaphore waiters {:.1} \
+             statements/s; insert -> claim p50 {:.0} ms, p99 {:.0} ms over {} rows (target p50 <= {:.0} ms)",
+            run.backend,
+            run.claim_waiters,
+            run.claim_statements_per_sec,
+            run.semaphore_waiters,
+            run.semaphore_statements_per_sec,
+            run.p50_ms,
+            run.p99_ms,
+            run.rows,
+            run.target_p50_ms
+        );
+    }
+    report.idle.extend(runs);
     Ok(())
 }
 

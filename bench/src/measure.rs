@@ -253,6 +253,14 @@ where
     })
 }
 
+/// The `p` quantile (0 to 1) of `sorted`, by the nearest rank; NaN when it is empty.
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

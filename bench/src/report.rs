@@ -164,6 +164,8 @@ pub(crate) struct Report {
     pub(crate) scale: Vec<ScalePoint>,
     pub(crate) consecutive: Vec<Consecutive>,
     pub(crate) semaphores: Vec<SemaphoreRun>,
+    /// Idle waiters' cost where there are no notifications (section `idle`).
+    pub(crate) idle: Vec<crate::idle::IdleRun>,
     pub(crate) targets: Vec<TargetCheck>,
     pub(crate) not_measured: Vec<String>,
     pub(crate) warnings: Vec<String>,

@@ -111,12 +111,7 @@ pub(crate) fn insert_to_claim(url: &str, rows: usize) -> BenchResult<Sample> {
         })
         .collect();
     latencies.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 - 1.0) * p).round() as usize)
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
+    let pct = |p: f64| crate::measure::percentile(&latencies, p);
     pool.get()?
         .batch_execute("DROP TABLE IF EXISTS bench_wake")?;
     Ok(Sample {

@@ -435,8 +435,10 @@ where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
+        let key = self.worker.key_limit.as_ref().map(|k| (k.column, k.max));
+        let kind = format!("{} key_limit={key:?}", self.worker.options.claim_kind());
         let mut calls = Calls {
-            waiter: Waiter::new::<M, C>()?,
+            waiter: Waiter::new::<M, C>(&kind)?,
             quiet_since: Instant::now(),
         };
         let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));

@@ -18,6 +18,7 @@
 
 #![allow(dead_code)]
 
+pub mod counted;
 pub mod proxy;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

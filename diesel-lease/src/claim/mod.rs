@@ -244,6 +244,12 @@ impl ClaimOptions {
         self.drop_wait
     }
 
+    /// What of the options changes which rows a claim finds (the stale-claim timeout, the rate
+    /// limits): waiters share a poll schedule only when it is equal (`wait.rs`).
+    pub(crate) fn claim_kind(&self) -> String {
+        format!("timeout={:?} rates={:?}", self.timeout, self.rates)
+    }
+
     /// The identity claims are made under.
     pub fn owner_id(&self) -> &OwnerId {
         &self.owner

@@ -22,13 +22,15 @@ use super::{limit, ClaimConnection, ClaimOptions, Claimable};
 use crate::backend::SqlDialect;
 use crate::claim::ClaimDialect;
 use crate::courier::Courier;
-use crate::notify::listener::{Listener, Mark, Registration};
+use crate::notify::gate::{Gate, Turn};
+use crate::notify::listener::{Mark, Registration};
 use crate::notify::Notifications;
-use crate::pool::ConnectionSource;
+use crate::pool::{Checkout, ConnectionSource};
 use crate::{BorrowConnection, Error, Result};
 
-/// The longest pause between two polls of an idle waiter: each costs the database at most one
-/// claim query per second.
+/// The longest pause between two polls of an idle waiter: it costs the database at most one
+/// claim query per second. The waiters of one pool for one table share their polls: one query
+/// per second for a lone waiter, two for many, however many they are.
 pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// The first pause after an empty poll; it doubles up to [`MAX_POLL_INTERVAL`].
 const FIRST_POLL_PAUSE: Duration = Duration::from_millis(20);
@@ -129,6 +131,12 @@ where
 /// installs), else at the next poll (at most [`MAX_POLL_INTERVAL`] apart). `None` when the
 /// timeout passed without a row.
 ///
+/// The waiters of one pool for one table share their polls (one of them polls, twice per
+/// interval while others wait with it; the rest wait without a query until a poll finds rows),
+/// so their idle cost does not grow with their number. Each call looks once when it starts,
+/// since a row may be there already: an idle loop should wait long per call (or use a
+/// [`Worker`](crate::worker::Worker)) rather than call it with short timeouts.
+///
 /// No connection is held while it sleeps. Each poll runs on a thread of its own, and it returns
 /// within `timeout` plus the [drop wait](ClaimOptions::drop_wait) (2 s by default) whatever the
 /// pool's health check and the network do: a poll still under way then fails with
@@ -163,8 +171,9 @@ where
     let deadline = Instant::now().checked_add(timeout);
     let allowance = options.drop_wait_limit();
     let give_up = |started: Instant| Some(deadline?.max(started.checked_add(allowance)?));
+    let kind = options.claim_kind();
     let options = options.clone();
-    Waiter::new::<M, C>()?.claim(
+    Waiter::new::<M, C>(&kind)?.claim(
         pool,
         deadline,
         &|| false,
@@ -175,15 +184,28 @@ where
     )
 }
 
-/// What one poll of a [`Waiter`] brings back: the claimed rows, and the pool's listener.
-type Polled<M> = (Vec<M>, Option<Arc<Listener>>);
+/// What one poll of a [`Waiter`] brings back: the claimed rows, and what the checkout told
+/// about the pool.
+type Polled<M> = (Vec<M>, Checkout);
 
 /// The claim a [`Waiter`] makes on each poll.
 pub(crate) type ClaimFn<M, C> = Arc<dyn Fn(&mut C) -> Result<Vec<M>> + Send + Sync>;
 
-/// One waiter's place at its pool's listener, its poll schedule, and the thread its polls run on.
+/// One waiter's place at its pool's listener and at its pool's [`Gate`], its poll schedule
+/// while it polls on its own, and the thread its polls run on.
+///
+/// Waiters of one pool that make the same claim share a [`Gate`]: one of them polls on the
+/// schedule, the others wait without a query until a poll finds rows, so idle waiters cost
+/// one claim query per [`MAX_POLL_INTERVAL`] per pool and queue, however many they are. A waiter
+/// looks once when it starts waiting, unless its gate's last poll found nothing (and its poller
+/// still watches); it polls on its own only where the pool is not known (an r2d2 pool without
+/// [`WaiterWakeups`](crate::pool::WaiterWakeups), until its first checkout).
 pub(crate) struct Waiter {
     resource: String,
+    /// The gate's name of the queue: the table, the model and what its claim looks for.
+    queue: String,
+    /// The pool's identity, once known.
+    pool: Option<usize>,
     registration: Option<Registration>,
     /// Wake-ups from this process where the pool has no listener (a resume, `claim/pause.rs`).
     local: crate::notify::local::Subscription,
@@ -192,7 +214,9 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn new<M, C>() -> Result<Self>
+    /// A waiter for claims of `M`; `kind` names what its claim looks for beyond the model (the
+    /// options that change which rows it finds): waiters share a gate only when it is equal.
+    pub(crate) fn new<M, C>(kind: &str) -> Result<Self>
     where
         M: Claimable,
         C: ClaimConnection<M>,
@@ -200,11 +224,18 @@ impl Waiter {
         let resource = C::ready_resource()?;
         Ok(Waiter {
             local: crate::notify::local::Subscription::new(&resource),
+            queue: format!("{resource} {} {kind}", std::any::type_name::<M>()),
             resource,
+            pool: None,
             registration: None,
             pause: Backoff::new(FIRST_POLL_PAUSE, MAX_POLL_INTERVAL),
             courier: Courier::new(),
         })
+    }
+
+    fn join(&self) -> Option<Gate> {
+        self.pool
+            .map(|pool| Gate::join(pool, &self.queue, FIRST_POLL_PAUSE, MAX_POLL_INTERVAL))
     }
 
     /// Runs `claim` on a pool connection until it returns rows, `deadline` passes (`None`:
@@ -226,37 +257,64 @@ impl Waiter {
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
         let began = Instant::now();
+        let mut gate = self.join();
+        let mut look = gate.as_ref().is_none_or(Gate::polls_first);
+        let mut mark = None;
         loop {
             if stop() {
                 return Ok(Vec::new());
             }
-            // Marked before the poll: a row announced after it wakes the sleep below.
-            let mark = self.registration.as_ref().map(Registration::mark);
-            let Some((rows, listener)) = self.poll(pool, began, give_up, Arc::clone(&claim))?
-            else {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Ok(Vec::new());
+            if look {
+                // Marked before the poll: a row announced after it wakes the sleep below.
+                mark = self.registration.as_ref().map(Registration::mark);
+                let Some((rows, checkout)) = self.poll(pool, began, give_up, Arc::clone(&claim))?
+                else {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(Vec::new());
+                    }
+                    continue;
+                };
+                if self.registration.is_none() {
+                    self.registration = checkout.listener.map(|l| l.register(&self.resource));
                 }
-                continue;
-            };
-            if self.registration.is_none() {
-                self.registration = listener.map(|l| l.register(&self.resource));
-            }
-            if !rows.is_empty() {
-                self.pause.reset();
-                return Ok(rows);
+                if self.pool.is_none() && checkout.pool.is_some() {
+                    self.pool = checkout.pool;
+                    gate = self.join();
+                }
+                if let Some(gate) = &gate {
+                    gate.polled(!rows.is_empty());
+                }
+                if !rows.is_empty() {
+                    self.pause.reset();
+                    return Ok(rows);
+                }
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
                 return Ok(Vec::new());
             }
-            let pause = self
-                .pause
-                .next_delay_at_least()
-                .min(left.unwrap_or(Duration::MAX));
-            if self.nap(mark, pause, stop) {
-                // Announced: the next poll comes at once, and the one after soon.
-                self.pause.reset();
+            look = true;
+            let Some(gate) = gate.as_mut() else {
+                let pause = self
+                    .pause
+                    .next_delay_at_least()
+                    .min(left.unwrap_or(Duration::MAX));
+                if self.nap(mark, pause, stop) {
+                    // Announced: the next poll comes at once, and the one after soon.
+                    self.pause.reset();
+                }
+                continue;
+            };
+            match gate.turn(deadline, stop, STOP_CHECK) {
+                Turn::Over => return Ok(Vec::new()),
+                Turn::Extra => {}
+                Turn::Poller => {
+                    let until = gate.due().saturating_duration_since(Instant::now());
+                    let pause = until.min(left.unwrap_or(Duration::MAX));
+                    if self.nap(mark, pause, stop) {
+                        gate.woken();
+                    }
+                }
             }
         }
     }
@@ -266,7 +324,7 @@ impl Waiter {
         &mut self.courier
     }
 
-    /// One poll on the courier: the claimed rows and the pool's listener, or `None` when the
+    /// One poll on the courier: the claimed rows and what the checkout told, or `None` when the
     /// pool had no connection to spare (a missed poll, not a failure; the wait for one is
     /// bounded so that a stop is still seen). A poll given up on is [`Error::Timeout`] with the
     /// time waited since `began`.
@@ -288,13 +346,13 @@ impl Waiter {
         let polled = self.courier.call(
             &|| give_up(started),
             move || {
-                let Ok((mut conn, listener)) = crate::pool::lend_with_listener(&lender, wait)
+                let Ok((mut conn, checkout)) = crate::pool::lend_with_listener(&lender, wait)
                 else {
                     return Ok(None);
                 };
                 Ok(Some((
                     S::with_lent(&mut conn, |conn| claim(conn))?,
-                    listener,
+                    checkout,
                 )))
             },
             // Claimed after the caller gave up: nobody will run them, so they go back.

@@ -16,6 +16,7 @@ use diesel::QueryResult;
 
 use crate::backend::Dialect;
 
+pub(crate) mod gate;
 pub(crate) mod listener;
 pub(crate) mod local;
 #[cfg(feature = "postgres")]

@@ -176,6 +176,11 @@ where
     fn connection_timeout(&self) -> Duration {
         self.pool().timeouts().wait.unwrap_or(DEFAULT_WAIT)
     }
+
+    fn identity(&self) -> Option<usize> {
+        // The manager lives in the pool's shared state, as long as the pool.
+        Some(std::ptr::from_ref(self.pool().manager()) as usize)
+    }
 }
 
 /// The last handle of a pool closes its connections on the runtime's blocking threads, which the

@@ -330,32 +330,51 @@ impl fmt::Debug for WaiterWakeups {
     }
 }
 
+/// What a checkout of an r2d2 pool with [`WaiterWakeups`] leaves with the thread: the pool's
+/// identity (the handler's address, which lives as long as the pool) and its listener.
+type CheckedOut = (usize, Option<Weak<Listener>>);
+
 thread_local! {
-    /// The listener of the pool this thread last checked a connection out of.
-    static CHECKED_OUT: RefCell<Option<Weak<Listener>>> = const { RefCell::new(None) };
+    /// The pool this thread last checked a connection out of.
+    static CHECKED_OUT: RefCell<Option<CheckedOut>> = const { RefCell::new(None) };
 }
 
 impl HandleEvent for WaiterWakeups {
     fn handle_checkout(&self, _event: CheckoutEvent) {
         // r2d2 calls this on the thread that checks out, just before it returns the connection.
         let listener = self.listener.as_ref().map(Arc::downgrade);
-        CHECKED_OUT.with(|slot| *slot.borrow_mut() = listener);
+        let pool = std::ptr::from_ref(self) as usize;
+        CHECKED_OUT.with(|slot| *slot.borrow_mut() = Some((pool, listener)));
     }
 }
 
-/// Lends a connection of `source` (see [`ConnectionSource::lend`]) together with the listener
-/// of the r2d2 pool it came from, if that pool has one ([`WaiterWakeups`]; another pool has
-/// none, and its waiters poll).
+/// What a waiter learns from a checkout: the pool's listener, and an identity of the pool that
+/// its waiters share (`notify::gate`). `None`s for a pool that keeps them to itself (an r2d2
+/// pool without [`WaiterWakeups`]: its waiters poll on their own).
+#[derive(Clone, Default)]
+pub(crate) struct Checkout {
+    pub(crate) listener: Option<Arc<Listener>>,
+    pub(crate) pool: Option<usize>,
+}
+
+/// Lends a connection of `source` (see [`ConnectionSource::lend`]) together with what the
+/// checkout told about its pool ([`Checkout`]).
 pub(crate) fn lend_with_listener<S: ConnectionSource>(
     source: &S,
     wait: Duration,
-) -> crate::Result<(S::Lent, Option<Arc<Listener>>)> {
+) -> crate::Result<(S::Lent, Checkout)> {
     CHECKED_OUT.with(|slot| slot.borrow_mut().take());
     let conn = source.lend(wait)?;
-    let listener = CHECKED_OUT
+    let (pool, listener) = CHECKED_OUT
         .with(|slot| slot.borrow_mut().take())
-        .and_then(|listener| listener.upgrade());
-    Ok((conn, listener))
+        .map_or((None, None), |(pool, listener)| (Some(pool), listener));
+    Ok((
+        conn,
+        Checkout {
+            listener: listener.and_then(|listener| listener.upgrade()),
+            pool: source.identity().or(pool),
+        },
+    ))
 }
 
 /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
@@ -437,6 +456,14 @@ pub trait ConnectionSource: Clone + Send + Sync + 'static {
     /// connection timeout).
     fn connection_timeout(&self) -> Duration;
 
+    /// Something that tells this pool from every other pool alive in the process, the same for
+    /// all its clones, where the source knows one (a waiter of a pool without one learns it at a
+    /// checkout, or polls on its own). Internal; no stability promise.
+    #[doc(hidden)]
+    fn identity(&self) -> Option<usize> {
+        None
+    }
+
     /// Lends a connection for at most the [`connection_timeout`](Self::connection_timeout) and
     /// runs `work` on it.
     fn with_connection<T>(
@@ -495,6 +522,7 @@ impl<C: Dialect + Send + 'static> AnySource<C> {
 trait ErasedSource<C>: Send + Sync {
     fn lend(&self, wait: Duration) -> crate::Result<Box<dyn ErasedLent<C>>>;
     fn connection_timeout(&self) -> Duration;
+    fn identity(&self) -> Option<usize>;
 }
 
 /// A loan of an erased source: runs one closure on its connection.
@@ -521,6 +549,9 @@ impl<S: ConnectionSource> ErasedSource<S::Connection> for S {
     fn connection_timeout(&self) -> Duration {
         ConnectionSource::connection_timeout(self)
     }
+    fn identity(&self) -> Option<usize> {
+        ConnectionSource::identity(self)
+    }
 }
 
 impl<C: Dialect + Send + 'static> ConnectionSource for AnySource<C> {
@@ -540,5 +571,8 @@ impl<C: Dialect + Send + 'static> ConnectionSource for AnySource<C> {
     }
     fn connection_timeout(&self) -> Duration {
         self.0.connection_timeout()
+    }
+    fn identity(&self) -> Option<usize> {
+        self.0.identity()
     }
 }

@@ -38,6 +38,12 @@ pub(super) trait Access {
     /// Whether [`sleep`](Access::sleep) wakes when another process admits someone: then a
     /// waiter at the head of the queue need not look at its own row between polls.
     fn notified_across_processes(&self) -> bool;
+
+    /// The identity of the pool the steps borrow from, once a checkout told it: waiters of one
+    /// pool share their polls (`gate.rs`). `None` on the caller's own connection.
+    fn pool(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// A wait on the caller's connection: it stays checked out (and `LISTEN`s, on PostgreSQL) for
@@ -147,6 +153,8 @@ where
     mark: Option<Mark>,
     /// This process's wake-ups, where the backend has no notifications.
     local: Option<Subscription>,
+    /// The pool's identity, from the first checkout that told it on.
+    identity: Option<usize>,
 }
 
 impl<C> FromPool<C>
@@ -167,6 +175,7 @@ where
             registration: None,
             mark: None,
             local: None,
+            identity: None,
         }
     }
 
@@ -207,11 +216,11 @@ where
         let done = self.courier.call(
             &|| bound,
             move || {
-                let Ok((mut conn, listener)) = crate::pool::lend_with_listener(&pool, wait) else {
+                let Ok((mut conn, checkout)) = crate::pool::lend_with_listener(&pool, wait) else {
                     return Ok(None);
                 };
                 AnySource::with_lent(&mut conn, |conn| on_table(table.as_ref(), conn, step))
-                    .map(|value| Some((value, listener)))
+                    .map(|value| Some((value, checkout)))
             },
             |_| {},
         );
@@ -219,8 +228,9 @@ where
             self.given_up = true;
             return Err(Error::waited(&self.name, started.elapsed()));
         };
-        Ok(done?.map(|(value, listener)| {
-            self.register(listener);
+        Ok(done?.map(|(value, checkout)| {
+            self.identity = self.identity.or(checkout.pool);
+            self.register(checkout.listener);
             value
         }))
     }
@@ -253,5 +263,9 @@ where
 
     fn notified_across_processes(&self) -> bool {
         self.registration.is_some()
+    }
+
+    fn pool(&self) -> Option<usize> {
+        self.identity
     }
 }

@@ -336,6 +336,19 @@ where
         self.touch_where(ticket, owner, ttl, true)
     }
 
+    fn touch_many(&mut self, tickets: &[i64], owner: &str, ttl: Ttl) -> QueryResult<usize> {
+        if tickets.is_empty() {
+            return Ok(0);
+        }
+        TouchMany::<T> {
+            table: T::Table::default(),
+            tickets,
+            owner,
+            expires_at: NowPlus(ttl.as_micros()),
+        }
+        .execute(self.conn)
+    }
+
     fn delete_ticket(&mut self, ticket: i64, owner: &str) -> QueryResult<usize> {
         Delete::<T> {
             table: T::Table::default(),
@@ -460,6 +473,14 @@ struct Touch<'a, T: ControlTable> {
     granted_only: bool,
 }
 
+/// Pushes the expiry of several requests of one owner.
+struct TouchMany<'a, T: ControlTable> {
+    table: T::Table,
+    tickets: &'a [i64],
+    owner: &'a str,
+    expires_at: NowPlus,
+}
+
 /// Whether a request is granted.
 struct IsGranted<'a, T: ControlTable> {
     table: T::Table,
@@ -492,6 +513,7 @@ statement!(
     Insert => BigInt,
     Grant,
     Touch,
+    TouchMany,
     IsGranted => Bool,
     Delete,
 );
@@ -581,6 +603,22 @@ where
     }
 }
 
+/// ` IN (?, ?, …)` with `tickets` bound.
+fn push_in_list<'b, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    tickets: &'b [i64],
+) -> QueryResult<()> {
+    out.push_sql(" IN (");
+    for (i, ticket) in tickets.iter().enumerate() {
+        if i > 0 {
+            out.push_sql(", ");
+        }
+        DB::bind_i64(out, ticket)?;
+    }
+    out.push_sql(")");
+    Ok(())
+}
+
 impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for Grant<'_, T>
 where
     T::Table: QueryFragment<DB>,
@@ -594,15 +632,7 @@ where
         out.push_identifier(T::GRANTED)?;
         out.push_sql(" = FALSE AND ");
         out.push_identifier(T::TICKET)?;
-        out.push_sql(" IN (");
-        for (i, ticket) in self.tickets.iter().enumerate() {
-            if i > 0 {
-                out.push_sql(", ");
-            }
-            DB::bind_i64(&mut out, ticket)?;
-        }
-        out.push_sql(")");
-        Ok(())
+        push_in_list(&mut out, self.tickets)
     }
 }
 
@@ -624,6 +654,27 @@ where
             out.push_sql(" = TRUE");
         }
         Ok(())
+    }
+}
+
+impl<T: ControlTable, DB: SqlDialect> QueryFragment<DB> for TouchMany<'_, T>
+where
+    T::Table: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("UPDATE ");
+        self.table.walk_ast(out.reborrow())?;
+        out.push_sql(" SET ");
+        out.push_identifier(T::EXPIRES_AT)?;
+        out.push_sql(" = ");
+        self.expires_at.walk_ast(out.reborrow())?;
+        out.push_sql(" WHERE ");
+        out.push_identifier(T::OWNER)?;
+        out.push_sql(" = ");
+        DB::bind_str(&mut out, self.owner)?;
+        out.push_sql(" AND ");
+        out.push_identifier(T::TICKET)?;
+        push_in_list(&mut out, self.tickets)
     }
 }
 

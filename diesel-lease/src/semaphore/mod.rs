@@ -79,6 +79,7 @@
 
 mod access;
 mod control;
+mod gate;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod permit;

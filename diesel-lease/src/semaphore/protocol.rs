@@ -57,6 +57,7 @@ use lease_core::Backoff;
 
 use super::access::Access;
 use super::control::OnEveryConnection;
+use super::gate::Member;
 use super::statements::{NewTicket, SemaphoreDialect, SemaphoreStatements, TicketRow};
 use crate::{Error, Result, Ttl};
 
@@ -70,6 +71,9 @@ const FIRST_POLL: Duration = Duration::from_millis(5);
 /// a waiter behind it polls when the queue's pace says it should be the head ([`Pace`]), never
 /// more often than this, and once per interval while the queue stands still.
 const HEAD_CHECK: Duration = Duration::from_millis(20);
+
+/// The most requests of other waiters one statement pushes the expiry of (its bind parameters).
+const TOUCHED_AT_ONCE: usize = 500;
 
 /// One caller's request for a resource: everything the transactions need.
 #[derive(Debug, Clone)]
@@ -483,6 +487,7 @@ fn wait<A: Access>(
         lock_wait(),
         &mut place,
         checkout(started),
+        Vec::new(),
     )? {
         return Ok(granted);
     }
@@ -494,7 +499,42 @@ fn wait<A: Access>(
     // Jittered while ramping up; clamped to the cap once grown past it, so an idle waiter
     // settles at exactly one poll per cap.
     let mut backoff = Backoff::new(FIRST_POLL, cap.saturating_mul(2));
+    // This process's other waiters for the resource through the same pool share the polls: only
+    // the member with the lowest ticket polls (`gate.rs`).
+    let mut member: Option<Member> = None;
     loop {
+        if let Some(ticket) = *pending {
+            match &mut member {
+                Some(member) => member.set_ticket(ticket),
+                None => {
+                    member = access
+                        .pool()
+                        .map(|pool| Member::join(pool, req, cap, ticket))
+                }
+            }
+        }
+        if let Some(member) = member.as_ref().filter(|m| !m.is_poller()) {
+            if !member.wait_turn(deadline) {
+                return give_up_at_deadline(access, req, started, pending);
+            }
+            // Its turn: the member before it was granted or left; it looks at once, as a woken
+            // waiter does.
+            let others = member.others();
+            if let Some(granted) = look_step(
+                access,
+                req,
+                pending,
+                true,
+                lock_wait(),
+                &mut place,
+                checkout(Instant::now()),
+                others,
+            )? {
+                return Ok(granted);
+            }
+            backoff = Backoff::new(FIRST_POLL, cap.saturating_mul(2));
+            continue;
+        }
         let now = Instant::now();
         let mut delay = backoff.next_delay().min(cap);
         if let Some(deadline) = deadline {
@@ -514,6 +554,7 @@ fn wait<A: Access>(
             Pause::Slept { woken } => woken,
         };
         let checkout = checkout(Instant::now());
+        let others = member.as_ref().map(Member::others).unwrap_or_default();
         if let Some(granted) = look_step(
             access,
             req,
@@ -522,6 +563,7 @@ fn wait<A: Access>(
             lock_wait(),
             &mut place,
             checkout,
+            others,
         )? {
             return Ok(granted);
         }
@@ -531,7 +573,9 @@ fn wait<A: Access>(
 
 /// [`look`] as one step of `access` (waiting at most `checkout` for a connection); `None` also
 /// when the step got no connection in time. `pending` and `place` are updated as `look` leaves
-/// them, also when it fails.
+/// them, also when it fails. First it pushes the expiry of `others`, the requests of the
+/// waiters it polls for (`gate.rs`), in one statement.
+#[allow(clippy::too_many_arguments)]
 fn look_step<A: Access>(
     access: &mut A,
     req: &Request,
@@ -540,9 +584,13 @@ fn look_step<A: Access>(
     lock_wait: Option<Duration>,
     place: &mut Place,
     checkout: Duration,
+    others: Vec<i64>,
 ) -> Result<Option<Granted>> {
     let (req, mut queued, mut seen) = (req.clone(), *pending, *place);
     let looked = access.step(checkout, move |sql| {
+        for chunk in others.chunks(TOUCHED_AT_ONCE) {
+            crate::backend::retry_conflicts(|| Ok(sql.touch_many(chunk, &req.owner, req.ttl)?))?;
+        }
         let granted = look(sql, &req, &mut queued, woken, lock_wait, &mut seen);
         Ok((granted, queued, seen))
     })?;

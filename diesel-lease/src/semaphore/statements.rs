@@ -92,6 +92,11 @@ pub trait SemaphoreStatements {
     /// Pushes a request's expiry to now + ttl; returns the number of rows found (0: gone).
     #[doc(hidden)]
     fn touch(&mut self, ticket: i64, owner: &str, ttl: Ttl) -> QueryResult<usize>;
+    /// [`SemaphoreStatements::touch`] for several requests of `owner` in one statement (the
+    /// waiters of one process that share a poller, `semaphore/gate.rs`); returns the number of
+    /// rows found.
+    #[doc(hidden)]
+    fn touch_many(&mut self, tickets: &[i64], owner: &str, ttl: Ttl) -> QueryResult<usize>;
     /// [`SemaphoreStatements::touch`] only if the request is granted: 1 means "granted, alive,
     /// and extended".
     #[doc(hidden)]
@@ -216,6 +221,25 @@ macro_rules! semaphore_statements {
             diesel::update(
                 tickets::table
                     .filter(tickets::ticket.eq(ticket))
+                    .filter(tickets::owner.eq(owner)),
+            )
+            .set(tickets::expires_at.eq(crate::clock::NowPlus(ttl.as_micros())))
+            .execute(self)
+        }
+
+        fn touch_many(
+            &mut self,
+            touched: &[i64],
+            owner: &str,
+            ttl: crate::Ttl,
+        ) -> diesel::QueryResult<usize> {
+            use crate::semaphore::schema::diesel_lease_semaphore_tickets as tickets;
+            if touched.is_empty() {
+                return Ok(0);
+            }
+            diesel::update(
+                tickets::table
+                    .filter(tickets::ticket.eq_any(touched))
                     .filter(tickets::owner.eq(owner)),
             )
             .set(tickets::expires_at.eq(crate::clock::NowPlus(ttl.as_micros())))

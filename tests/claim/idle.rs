@@ -1,0 +1,142 @@
+//! Issue 23, item 2: idle waiters cost the database the same whether they are ten or a thousand.
+//! The statements are counted as the pool's connections send them (`common::counted`): every
+//! poll a waiter makes goes through them.
+//! The verdicts are counts, never timings; the p50 latency of a new row is measured by the
+//! benchmark program (`bench/`, section `idle`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::r2d2::{ConnectionManager, Pool};
+use diesel_lease::prelude::*;
+use diesel_lease::worker::Worker;
+
+use crate::common::counted::{counted_pool, idle_statements, WINDOW};
+use crate::common::TestDb;
+
+pub(crate) mod schema {
+    diesel::table! {
+        idle_jobs (id) {
+            id -> BigInt,
+            status -> Text,
+            attempts -> Integer,
+        }
+    }
+}
+use schema::idle_jobs;
+
+/// A queue of jobs that stays empty while the waiters are counted.
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[diesel(table_name = idle_jobs)]
+#[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+            attempts = attempts)]
+pub(crate) struct IdleJob {
+    pub(crate) id: i64,
+    pub(crate) status: String,
+    pub(crate) attempts: i32,
+}
+
+const IDLE_JOBS_DDL: (&str, &str, &str) = (
+    "CREATE TABLE idle_jobs (id BIGINT PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', attempts INTEGER NOT NULL DEFAULT 0);",
+    "CREATE TABLE idle_jobs (id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'new', attempts INTEGER NOT NULL DEFAULT 0);",
+    "CREATE TABLE idle_jobs (id BIGINT PRIMARY KEY, status VARCHAR(32) NOT NULL DEFAULT 'new', attempts INT NOT NULL DEFAULT 0);",
+);
+
+/// Statements per second below which the waiters have settled: a few polls' worth.
+const SETTLED: u64 = 60;
+
+backend_suite! {
+    tests: [
+        idle_waiters_cost_the_same_whether_ten_or_a_thousand,
+    ];
+
+    fn insert(db: &TestDb<B>, ids: std::ops::RangeInclusive<i64>) {
+        let values: Vec<_> = ids.map(|id| idle_jobs::id.eq(id)).collect();
+        for chunk in values.chunks(200) {
+            diesel::insert_into(idle_jobs::table).values(chunk).execute(&mut db.conn()).unwrap();
+        }
+    }
+
+    /// `n` threads in `claim_next_wait` (each sends what it got, `None` at its timeout), and a
+    /// `Worker` of `workers` threads on an empty queue, all on `pool`. Returns the waiters' and
+    /// the worker's threads.
+    fn wait_on(
+        pool: &Pool<ConnectionManager<<B as crate::common::TestBackend>::Conn>>,
+        n: usize,
+        workers: usize,
+        stop: &Arc<AtomicBool>,
+        got: &mpsc::Sender<Option<i64>>,
+    ) -> (Vec<std::thread::JoinHandle<()>>, std::thread::JoinHandle<usize>) {
+        let waiters = (0..n)
+            .map(|_| {
+                let (pool, got) = (pool.clone(), got.clone());
+                std::thread::spawn(move || {
+                    let job = IdleJob::claim_next_wait(&pool, Duration::from_secs(180)).unwrap();
+                    got.send(job.map(|j| j.id)).unwrap();
+                })
+            })
+            .collect();
+        let (pool, stop) = (pool.clone(), Arc::clone(stop));
+        let worker = std::thread::spawn(move || {
+            let ran = Arc::new(AtomicU64::new(0));
+            let counted = Arc::clone(&ran);
+            Worker::new(pool)
+                .concurrency(workers)
+                .run_until(&stop, move |_conn, _job: &IdleJob| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>(())
+                })
+                .unwrap();
+            usize::try_from(ran.load(Ordering::SeqCst)).unwrap()
+        });
+        (waiters, worker)
+    }
+
+    /// Ten waiters (and a `Worker` of two threads), then a thousand (and a `Worker` of fifty)
+    /// on an empty queue: the thousand cost at most twice what the ten cost, plus a few polls.
+    /// Then, the workers stopped, one row reaches exactly one of the waiters, and a row for each
+    /// of the others reaches each: every waiter gets one row, every row is claimed once.
+    pub(crate) fn idle_waiters_cost_the_same_whether_ten_or_a_thousand(db: &TestDb<B>) {
+        db.migrate();
+        let (pg, sqlite, mysql) = IDLE_JOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let stop = Arc::new(AtomicBool::new(false));
+
+        let (few_pool, few_statements) = counted_pool::<<B as crate::common::TestBackend>::Conn>(&db.url, 4);
+        let (got, rx) = mpsc::channel();
+        let (few, few_worker) = wait_on(&few_pool, 10, 2, &stop, &got);
+        let ten = idle_statements(&few_statements, SETTLED, "10 waiters");
+
+        let (many_pool, many_statements) = counted_pool::<<B as crate::common::TestBackend>::Conn>(&db.url, 10);
+        let (many, many_worker) = wait_on(&many_pool, 1000, 50, &stop, &got);
+        let thousand = idle_statements(&many_statements, SETTLED, "1000 waiters");
+        eprintln!("idle statements in {WINDOW:?}: 10 waiters {ten}, 1000 waiters {thousand}");
+        assert!(
+            thousand <= 2 * ten + 40,
+            "1000 idle waiters sent {thousand} statements in {WINDOW:?}, 10 sent {ten}"
+        );
+        assert!(ten > 0, "the waiters of an empty queue still poll");
+        stop.store(true, Ordering::SeqCst);
+        assert_eq!(few_worker.join().unwrap() + many_worker.join().unwrap(), 0, "the queue was empty");
+
+        // One row: exactly one waiter of the two pools gets it.
+        insert(db, 1..=1);
+        let first = rx.recv_timeout(Duration::from_secs(120));
+        assert_eq!(first, Ok(Some(1)), "the row reached a waiter");
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "one row, one waiter");
+        // A row for every other waiter.
+        insert(db, 2..=1010);
+        let mut ids = vec![1];
+        for _ in 1..1010 {
+            let id = rx.recv_timeout(Duration::from_secs(120)).expect("every waiter got a row");
+            ids.push(id.expect("no waiter timed out"));
+        }
+        for thread in few.into_iter().chain(many) {
+            thread.join().unwrap();
+        }
+        ids.sort();
+        assert_eq!(ids, (1..=1010).collect::<Vec<_>>(), "each row claimed exactly once");
+    }
+}

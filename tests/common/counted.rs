@@ -1,0 +1,76 @@
+//! Pools whose statements are counted, for the idle-cost tests (`claim/idle.rs`,
+//! `semaphore/idle.rs`): a Diesel instrumentation set on every connection by the pool's
+//! customizer counts every statement a connection starts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diesel::connection::InstrumentationEvent;
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool, R2D2Connection};
+use diesel_lease::pool::{ConnectionTuning, WaiterWakeups};
+use diesel_lease::LeaseConnection;
+
+/// The pool's tuning, plus a count of every statement its connections start.
+#[derive(Debug, Clone)]
+struct Counted {
+    statements: Arc<AtomicU64>,
+}
+
+impl<C: LeaseConnection + R2D2Connection> CustomizeConnection<C, diesel::r2d2::Error> for Counted {
+    fn on_acquire(&self, conn: &mut C) -> Result<(), diesel::r2d2::Error> {
+        ConnectionTuning::default().apply(conn).map_err(|e| {
+            diesel::r2d2::Error::QueryError(diesel::result::Error::QueryBuilderError(Box::new(e)))
+        })?;
+        let statements = Arc::clone(&self.statements);
+        conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+            if matches!(event, InstrumentationEvent::StartQuery { .. }) {
+                statements.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        Ok(())
+    }
+}
+
+/// A pool as `build_pool` makes it (tuning, listener), whose statements are counted.
+pub fn counted_pool<C: LeaseConnection + R2D2Connection>(
+    url: &str,
+    size: u32,
+) -> (Pool<ConnectionManager<C>>, Arc<AtomicU64>) {
+    let statements = Arc::new(AtomicU64::new(0));
+    let pool = Pool::builder()
+        .max_size(size)
+        .connection_customizer(Box::new(Counted {
+            statements: Arc::clone(&statements),
+        }))
+        .event_handler(Box::new(WaiterWakeups::new::<C>(url)))
+        .build(ConnectionManager::<C>::new(url))
+        .expect("build pool");
+    (pool, statements)
+}
+
+/// How long the statements are counted once settled.
+pub const WINDOW: Duration = Duration::from_secs(4);
+
+/// Waits until a second passes with fewer than `settled` statements (the waiters' first looks
+/// are over: a few polls' worth, which waiters that each polled once a second never get under;
+/// panics after two minutes, naming the rate), then counts the statements of [`WINDOW`].
+pub fn idle_statements(statements: &AtomicU64, settled: u64, what: &str) -> u64 {
+    let began = Instant::now();
+    loop {
+        let before = statements.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_secs(1));
+        let sent = statements.load(Ordering::SeqCst) - before;
+        if sent < settled {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "{what}: still {sent} statements a second after {:?}",
+            began.elapsed()
+        );
+    }
+    let before = statements.load(Ordering::SeqCst);
+    std::thread::sleep(WINDOW);
+    statements.load(Ordering::SeqCst) - before
+}

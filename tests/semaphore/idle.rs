@@ -1,0 +1,96 @@
+//! Issue 23, item 2: idle semaphore waiters cost the database the same whether they are ten or a
+//! thousand: the waiters of one process for one resource share one poller (`semaphore/gate.rs`).
+//! The statements are counted as the pool's connections send them (`common::counted`); the
+//! verdicts are counts, never timings.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use diesel_lease::prelude::*;
+use diesel_lease::semaphore::Semaphore;
+
+use crate::common::counted::{counted_pool, idle_statements, WINDOW};
+use crate::common::{TestBackend, TestDb};
+
+use super::{TestPool, LONG};
+
+/// Statements per second below which the waiters have settled: a few polls' worth, plus the
+/// head of the queue reading its own row every 20 ms where releases in other processes do not
+/// wake it (SQLite, MySQL).
+const SETTLED: u64 = 150;
+
+/// How a group of waiters fared: how many got the permit, and the most that held it at once.
+#[derive(Default)]
+struct Fared {
+    acquired: AtomicUsize,
+    inside: AtomicUsize,
+    most: AtomicUsize,
+}
+
+/// Ten waiters for one held mutex, then a thousand for another, each group on a pool of its own:
+/// the thousand cost at most twice what the ten cost, plus a few polls. Then both holders
+/// release: every waiter gets its mutex, one at a time.
+fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let holders = db.pool(4);
+    let (few_mutex, many_mutex) = (Semaphore::mutex("idle-few"), Semaphore::mutex("idle-many"));
+    let few_held = few_mutex.acquire(&holders, LONG).unwrap();
+    let many_held = many_mutex.acquire(&holders, LONG).unwrap();
+    let (few_pool, few_statements) = counted_pool::<B::Conn>(&db.url, 4);
+    let (many_pool, many_statements) = counted_pool::<B::Conn>(&db.url, 10);
+    let (few, many) = (Fared::default(), Fared::default());
+    let failures = Mutex::new(Vec::new());
+    // One waiter: takes the mutex, notes how many are inside with it, releases it.
+    let wait = |name: &'static str, pool: &TestPool<B>, fared: &Fared| match Semaphore::mutex(name)
+        .acquire(pool, Duration::from_secs(300))
+    {
+        Ok(permit) => {
+            let now = fared.inside.fetch_add(1, Ordering::SeqCst) + 1;
+            fared.most.fetch_max(now, Ordering::SeqCst);
+            fared.acquired.fetch_add(1, Ordering::SeqCst);
+            fared.inside.fetch_sub(1, Ordering::SeqCst);
+            permit.release().unwrap();
+        }
+        Err(e) => failures.lock().unwrap().push(e.to_string()),
+    };
+    std::thread::scope(|s| {
+        for _ in 0..10 {
+            s.spawn(|| wait("idle-few", &few_pool, &few));
+        }
+        let ten = idle_statements(&few_statements, SETTLED, "10 semaphore waiters");
+        for _ in 0..1000 {
+            s.spawn(|| wait("idle-many", &many_pool, &many));
+        }
+        let thousand = idle_statements(&many_statements, SETTLED, "1000 semaphore waiters");
+        eprintln!("idle statements in {WINDOW:?}: 10 waiters {ten}, 1000 waiters {thousand}");
+        assert!(
+            thousand <= 2 * ten + 40,
+            "1000 idle semaphore waiters sent {thousand} statements in {WINDOW:?}, 10 sent {ten}"
+        );
+        assert!(ten > 0, "the waiters of a held mutex still poll");
+        assert_eq!(
+            few.acquired.load(Ordering::SeqCst) + many.acquired.load(Ordering::SeqCst),
+            0,
+            "nobody enters a held mutex"
+        );
+        few_held.release().unwrap();
+        many_held.release().unwrap();
+    });
+    assert_eq!(failures.into_inner().unwrap(), Vec::<String>::new());
+    assert_eq!(
+        few.acquired.load(Ordering::SeqCst),
+        10,
+        "every waiter got the mutex"
+    );
+    assert_eq!(
+        many.acquired.load(Ordering::SeqCst),
+        1000,
+        "every waiter got the mutex"
+    );
+    assert_eq!(few.most.load(Ordering::SeqCst), 1, "one holder at a time");
+    assert_eq!(many.most.load(Ordering::SeqCst), 1, "one holder at a time");
+    let _ = (few_mutex, many_mutex);
+}
+
+backend_tests!(idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand);
