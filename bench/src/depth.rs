@@ -1,0 +1,489 @@
+//! Issue 23, item 3: depth on PostgreSQL.
+//!
+//! - `--only depth`: N consecutive jobs (`claim_next` + `complete`) on 4 workers, jobs/s per
+//!   tenth of the run, for each queue-table layout; while it runs a sampler reads the table's
+//!   statistics (dead rows, HOT updates, vacuum runs, sizes) and `EXPLAIN (ANALYZE, BUFFERS)`
+//!   of the claim's pick about once a second, so a slowdown can be traced to what grew.
+//! - `--only depth10m`: `claim_next` + `complete` at 4 workers on a table of 10M ready rows
+//!   against the same on 100k, with the claim's plan (an index scan, no sort) at 10M.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Double, Text};
+use diesel_lease::prelude::*;
+use serde::Serialize;
+
+use crate::measure::{self, Sample};
+use crate::model::{
+    BenchJob, BenchJobBySeq, PG_FILL_JOBS, PG_JOBS_DDL, PG_READY_INDEX, PG_READY_SEQ_INDEX,
+};
+use crate::pg::PgBench;
+use crate::BenchResult;
+
+/// The order a layout's claims take, and so its partial index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Order {
+    /// Primary-key order, `CREATE INDEX … (id) WHERE status = 'ready'` (`BenchJob`).
+    Id,
+    /// `order_by(seq)`, `CREATE INDEX … (seq) WHERE status = 'ready'` (`BenchJobBySeq`).
+    Seq,
+}
+
+/// A queue table as a user would create it: claim order and index, storage options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(crate) struct Layout {
+    /// Short name, as reported.
+    pub(crate) name: &'static str,
+    pub(crate) order: Order,
+    /// `WITH (…)` options of the table, without the parentheses.
+    pub(crate) table_options: &'static str,
+}
+
+/// The queue table's autovacuum options the bench used before issue 23 (`--autovacuum tuned`).
+const TUNED_AUTOVACUUM: &str = "autovacuum_vacuum_scale_factor = 0, \
+     autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_cost_delay = 0, \
+     autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000";
+
+/// The layout the bench used before issue 23 (the e2e section's consecutive run).
+pub(crate) const BEFORE: Layout = Layout {
+    name: "id order, tuned autovacuum (before)",
+    order: Order::Id,
+    table_options: TUNED_AUTOVACUUM,
+};
+
+/// The README's recommended queue table.
+pub(crate) const RECOMMENDED: Layout = Layout {
+    name: "seq order, tuned autovacuum",
+    order: Order::Seq,
+    table_options: TUNED_AUTOVACUUM,
+};
+
+/// The layouts `--only depth` runs, in this order.
+pub(crate) const LAYOUTS: &[Layout] = &[BEFORE, RECOMMENDED];
+
+/// One reading of the sampler.
+#[derive(Debug, Clone, Serialize, QueryableByName)]
+pub(crate) struct TableStats {
+    /// Seconds since the run started.
+    #[diesel(sql_type = Double)]
+    pub(crate) at_secs: f64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) n_live_tup: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) n_dead_tup: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) n_tup_upd: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) n_tup_hot_upd: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) autovacuum_count: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) autoanalyze_count: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) heap_pages: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) pkey_pages: i64,
+    #[diesel(sql_type = BigInt)]
+    pub(crate) ready_index_pages: i64,
+    /// Shared buffers (hit + read) one `EXPLAIN (ANALYZE, BUFFERS)` of the claim's pick touched.
+    #[diesel(sql_type = BigInt)]
+    pub(crate) pick_buffers: i64,
+    /// Milliseconds that pick took to execute.
+    #[diesel(sql_type = Double)]
+    pub(crate) pick_ms: f64,
+}
+
+/// One layout's consecutive run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DepthRun {
+    pub(crate) layout: Layout,
+    pub(crate) jobs: u64,
+    pub(crate) workers: usize,
+    pub(crate) tenths_per_sec: Vec<f64>,
+    pub(crate) first_tenth: f64,
+    pub(crate) last_tenth: f64,
+    /// Last tenth over first tenth.
+    pub(crate) ratio: f64,
+    pub(crate) secs: f64,
+    /// `EXPLAIN (ANALYZE, BUFFERS)` of the whole claim statement (rolled back), before and after.
+    pub(crate) plan_before: String,
+    pub(crate) plan_after: String,
+    pub(crate) samples: Vec<TableStats>,
+    /// Rows left in `done` afterwards: every job was completed exactly once.
+    pub(crate) done_rows: i64,
+}
+
+/// `claim_next` + `complete` at 100k and at 10M ready rows.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct DepthSize {
+    pub(crate) layout: Layout,
+    pub(crate) ready_rows: u64,
+    pub(crate) workers: usize,
+    pub(crate) sample: Sample,
+    /// Seconds the fill (insert, index, `VACUUM ANALYZE`) took.
+    pub(crate) fill_secs: f64,
+    /// `EXPLAIN (ANALYZE, BUFFERS)` of the claim statement on the fresh table (rolled back).
+    pub(crate) plan: String,
+}
+
+impl Layout {
+    fn index_ddl(self) -> &'static str {
+        match self.order {
+            Order::Id => PG_READY_INDEX,
+            Order::Seq => PG_READY_SEQ_INDEX,
+        }
+    }
+
+    fn order_column(self) -> &'static str {
+        match self.order {
+            Order::Id => "id",
+            Order::Seq => "seq",
+        }
+    }
+
+    /// The claim's pick as `claim_next` sends it, with the limit as a literal.
+    fn pick_sql(self) -> String {
+        format!(
+            "SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY {} LIMIT 1 \
+             FOR UPDATE SKIP LOCKED",
+            self.order_column()
+        )
+    }
+
+    /// The whole claim statement, with the owner as a literal.
+    fn claim_sql(self) -> String {
+        format!(
+            "WITH picked AS ({}) UPDATE bench_jobs SET status = 'running', owner = 'explain', \
+             claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 \
+             FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id",
+            self.pick_sql()
+        )
+    }
+}
+
+/// One job: `claim_next` then `complete` in the layout's order; 0 when the table is empty.
+pub(crate) fn job(conn: &mut PgConnection, order: Order) -> BenchResult<u64> {
+    let ours = match order {
+        Order::Id => match BenchJob::claim_next(conn)? {
+            Some(job) => job.complete(conn)?,
+            None => return Ok(0),
+        },
+        Order::Seq => match BenchJobBySeq::claim_next(conn)? {
+            Some(job) => job.complete(conn)?,
+            None => return Ok(0),
+        },
+    };
+    if !ours {
+        return Err("a fresh claim was not ours".into());
+    }
+    Ok(1)
+}
+
+impl PgBench {
+    /// Drops and refills the queue table in `layout` with `rows` ready rows, then vacuums and
+    /// analyzes it.
+    pub(crate) fn fresh_layout(&self, rows: u64, layout: Layout) -> BenchResult<()> {
+        let mut conn = PgConnection::establish(&self.url)?;
+        conn.batch_execute("DROP TABLE IF EXISTS bench_jobs")?;
+        let options = if layout.table_options.is_empty() {
+            String::new()
+        } else {
+            format!(" WITH ({})", layout.table_options)
+        };
+        conn.batch_execute(&format!("{PG_JOBS_DDL}{options}"))?;
+        diesel::sql_query(PG_FILL_JOBS)
+            .bind::<BigInt, _>(i64::try_from(rows)?)
+            .execute(&mut conn)?;
+        conn.batch_execute(layout.index_ddl())?;
+        conn.batch_execute("VACUUM (ANALYZE) bench_jobs")?;
+        let _ = conn.batch_execute("CHECKPOINT");
+        Ok(())
+    }
+
+    /// `EXPLAIN (ANALYZE, BUFFERS)` of the layout's claim statement, in a transaction that is
+    /// rolled back (the explained claim takes no row for good).
+    pub(crate) fn explain_claim(&self, layout: Layout) -> BenchResult<String> {
+        #[derive(QueryableByName)]
+        struct Line {
+            #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+            line: String,
+        }
+        let mut conn = PgConnection::establish(&self.url)?;
+        let sql = format!("EXPLAIN (ANALYZE, BUFFERS) {}", layout.claim_sql());
+        conn.batch_execute("BEGIN")?;
+        let lines = diesel::sql_query(&sql).load::<Line>(&mut conn);
+        conn.batch_execute("ROLLBACK")?;
+        Ok(lines?
+            .into_iter()
+            .map(|l| l.line)
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
+
+    /// `total` consecutive jobs on `workers` threads in `layout`, with the sampler running.
+    pub(crate) fn depth_run(
+        &self,
+        layout: Layout,
+        workers: usize,
+        total: u64,
+        every: Duration,
+    ) -> BenchResult<DepthRun> {
+        // A hundredth more rows than jobs, so the last claims still find ready rows.
+        self.fresh_layout(total + total / 100 + 1_000, layout)?;
+        let plan_before = self.explain_claim(layout)?;
+        let (_pool, conns) = self.connections(workers)?;
+        let stop = AtomicBool::new(false);
+        let start = Instant::now();
+        let (tenths, samples) = std::thread::scope(|s| {
+            let sampler = s.spawn(|| self.sample_until(layout, &stop, start, every));
+            let tenths = measure::consecutive(conns, total, |conn| job(conn, layout.order));
+            stop.store(true, Ordering::Relaxed);
+            let samples = sampler
+                .join()
+                .unwrap_or_else(|_| Err("the sampler panicked".into()));
+            (tenths, samples)
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let (tenths, samples) = (tenths?, samples?);
+        let plan_after = self.explain_claim(layout)?;
+        let first = tenths.first().copied().unwrap_or(f64::NAN);
+        let last = tenths.last().copied().unwrap_or(f64::NAN);
+        Ok(DepthRun {
+            layout,
+            jobs: total,
+            workers,
+            first_tenth: first,
+            last_tenth: last,
+            ratio: last / first,
+            tenths_per_sec: tenths,
+            secs,
+            plan_before,
+            plan_after,
+            samples,
+            done_rows: self.count_status("done")?,
+        })
+    }
+
+    /// Reads [`TableStats`] every `every` until `stop`.
+    fn sample_until(
+        &self,
+        layout: Layout,
+        stop: &AtomicBool,
+        start: Instant,
+        every: Duration,
+    ) -> BenchResult<Vec<TableStats>> {
+        let mut conn = PgConnection::establish(&self.url)?;
+        let mut out = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            let (buffers, ms) = pick_cost(&mut conn, layout)?;
+            let sql = format!(
+                "SELECT {at}::float8 AS at_secs, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, \
+                 autovacuum_count, autoanalyze_count, \
+                 pg_relation_size('bench_jobs') / 8192 AS heap_pages, \
+                 pg_relation_size('bench_jobs_pkey') / 8192 AS pkey_pages, \
+                 (SELECT coalesce(sum(pg_relation_size(indexrelid)), 0)::bigint / 8192 FROM pg_index \
+                  WHERE indrelid = 'bench_jobs'::regclass AND indpred IS NOT NULL) \
+                  AS ready_index_pages, \
+                 {buffers}::bigint AS pick_buffers, {ms}::float8 AS pick_ms \
+                 FROM pg_stat_user_tables WHERE relname = 'bench_jobs'",
+                at = start.elapsed().as_secs_f64(),
+            );
+            out.push(diesel::sql_query(sql).get_result::<TableStats>(&mut conn)?);
+            let next = Instant::now() + every;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rows of `bench_jobs` in `status`.
+    pub(crate) fn count_status(&self, status: &str) -> BenchResult<i64> {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let mut conn = PgConnection::establish(&self.url)?;
+        Ok(
+            diesel::sql_query("SELECT count(*) AS n FROM bench_jobs WHERE status = $1")
+                .bind::<Text, _>(status)
+                .get_result::<Count>(&mut conn)?
+                .n,
+        )
+    }
+
+    /// `claim_next` + `complete` at `workers` for the window on a fresh table of `rows`.
+    pub(crate) fn depth_size(
+        &self,
+        layout: Layout,
+        rows: u64,
+        workers: usize,
+    ) -> BenchResult<DepthSize> {
+        let t = Instant::now();
+        self.fresh_layout(rows, layout)?;
+        let fill_secs = t.elapsed().as_secs_f64();
+        let plan = self.explain_claim(layout)?;
+        let (_pool, conns) = self.connections(workers)?;
+        let sample = measure::timed(conns, self.window, |conn| job(conn, layout.order))?;
+        Ok(DepthSize {
+            layout,
+            ready_rows: rows,
+            workers,
+            sample,
+            fill_secs,
+            plan,
+        })
+    }
+}
+
+/// Shared buffers and execution time of one read-only pick (no lock: it takes nothing).
+fn pick_cost(conn: &mut PgConnection, layout: Layout) -> BenchResult<(i64, f64)> {
+    #[derive(QueryableByName)]
+    struct Plan {
+        #[diesel(sql_type = Text, column_name = "QUERY PLAN")]
+        json: String,
+    }
+    let sql = format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM bench_jobs \
+         WHERE status = 'ready' ORDER BY {} LIMIT 1",
+        layout.order_column()
+    );
+    let plan = diesel::sql_query(sql).get_result::<Plan>(conn)?;
+    let v: serde_json::Value = serde_json::from_str(&plan.json)?;
+    let top = &v[0];
+    let blocks = |k: &str| top["Plan"][k].as_i64().unwrap_or(0);
+    Ok((
+        blocks("Shared Hit Blocks") + blocks("Shared Read Blocks"),
+        top["Execution Time"].as_f64().unwrap_or(f64::NAN),
+    ))
+}
+
+impl DepthRun {
+    /// Prints the tenths and the sampler's first and last readings.
+    pub(crate) fn print_summary(&self) {
+        let tenths: Vec<String> = self
+            .tenths_per_sec
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect();
+        eprintln!(
+            "  {:.1} s; jobs/s per tenth: {}; last/first {:.2}; {} done rows",
+            self.secs,
+            tenths.join(" "),
+            self.ratio,
+            self.done_rows
+        );
+        for (when, s) in [("first", self.samples.first()), ("last", self.samples.last())] {
+            if let Some(s) = s {
+                eprintln!(
+                    "  {when:<5} sample at {:>6.1} s: {} dead rows, {} updates ({} HOT), \
+                     {} autovacuums, heap {} pages, pkey {} pages, ready index {} pages, \
+                     pick {} buffers {:.3} ms",
+                    s.at_secs,
+                    s.n_dead_tup,
+                    s.n_tup_upd,
+                    s.n_tup_hot_upd,
+                    s.autovacuum_count,
+                    s.heap_pages,
+                    s.pkey_pages,
+                    s.ready_index_pages,
+                    s.pick_buffers,
+                    s.pick_ms
+                );
+            }
+        }
+    }
+}
+
+/// Prints the depth runs and the small/large comparison of a report.
+pub(crate) fn print(report: &crate::report::Report) {
+    for run in &report.depth {
+        println!();
+        println!(
+            "depth: {} consecutive jobs, {} workers, {}: {:.1} s; jobs/s per tenth:",
+            run.jobs, run.workers, run.layout.name, run.secs
+        );
+        let tenths: Vec<String> = run
+            .tenths_per_sec
+            .iter()
+            .map(|r| format!("{r:.0}"))
+            .collect();
+        println!("  {}", tenths.join(" "));
+        println!("  last/first = {:.2}", run.ratio);
+    }
+    if !report.depth_sizes.is_empty() {
+        println!();
+        println!(
+            "{:<12} {:<36} {:>8} {:>10} {:>9} {:>9} {:>11}",
+            "ready rows", "layout", "workers", "jobs/s", "p50 µs", "p99 µs", "client µs/op"
+        );
+        for d in &report.depth_sizes {
+            println!(
+                "{:<12} {:<36} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>11}",
+                d.ready_rows,
+                d.layout.name,
+                d.workers,
+                d.sample.rate,
+                d.sample.p50_us,
+                d.sample.p99_us,
+                d.sample
+                    .client_cpu_us_per_op
+                    .map_or("-".to_owned(), |c| format!("{c:.1}"))
+            );
+        }
+    }
+}
+
+/// Issue 23's depth targets: last tenth at least 0.9x the first (the median run of each layout),
+/// and the large table at least 0.9x the small one (medians of the rounds).
+pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::TargetCheck> {
+    use crate::report::TargetCheck;
+    let mut out = Vec::new();
+    for layout in LAYOUTS {
+        let mut ratios: Vec<(f64, u64)> = report
+            .depth
+            .iter()
+            .filter(|r| r.layout == *layout)
+            .map(|r| (r.ratio, r.jobs))
+            .collect();
+        ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let median = ratios.get(ratios.len() / 2).copied();
+        out.push(TargetCheck::at_least(
+            &format!(
+                "depth: last / first tenth of {} consecutive jobs",
+                median.map_or("N".to_owned(), |(_, jobs)| jobs.to_string())
+            ),
+            median.map(|(r, _)| r),
+            0.9,
+            format!("4 workers, {}; median of {} runs", layout.name, ratios.len()),
+        ));
+    }
+    let median_rate = |rows: u64| {
+        let mut rates: Vec<f64> = report
+            .depth_sizes
+            .iter()
+            .filter(|d| d.ready_rows == rows)
+            .map(|d| d.sample.rate)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        rates.get(rates.len() / 2).copied()
+    };
+    let mut sizes: Vec<u64> = report.depth_sizes.iter().map(|d| d.ready_rows).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if let (Some(&small), Some(&large)) = (sizes.first(), sizes.last()) {
+        let (a, b) = (median_rate(large), median_rate(small));
+        out.push(TargetCheck::at_least(
+            &format!("depth: jobs/s at {large} / at {small} ready rows"),
+            a.zip(b).map(|(a, b)| a / b),
+            0.9,
+            "claim_next + complete, 4 workers; target ~1.0".to_owned(),
+        ));
+    }
+    out
+}
