@@ -7,7 +7,7 @@
 //! - `--only depth10m`: `claim_next` + `complete` at 4 workers on a table of 10M ready rows
 //!   against the same on 100k, with the claim's plan (an index scan, no sort) at 10M.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
@@ -63,7 +63,16 @@ pub(crate) const RECOMMENDED: Layout = Layout {
 };
 
 /// The layouts `--only depth` runs, in this order.
-pub(crate) const LAYOUTS: &[Layout] = &[BEFORE, RECOMMENDED];
+pub(crate) const LAYOUTS: &[Layout] = &[BEFORE, RECOMMENDED, FILLFACTOR];
+
+/// Candidate: room on each page for the new versions a claim and a complete make.
+pub(crate) const FILLFACTOR: Layout = Layout {
+    name: "seq order, fillfactor 50, tuned autovacuum",
+    order: Order::Seq,
+    table_options: "fillfactor = 50, autovacuum_vacuum_scale_factor = 0, \
+     autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_cost_delay = 0, \
+     autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000",
+};
 
 /// One reading of the sampler.
 #[derive(Debug, Clone, Serialize, QueryableByName)]
@@ -95,6 +104,16 @@ pub(crate) struct TableStats {
     /// Milliseconds that pick took to execute.
     #[diesel(sql_type = Double)]
     pub(crate) pick_ms: f64,
+    /// Jobs the workers had completed.
+    #[diesel(sql_type = BigInt)]
+    pub(crate) jobs_done: i64,
+    /// CPU clock ticks the server used so far: the postmaster, its live processes and the ones
+    /// that exited (autovacuum workers); -1 when the server is not on this machine.
+    #[diesel(sql_type = BigInt)]
+    pub(crate) server_cpu_ticks: i64,
+    /// CPU clock ticks this process (the client) used so far.
+    #[diesel(sql_type = BigInt)]
+    pub(crate) client_cpu_ticks: i64,
 }
 
 /// One layout's consecutive run.
@@ -115,6 +134,11 @@ pub(crate) struct DepthRun {
     pub(crate) samples: Vec<TableStats>,
     /// Rows left in `done` afterwards: every job was completed exactly once.
     pub(crate) done_rows: i64,
+    /// CPU per job in each tenth of the run, µs, from the samples (interpolated at the tenths'
+    /// boundaries): the server's (vacuum included) and the client's. Unlike jobs/s, these
+    /// hardly move with the machine's other load.
+    pub(crate) server_cpu_us_per_job_tenths: Vec<f64>,
+    pub(crate) client_cpu_us_per_job_tenths: Vec<f64>,
 }
 
 /// `claim_next` + `complete` at 100k and at 10M ready rows.
@@ -128,6 +152,11 @@ pub(crate) struct DepthSize {
     pub(crate) fill_secs: f64,
     /// `EXPLAIN (ANALYZE, BUFFERS)` of the claim statement on the fresh table (rolled back).
     pub(crate) plan: String,
+    /// Server CPU (vacuum included) per job over the warm-up and the window, µs; `None` when the
+    /// server is not on this machine.
+    pub(crate) server_cpu_us_per_job: Option<f64>,
+    /// Autovacuum runs of the queue table during the warm-up and the window.
+    pub(crate) autovacuums: i64,
 }
 
 impl Layout {
@@ -237,10 +266,15 @@ impl PgBench {
         let plan_before = self.explain_claim(layout)?;
         let (_pool, conns) = self.connections(workers)?;
         let stop = AtomicBool::new(false);
+        let done = AtomicU64::new(0);
         let start = Instant::now();
         let (tenths, samples) = std::thread::scope(|s| {
-            let sampler = s.spawn(|| self.sample_until(layout, &stop, start, every));
-            let tenths = measure::consecutive(conns, total, |conn| job(conn, layout.order));
+            let sampler = s.spawn(|| self.sample_until(layout, &stop, &done, start, every));
+            let tenths = measure::consecutive(conns, total, |conn| {
+                let n = job(conn, layout.order)?;
+                done.fetch_add(n, Ordering::Relaxed);
+                Ok(n)
+            });
             stop.store(true, Ordering::Relaxed);
             let samples = sampler
                 .join()
@@ -252,7 +286,10 @@ impl PgBench {
         let plan_after = self.explain_claim(layout)?;
         let first = tenths.first().copied().unwrap_or(f64::NAN);
         let last = tenths.last().copied().unwrap_or(f64::NAN);
+        let per_job = |ticks: fn(&TableStats) -> i64| cpu_per_job_tenths(&samples, total, ticks);
         Ok(DepthRun {
+            server_cpu_us_per_job_tenths: per_job(|s| s.server_cpu_ticks),
+            client_cpu_us_per_job_tenths: per_job(|s| s.client_cpu_ticks),
             layout,
             jobs: total,
             workers,
@@ -273,13 +310,20 @@ impl PgBench {
         &self,
         layout: Layout,
         stop: &AtomicBool,
+        done: &AtomicU64,
         start: Instant,
         every: Duration,
     ) -> BenchResult<Vec<TableStats>> {
         let mut conn = PgConnection::establish(&self.url)?;
+        let postmaster = postmaster_pid(&mut conn);
         let mut out = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
+        loop {
+            // Read before sampling: after the run ends, one last sample counts every job.
+            let last = stop.load(Ordering::Relaxed);
             let (buffers, ms) = pick_cost(&mut conn, layout)?;
+            let jobs = done.load(Ordering::Relaxed);
+            let server = postmaster.and_then(server_cpu_ticks).map_or(-1, |t| t as i64);
+            let client = measure::stat_cpu_ticks("/proc/self/stat", false).map_or(-1, |t| t as i64);
             let sql = format!(
                 "SELECT {at}::float8 AS at_secs, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, \
                  autovacuum_count, autoanalyze_count, \
@@ -288,11 +332,16 @@ impl PgBench {
                  (SELECT coalesce(sum(pg_relation_size(indexrelid)), 0)::bigint / 8192 FROM pg_index \
                   WHERE indrelid = 'bench_jobs'::regclass AND indpred IS NOT NULL) \
                   AS ready_index_pages, \
-                 {buffers}::bigint AS pick_buffers, {ms}::float8 AS pick_ms \
+                 {buffers}::bigint AS pick_buffers, {ms}::float8 AS pick_ms, \
+                 {jobs}::bigint AS jobs_done, {server}::bigint AS server_cpu_ticks, \
+                 {client}::bigint AS client_cpu_ticks \
                  FROM pg_stat_user_tables WHERE relname = 'bench_jobs'",
                 at = start.elapsed().as_secs_f64(),
             );
             out.push(diesel::sql_query(sql).get_result::<TableStats>(&mut conn)?);
+            if last {
+                break;
+            }
             let next = Instant::now() + every;
             while !stop.load(Ordering::Relaxed) && Instant::now() < next {
                 std::thread::sleep(Duration::from_millis(20));
@@ -329,8 +378,23 @@ impl PgBench {
         let fill_secs = t.elapsed().as_secs_f64();
         let plan = self.explain_claim(layout)?;
         let (_pool, conns) = self.connections(workers)?;
-        let sample = measure::timed(conns, self.window, |conn| job(conn, layout.order))?;
+        let mut conn = PgConnection::establish(&self.url)?;
+        let postmaster = postmaster_pid(&mut conn);
+        let (cpu0, av0) = (postmaster.and_then(server_cpu_ticks), autovacuums(&mut conn)?);
+        let done = AtomicU64::new(0);
+        let sample = measure::timed(conns, self.window, |conn| {
+            let n = job(conn, layout.order)?;
+            done.fetch_add(n, Ordering::Relaxed);
+            Ok(n)
+        })?;
+        let (cpu1, av1) = (postmaster.and_then(server_cpu_ticks), autovacuums(&mut conn)?);
+        let jobs = done.load(Ordering::Relaxed);
         Ok(DepthSize {
+            server_cpu_us_per_job: cpu0
+                .zip(cpu1)
+                .filter(|_| jobs > 0)
+                .map(|(a, b)| measure::ticks_to_us(b.saturating_sub(a)) / jobs as f64),
+            autovacuums: av1 - av0,
             layout,
             ready_rows: rows,
             workers,
@@ -339,6 +403,87 @@ impl PgBench {
             plan,
         })
     }
+}
+
+/// Autovacuum runs of the queue table so far (the statistics lag by up to a second).
+fn autovacuums(conn: &mut PgConnection) -> BenchResult<i64> {
+    #[derive(QueryableByName)]
+    struct Runs {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    conn.batch_execute("SELECT pg_stat_clear_snapshot()")?;
+    Ok(diesel::sql_query(
+        "SELECT autovacuum_count AS n FROM pg_stat_user_tables WHERE relname = 'bench_jobs'",
+    )
+    .get_result::<Runs>(conn)?
+    .n)
+}
+
+/// The postmaster's process id, when the server runs on this machine: the parent of this
+/// connection's backend.
+fn postmaster_pid(conn: &mut PgConnection) -> Option<u32> {
+    #[derive(QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        pid: i32,
+    }
+    let pid = diesel::sql_query("SELECT pg_backend_pid() AS pid")
+        .get_result::<Pid>(conn)
+        .ok()?
+        .pid;
+    parent_pid(&format!("/proc/{pid}/stat"))
+}
+
+/// Field 4 of a `/proc/<pid>/stat` file.
+fn parent_pid(stat_path: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(stat_path).ok()?;
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// CPU ticks of the postmaster, of its exited children (waited for) and of its live ones.
+fn server_cpu_ticks(postmaster: u32) -> Option<u64> {
+    let stat = format!("/proc/{postmaster}/stat");
+    let mut ticks = measure::stat_cpu_ticks(&stat, false)? + measure::stat_cpu_ticks(&stat, true)?;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+            continue;
+        };
+        let path = format!("/proc/{pid}/stat");
+        if parent_pid(&path) == Some(postmaster) {
+            ticks += measure::stat_cpu_ticks(&path, false).unwrap_or(0);
+        }
+    }
+    Some(ticks)
+}
+
+/// CPU µs per job in each tenth of `total` jobs, reading the cumulative `ticks` of the samples
+/// at the tenths' boundaries (linear between samples); empty without two samples or ticks.
+fn cpu_per_job_tenths(samples: &[TableStats], total: u64, ticks: fn(&TableStats) -> i64) -> Vec<f64> {
+    let points: Vec<(f64, f64)> = samples
+        .iter()
+        .filter(|s| ticks(s) >= 0)
+        .map(|s| (s.jobs_done as f64, measure::ticks_to_us(ticks(s) as u64)))
+        .collect();
+    let at = |jobs: f64| -> Option<f64> {
+        let i = points.iter().position(|(j, _)| *j >= jobs)?;
+        if i == 0 {
+            return Some(points[0].1);
+        }
+        let ((j0, c0), (j1, c1)) = (points[i - 1], points[i]);
+        Some(if j1 > j0 { c0 + (c1 - c0) * (jobs - j0) / (j1 - j0) } else { c1 })
+    };
+    (0..10)
+        .map_while(|k| {
+            let (a, b) = (total as f64 * k as f64 / 10.0, total as f64 * (k + 1) as f64 / 10.0);
+            Some((at(b)? - at(a)?) / (b - a))
+        })
+        .collect()
 }
 
 /// Shared buffers and execution time of one read-only pick (no lock: it takes nothing).
@@ -377,6 +522,12 @@ impl DepthRun {
             tenths.join(" "),
             self.ratio,
             self.done_rows
+        );
+        let us = |v: &[f64]| v.iter().map(|c| format!("{c:.0}")).collect::<Vec<_>>().join(" ");
+        eprintln!(
+            "  CPU µs per job per tenth: server {}; client {}",
+            us(&self.server_cpu_us_per_job_tenths),
+            us(&self.client_cpu_us_per_job_tenths)
         );
         for (when, s) in [("first", self.samples.first()), ("last", self.samples.last())] {
             if let Some(s) = s {
@@ -419,12 +570,20 @@ pub(crate) fn print(report: &crate::report::Report) {
     if !report.depth_sizes.is_empty() {
         println!();
         println!(
-            "{:<12} {:<36} {:>8} {:>10} {:>9} {:>9} {:>11}",
-            "ready rows", "layout", "workers", "jobs/s", "p50 µs", "p99 µs", "client µs/op"
+            "{:<12} {:<44} {:>8} {:>10} {:>9} {:>9} {:>12} {:>12} {:>6}",
+            "ready rows",
+            "layout",
+            "workers",
+            "jobs/s",
+            "p50 µs",
+            "p99 µs",
+            "client µs/op",
+            "server µs/op",
+            "vacuums"
         );
         for d in &report.depth_sizes {
             println!(
-                "{:<12} {:<36} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>11}",
+                "{:<12} {:<44} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>12} {:>12} {:>6}",
                 d.ready_rows,
                 d.layout.name,
                 d.workers,
@@ -433,7 +592,10 @@ pub(crate) fn print(report: &crate::report::Report) {
                 d.sample.p99_us,
                 d.sample
                     .client_cpu_us_per_op
-                    .map_or("-".to_owned(), |c| format!("{c:.1}"))
+                    .map_or("-".to_owned(), |c| format!("{c:.1}")),
+                d.server_cpu_us_per_job
+                    .map_or("-".to_owned(), |c| format!("{c:.1}")),
+                d.autovacuums
             );
         }
     }
