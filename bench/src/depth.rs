@@ -62,16 +62,36 @@ pub(crate) const RECOMMENDED: Layout = Layout {
     table_options: TUNED_AUTOVACUUM,
 };
 
-/// The layouts `--only depth` runs, in this order.
-pub(crate) const LAYOUTS: &[Layout] = &[BEFORE, RECOMMENDED, FILLFACTOR];
+/// The layouts `--only depth` runs, in this order, with their `--depth-layouts` names.
+pub(crate) const LAYOUTS: &[(&str, Layout)] = &[
+    ("before", BEFORE),
+    ("recommended", RECOMMENDED),
+    ("server-defaults", SERVER_DEFAULTS),
+];
 
-/// Candidate: room on each page for the new versions a claim and a complete make.
-pub(crate) const FILLFACTOR: Layout = Layout {
-    name: "seq order, fillfactor 50, tuned autovacuum",
+/// The layouts `names` choose (all when empty).
+pub(crate) fn layouts(names: &[String]) -> BenchResult<Vec<Layout>> {
+    if names.is_empty() {
+        return Ok(LAYOUTS.iter().map(|(_, l)| *l).collect());
+    }
+    names
+        .iter()
+        .map(|n| {
+            LAYOUTS
+                .iter()
+                .find(|(name, _)| name == n)
+                .map(|(_, l)| *l)
+                .ok_or_else(|| format!("--depth-layouts: unknown layout `{n}`").into())
+        })
+        .collect()
+}
+
+/// The recommended claim order and index with the server's autovacuum defaults (a vacuum after
+/// 20 % of the table plus 50 rows changed, with the default cost delay).
+pub(crate) const SERVER_DEFAULTS: Layout = Layout {
+    name: "seq order, server's autovacuum defaults",
     order: Order::Seq,
-    table_options: "fillfactor = 50, autovacuum_vacuum_scale_factor = 0, \
-     autovacuum_vacuum_threshold = 10000, autovacuum_vacuum_cost_delay = 0, \
-     autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 10000",
+    table_options: "",
 };
 
 /// One reading of the sampler.
@@ -322,7 +342,9 @@ impl PgBench {
             let last = stop.load(Ordering::Relaxed);
             let (buffers, ms) = pick_cost(&mut conn, layout)?;
             let jobs = done.load(Ordering::Relaxed);
-            let server = postmaster.and_then(server_cpu_ticks).map_or(-1, |t| t as i64);
+            let server = postmaster
+                .and_then(server_cpu_ticks)
+                .map_or(-1, |t| t as i64);
             let client = measure::stat_cpu_ticks("/proc/self/stat", false).map_or(-1, |t| t as i64);
             let sql = format!(
                 "SELECT {at}::float8 AS at_secs, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, \
@@ -380,14 +402,20 @@ impl PgBench {
         let (_pool, conns) = self.connections(workers)?;
         let mut conn = PgConnection::establish(&self.url)?;
         let postmaster = postmaster_pid(&mut conn);
-        let (cpu0, av0) = (postmaster.and_then(server_cpu_ticks), autovacuums(&mut conn)?);
+        let (cpu0, av0) = (
+            postmaster.and_then(server_cpu_ticks),
+            autovacuums(&mut conn)?,
+        );
         let done = AtomicU64::new(0);
         let sample = measure::timed(conns, self.window, |conn| {
             let n = job(conn, layout.order)?;
             done.fetch_add(n, Ordering::Relaxed);
             Ok(n)
         })?;
-        let (cpu1, av1) = (postmaster.and_then(server_cpu_ticks), autovacuums(&mut conn)?);
+        let (cpu1, av1) = (
+            postmaster.and_then(server_cpu_ticks),
+            autovacuums(&mut conn)?,
+        );
         let jobs = done.load(Ordering::Relaxed);
         Ok(DepthSize {
             server_cpu_us_per_job: cpu0
@@ -451,7 +479,10 @@ fn server_cpu_ticks(postmaster: u32) -> Option<u64> {
     let mut ticks = measure::stat_cpu_ticks(&stat, false)? + measure::stat_cpu_ticks(&stat, true)?;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
             continue;
         };
         let path = format!("/proc/{pid}/stat");
@@ -464,7 +495,11 @@ fn server_cpu_ticks(postmaster: u32) -> Option<u64> {
 
 /// CPU µs per job in each tenth of `total` jobs, reading the cumulative `ticks` of the samples
 /// at the tenths' boundaries (linear between samples); empty without two samples or ticks.
-fn cpu_per_job_tenths(samples: &[TableStats], total: u64, ticks: fn(&TableStats) -> i64) -> Vec<f64> {
+fn cpu_per_job_tenths(
+    samples: &[TableStats],
+    total: u64,
+    ticks: fn(&TableStats) -> i64,
+) -> Vec<f64> {
     let points: Vec<(f64, f64)> = samples
         .iter()
         .filter(|s| ticks(s) >= 0)
@@ -476,11 +511,18 @@ fn cpu_per_job_tenths(samples: &[TableStats], total: u64, ticks: fn(&TableStats)
             return Some(points[0].1);
         }
         let ((j0, c0), (j1, c1)) = (points[i - 1], points[i]);
-        Some(if j1 > j0 { c0 + (c1 - c0) * (jobs - j0) / (j1 - j0) } else { c1 })
+        Some(if j1 > j0 {
+            c0 + (c1 - c0) * (jobs - j0) / (j1 - j0)
+        } else {
+            c1
+        })
     };
     (0..10)
         .map_while(|k| {
-            let (a, b) = (total as f64 * k as f64 / 10.0, total as f64 * (k + 1) as f64 / 10.0);
+            let (a, b) = (
+                total as f64 * k as f64 / 10.0,
+                total as f64 * (k + 1) as f64 / 10.0,
+            );
             Some((at(b)? - at(a)?) / (b - a))
         })
         .collect()
@@ -523,13 +565,21 @@ impl DepthRun {
             self.ratio,
             self.done_rows
         );
-        let us = |v: &[f64]| v.iter().map(|c| format!("{c:.0}")).collect::<Vec<_>>().join(" ");
+        let us = |v: &[f64]| {
+            v.iter()
+                .map(|c| format!("{c:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         eprintln!(
             "  CPU µs per job per tenth: server {}; client {}",
             us(&self.server_cpu_us_per_job_tenths),
             us(&self.client_cpu_us_per_job_tenths)
         );
-        for (when, s) in [("first", self.samples.first()), ("last", self.samples.last())] {
+        for (when, s) in [
+            ("first", self.samples.first()),
+            ("last", self.samples.last()),
+        ] {
             if let Some(s) = s {
                 eprintln!(
                     "  {when:<5} sample at {:>6.1} s: {} dead rows, {} updates ({} HOT), \
@@ -606,23 +656,33 @@ pub(crate) fn print(report: &crate::report::Report) {
 pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::TargetCheck> {
     use crate::report::TargetCheck;
     let mut out = Vec::new();
-    for layout in LAYOUTS {
-        let mut ratios: Vec<(f64, u64)> = report
+    for (_, layout) in LAYOUTS {
+        let mut runs: Vec<&DepthRun> = report
             .depth
             .iter()
             .filter(|r| r.layout == *layout)
-            .map(|r| (r.ratio, r.jobs))
             .collect();
-        ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let median = ratios.get(ratios.len() / 2).copied();
+        if runs.is_empty() {
+            continue;
+        }
+        runs.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        let median = runs[runs.len() / 2];
+        let detail = format!("4 workers, {}; median of {} runs", layout.name, runs.len());
         out.push(TargetCheck::at_least(
             &format!(
                 "depth: last / first tenth of {} consecutive jobs",
-                median.map_or("N".to_owned(), |(_, jobs)| jobs.to_string())
+                median.jobs
             ),
-            median.map(|(r, _)| r),
+            Some(median.ratio),
             0.9,
-            format!("4 workers, {}; median of {} runs", layout.name, ratios.len()),
+            detail.clone(),
+        ));
+        let cpu = &median.server_cpu_us_per_job_tenths;
+        out.push(TargetCheck::at_most(
+            "depth: server CPU per job, last / first tenth (same run)",
+            cpu.first().zip(cpu.last()).map(|(a, b)| b / a),
+            1.0 / 0.9,
+            format!("{detail}; vacuum included, hardly moved by other load"),
         ));
     }
     let median_rate = |rows: u64| {
@@ -645,6 +705,22 @@ pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::Targ
             a.zip(b).map(|(a, b)| a / b),
             0.9,
             "claim_next + complete, 4 workers; target ~1.0".to_owned(),
+        ));
+        let median_cpu = |rows: u64| {
+            let mut cpu: Vec<f64> = report
+                .depth_sizes
+                .iter()
+                .filter(|d| d.ready_rows == rows)
+                .filter_map(|d| d.server_cpu_us_per_job)
+                .collect();
+            cpu.sort_by(f64::total_cmp);
+            cpu.get(cpu.len() / 2).copied()
+        };
+        out.push(TargetCheck::at_most(
+            &format!("depth: server CPU per job at {large} / at {small} ready rows"),
+            median_cpu(large).zip(median_cpu(small)).map(|(a, b)| a / b),
+            1.0 / 0.9,
+            "vacuum included; hardly moved by other load".to_owned(),
         ));
     }
     out

@@ -81,6 +81,10 @@ struct Args {
     /// depth, depth10m, width.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Queue-table layouts of the depth section (default: all): before, recommended,
+    /// server-defaults (see bench/src/depth.rs).
+    #[arg(long, value_delimiter = ',')]
+    depth_layouts: Vec<String>,
     /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
     #[arg(long = "pg-set", value_name = "NAME=VALUE")]
     pg_set: Vec<String>,
@@ -322,7 +326,7 @@ fn run() -> BenchResult<()> {
     }
     let long = |section: &str| args.only.iter().any(|s| s == section) || args.smoke || args.scale;
     if long("depth") {
-        depth_section(&pg, &plan, &mut report)?;
+        depth_section(&pg, &plan, &args, &mut report)?;
     }
     if long("depth10m") {
         depth10m_section(&pg, &plan, &mut report)?;
@@ -730,10 +734,11 @@ fn scale_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
 
 /// Issue 23, item 3: consecutive jobs in each layout of [`depth::LAYOUTS`], interleaved over the
 /// rounds, with the table's statistics sampled during each run.
-fn depth_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+fn depth_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> BenchResult<()> {
     let (jobs, w) = (plan.depth_jobs, 4);
+    let layouts = depth::layouts(&args.depth_layouts)?;
     for round in 0..plan.rounds {
-        for &layout in depth::LAYOUTS {
+        for &layout in &layouts {
             eprintln!(
                 "depth: {jobs} consecutive jobs, {w} workers, {} (round {})",
                 layout.name,
