@@ -725,3 +725,65 @@ pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::Targ
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(jobs: i64, server_ticks: i64) -> TableStats {
+        TableStats {
+            at_secs: 0.0,
+            n_live_tup: 0,
+            n_dead_tup: 0,
+            n_tup_upd: 0,
+            n_tup_hot_upd: 0,
+            autovacuum_count: 0,
+            autoanalyze_count: 0,
+            heap_pages: 0,
+            pkey_pages: 0,
+            ready_index_pages: 0,
+            pick_buffers: 0,
+            pick_ms: 0.0,
+            jobs_done: jobs,
+            server_cpu_ticks: server_ticks,
+            client_cpu_ticks: -1,
+        }
+    }
+
+    #[test]
+    fn cpu_per_job_is_read_at_the_tenths_boundaries() {
+        // 1,000 jobs; 1 tick (10 ms) per 100 jobs in the first half, 2 ticks in the second.
+        let samples = [sample(0, 0), sample(500, 5), sample(1_000, 15)];
+        let server = cpu_per_job_tenths(&samples, 1_000, |s| s.server_cpu_ticks);
+        assert_eq!(server.len(), 10);
+        assert!((server[0] - 100.0).abs() < 1e-9, "{server:?}");
+        assert!((server[9] - 200.0).abs() < 1e-9, "{server:?}");
+        // No client ticks known: no tenths.
+        assert!(cpu_per_job_tenths(&samples, 1_000, |s| s.client_cpu_ticks).is_empty());
+        // Samples that stop short of the total give the tenths they cover.
+        assert_eq!(
+            cpu_per_job_tenths(&samples[..2], 1_000, |s| s.server_cpu_ticks).len(),
+            5
+        );
+    }
+
+    #[test]
+    fn parent_pid_reads_proc() {
+        if std::path::Path::new("/proc/self/stat").exists() {
+            assert_eq!(
+                parent_pid("/proc/self/stat"),
+                Some(std::os::unix::process::parent_id())
+            );
+        }
+    }
+
+    #[test]
+    fn layouts_by_name() {
+        assert_eq!(layouts(&[]).unwrap().len(), LAYOUTS.len());
+        assert_eq!(
+            layouts(&["recommended".to_owned()]).unwrap(),
+            vec![RECOMMENDED]
+        );
+        assert!(layouts(&["nope".to_owned()]).is_err());
+    }
+}
