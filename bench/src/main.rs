@@ -76,9 +76,9 @@ struct Args {
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
-    /// Sections to run (default: all but the long depth and depth10m, which run when named, with
-    /// --smoke, or with --scale): claim, batch, e2e, guard, lease, semaphore, wake, scale, sqlite,
-    /// depth, depth10m, width.
+    /// Sections to run (default: all but the long depth and depth10m, which run when named here
+    /// or with --smoke): claim, batch, e2e, guard, lease, semaphore, wake, scale, sqlite, depth,
+    /// depth10m, width.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Queue-table layouts of the depth section (default: all): before, recommended,
@@ -324,7 +324,8 @@ fn run() -> BenchResult<()> {
     if wants("sqlite") {
         sqlite_section(&plan, &mut report)?;
     }
-    let long = |section: &str| args.only.iter().any(|s| s == section) || args.smoke || args.scale;
+    // Minutes each outside --smoke: only when named.
+    let long = |section: &str| args.only.iter().any(|s| s == section) || args.smoke;
     if long("depth") {
         depth_section(&pg, &plan, &args, &mut report)?;
     }
