@@ -11,9 +11,12 @@
 //! cargo run --release -p diesel-lease-bench -- --smoke      # CI: well under a minute
 //! cargo run --release -p diesel-lease-bench -- --scale      # adds 1M/5M-row runs: long
 //! cargo run --release -p diesel-lease-bench -- --overhead   # the tracing/metrics cost alone
+//! cargo run --release -p diesel-lease-bench -- --only depth,width  # issue 23: depth and width
+//! cargo run --release -p diesel-lease-bench -- --only depth10m     # 10M ready rows: long fill
 //! ```
 
 mod coordination;
+mod depth;
 mod e2e;
 mod idle;
 mod measure;
@@ -25,6 +28,7 @@ mod report;
 mod server;
 mod sqlite;
 mod wake;
+mod width;
 
 use std::path::{Path, PathBuf};
 
@@ -73,10 +77,15 @@ struct Args {
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
-    /// Sections to run (default: all): claim, batch, guard, lease, semaphore, wake, scale, sqlite,
-    /// idle.
+    /// Sections to run (default: all but the long depth and depth10m, which run when named here
+    /// or with --smoke): claim, batch, e2e, guard, lease, semaphore, wake, scale, sqlite, depth,
+    /// depth10m, width, idle.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Queue-table layouts of the depth section (default: all): before, recommended,
+    /// server-defaults (see bench/src/depth.rs).
+    #[arg(long, value_delimiter = ',')]
+    depth_layouts: Vec<String>,
     /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
     #[arg(long = "pg-set", value_name = "NAME=VALUE")]
     pg_set: Vec<String>,
@@ -93,6 +102,10 @@ struct Args {
     /// (the e2e section's child process).
     #[arg(long, hide = true)]
     fang_worker_pool: Option<u32>,
+    /// Internal: one process of the width section's multi-process shape, with this many threads
+    /// on DATABASE_URL (waits for `go` on stdin, prints its counts).
+    #[arg(long, hide = true)]
+    width_child: Option<usize>,
 }
 
 /// Table sizes and counts for one mode of the program.
@@ -120,6 +133,14 @@ struct Plan {
     e2e_batch_rows: u64,
     /// Consecutive jobs (claim + complete) of the end-to-end run.
     e2e_consecutive: u64,
+    /// Issue 23: consecutive jobs per depth run, and how often its sampler reads the table.
+    depth_jobs: u64,
+    depth_sample_every: std::time::Duration,
+    /// Issue 23: the small and the large table of `depth10m`.
+    depth_sizes: (u64, u64),
+    /// Issue 23: threads in one process, and processes of 4 threads, of the width section.
+    width_threads: Vec<usize>,
+    width_processes: Vec<usize>,
 }
 
 impl Plan {
@@ -170,6 +191,27 @@ impl Plan {
             e2e_rows: if args.smoke { 20_000 } else { rows },
             e2e_batch_rows: if args.smoke { 40_000 } else { 2 * rows },
             e2e_consecutive: if args.smoke { 5_000 } else { 500_000 },
+            depth_jobs: if args.smoke { 5_000 } else { 500_000 },
+            depth_sample_every: std::time::Duration::from_millis(if args.smoke {
+                200
+            } else {
+                1_000
+            }),
+            depth_sizes: if args.smoke {
+                (10_000, 100_000)
+            } else {
+                (100_000, 10_000_000)
+            },
+            width_threads: if args.smoke {
+                vec![1, 8, 64]
+            } else {
+                vec![1, 2, 4, 8, 16, 32, 64]
+            },
+            width_processes: if args.smoke {
+                vec![1, 2]
+            } else {
+                vec![1, 2, 4, 8]
+            },
         }
     }
 }
@@ -195,6 +237,9 @@ fn run() -> BenchResult<()> {
     }
     if let Some(workers) = args.fang_worker_pool {
         return e2e::run_fang_worker_pool(workers);
+    }
+    if let Some(threads) = args.width_child {
+        return width::run_child(threads, window(&args));
     }
     let plan = Plan::new(&args);
     server::stop_on_ctrl_c()?;
@@ -243,6 +288,8 @@ fn run() -> BenchResult<()> {
         measurements: Vec::new(),
         scale: Vec::new(),
         consecutive: Vec::new(),
+        depth: Vec::new(),
+        depth_sizes: Vec::new(),
         semaphores: Vec::new(),
         idle: Vec::new(),
         targets: Vec::new(),
@@ -282,6 +329,17 @@ fn run() -> BenchResult<()> {
     if wants("idle") {
         idle_section(&args, &mut report)?;
     }
+    // Minutes each outside --smoke: only when named.
+    let long = |section: &str| args.only.iter().any(|s| s == section) || args.smoke;
+    if long("depth") {
+        depth_section(&pg, &plan, &args, &mut report)?;
+    }
+    if long("depth10m") {
+        depth10m_section(&pg, &plan, &mut report)?;
+    }
+    if wants("width") {
+        width_section(&pg, &plan, &mut report)?;
+    }
     pg.drop_tables()?;
 
     report.targets = targets(&report, &plan);
@@ -319,7 +377,7 @@ fn record(
     unit: &'static str,
     sample: Sample,
 ) {
-    if group != "claim" && group != "batch" {
+    if !matches!(group, "claim" | "batch" | "width") {
         eprintln!(
             "  {group:<7} {name:<26} {workers:>3} workers: {:>9.0} {unit}  p50 {:.0} µs",
             sample.rate, sample.p50_us
@@ -680,6 +738,78 @@ fn scale_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<
     Ok(())
 }
 
+/// Issue 23, item 3: consecutive jobs in each layout of [`depth::LAYOUTS`], interleaved over the
+/// rounds, with the table's statistics sampled during each run.
+fn depth_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> BenchResult<()> {
+    let (jobs, w) = (plan.depth_jobs, 4);
+    let layouts = depth::layouts(&args.depth_layouts)?;
+    for round in 0..plan.rounds {
+        for &layout in &layouts {
+            eprintln!(
+                "depth: {jobs} consecutive jobs, {w} workers, {} (round {})",
+                layout.name,
+                round + 1
+            );
+            let run = pg.depth_run(layout, w, jobs, plan.depth_sample_every)?;
+            run.print_summary();
+            report.depth.push(run);
+        }
+    }
+    Ok(())
+}
+
+/// Issue 23, item 3: `claim_next` + `complete` at 4 workers on the small and the large table.
+fn depth10m_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let layout = depth::RECOMMENDED;
+    let (small, large) = plan.depth_sizes;
+    for round in 0..plan.rounds {
+        for rows in [small, large] {
+            eprintln!(
+                "depth10m: {rows} ready rows, 4 workers, {} (round {})",
+                layout.name,
+                round + 1
+            );
+            let size = pg.depth_size(layout, rows, 4)?;
+            eprintln!(
+                "  fill {:.1} s; {:.0} jobs/s, p50 {:.0} µs, server CPU {} µs/job, {} autovacuums",
+                size.fill_secs,
+                size.sample.rate,
+                size.sample.p50_us,
+                size.server_cpu_us_per_job
+                    .map_or("-".to_owned(), |c| format!("{c:.0}")),
+                size.autovacuums
+            );
+            report.depth_sizes.push(size);
+        }
+    }
+    Ok(())
+}
+
+/// Issue 23, item 4: jobs/s against threads in one process and against processes of 4 threads.
+fn width_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    eprintln!("width: {} ready rows per measurement", plan.rows);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for &t in &plan.width_threads {
+            pg.fresh_layout(plan.rows, width::LAYOUT)?;
+            rounds.add("width", width::THREADS, t, "jobs/s", pg.width_threads(t)?);
+        }
+        for &p in &plan.width_processes {
+            pg.fresh_layout(plan.rows, width::LAYOUT)?;
+            let s = pg.width_processes(p)?;
+            rounds.add(
+                "width",
+                width::PROCESSES,
+                p * width::THREADS_PER_PROCESS,
+                "jobs/s",
+                s,
+            );
+        }
+    }
+    rounds.record_medians(report);
+    Ok(())
+}
+
 /// 7: claim_next on SQLite (file, WAL).
 fn sqlite_section(plan: &Plan, report: &mut Report) -> BenchResult<()> {
     let sq = SqliteBench::new(plan.window)?;
@@ -851,6 +981,7 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
         ));
     }
     out.extend(e2e_targets(r));
+    out.extend(depth::targets(r));
     let pg_sem = r
         .semaphores
         .iter()
@@ -979,6 +1110,11 @@ fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
     if plotted {
         plot::claims_vs_workers(report, &svg)?;
     }
+    let width_svg = out.join("width_jobs_vs_workers.svg");
+    let width_plotted = report.measurements.iter().any(|m| m.group == "width");
+    if width_plotted {
+        plot::width(report, &width_svg)?;
+    }
     let e2e_svg = out.join("jobs_vs_workers.svg");
     let e2e_plotted = report.measurements.iter().any(|m| m.group == "e2e");
     if e2e_plotted {
@@ -993,6 +1129,9 @@ fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
         }
         if e2e_plotted {
             std::fs::copy(&e2e_svg, docs.join("jobs_vs_workers.svg"))?;
+        }
+        if width_plotted {
+            std::fs::copy(&width_svg, docs.join("width_jobs_vs_workers.svg"))?;
         }
         std::fs::write(docs.join(format!("results-{name}.json")), &json)?;
         eprintln!("copied the plot and results to {}", docs.display());

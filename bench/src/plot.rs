@@ -172,3 +172,30 @@ fn draw(
     root.present()?;
     Ok(())
 }
+
+/// The lines of the width plot (issue 23): jobs/s, claim + complete, against threads in all.
+const WIDTH_LINES: &[(&str, &str, &str, RGBColor)] = &[
+    (
+        "width",
+        crate::width::THREADS,
+        "threads in one process",
+        RGBColor(31, 119, 180),
+    ),
+    (
+        "width",
+        crate::width::PROCESSES,
+        "processes of 4 threads",
+        RGBColor(214, 39, 40),
+    ),
+];
+
+/// Draws jobs/s (claim_next + complete) against threads in one process and in several.
+pub(crate) fn width(report: &Report, path: &Path) -> BenchResult<()> {
+    draw(
+        report,
+        path,
+        WIDTH_LINES,
+        "PostgreSQL: claim_next + complete, jobs/s against workers",
+        "jobs/s",
+    )
+}

@@ -163,6 +163,10 @@ pub(crate) struct Report {
     pub(crate) measurements: Vec<Measurement>,
     pub(crate) scale: Vec<ScalePoint>,
     pub(crate) consecutive: Vec<Consecutive>,
+    /// Issue 23: consecutive jobs per queue-table layout, with the table's statistics.
+    pub(crate) depth: Vec<crate::depth::DepthRun>,
+    /// Issue 23: `claim_next` + `complete` at a small and a large table.
+    pub(crate) depth_sizes: Vec<crate::depth::DepthSize>,
     pub(crate) semaphores: Vec<SemaphoreRun>,
     /// Idle waiters' cost where there are no notifications (section `idle`).
     pub(crate) idle: Vec<crate::idle::IdleRun>,
@@ -255,6 +259,7 @@ impl Report {
                     .unwrap_or_default()
             );
         }
+        crate::depth::print(self);
         for sr in &self.semaphores {
             println!();
             println!(

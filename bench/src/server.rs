@@ -18,9 +18,10 @@ use crate::BenchResult;
 /// `synchronous_commit = off`: every shape commits once per claim, and waiting for this shared
 /// VM's disk would mostly measure the disk. Pass `--pg-set synchronous_commit=on` to include it.
 /// `autovacuum_naptime = 1s`: a claim queue makes a dead tuple per claim; see BENCHMARKS.md.
+/// `max_connections = 100`: the width section runs 64 workers, plus its own connections.
 pub(crate) const DEFAULT_SETTINGS: &[(&str, &str)] = &[
     ("shared_buffers", "512MB"),
-    ("max_connections", "64"),
+    ("max_connections", "100"),
     ("synchronous_commit", "off"),
     ("max_wal_size", "4GB"),
     ("checkpoint_timeout", "30min"),
