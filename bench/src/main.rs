@@ -15,8 +15,10 @@
 
 mod coordination;
 mod e2e;
+mod floors;
 mod measure;
 mod model;
+mod mysql;
 mod overhead;
 mod pg;
 mod plot;
@@ -72,7 +74,8 @@ struct Args {
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
-    /// Sections to run (default: all): claim, batch, guard, lease, semaphore, wake, scale, sqlite.
+    /// Sections to run (default: all): claim, batch, e2e, e2e-mysql, e2e-sqlite, guard, lease,
+    /// semaphore, wake, scale, sqlite.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
@@ -242,6 +245,7 @@ fn run() -> BenchResult<()> {
         scale: Vec::new(),
         consecutive: Vec::new(),
         semaphores: Vec::new(),
+        floors: Vec::new(),
         targets: Vec::new(),
         not_measured: Vec::new(),
         warnings: Vec::new(),
@@ -257,6 +261,12 @@ fn run() -> BenchResult<()> {
     }
     if wants("e2e") {
         e2e_section(&pg, &plan, &args, &mut report)?;
+    }
+    if wants("e2e-mysql") {
+        mysql_floors_section(&plan, &args, &mut report)?;
+    }
+    if wants("e2e-sqlite") {
+        sqlite_floors_section(&plan, &args, &mut report)?;
     }
     if wants("guard") {
         guard_section(&pg, &plan, &mut report)?;
@@ -367,10 +377,14 @@ impl Rounds {
     }
 
     fn record_medians(self, report: &mut Report) {
+        self.record_medians_on(report, "postgres");
+    }
+
+    fn record_medians_on(self, report: &mut Report, backend: &'static str) {
         for (group, name, workers, unit, mut samples) in self.runs {
             samples.sort_by(|a, b| a.rate.total_cmp(&b.rate));
             let median = samples.swap_remove(samples.len() / 2);
-            record(report, group, &name, "postgres", workers, unit, median);
+            record(report, group, &name, backend, workers, unit, median);
         }
     }
 }
@@ -472,6 +486,14 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
             pg.fresh_jobs(plan.e2e_batch_rows, Index::PartialReady)?;
             rounds.add(
                 "e2e",
+                e2e::PGBENCH_BATCH,
+                w,
+                unit,
+                pg.pgbench_batch_floor(&args.pg_bin, w)?,
+            );
+            pg.fresh_jobs(plan.e2e_batch_rows, Index::PartialReady)?;
+            rounds.add(
+                "e2e",
                 e2e::BATCH_EACH,
                 w,
                 unit,
@@ -501,6 +523,113 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
         secs,
         vacuum_after: pg.vacuum_stats().ok(),
     });
+    Ok(())
+}
+
+/// Issue 23: the worker counts of the floors, the end-to-end ones (at most 8).
+fn floor_workers(args: &Args) -> Vec<usize> {
+    args.workers.iter().copied().filter(|w| *w <= 8).collect()
+}
+
+/// Issue 23, MariaDB: ours against `mariadb-slap` running the same statements, single jobs and
+/// batches of 50, interleaved per round, on a throwaway `mariadbd` (or `DIESEL_LEASE_BENCH_MYSQL`).
+fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchResult<()> {
+    let (url, _server, source) = match std::env::var("DIESEL_LEASE_BENCH_MYSQL") {
+        Ok(url) if !url.is_empty() => (url, None, "DIESEL_LEASE_BENCH_MYSQL"),
+        _ => {
+            eprintln!("starting a throwaway MariaDB");
+            match mysql::TempMaria::start() {
+                Ok(server) => (server.url.clone(), Some(server), "throwaway"),
+                Err(e) if args.smoke => {
+                    let note = format!("e2e-mysql skipped: MariaDB did not start ({e})");
+                    eprintln!("NOTE: {note}");
+                    report.not_measured.push(note);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let f = floors::MysqlFloors::new(url, plan.window)?;
+    let server = f.version()?;
+    eprintln!("end to end on MariaDB {server}: {} ready rows ({} for batches)", plan.e2e_rows, plan.e2e_batch_rows);
+    mysql::fresh_jobs(&f.url, 1_000)?;
+    let (next, batch) = floors::capture_statements(<diesel::MysqlConnection as diesel::Connection>::establish(&f.url)?)?;
+    let mut run = floors::FloorRun {
+        backend: "mysql",
+        server,
+        source,
+        ours_next_statements: next,
+        ours_batch_statements: batch,
+        floor_next_script: floors::SLAP_NEXT_SCRIPT.to_owned(),
+        floor_batch_script: floors::SLAP_BATCH_SCRIPT.to_owned(),
+        checks: Vec::new(),
+    };
+    let (group, unit, n) = ("e2e-mysql", "jobs/s", floors::BATCH_N);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for &w in &floor_workers(args) {
+            let (s, c) = f.ours(plan.e2e_rows, w, None)?;
+            rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.slap(plan.e2e_rows, w, false)?;
+            rounds.add(group, floors::SLAP, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.ours(plan.e2e_batch_rows, w, Some(n))?;
+            rounds.add(group, e2e::BATCH, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.slap(plan.e2e_batch_rows, w, true)?;
+            rounds.add(group, floors::SLAP_BATCH, w, unit, s);
+            run.checks.push(c);
+        }
+    }
+    rounds.record_medians_on(report, "mysql");
+    report.floors.push(run);
+    Ok(())
+}
+
+/// Issue 23, SQLite: ours against K processes of the C floor running the same statements,
+/// single jobs and batches of 50, interleaved per round, on a WAL database file.
+fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchResult<()> {
+    let out = output_dir(args).join("floor");
+    let f = floors::SqliteFloors::new(plan.window, &out)?;
+    let server = f.version()?;
+    // A batch of 50 runs fast on SQLite: more rows, so that no window runs dry.
+    let batch_rows = plan.e2e_batch_rows * 3;
+    eprintln!("end to end on SQLite {server}: {} ready rows ({batch_rows} for batches)", plan.e2e_rows);
+    f.sq.fresh_jobs(1_000)?;
+    let conn = f.sq.pool(1)?.get()?;
+    let (next, batch) = floors::capture_statements(conn)?;
+    let mut run = floors::FloorRun {
+        backend: "sqlite",
+        server,
+        source: "temporary file",
+        ours_next_statements: next,
+        ours_batch_statements: batch,
+        floor_next_script: "bench/floor/sqlite_floor.c with N = 1".to_owned(),
+        floor_batch_script: "bench/floor/sqlite_floor.c with N = 50".to_owned(),
+        checks: Vec::new(),
+    };
+    let (group, unit, n) = ("e2e-sqlite", "jobs/s", floors::BATCH_N);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for &w in &floor_workers(args) {
+            let (s, c) = f.ours(plan.e2e_rows, w, None)?;
+            rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.floor(plan.e2e_rows, w, 1)?;
+            rounds.add(group, floors::C_FLOOR, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.ours(batch_rows, w, Some(n))?;
+            rounds.add(group, e2e::BATCH, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.floor(batch_rows, w, n)?;
+            rounds.add(group, floors::C_BATCH, w, unit, s);
+            run.checks.push(c);
+        }
+    }
+    rounds.record_medians_on(report, "sqlite");
+    report.floors.push(run);
     Ok(())
 }
 
@@ -802,6 +931,7 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
         ));
     }
     out.extend(e2e_targets(r));
+    out.extend(floor_targets(r));
     let pg_sem = r
         .semaphores
         .iter()
@@ -894,6 +1024,44 @@ fn e2e_targets(r: &Report) -> Vec<TargetCheck> {
     out
 }
 
+/// Issue 23's targets: ours over the literal floor on each backend, per worker count.
+fn floor_targets(r: &Report) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    for (group, backend, floor, batch_floor, min) in [
+        ("e2e", "PostgreSQL", e2e::PGBENCH, e2e::PGBENCH_BATCH, 0.9),
+        ("e2e-mysql", "MariaDB", floors::SLAP, floors::SLAP_BATCH, 0.8),
+        ("e2e-sqlite", "SQLite", floors::C_FLOOR, floors::C_BATCH, 0.9),
+    ] {
+        let mut workers: Vec<usize> = r
+            .measurements
+            .iter()
+            .filter(|m| m.group == group && m.name == batch_floor)
+            .map(|m| m.workers)
+            .collect();
+        workers.sort_unstable();
+        workers.dedup();
+        for w in workers {
+            let rate = |name: &str| r.rate(group, name, w);
+            if group != "e2e" {
+                // PostgreSQL's single-job floor target is in e2e_targets already.
+                out.push(TargetCheck::at_least(
+                    &format!("{backend}: claim_next + complete / literal floor, {w} workers"),
+                    ratio(rate(e2e::CLAIM_NEXT), rate(floor)),
+                    min,
+                    String::new(),
+                ));
+            }
+            out.push(TargetCheck::at_least(
+                &format!("{backend}: claim_batch(50) + complete_batch / batch floor, {w} workers"),
+                ratio(rate(e2e::BATCH), rate(batch_floor)),
+                0.9,
+                String::new(),
+            ));
+        }
+    }
+    out
+}
+
 fn human(n: u64) -> String {
     if n >= 1_000_000 && n % 1_000_000 == 0 {
         format!("{}M", n / 1_000_000)
@@ -909,12 +1077,16 @@ fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_owned()
 }
 
+/// `--out`, or target/bench in the workspace.
+fn output_dir(args: &Args) -> PathBuf {
+    args.out
+        .clone()
+        .unwrap_or_else(|| workspace_root().join("target/bench"))
+}
+
 fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
     let root = workspace_root();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| root.join("target/bench"));
+    let out = output_dir(args);
     std::fs::create_dir_all(&out)?;
     let json = serde_json::to_string_pretty(report)?;
     std::fs::write(out.join("results.json"), &json)?;

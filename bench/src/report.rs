@@ -164,6 +164,8 @@ pub(crate) struct Report {
     pub(crate) scale: Vec<ScalePoint>,
     pub(crate) consecutive: Vec<Consecutive>,
     pub(crate) semaphores: Vec<SemaphoreRun>,
+    /// Issue 23: per backend, our statements next to the floors' and the table checks.
+    pub(crate) floors: Vec<crate::floors::FloorRun>,
     pub(crate) targets: Vec<TargetCheck>,
     pub(crate) not_measured: Vec<String>,
     pub(crate) warnings: Vec<String>,
