@@ -9,19 +9,19 @@
  *                                     it completed and exits 0 (2 if the table ran dry first).
  *   sqlite_floor --version            prints the SQLite library version.
  *
- * Statements (N = 1):
+ * Statements (N = 1), as diesel-lease's SQLite dialect sends them (results.json holds ours as
+ * Diesel's instrumentation saw them):
  *   BEGIN IMMEDIATE
  *   UPDATE bench_jobs SET status = 'running', owner = 'OWNER', claimed_at = <now>,
- *     attempts = attempts + 1 WHERE (id) IN (SELECT id FROM bench_jobs WHERE status = 'ready'
- *     ORDER BY id LIMIT N) RETURNING id, status, owner, claimed_at, attempts, payload
+ *     attempts = attempts + 1 WHERE (id) IN (SELECT id FROM bench_jobs WHERE (status = 'ready')
+ *     ORDER BY id ASC LIMIT N) RETURNING id, status, owner, claimed_at, attempts, payload
  *   COMMIT
- *   BEGIN IMMEDIATE
- *   UPDATE bench_jobs SET status = 'done' WHERE id = ? AND status = 'running'
- *     AND owner = 'OWNER' AND attempts = ?
- *   COMMIT
- * With N > 1 the complete names the N keys: `WHERE id IN (?, ?, …) AND status = 'running' AND
- * owner = 'OWNER'` (the attempt count of each row is 1 here: a fresh table). Every statement is
- * prepared once and reused, as Diesel's statement cache does.
+ *   UPDATE bench_jobs SET status = 'done' WHERE (id = ?) AND status = 'running'
+ *     AND owner = 'OWNER' AND attempts = ?                      (autocommit)
+ * With N > 1 the complete is one statement over the N claims, as `complete_batch` sends it:
+ *   UPDATE bench_jobs SET status = 'done' WHERE status = 'running' AND
+ *     ((id = ? AND owner = 'OWNER' AND attempts = ?) OR … N times)  (autocommit)
+ * Every statement is prepared once and reused, as Diesel's statement cache does.
  */
 #include <sqlite3.h>
 #include <stdio.h>
@@ -84,28 +84,30 @@ int main(int argc, char **argv) {
                      NULL, NULL, NULL) != SQLITE_OK)
         die("pragmas");
 
-    char sql[4096];
+    char sql[8192];
     sqlite3_stmt *begin = prepare("BEGIN IMMEDIATE");
     sqlite3_stmt *commit = prepare("COMMIT");
     snprintf(sql, sizeof sql,
              "UPDATE bench_jobs SET status = 'running', owner = '%s', "
              "claimed_at = strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'), attempts = attempts + 1 "
-             "WHERE (id) IN (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id "
+             "WHERE (id) IN (SELECT id FROM bench_jobs WHERE (status = 'ready') ORDER BY id ASC "
              "LIMIT %d) RETURNING id, status, owner, claimed_at, attempts, payload",
              owner, n);
     sqlite3_stmt *claim = prepare(sql);
     sqlite3_stmt *complete;
     if (n == 1) {
         snprintf(sql, sizeof sql,
-                 "UPDATE bench_jobs SET status = 'done' WHERE id = ?1 AND status = 'running' "
+                 "UPDATE bench_jobs SET status = 'done' WHERE (id = ?1) AND status = 'running' "
                  "AND owner = '%s' AND attempts = ?2",
                  owner);
     } else {
-        int len = snprintf(sql, sizeof sql, "UPDATE bench_jobs SET status = 'done' WHERE id IN (");
+        int len = snprintf(sql, sizeof sql,
+                           "UPDATE bench_jobs SET status = 'done' WHERE status = 'running' AND (");
         for (int i = 0; i < n; i++)
-            len += snprintf(sql + len, sizeof sql - (size_t)len, i ? ", ?%d" : "?%d", i + 1);
-        snprintf(sql + len, sizeof sql - (size_t)len,
-                 ") AND status = 'running' AND owner = '%s' RETURNING id", owner);
+            len += snprintf(sql + len, sizeof sql - (size_t)len,
+                            "%s((id = ?%d) AND owner = '%s' AND attempts = ?%d)", i ? " OR " : "",
+                            2 * i + 1, owner, 2 * i + 2);
+        snprintf(sql + len, sizeof sql - (size_t)len, ")");
     }
     complete = prepare(sql);
 
@@ -135,7 +137,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "sqlite_floor: the table ran dry\n");
             return 2;
         }
-        run(begin, "BEGIN IMMEDIATE");
         if (n == 1) {
             sqlite3_bind_int64(complete, 1, ids[0]);
             sqlite3_bind_int(complete, 2, attempts[0]);
@@ -146,22 +147,18 @@ int main(int argc, char **argv) {
             }
             done += 1;
         } else {
-            int i;
-            for (i = 0; i < n; i++)
-                sqlite3_bind_int64(complete, i + 1, i < got ? ids[i] : 0);
-            int moved = 0;
-            while ((rc = sqlite3_step(complete)) == SQLITE_ROW)
-                moved++;
-            if (rc != SQLITE_DONE)
-                die("complete");
-            sqlite3_reset(complete);
+            for (int i = 0; i < n; i++) {
+                sqlite3_bind_int64(complete, 2 * i + 1, i < got ? ids[i] : 0);
+                sqlite3_bind_int(complete, 2 * i + 2, i < got ? attempts[i] : 0);
+            }
+            run(complete, "complete");
+            int moved = sqlite3_changes(db);
             if (moved != got) {
                 fprintf(stderr, "sqlite_floor: a fresh claim was not ours\n");
                 return 1;
             }
             done += moved;
         }
-        run(commit, "COMMIT");
     }
     printf("%lld\n", done);
     return payload_bytes == 0 && done > 0 ? 1 : 0;
