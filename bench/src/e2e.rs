@@ -54,15 +54,15 @@ impl Runnable for NoopTask {
 
 /// The floor's script: diesel-lease's claim statement with the state values and the owner as
 /// literals, then the owner-checked done, one pgbench transaction per job.
-const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
+pub(crate) const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
 UPDATE bench_jobs SET status = 'done' WHERE id = :job_id AND status = 'running' AND owner = 'pgbench' AND attempts = :job_attempts;\n";
 
 /// The batch floor's script (issue 23): `claim_batch(50)`'s statement with literal values, its
 /// 50 rows returned; then `complete_batch`'s owner-checked statement over the 50 keys and
 /// attempts. pgbench keeps one row of a result (`\\gset`), so the claim's rows also come back
 /// aggregated as arrays in the same statement, which the complete then binds.
-pub(crate) const PGBENCH_BATCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 50 FOR UPDATE SKIP LOCKED), claimed AS (UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts, bench_jobs.payload) SELECT array_agg(id) AS ids, array_agg(attempts) AS atts, array_agg(payload) AS payloads FROM claimed \\gset\n\
-UPDATE bench_jobs SET status = 'done' FROM unnest(:'ids'::bigint[], :'atts'::integer[]) AS mine(id, attempts) WHERE bench_jobs.id = mine.id AND bench_jobs.status = 'running' AND bench_jobs.owner = 'pgbench' AND bench_jobs.attempts = mine.attempts;\n";
+pub(crate) const PGBENCH_BATCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 50 FOR UPDATE SKIP LOCKED), claimed AS (UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts, bench_jobs.payload) SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempts), '{}') AS atts, array_agg(payload) AS payloads FROM claimed \\gset\n\
+UPDATE bench_jobs SET status = 'done' FROM unnest(:ids::bigint[], :atts::integer[]) AS mine(id, attempts) WHERE bench_jobs.id = mine.id AND bench_jobs.status = 'running' AND bench_jobs.owner = 'pgbench' AND bench_jobs.attempts = mine.attempts;\n";
 
 /// fang's tasks: `rows` no-op tasks of the default type, due now, in creation order.
 const FANG_FILL: &str = "INSERT INTO fang_tasks (metadata, task_type, created_at, scheduled_at) \

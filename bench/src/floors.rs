@@ -285,31 +285,33 @@ fn child_stderr(c: &mut Child) -> String {
 /// The owner the floors write (the same literal in every client, as pgbench's floor does).
 const FLOOR_OWNER: &str = "floor";
 
-/// `claim_next` + `complete` as our MySQL dialect runs them (see `capture_statements` in
-/// results.json), with literal values: the pick locks one ready row, the marking and the
-/// read-back go by key, and the complete checks owner, state and attempt.
+/// `claim_next` + `complete` as our MySQL dialect runs them (`ours_next_statements` in
+/// results.json), with literal values: the pick locks one ready row and reads it (into session
+/// variables: slap has no client-side variables), the marking goes by key, the read-back sends
+/// the row to the client, and the complete checks key, state, owner and attempt.
 pub(crate) const SLAP_NEXT_SCRIPT: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
 BEGIN;\n\
-SELECT id INTO @id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;\n\
+SELECT id, status, owner, claimed_at, attempts, payload INTO @id, @status, @owner, @claimed_at, @attempts, @payload FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC LIMIT 1 FOR UPDATE SKIP LOCKED;\n\
 UPDATE bench_jobs SET status = 'running', owner = 'floor', claimed_at = UTC_TIMESTAMP(6), attempts = attempts + 1 WHERE id = @id;\n\
-SELECT id, status, owner, claimed_at, attempts, payload INTO @id, @status, @owner, @claimed_at, @attempts, @payload FROM bench_jobs WHERE id = @id;\n\
+SELECT id, status, owner, claimed_at, attempts, payload FROM bench_jobs WHERE id = @id;\n\
 COMMIT;\n\
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
-UPDATE bench_jobs SET status = 'done' WHERE id = @id AND status = 'running' AND owner = 'floor' AND attempts = @attempts;\n";
+UPDATE bench_jobs SET status = 'done' WHERE id = @id AND status = 'running' AND owner = 'floor' AND attempts = @attempts + 1;\n";
 
 /// `claim_batch(50)` + `complete_batch` as our MySQL dialect runs them: the pick locks 50 ready
-/// rows (their ids kept in `@ids`), the marking and the read-back name the 50 keys
-/// (`EXECUTE IMMEDIATE` of the same text with the keys written in), then the complete locks the
-/// rows still ours and marks exactly those.
+/// rows (their ids kept in `@ids`, the rows not sent to the client: slap cannot keep them), the
+/// marking and the read-back name the 50 keys (`EXECUTE IMMEDIATE` of the text with the keys
+/// written in; ours binds them, `id = ? OR id = ? …`), then the complete locks the rows still
+/// ours and marks exactly those (ours checks each row's own attempt; here all are 1).
 pub(crate) const SLAP_BATCH_SCRIPT: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
 BEGIN;\n\
-SELECT GROUP_CONCAT(id ORDER BY id) INTO @ids FROM (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 50 FOR UPDATE SKIP LOCKED) AS picked;\n\
+SELECT GROUP_CONCAT(id ORDER BY id) INTO @ids FROM (SELECT id, status, owner, claimed_at, attempts, payload FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC LIMIT 50 FOR UPDATE SKIP LOCKED) AS picked;\n\
 EXECUTE IMMEDIATE CONCAT('UPDATE bench_jobs SET status = ''running'', owner = ''floor'', claimed_at = UTC_TIMESTAMP(6), attempts = attempts + 1 WHERE id IN (', @ids, ')');\n\
 EXECUTE IMMEDIATE CONCAT('SELECT id, status, owner, claimed_at, attempts, payload FROM bench_jobs WHERE id IN (', @ids, ')');\n\
 COMMIT;\n\
 SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
 BEGIN;\n\
-EXECUTE IMMEDIATE CONCAT('SELECT id FROM bench_jobs WHERE id IN (', @ids, ') AND status = ''running'' AND owner = ''floor'' AND attempts = 1 FOR UPDATE');\n\
+EXECUTE IMMEDIATE CONCAT('SELECT id, status, owner, claimed_at, attempts, payload FROM bench_jobs WHERE id IN (', @ids, ') AND status = ''running'' AND owner = ''floor'' AND attempts = 1 FOR UPDATE');\n\
 EXECUTE IMMEDIATE CONCAT('UPDATE bench_jobs SET status = ''done'' WHERE id IN (', @ids, ') AND status = ''running'' AND owner = ''floor'' AND attempts = 1');\n\
 COMMIT;\n";
 

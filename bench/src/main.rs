@@ -169,7 +169,7 @@ impl Plan {
             consecutive_workers: 4,
             sqlite_workers: vec![1, 2, 4],
             e2e_rows: if args.smoke { 20_000 } else { rows },
-            e2e_batch_rows: if args.smoke { 40_000 } else { 2 * rows },
+            e2e_batch_rows: if args.smoke { 100_000 } else { 2 * rows },
             e2e_consecutive: if args.smoke { 5_000 } else { 500_000 },
         }
     }
@@ -463,6 +463,19 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
         "end to end: {} ready rows ({} for batches) per measurement",
         plan.e2e_rows, plan.e2e_batch_rows
     );
+    pg.fresh_jobs(1_000, Index::PartialReady)?;
+    let (next, batch) =
+        floors::capture_statements(<diesel::PgConnection as diesel::Connection>::establish(&pg.url)?)?;
+    report.floors.push(floors::FloorRun {
+        backend: "postgres",
+        server: report.postgres.server.version.clone(),
+        source: report.postgres.source,
+        ours_next_statements: next,
+        ours_batch_statements: batch,
+        floor_next_script: e2e::PGBENCH_SCRIPT.to_owned(),
+        floor_batch_script: e2e::PGBENCH_BATCH_SCRIPT.to_owned(),
+        checks: Vec::new(),
+    });
     let mut rounds = Rounds::default();
     let unit = "jobs/s";
     for _ in 0..plan.rounds {
@@ -551,8 +564,17 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
         }
     };
     let f = floors::MysqlFloors::new(url, plan.window)?;
+    // Filling is slow on MariaDB (1,000 rows a statement); the smoke run's windows are short.
+    let batch_rows = if args.smoke {
+        40_000
+    } else {
+        plan.e2e_batch_rows
+    };
     let server = f.version()?;
-    eprintln!("end to end on MariaDB {server}: {} ready rows ({} for batches)", plan.e2e_rows, plan.e2e_batch_rows);
+    eprintln!(
+        "end to end on MariaDB {server}: {} ready rows ({batch_rows} for batches)",
+        plan.e2e_rows
+    );
     mysql::fresh_jobs(&f.url, 1_000)?;
     let (next, batch) = floors::capture_statements(<diesel::MysqlConnection as diesel::Connection>::establish(&f.url)?)?;
     let mut run = floors::FloorRun {
@@ -575,10 +597,10 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
             let (s, c) = f.slap(plan.e2e_rows, w, false)?;
             rounds.add(group, floors::SLAP, w, unit, s);
             run.checks.push(c);
-            let (s, c) = f.ours(plan.e2e_batch_rows, w, Some(n))?;
+            let (s, c) = f.ours(batch_rows, w, Some(n))?;
             rounds.add(group, e2e::BATCH, w, unit, s);
             run.checks.push(c);
-            let (s, c) = f.slap(plan.e2e_batch_rows, w, true)?;
+            let (s, c) = f.slap(batch_rows, w, true)?;
             rounds.add(group, floors::SLAP_BATCH, w, unit, s);
             run.checks.push(c);
         }
@@ -595,7 +617,11 @@ fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> Bench
     let f = floors::SqliteFloors::new(plan.window, &out)?;
     let server = f.version()?;
     // A batch of 50 runs fast on SQLite: more rows, so that no window runs dry.
-    let batch_rows = plan.e2e_batch_rows * 3;
+    let batch_rows = if args.smoke {
+        120_000
+    } else {
+        plan.e2e_batch_rows * 3
+    };
     eprintln!("end to end on SQLite {server}: {} ready rows ({batch_rows} for batches)", plan.e2e_rows);
     f.sq.fresh_jobs(1_000)?;
     let conn = f.sq.pool(1)?.get()?;
