@@ -57,12 +57,33 @@ impl Runnable for NoopTask {
 pub(crate) const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
 UPDATE bench_jobs SET status = 'done' WHERE id = :job_id AND status = 'running' AND owner = 'pgbench' AND attempts = :job_attempts;\n";
 
-/// The batch floor's script (issue 23): `claim_batch(50)`'s statement with literal values, its
-/// 50 rows returned; then `complete_batch`'s owner-checked statement over the 50 keys and
-/// attempts. pgbench keeps one row of a result (`\\gset`), so the claim's rows also come back
-/// aggregated as arrays in the same statement, which the complete then binds.
-pub(crate) const PGBENCH_BATCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 50 FOR UPDATE SKIP LOCKED), claimed AS (UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts, bench_jobs.payload) SELECT coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(attempts), '{}') AS atts, array_agg(payload) AS payloads FROM claimed \\gset\n\
-UPDATE bench_jobs SET status = 'done' FROM unnest(:ids::bigint[], :atts::integer[]) AS mine(id, attempts) WHERE bench_jobs.id = mine.id AND bench_jobs.status = 'running' AND bench_jobs.owner = 'pgbench' AND bench_jobs.attempts = mine.attempts;\n";
+/// The batch floor's script (issue 23): `claim_batch(50)`'s statement and `complete_batch`'s, as
+/// ours sends them (results.json, `floors`), with literal state values and owner. pgbench keeps
+/// one row of a result (`\\gset`), so the claim's 50 rows come back aggregated in one row, as
+/// `id1`, `a1` (attempts), … `id50`, `a50` and the payloads; the complete is ours: one
+/// owner-checked statement naming each row's key and attempt, `OR`ed.
+pub(crate) fn pgbench_batch_script() -> String {
+    let n = crate::floors::BATCH_N;
+    let columns: Vec<String> = (1..=n)
+        .map(|i| format!("coalesce(ids[{i}], 0) AS id{i}, coalesce(atts[{i}], 0) AS a{i}"))
+        .collect();
+    let checks: Vec<String> = (1..=n)
+        .map(|i| format!("((id = :id{i}) AND owner = 'pgbench' AND attempts = :a{i})"))
+        .collect();
+    format!(
+        "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC \
+         LIMIT {n} FOR UPDATE SKIP LOCKED), claimed AS (UPDATE bench_jobs SET status = 'running', \
+         owner = 'pgbench', claimed_at = (statement_timestamp() AT TIME ZONE 'UTC'), \
+         attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id \
+         RETURNING bench_jobs.id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, \
+         bench_jobs.attempts, bench_jobs.payload), agg AS (SELECT array_agg(id ORDER BY id) AS ids, \
+         array_agg(attempts ORDER BY id) AS atts, array_agg(payload) AS payloads FROM claimed) \
+         SELECT {}, payloads FROM agg \\gset\n\
+         UPDATE bench_jobs SET status = 'done' WHERE status = 'running' AND ({});\n",
+        columns.join(", "),
+        checks.join(" OR ")
+    )
+}
 
 /// fang's tasks: `rows` no-op tasks of the default type, due now, in creation order.
 const FANG_FILL: &str = "INSERT INTO fang_tasks (metadata, task_type, created_at, scheduled_at) \
@@ -122,12 +143,12 @@ impl PgBench {
         self.pgbench(pg_bin, workers, PGBENCH_SCRIPT, 1)
     }
 
-    /// pgbench with [`PGBENCH_BATCH_SCRIPT`]: as [`Self::pgbench_floor`], 50 jobs a transaction.
+    /// pgbench with [`pgbench_batch_script`]: as [`Self::pgbench_floor`], 50 jobs a transaction.
     /// Jobs are counted from the table (done rows), which must equal 50 per transaction.
     pub(crate) fn pgbench_batch_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
         let mut conn = PgConnection::establish(&self.url)?;
         let before = crate::floors::done_rows(&mut conn)?;
-        let s = self.pgbench(pg_bin, workers, PGBENCH_BATCH_SCRIPT, 50)?;
+        let s = self.pgbench(pg_bin, workers, &pgbench_batch_script(), 50)?;
         let t = crate::floors::tally(&mut conn)?;
         t.check(
             &format!("pgbench batch x{workers}"),

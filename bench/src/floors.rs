@@ -317,7 +317,10 @@ COMMIT;\n";
 
 /// Statements in a slap script (its `;`-terminated lines).
 fn statements(script: &str) -> usize {
-    script.lines().filter(|l| l.trim_end().ends_with(';')).count()
+    script
+        .lines()
+        .filter(|l| l.trim_end().ends_with(';'))
+        .count()
 }
 
 /// The MariaDB side of a floors run.
@@ -395,7 +398,8 @@ impl MysqlFloors {
         let mut conn = MysqlConnection::establish(&self.url)?;
         // Ample repetitions: the window ends it, not the count.
         let runs = rows.div_ceil(per as u64) * 4;
-        let child = crate::mysql::spawn_slap(&self.url, &script_path, statements(script), workers, runs)?;
+        let child =
+            crate::mysql::spawn_slap(&self.url, &script_path, statements(script), workers, runs)?;
         let mut children = vec![child];
         let sample = external_window(&mut children, self.window, per as u64, || {
             done_rows(&mut conn)

@@ -464,8 +464,9 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
         plan.e2e_rows, plan.e2e_batch_rows
     );
     pg.fresh_jobs(1_000, Index::PartialReady)?;
-    let (next, batch) =
-        floors::capture_statements(<diesel::PgConnection as diesel::Connection>::establish(&pg.url)?)?;
+    let (next, batch) = floors::capture_statements(
+        <diesel::PgConnection as diesel::Connection>::establish(&pg.url)?,
+    )?;
     report.floors.push(floors::FloorRun {
         backend: "postgres",
         server: report.postgres.server.version.clone(),
@@ -473,7 +474,7 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
         ours_next_statements: next,
         ours_batch_statements: batch,
         floor_next_script: e2e::PGBENCH_SCRIPT.to_owned(),
-        floor_batch_script: e2e::PGBENCH_BATCH_SCRIPT.to_owned(),
+        floor_batch_script: e2e::pgbench_batch_script(),
         checks: Vec::new(),
     });
     let mut rounds = Rounds::default();
@@ -576,7 +577,9 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
         plan.e2e_rows
     );
     mysql::fresh_jobs(&f.url, 1_000)?;
-    let (next, batch) = floors::capture_statements(<diesel::MysqlConnection as diesel::Connection>::establish(&f.url)?)?;
+    let (next, batch) = floors::capture_statements(
+        <diesel::MysqlConnection as diesel::Connection>::establish(&f.url)?,
+    )?;
     let mut run = floors::FloorRun {
         backend: "mysql",
         server,
@@ -622,7 +625,10 @@ fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> Bench
     } else {
         plan.e2e_batch_rows * 3
     };
-    eprintln!("end to end on SQLite {server}: {} ready rows ({batch_rows} for batches)", plan.e2e_rows);
+    eprintln!(
+        "end to end on SQLite {server}: {} ready rows ({batch_rows} for batches)",
+        plan.e2e_rows
+    );
     f.sq.fresh_jobs(1_000)?;
     let conn = f.sq.pool(1)?.get()?;
     let (next, batch) = floors::capture_statements(conn)?;
@@ -1055,8 +1061,20 @@ fn floor_targets(r: &Report) -> Vec<TargetCheck> {
     let mut out = Vec::new();
     for (group, backend, floor, batch_floor, min) in [
         ("e2e", "PostgreSQL", e2e::PGBENCH, e2e::PGBENCH_BATCH, 0.9),
-        ("e2e-mysql", "MariaDB", floors::SLAP, floors::SLAP_BATCH, 0.8),
-        ("e2e-sqlite", "SQLite", floors::C_FLOOR, floors::C_BATCH, 0.9),
+        (
+            "e2e-mysql",
+            "MariaDB",
+            floors::SLAP,
+            floors::SLAP_BATCH,
+            0.8,
+        ),
+        (
+            "e2e-sqlite",
+            "SQLite",
+            floors::C_FLOOR,
+            floors::C_BATCH,
+            0.9,
+        ),
     ] {
         let mut workers: Vec<usize> = r
             .measurements
