@@ -372,12 +372,15 @@ impl MysqlFloors {
         let conns = (0..workers)
             .map(|_| pool.get())
             .collect::<Result<Vec<_>, _>>()?;
+        let mut conn = MysqlConnection::establish(&self.url)?;
+        let before = Counters::read(&mut conn)?;
         let completed = AtomicU64::new(0);
         let s = ours(conns, self.window, batch, &completed)?;
-        let t = tally(&mut pool.get()?)?;
+        let after = Counters::read(&mut conn)?;
+        let t = tally(&mut conn)?;
         let what = format!("mysql ours {:?} x{workers}", batch.unwrap_or(1));
         let line = t.check(&what, Some(completed.load(Ordering::Relaxed)), 0)?;
-        Ok((s, line))
+        Ok((s, format!("{line}; {}", after.per_job(&before, t.done))))
     }
 
     /// `mariadb-slap` with the single-job or the batch script, `workers` clients, on a fresh
@@ -396,6 +399,7 @@ impl MysqlFloors {
         };
         let script_path = self.dir.path().join(file);
         let mut conn = MysqlConnection::establish(&self.url)?;
+        let before = Counters::read(&mut conn)?;
         // Ample repetitions: the window ends it, not the count.
         let runs = rows.div_ceil(per as u64) * 4;
         let child =
@@ -412,10 +416,65 @@ impl MysqlFloors {
         // The server ends the killed clients' sessions (rolling back what was open) when it sees
         // them gone; wait until they are.
         wait_for_sessions_gone(&mut conn)?;
+        let after = Counters::read(&mut conn)?;
         let t = tally(&mut conn)?;
         let what = format!("mysql slap {per} x{workers}");
         let line = t.check(&what, None, i64::try_from(workers * per)?)?;
-        Ok((sample, line))
+        // The counting queries of the window (two) are the floor's too; negligible per job.
+        Ok((sample, format!("{line}; {}", after.per_job(&before, t.done))))
+    }
+}
+
+/// The server's counters of client statements (MariaDB's global status), for a profile of one
+/// measurement: per job, how many statements and prepared-statement calls it took.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    questions: i64,
+    prepare: i64,
+    execute: i64,
+    close: i64,
+}
+
+#[derive(QueryableByName)]
+struct Status {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    name: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    value: String,
+}
+
+impl Counters {
+    fn read(conn: &mut MysqlConnection) -> BenchResult<Counters> {
+        let rows = diesel::sql_query(
+            "SELECT VARIABLE_NAME AS name, VARIABLE_VALUE AS value FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME IN ('QUESTIONS', 'COM_STMT_PREPARE', 'COM_STMT_EXECUTE', 'COM_STMT_CLOSE')",
+        )
+        .load::<Status>(conn)?;
+        let mut c = Counters::default();
+        for r in rows {
+            let v: i64 = r.value.parse().unwrap_or(0);
+            match r.name.to_ascii_uppercase().as_str() {
+                "QUESTIONS" => c.questions = v,
+                "COM_STMT_PREPARE" => c.prepare = v,
+                "COM_STMT_EXECUTE" => c.execute = v,
+                "COM_STMT_CLOSE" => c.close = v,
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+
+    /// Per job, from `before` to `self`, over `jobs` jobs: `questions` (statements the server
+    /// ran for clients, text or prepared), prepares, executes and closes.
+    fn per_job(&self, before: &Counters, jobs: i64) -> String {
+        let j = jobs.max(1) as f64;
+        format!(
+            "per job: {:.2} statements, {:.2} prepares, {:.2} executes, {:.2} closes",
+            (self.questions - before.questions) as f64 / j,
+            (self.prepare - before.prepare) as f64 / j,
+            (self.execute - before.execute) as f64 / j,
+            (self.close - before.close) as f64 / j
+        )
     }
 }
 
