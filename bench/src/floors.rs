@@ -421,7 +421,10 @@ impl MysqlFloors {
         let what = format!("mysql slap {per} x{workers}");
         let line = t.check(&what, None, i64::try_from(workers * per)?)?;
         // The counting queries of the window (two) are the floor's too; negligible per job.
-        Ok((sample, format!("{line}; {}", after.per_job(&before, t.done))))
+        Ok((
+            sample,
+            format!("{line}; {}", after.per_job(&before, t.done)),
+        ))
     }
 }
 
