@@ -1,7 +1,10 @@
 //! diesel-lease's benchmark program (issue 6).
 //!
 //! Measures, side by side in one run, `claim_next` and friends against the hand-written SQL they
-//! replace, on a throwaway PostgreSQL it starts itself (or on `DATABASE_URL`) and on SQLite; prints
+//! replace, on a throwaway PostgreSQL it starts itself (or on `DATABASE_URL`) and on SQLite; and
+//! end to end against a literal-SQL floor outside our code on each backend (issue 23: pgbench,
+//! `mariadb-slap` on a throwaway MariaDB or `DIESEL_LEASE_BENCH_MYSQL`, a C program over
+//! sqlite3; sections `e2e`, `e2e-mysql`, `e2e-sqlite`, see bench/NOTES-floors.md); prints
 //! a table with the target ratios and writes `target/bench/results.json` and
 //! `target/bench/claims_vs_workers.svg`. It asserts nothing: a missed target is reported, not an
 //! error. See BENCHMARKS.md at the repository root.
