@@ -625,3 +625,40 @@ impl SqliteFloors {
         Ok((sample, line))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(done: i64, running: i64, ready: i64, miscounted: i64) -> Tally {
+        Tally {
+            done,
+            running,
+            ready,
+            miscounted,
+        }
+    }
+
+    #[test]
+    fn tally_check_refuses_double_claims_lost_jobs_and_dry_tables() {
+        assert!(t(10, 0, 90, 0).check("x", Some(10), 0).is_ok());
+        assert!(t(10, 2, 88, 0).check("x", None, 2).is_ok());
+        assert!(t(10, 0, 90, 1).check("x", Some(10), 0).is_err());
+        assert!(t(10, 0, 90, 0).check("x", Some(11), 0).is_err());
+        assert!(t(10, 3, 87, 0).check("x", None, 2).is_err());
+        assert!(t(100, 0, 0, 0).check("x", Some(100), 0).is_err());
+    }
+
+    #[test]
+    fn slap_scripts_count_their_statements() {
+        assert_eq!(statements(SLAP_NEXT_SCRIPT), 8);
+        assert_eq!(statements(SLAP_BATCH_SCRIPT), 11);
+    }
+
+    #[test]
+    fn pgbench_batch_script_names_every_claimed_row() {
+        let s = crate::e2e::pgbench_batch_script();
+        assert!(s.contains(":id50") && s.contains(":a50") && !s.contains(":id51"));
+        assert_eq!(s.lines().count(), 2);
+    }
+}
