@@ -35,6 +35,8 @@ pub(crate) const FANG: &str = "fang fetch+remove";
 pub(crate) const FANG_POOL: &str = "fang WorkerPool";
 pub(crate) const BATCH: &str = "claim_batch(50) + complete_batch";
 pub(crate) const BATCH_EACH: &str = "claim_batch(50) + 50 x complete";
+/// Issue 23: pgbench running `claim_batch(50)` + `complete_batch`'s statements, literal values.
+pub(crate) const PGBENCH_BATCH: &str = "pgbench batch(50) floor";
 
 /// fang's task: does nothing.
 #[derive(fang::Serialize, fang::Deserialize)]
@@ -52,8 +54,36 @@ impl Runnable for NoopTask {
 
 /// The floor's script: diesel-lease's claim statement with the state values and the owner as
 /// literals, then the owner-checked done, one pgbench transaction per job.
-const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
+pub(crate) const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
 UPDATE bench_jobs SET status = 'done' WHERE id = :job_id AND status = 'running' AND owner = 'pgbench' AND attempts = :job_attempts;\n";
+
+/// The batch floor's script (issue 23): `claim_batch(50)`'s statement and `complete_batch`'s, as
+/// ours sends them (results.json, `floors`), with literal state values and owner. pgbench keeps
+/// one row of a result (`\\gset`), so the claim's 50 rows come back aggregated in one row, as
+/// `id1`, `a1` (attempts), … `id50`, `a50` and the payloads; the complete is ours: one
+/// owner-checked statement naming each row's key and attempt, `OR`ed.
+pub(crate) fn pgbench_batch_script() -> String {
+    let n = crate::floors::BATCH_N;
+    let columns: Vec<String> = (1..=n)
+        .map(|i| format!("coalesce(ids[{i}], 0) AS id{i}, coalesce(atts[{i}], 0) AS a{i}"))
+        .collect();
+    let checks: Vec<String> = (1..=n)
+        .map(|i| format!("((id = :id{i}) AND owner = 'pgbench' AND attempts = :a{i})"))
+        .collect();
+    format!(
+        "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC \
+         LIMIT {n} FOR UPDATE SKIP LOCKED), claimed AS (UPDATE bench_jobs SET status = 'running', \
+         owner = 'pgbench', claimed_at = (statement_timestamp() AT TIME ZONE 'UTC'), \
+         attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id \
+         RETURNING bench_jobs.id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, \
+         bench_jobs.attempts, bench_jobs.payload), agg AS (SELECT array_agg(id ORDER BY id) AS ids, \
+         array_agg(attempts ORDER BY id) AS atts, array_agg(payload) AS payloads FROM claimed) \
+         SELECT {}, payloads FROM agg \\gset\n\
+         UPDATE bench_jobs SET status = 'done' WHERE status = 'running' AND ({});\n",
+        columns.join(", "),
+        checks.join(" OR ")
+    )
+}
 
 /// fang's tasks: `rows` no-op tasks of the default type, due now, in creation order.
 const FANG_FILL: &str = "INSERT INTO fang_tasks (metadata, task_type, created_at, scheduled_at) \
@@ -110,9 +140,35 @@ impl PgBench {
     /// the measured seconds (pgbench counts whole seconds, at least one). Client CPU is what the
     /// pgbench process used; latency is pgbench's average (it reports no median).
     pub(crate) fn pgbench_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
+        self.pgbench(pg_bin, workers, PGBENCH_SCRIPT, 1)
+    }
+
+    /// pgbench with [`pgbench_batch_script`]: as [`Self::pgbench_floor`], 50 jobs a transaction.
+    /// Jobs are counted from the table (done rows), which must equal 50 per transaction.
+    pub(crate) fn pgbench_batch_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
+        let mut conn = PgConnection::establish(&self.url)?;
+        let before = crate::floors::done_rows(&mut conn)?;
+        let s = self.pgbench(pg_bin, workers, &pgbench_batch_script(), 50)?;
+        let t = crate::floors::tally(&mut conn)?;
+        t.check(
+            &format!("pgbench batch x{workers}"),
+            Some(s.items + u64::try_from(before)?),
+            0,
+        )?;
+        Ok(s)
+    }
+
+    /// pgbench running `script` for the window, `per_tx` jobs per transaction.
+    fn pgbench(
+        &self,
+        pg_bin: &Path,
+        workers: usize,
+        script_text: &str,
+        per_tx: u64,
+    ) -> BenchResult<Sample> {
         let dir = tempfile::tempdir()?;
         let script = dir.path().join("claim_done.sql");
-        std::fs::File::create(&script)?.write_all(PGBENCH_SCRIPT.as_bytes())?;
+        std::fs::File::create(&script)?.write_all(script_text.as_bytes())?;
         let secs = self.window.measure_secs.round().max(1.0) as u64;
         let cpu_before = measure::stat_cpu_ticks("/proc/self/stat", true);
         let out = Command::new(pg_bin.join("pgbench"))
@@ -154,12 +210,13 @@ impl PgBench {
         }
         let latency_ms = field("latency average =").unwrap_or(f64::NAN);
         let ops = jobs as u64;
+        let items = ops * per_tx;
         Ok(Sample {
             ops,
-            items: ops,
+            items,
             empty_ops: 0,
             secs: secs as f64,
-            rate: jobs / secs as f64,
+            rate: items as f64 / secs as f64,
             p50_us: latency_ms * 1000.0,
             p99_us: f64::NAN,
             client_cpu_us_per_op: match (cpu_before, cpu_after) {

@@ -1,7 +1,10 @@
 //! diesel-lease's benchmark program (issue 6).
 //!
 //! Measures, side by side in one run, `claim_next` and friends against the hand-written SQL they
-//! replace, on a throwaway PostgreSQL it starts itself (or on `DATABASE_URL`) and on SQLite; prints
+//! replace, on a throwaway PostgreSQL it starts itself (or on `DATABASE_URL`) and on SQLite; and
+//! end to end against a literal-SQL floor outside our code on each backend (issue 23: pgbench,
+//! `mariadb-slap` on a throwaway MariaDB or `DIESEL_LEASE_BENCH_MYSQL`, a C program over
+//! sqlite3; sections `e2e`, `e2e-mysql`, `e2e-sqlite`, see bench/NOTES-floors.md); prints
 //! a table with the target ratios and writes `target/bench/results.json` and
 //! `target/bench/claims_vs_workers.svg`. It asserts nothing: a missed target is reported, not an
 //! error. See BENCHMARKS.md at the repository root.
@@ -18,9 +21,11 @@
 mod coordination;
 mod depth;
 mod e2e;
+mod floors;
 mod idle;
 mod measure;
 mod model;
+mod mysql;
 mod overhead;
 mod pg;
 mod plot;
@@ -78,8 +83,8 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
     /// Sections to run (default: all but the long depth and depth10m, which run when named here
-    /// or with --smoke): claim, batch, e2e, guard, lease, semaphore, wake, scale, sqlite, depth,
-    /// depth10m, width, idle.
+    /// or with --smoke): claim, batch, e2e, e2e-mysql, e2e-sqlite, guard, lease, semaphore, wake,
+    /// scale, sqlite, depth, depth10m, width, idle.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Queue-table layouts of the depth section (default: all): before, recommended,
@@ -189,7 +194,7 @@ impl Plan {
             consecutive_workers: 4,
             sqlite_workers: vec![1, 2, 4],
             e2e_rows: if args.smoke { 20_000 } else { rows },
-            e2e_batch_rows: if args.smoke { 40_000 } else { 2 * rows },
+            e2e_batch_rows: if args.smoke { 100_000 } else { 2 * rows },
             e2e_consecutive: if args.smoke { 5_000 } else { 500_000 },
             depth_jobs: if args.smoke { 5_000 } else { 500_000 },
             depth_sample_every: std::time::Duration::from_millis(if args.smoke {
@@ -292,6 +297,7 @@ fn run() -> BenchResult<()> {
         depth_sizes: Vec::new(),
         semaphores: Vec::new(),
         idle: Vec::new(),
+        floors: Vec::new(),
         targets: Vec::new(),
         not_measured: Vec::new(),
         warnings: Vec::new(),
@@ -307,6 +313,12 @@ fn run() -> BenchResult<()> {
     }
     if wants("e2e") {
         e2e_section(&pg, &plan, &args, &mut report)?;
+    }
+    if wants("e2e-mysql") {
+        mysql_floors_section(&plan, &args, &mut report)?;
+    }
+    if wants("e2e-sqlite") {
+        sqlite_floors_section(&plan, &args, &mut report)?;
     }
     if wants("guard") {
         guard_section(&pg, &plan, &mut report)?;
@@ -431,10 +443,14 @@ impl Rounds {
     }
 
     fn record_medians(self, report: &mut Report) {
+        self.record_medians_on(report, "postgres");
+    }
+
+    fn record_medians_on(self, report: &mut Report, backend: &'static str) {
         for (group, name, workers, unit, mut samples) in self.runs {
             samples.sort_by(|a, b| a.rate.total_cmp(&b.rate));
             let median = samples.swap_remove(samples.len() / 2);
-            record(report, group, &name, "postgres", workers, unit, median);
+            record(report, group, &name, backend, workers, unit, median);
         }
     }
 }
@@ -513,6 +529,20 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
         "end to end: {} ready rows ({} for batches) per measurement",
         plan.e2e_rows, plan.e2e_batch_rows
     );
+    pg.fresh_jobs(1_000, Index::PartialReady)?;
+    let (next, batch) = floors::capture_statements(
+        <diesel::PgConnection as diesel::Connection>::establish(&pg.url)?,
+    )?;
+    report.floors.push(floors::FloorRun {
+        backend: "postgres",
+        server: report.postgres.server.version.clone(),
+        source: report.postgres.source,
+        ours_next_statements: next,
+        ours_batch_statements: batch,
+        floor_next_script: e2e::PGBENCH_SCRIPT.to_owned(),
+        floor_batch_script: e2e::pgbench_batch_script(),
+        checks: Vec::new(),
+    });
     let mut rounds = Rounds::default();
     let unit = "jobs/s";
     for _ in 0..plan.rounds {
@@ -533,6 +563,14 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
             rounds.add("e2e", e2e::FANG_POOL, w, unit, pg.fang_worker_pool(w)?);
             pg.fresh_jobs(plan.e2e_batch_rows, Index::PartialReady)?;
             rounds.add("e2e", e2e::BATCH, w, unit, pg.batch_complete(w, 50, false)?);
+            pg.fresh_jobs(plan.e2e_batch_rows, Index::PartialReady)?;
+            rounds.add(
+                "e2e",
+                e2e::PGBENCH_BATCH,
+                w,
+                unit,
+                pg.pgbench_batch_floor(&args.pg_bin, w)?,
+            );
             pg.fresh_jobs(plan.e2e_batch_rows, Index::PartialReady)?;
             rounds.add(
                 "e2e",
@@ -565,6 +603,145 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
         secs,
         vacuum_after: pg.vacuum_stats().ok(),
     });
+    Ok(())
+}
+
+/// Issue 23: the worker counts of the floors, the end-to-end ones (at most 8).
+/// With `--smoke` and the default `--workers`, only 1 and 4 (the run stays short).
+fn floor_workers(args: &Args) -> Vec<usize> {
+    if args.smoke && args.workers == [1, 2, 4, 8, 16] {
+        return vec![1, 4];
+    }
+    args.workers.iter().copied().filter(|w| *w <= 8).collect()
+}
+
+/// Issue 23, MariaDB: ours against `mariadb-slap` running the same statements, single jobs and
+/// batches of 50, interleaved per round, on a throwaway `mariadbd` (or `DIESEL_LEASE_BENCH_MYSQL`).
+fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchResult<()> {
+    let (url, _server, source) = match std::env::var("DIESEL_LEASE_BENCH_MYSQL") {
+        Ok(url) if !url.is_empty() => (url, None, "DIESEL_LEASE_BENCH_MYSQL"),
+        _ => {
+            eprintln!("starting a throwaway MariaDB");
+            match mysql::TempMaria::start() {
+                Ok(server) => (server.url.clone(), Some(server), "throwaway"),
+                Err(e) if args.smoke => {
+                    let note = format!("e2e-mysql skipped: MariaDB did not start ({e})");
+                    eprintln!("NOTE: {note}");
+                    report.not_measured.push(note);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let f = floors::MysqlFloors::new(url, plan.window)?;
+    // Filling is slow on MariaDB (1,000 rows a statement); the smoke run's windows are short.
+    let batch_rows = if args.smoke {
+        40_000
+    } else {
+        plan.e2e_batch_rows
+    };
+    let server = f.version()?;
+    eprintln!(
+        "end to end on MariaDB {server}: {} ready rows ({batch_rows} for batches)",
+        plan.e2e_rows
+    );
+    mysql::fresh_jobs(&f.url, 1_000)?;
+    let (next, batch) = floors::capture_statements(
+        <diesel::MysqlConnection as diesel::Connection>::establish(&f.url)?,
+    )?;
+    let mut run = floors::FloorRun {
+        backend: "mysql",
+        server,
+        source,
+        ours_next_statements: next,
+        ours_batch_statements: batch,
+        floor_next_script: floors::SLAP_NEXT_SCRIPT.to_owned(),
+        floor_batch_script: floors::SLAP_BATCH_SCRIPT.to_owned(),
+        checks: Vec::new(),
+    };
+    let (group, unit, n) = ("e2e-mysql", "jobs/s", floors::BATCH_N);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for &w in &floor_workers(args) {
+            let (s, c) = f.ours(plan.e2e_rows, w, None)?;
+            rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.slap(plan.e2e_rows, w, false)?;
+            rounds.add(group, floors::SLAP, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.ours(batch_rows, w, Some(n))?;
+            rounds.add(group, e2e::BATCH, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.slap(batch_rows, w, true)?;
+            rounds.add(group, floors::SLAP_BATCH, w, unit, s);
+            run.checks.push(c);
+        }
+    }
+    rounds.record_medians_on(report, "mysql");
+    report.floors.push(run);
+    Ok(())
+}
+
+/// Issue 23, SQLite: ours against K processes of the C floor running the same statements,
+/// single jobs and batches of 50, interleaved per round, on a WAL database file.
+fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchResult<()> {
+    let out = output_dir(args).join("floor");
+    let f = match floors::SqliteFloors::new(plan.window, &out) {
+        Ok(f) => f,
+        Err(e) if args.smoke => {
+            let note = format!("e2e-sqlite skipped: {e}");
+            eprintln!("NOTE: {note}");
+            report.not_measured.push(note);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let server = f.version()?;
+    // A batch of 50 runs fast on SQLite (the C floor measured 240,000 jobs/s on 2 cores): more
+    // rows, so that no window runs dry (a dry floor process is an error).
+    let batch_rows = if args.smoke {
+        400_000
+    } else {
+        plan.e2e_batch_rows * 5
+    };
+    eprintln!(
+        "end to end on SQLite {server}: {} ready rows ({batch_rows} for batches)",
+        plan.e2e_rows
+    );
+    f.sq.fresh_jobs(1_000)?;
+    let conn = f.sq.pool(1)?.get()?;
+    let (next, batch) = floors::capture_statements(conn)?;
+    let mut run = floors::FloorRun {
+        backend: "sqlite",
+        server,
+        source: "temporary file",
+        ours_next_statements: next,
+        ours_batch_statements: batch,
+        floor_next_script: "bench/floor/sqlite_floor.c with N = 1".to_owned(),
+        floor_batch_script: "bench/floor/sqlite_floor.c with N = 50".to_owned(),
+        checks: Vec::new(),
+    };
+    let (group, unit, n) = ("e2e-sqlite", "jobs/s", floors::BATCH_N);
+    let mut rounds = Rounds::default();
+    for _ in 0..plan.rounds {
+        for &w in &floor_workers(args) {
+            let (s, c) = f.ours(plan.e2e_rows, w, None)?;
+            rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.floor(plan.e2e_rows, w, 1)?;
+            rounds.add(group, floors::C_FLOOR, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.ours(batch_rows, w, Some(n))?;
+            rounds.add(group, e2e::BATCH, w, unit, s);
+            run.checks.push(c);
+            let (s, c) = f.floor(batch_rows, w, n)?;
+            rounds.add(group, floors::C_BATCH, w, unit, s);
+            run.checks.push(c);
+        }
+    }
+    rounds.record_medians_on(report, "sqlite");
+    report.floors.push(run);
     Ok(())
 }
 
@@ -821,9 +998,9 @@ fn sqlite_section(plan: &Plan, report: &mut Report) -> BenchResult<()> {
     Ok(())
 }
 
-/// Issue 23 item 2: 1,000 idle claim waiters and 1,000 idle semaphore waiters on SQLite (and
-/// on MySQL at `DIESEL_LEASE_BENCH_MYSQL`, a `mysql://` URL, when set): statements per second,
-/// and the insert-to-claim latency against half the poll interval.
+/// Issue 23 item 2: 1,000 idle claim waiters and 1,000 idle semaphore waiters on SQLite and on
+/// MariaDB (a throwaway `mariadbd`, or `DIESEL_LEASE_BENCH_MYSQL`): statements per second, and
+/// the insert-to-claim latency against half the poll interval.
 fn idle_section(args: &Args, report: &mut Report) -> BenchResult<()> {
     let (waiters, secs, rows) = if args.smoke {
         (50, 2.0, 3)
@@ -837,13 +1014,22 @@ fn idle_section(args: &Args, report: &mut Report) -> BenchResult<()> {
     let mut runs = vec![idle::run::<diesel::SqliteConnection>(
         &sqlite, waiters, secs, rows,
     )?];
-    match std::env::var("DIESEL_LEASE_BENCH_MYSQL") {
-        Ok(url) => runs.push(idle::run::<diesel::MysqlConnection>(
+    let (url, _server) = match std::env::var("DIESEL_LEASE_BENCH_MYSQL") {
+        Ok(url) if !url.is_empty() => (Some(url), None),
+        _ => match mysql::TempMaria::start() {
+            Ok(server) => (Some(server.url.clone()), Some(server)),
+            Err(e) => {
+                let note = format!("idle on MariaDB skipped: MariaDB did not start ({e})");
+                eprintln!("NOTE: {note}");
+                report.not_measured.push(note);
+                (None, None)
+            }
+        },
+    };
+    if let Some(url) = url {
+        runs.push(idle::run::<diesel::MysqlConnection>(
             &url, waiters, secs, rows,
-        )?),
-        Err(_) => report
-            .not_measured
-            .push("idle on MySQL: DIESEL_LEASE_BENCH_MYSQL not set".into()),
+        )?);
     }
     for run in &runs {
         eprintln!(
@@ -982,6 +1168,7 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
     }
     out.extend(e2e_targets(r));
     out.extend(depth::targets(r));
+    out.extend(floor_targets(r));
     let pg_sem = r
         .semaphores
         .iter()
@@ -1074,6 +1261,56 @@ fn e2e_targets(r: &Report) -> Vec<TargetCheck> {
     out
 }
 
+/// Issue 23's targets: ours over the literal floor on each backend, per worker count.
+fn floor_targets(r: &Report) -> Vec<TargetCheck> {
+    let mut out = Vec::new();
+    for (group, backend, floor, batch_floor, min) in [
+        ("e2e", "PostgreSQL", e2e::PGBENCH, e2e::PGBENCH_BATCH, 0.9),
+        (
+            "e2e-mysql",
+            "MariaDB",
+            floors::SLAP,
+            floors::SLAP_BATCH,
+            0.8,
+        ),
+        (
+            "e2e-sqlite",
+            "SQLite",
+            floors::C_FLOOR,
+            floors::C_BATCH,
+            0.9,
+        ),
+    ] {
+        let mut workers: Vec<usize> = r
+            .measurements
+            .iter()
+            .filter(|m| m.group == group && m.name == batch_floor)
+            .map(|m| m.workers)
+            .collect();
+        workers.sort_unstable();
+        workers.dedup();
+        for w in workers {
+            let rate = |name: &str| r.rate(group, name, w);
+            if group != "e2e" {
+                // PostgreSQL's single-job floor target is in e2e_targets already.
+                out.push(TargetCheck::at_least(
+                    &format!("{backend}: claim_next + complete / literal floor, {w} workers"),
+                    ratio(rate(e2e::CLAIM_NEXT), rate(floor)),
+                    min,
+                    String::new(),
+                ));
+            }
+            out.push(TargetCheck::at_least(
+                &format!("{backend}: claim_batch(50) + complete_batch / batch floor, {w} workers"),
+                ratio(rate(e2e::BATCH), rate(batch_floor)),
+                0.9,
+                String::new(),
+            ));
+        }
+    }
+    out
+}
+
 fn human(n: u64) -> String {
     if n >= 1_000_000 && n % 1_000_000 == 0 {
         format!("{}M", n / 1_000_000)
@@ -1089,12 +1326,16 @@ fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_owned()
 }
 
+/// `--out`, or target/bench in the workspace.
+fn output_dir(args: &Args) -> PathBuf {
+    args.out
+        .clone()
+        .unwrap_or_else(|| workspace_root().join("target/bench"))
+}
+
 fn write_outputs(report: &Report, args: &Args) -> BenchResult<()> {
     let root = workspace_root();
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| root.join("target/bench"));
+    let out = output_dir(args);
     std::fs::create_dir_all(&out)?;
     let json = serde_json::to_string_pretty(report)?;
     std::fs::write(out.join("results.json"), &json)?;

@@ -170,6 +170,8 @@ pub(crate) struct Report {
     pub(crate) semaphores: Vec<SemaphoreRun>,
     /// Idle waiters' cost where there are no notifications (section `idle`).
     pub(crate) idle: Vec<crate::idle::IdleRun>,
+    /// Issue 23: per backend, our statements next to the floors' and the table checks.
+    pub(crate) floors: Vec<crate::floors::FloorRun>,
     pub(crate) targets: Vec<TargetCheck>,
     pub(crate) not_measured: Vec<String>,
     pub(crate) warnings: Vec<String>,
@@ -239,6 +241,7 @@ impl Report {
                 );
             }
         }
+        self.print_floors();
         for c in &self.consecutive {
             println!();
             println!(
@@ -298,6 +301,76 @@ impl Report {
         }
         for w in &self.warnings {
             println!("  warning: {w}");
+        }
+    }
+}
+
+impl Report {
+    /// Issue 23: ours against each backend's literal floor, jobs/s and client CPU per job.
+    fn print_floors(&self) {
+        use crate::{e2e, floors};
+        let pairs = [
+            ("e2e", e2e::CLAIM_NEXT, e2e::PGBENCH),
+            ("e2e", e2e::BATCH, e2e::PGBENCH_BATCH),
+            ("e2e-mysql", e2e::CLAIM_NEXT, floors::SLAP),
+            ("e2e-mysql", e2e::BATCH, floors::SLAP_BATCH),
+            ("e2e-sqlite", e2e::CLAIM_NEXT, floors::C_FLOOR),
+            ("e2e-sqlite", e2e::BATCH, floors::C_BATCH),
+        ];
+        let find = |group: &str, name: &str, w: usize| {
+            self.measurements
+                .iter()
+                .find(|m| m.group == group && m.name == name && m.workers == w)
+        };
+        // Client CPU per job: per call (one job, or one batch) times calls over jobs.
+        let cpu_per_job = |m: &Measurement| {
+            m.sample
+                .client_cpu_us_per_op
+                .filter(|_| m.sample.items > 0)
+                .map(|c| c * m.sample.ops as f64 / m.sample.items as f64)
+        };
+        let fmt = |c: Option<f64>| c.map_or("-".to_owned(), |c| format!("{c:.1}"));
+        let mut header = false;
+        for (group, ours, floor) in pairs {
+            let mut workers: Vec<usize> = self
+                .measurements
+                .iter()
+                .filter(|m| m.group == group && m.name == floor)
+                .map(|m| m.workers)
+                .collect();
+            workers.sort_unstable();
+            workers.dedup();
+            for w in workers {
+                let (Some(o), Some(f)) = (find(group, ours, w), find(group, floor, w)) else {
+                    continue;
+                };
+                if !header {
+                    println!();
+                    println!(
+                        "{:<10} {:<32} {:>7} {:>10} {:>10} {:>6} {:>14} {:>14}",
+                        "floors",
+                        "ours",
+                        "workers",
+                        "ours/s",
+                        "floor/s",
+                        "ratio",
+                        "ours µs/job",
+                        "floor µs/job"
+                    );
+                    header = true;
+                }
+                println!(
+                    "{:<10} {:<32} {:>7} {:>10.0} {:>10.0} {:>6.2} {:>14} {:>14}",
+                    group,
+                    ours,
+                    w,
+                    o.sample.rate,
+                    f.sample.rate,
+                    o.sample.rate / f.sample.rate,
+                    fmt(cpu_per_job(o)),
+                    fmt(cpu_per_job(f))
+                );
+            }
         }
     }
 }

@@ -128,7 +128,8 @@ impl Drop for TempPg {
 /// Installs a Ctrl-C handler that stops and deletes a running throwaway server, then exits 130.
 pub(crate) fn stop_on_ctrl_c() -> BenchResult<()> {
     ctrlc::set_handler(|| {
-        eprintln!("\ninterrupted: stopping the throwaway PostgreSQL");
+        eprintln!("\ninterrupted: stopping the throwaway PostgreSQL (and MariaDB)");
+        crate::mysql::stop_on_interrupt();
         let running = lock_running().take();
         if let Some(r) = running {
             stop(&r);
@@ -182,7 +183,7 @@ fn run(cmd: &mut Command) -> BenchResult<()> {
     Ok(())
 }
 
-fn running_as_root() -> BenchResult<bool> {
+pub(crate) fn running_as_root() -> BenchResult<bool> {
     let out = Command::new("id").arg("-u").output()?;
     Ok(String::from_utf8_lossy(&out.stdout).trim() == "0")
 }

@@ -27,7 +27,12 @@ impl SqliteBench {
     }
 
     fn url(&self) -> String {
-        self.dir.path().join("bench.db").display().to_string()
+        self.path().display().to_string()
+    }
+
+    /// The database file.
+    pub(crate) fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("bench.db")
     }
 
     /// Recreates the queue table with `rows` ready rows.
