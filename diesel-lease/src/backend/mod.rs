@@ -257,8 +257,9 @@ pub trait Dialect:
     }
 
     /// Runs one write of rows picked by key (an owner-checked `complete`, a heartbeat): as it is
-    /// on PostgreSQL and SQLite; on MySQL at READ COMMITTED (set for that one statement when it
-    /// runs outside a transaction), like claims, so it takes no gap locks.
+    /// on PostgreSQL; on SQLite in this process's writer turn (outside a transaction); on MySQL
+    /// at READ COMMITTED (set for that one statement when it runs outside a transaction), like
+    /// claims, so it takes no gap locks.
     #[doc(hidden)]
     fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
         f(self)

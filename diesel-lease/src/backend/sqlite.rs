@@ -101,6 +101,18 @@ impl Dialect for SqliteConnection {
         self.write_tx(f)
     }
 
+    fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
+        if super::in_transaction(self)? {
+            return f(self);
+        }
+        // One autocommit write (a `complete`, a heartbeat): it queues behind this process's
+        // other writers (`sqlite_writer`) instead of sleeping in SQLite's busy handler, whose
+        // 1, 2, 5, 10 … ms sleeps cost a thread many claims' time under contention.
+        let _turn = crate::sqlite_writer::turn();
+        ensure_busy_timeout(self)?;
+        f(self)
+    }
+
     fn tune(&mut self, busy_timeout: Duration, _: Option<Duration>) -> QueryResult<()> {
         // The pragma takes an integer literal: formatted from our own u128, never user text.
         let ms = busy_timeout.as_millis().min(i32::MAX as u128);

@@ -309,6 +309,13 @@ impl Waiter {
                 Turn::Over => return Ok(Vec::new()),
                 Turn::Extra => {}
                 Turn::Poller => {
+                    if mark.is_none() && self.registration.is_some() {
+                        // It has just become the poller without a mark of the pool's listener
+                        // (it took the place over without looking, or its first look found the
+                        // listener): it looks first, marked, so that its sleep wakes on a
+                        // notification rather than at the next poll.
+                        continue;
+                    }
                     let until = gate.due().saturating_duration_since(Instant::now());
                     let pause = until.min(left.unwrap_or(Duration::MAX));
                     if self.nap(mark, pause, stop) {
