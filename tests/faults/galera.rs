@@ -449,6 +449,33 @@ fn semaphore_on_three_nodes(test: &str, permits: u32) {
     const THREADS: usize = 6;
     const ROUNDS: usize = 15;
     let sem = Semaphore::new("galera", permits).with_ttl(Duration::from_secs(30));
+    // Every permit at once, each from another node: the semaphore does admit `permits` holders
+    // together across the cluster (decided here, not left to how the threads below happen to
+    // be scheduled), and the database shows them all granted.
+    let pools: Vec<MyPool> = (0..permits as usize)
+        .map(|n| cluster.pool(n % 3, 1))
+        .collect();
+    let all: Vec<_> = pools
+        .iter()
+        .map(|pool| {
+            sem.acquire(pool, Duration::from_secs(60))
+                .expect("a free permit is granted on any node")
+        })
+        .collect();
+    cluster.sync();
+    let granted = sem
+        .queue(&mut cluster.conn(0))
+        .expect("the queue")
+        .iter()
+        .filter(|row| row.granted)
+        .count();
+    assert_eq!(
+        granted, permits as usize,
+        "granted rows while all permits are held"
+    );
+    for permit in all {
+        permit.release().expect("release");
+    }
     let holders = Mutex::new((0u32, 0u32));
     let errors = Mutex::new(Vec::<String>::new());
     std::thread::scope(|s| {
@@ -482,7 +509,7 @@ fn semaphore_on_three_nodes(test: &str, permits: u32) {
     assert!(errors.is_empty(), "errors reached callers: {errors:?}");
     let (_, most) = holders.into_inner().unwrap();
     assert!(most <= permits, "{most} holders of {permits} permits");
-    assert_eq!(most, permits, "the permits were never all in use");
+    assert!(most >= 1, "nobody ever held a permit");
 }
 
 #[test]

@@ -317,6 +317,10 @@ where
         })
     }
 
+    fn certify(&mut self, key: &str, permits: i32) -> QueryResult<()> {
+        self.conn.certify(key, permits)
+    }
+
     fn grant(&mut self, tickets: &[i64]) -> QueryResult<usize> {
         if tickets.is_empty() {
             return Ok(0);

@@ -41,6 +41,13 @@ impl SemaphoreStatements for MysqlConnection {
 /// holding the row is aborted when a replicated write of it arrives. A write that leaves the
 /// value unchanged is not in the write set (measured on MariaDB 10.11 with Galera 4), hence two
 /// writes.
+///
+/// Only a transaction that grants writes it ([`SemaphoreStatements::certify`]): one that grants
+/// nobody (a waiter's poll, a new request that must wait, a release with nobody waiting) cannot
+/// raise the number of holders, whatever it did not see, and two that grant both write the row,
+/// so one of them fails certification. Polls that wrote it too made every poll of one node
+/// conflict with every poll of another: under load a release lost certification sixteen times
+/// in a row and its error reached the caller.
 fn write_resource_row(c: &mut MysqlConnection, resource: &str, permits: i32) -> QueryResult<()> {
     use super::schema::diesel_lease_semaphores as resources;
     let other = if permits == i32::MAX {

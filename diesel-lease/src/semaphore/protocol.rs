@@ -214,6 +214,10 @@ fn admit_and_grant(
     me: Option<i64>,
 ) -> Result<Vec<i64>> {
     let admitted = admission::admit(queue, u32::try_from(permits).unwrap_or(0));
+    if admitted.is_empty() {
+        return Ok(admitted);
+    }
+    s.certify(&req.resource, permits)?;
     s.grant(&admitted)?;
     if admitted.iter().any(|&t| Some(t) != me) {
         s.notify(&req.resource)?;

@@ -86,6 +86,13 @@ pub trait SemaphoreStatements {
     /// Inserts a waiting request and returns its ticket.
     #[doc(hidden)]
     fn insert_ticket(&mut self, new: &NewTicket<'_>) -> QueryResult<i64>;
+    /// Makes the transaction write the resource's row (`permits`: its stored count) where the
+    /// row's lock alone does not make two deciding transactions conflict (MySQL, for a
+    /// multi-primary cluster: see `mysql.rs`); nothing elsewhere. Every transaction that grants
+    /// calls it, right before [`SemaphoreStatements::grant`]; one that only looks, queues or
+    /// leaves does not, so it does not conflict with the others.
+    #[doc(hidden)]
+    fn certify(&mut self, resource: &str, permits: i32) -> QueryResult<()>;
     /// Marks waiting requests granted.
     #[doc(hidden)]
     fn grant(&mut self, tickets: &[i64]) -> QueryResult<usize>;
@@ -133,7 +140,8 @@ pub(crate) use new_ticket_values;
 /// The statements that read the same on every backend. `$($lock)*` is how the backend locks the
 /// resource's row (`.for_update()`; nothing on SQLite, whose `BEGIN IMMEDIATE` locks the file);
 /// `$write_set`, where a row lock alone does not serialize (MySQL under Galera), is a function
-/// `(conn, resource, permits)` run right after the lock to make the transaction write the row.
+/// `(conn, resource, permits)` that makes a granting transaction write the row
+/// ([`SemaphoreStatements::certify`]).
 macro_rules! semaphore_statements {
     (lock: [$($lock:tt)*] $(, write_set: $write_set:path)?) => {
         fn serialized(
@@ -156,12 +164,13 @@ macro_rules! semaphore_statements {
                 $($lock)*
                 .first(self)
                 .optional()?;
-            $(
-                if let Some(permits) = permits {
-                    $write_set(self, resource, permits)?;
-                }
-            )?
             Ok(permits)
+        }
+
+        #[allow(unused_variables)]
+        fn certify(&mut self, resource: &str, permits: i32) -> diesel::QueryResult<()> {
+            $($write_set(self, resource, permits)?;)?
+            Ok(())
         }
 
         fn set_permits(&mut self, resource: &str, permits: i32) -> diesel::QueryResult<()> {
