@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use diesel::r2d2::R2D2Connection;
 
-use super::protocol::{on_table, ControlTarget, Request};
+use super::request::{on_table, ControlTarget, Request};
 use super::statements::{SemaphoreDialect, SemaphoreStatements};
 use crate::courier::Courier;
 use crate::notify::listener::{Listener, Mark, Registration};

@@ -17,7 +17,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::protocol::Request;
+use super::request::Request;
 
 /// A gate's key: the pool's identity, the table (its address, for a control table), the
 /// resource, the owner, the ttl in microseconds and the poll interval.

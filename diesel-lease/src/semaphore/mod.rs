@@ -84,6 +84,7 @@ mod gate;
 mod mysql;
 mod permit;
 pub(crate) mod protocol;
+mod request;
 mod rwlock;
 pub(crate) mod schema;
 #[doc(hidden)]
@@ -94,7 +95,7 @@ use std::time::Duration;
 use diesel::r2d2::R2D2Connection;
 
 use self::access::{FromPool, OwnConnection};
-use self::protocol::{ControlTarget, Request};
+use self::request::{ControlTarget, Request};
 use self::statements::SemaphoreDialect;
 use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
@@ -472,7 +473,7 @@ pub(crate) fn queue_of(
     resource: &str,
     table: Option<&ControlTarget>,
 ) -> Result<Vec<QueuedRequest>> {
-    let rows = protocol::on_table(table, conn.borrow_connection(), |sql| {
+    let rows = request::on_table(table, conn.borrow_connection(), |sql| {
         protocol::queue(sql, resource)
     })?;
     Ok(rows

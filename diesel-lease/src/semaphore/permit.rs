@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use diesel::r2d2::R2D2Connection;
 
-use super::protocol::{self, Granted, Request};
+use super::protocol::{self, Granted};
+use super::request::Request;
 use super::Mode;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{end_within, AnySource, ConnectionSource};
