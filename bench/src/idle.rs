@@ -208,10 +208,7 @@ pub(crate) fn run<C: IdleBackend>(
                 .map_err(|_| "poisoned")?
                 .insert(id, Instant::now());
         }
-        let until = Instant::now() + Duration::from_secs(10);
-        while claimed.lock().map_err(|_| "poisoned")?.len() < rows && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::measure::wait_for_claims(&claimed, rows, Duration::from_secs(10))?;
         done.store(true, Ordering::SeqCst);
         // The waiters still waiting (up to a minute) get a row each to end their wait.
         let first = i64::try_from(rows)? + 1;
@@ -229,19 +226,7 @@ pub(crate) fn run<C: IdleBackend>(
     }
     let inserted = inserted.into_inner().map_err(|_| "poisoned")?;
     let claimed = claimed.into_inner().map_err(|_| "poisoned")?;
-    let mut latencies: Vec<f64> = inserted
-        .iter()
-        .filter_map(|(id, at)| {
-            Some(
-                claimed
-                    .get(id)?
-                    .saturating_duration_since(*at)
-                    .as_secs_f64()
-                    * 1e3,
-            )
-        })
-        .collect();
-    latencies.sort_by(f64::total_cmp);
+    let latencies = crate::measure::insert_to_claim(&inserted, &claimed, 1e3);
     let pct = |p: f64| crate::measure::percentile(&latencies, p);
     Ok(IdleRun {
         backend: C::NAME,

@@ -1,5 +1,6 @@
 //! Running an operation on N threads for a fixed time, or for a fixed number of items.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -251,6 +252,43 @@ where
         p99_us: percentile_us(&c.latencies_ns, 0.99),
         client_cpu_us_per_op: None,
     })
+}
+
+/// How long each inserted row took to reach a waiter (its claim's instant minus its insert's; 0
+/// when the claim was noted first), in `per_sec` units of a second (1e6: microseconds), sorted.
+/// Rows never claimed are left out.
+pub(crate) fn insert_to_claim(
+    inserted: &HashMap<i64, Instant>,
+    claimed: &HashMap<i64, Instant>,
+    per_sec: f64,
+) -> Vec<f64> {
+    let mut latencies: Vec<f64> = inserted
+        .iter()
+        .filter_map(|(id, at)| {
+            Some(
+                claimed
+                    .get(id)?
+                    .saturating_duration_since(*at)
+                    .as_secs_f64()
+                    * per_sec,
+            )
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    latencies
+}
+
+/// Waits until `claimed` holds `rows` rows, or `grace` has passed.
+pub(crate) fn wait_for_claims(
+    claimed: &Mutex<HashMap<i64, Instant>>,
+    rows: usize,
+    grace: Duration,
+) -> BenchResult<()> {
+    let until = Instant::now() + grace;
+    while claimed.lock().map_err(|_| "poisoned")?.len() < rows && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// The `p` quantile (0 to 1) of `sorted`, by the nearest rank; NaN when it is empty.

@@ -89,10 +89,7 @@ pub(crate) fn insert_to_claim(url: &str, rows: usize) -> BenchResult<Sample> {
                 .insert(id, Instant::now());
         }
         // Every row claimed (or 10 s more), then the waiters stop.
-        let until = Instant::now() + Duration::from_secs(10);
-        while claimed.lock().map_err(|_| "poisoned")?.len() < rows && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::measure::wait_for_claims(&claimed, rows, Duration::from_secs(10))?;
         done.store(true, Ordering::SeqCst);
         for w in waiters {
             w.join().map_err(|_| "a waiter panicked")??;
@@ -102,15 +99,8 @@ pub(crate) fn insert_to_claim(url: &str, rows: usize) -> BenchResult<Sample> {
     let secs = started.elapsed().as_secs_f64();
     let inserted = inserted.into_inner().map_err(|_| "poisoned")?;
     let claimed = claimed.into_inner().map_err(|_| "poisoned")?;
-    let mut latencies: Vec<f64> = inserted
-        .iter()
-        .filter_map(|(id, at)| {
-            // A claim can return before the producer noted the commit: latency 0.
-            let c = claimed.get(id)?;
-            Some(c.saturating_duration_since(*at).as_secs_f64() * 1e6)
-        })
-        .collect();
-    latencies.sort_by(f64::total_cmp);
+    // A claim can return before the producer noted the commit: latency 0.
+    let latencies = crate::measure::insert_to_claim(&inserted, &claimed, 1e6);
     let pct = |p: f64| crate::measure::percentile(&latencies, p);
     pool.get()?
         .batch_execute("DROP TABLE IF EXISTS bench_wake")?;

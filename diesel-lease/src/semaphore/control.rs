@@ -607,6 +607,23 @@ where
     }
 }
 
+/// `UPDATE table SET expires_at = <now + ttl>`: the head of the statements that push expiries.
+fn push_set_expiry<'b, T: ControlTable, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    table: &'b T::Table,
+    expires_at: &'b NowPlus,
+) -> QueryResult<()>
+where
+    T::Table: QueryFragment<DB>,
+{
+    out.push_sql("UPDATE ");
+    table.walk_ast(out.reborrow())?;
+    out.push_sql(" SET ");
+    out.push_identifier(T::EXPIRES_AT)?;
+    out.push_sql(" = ");
+    expires_at.walk_ast(out.reborrow())
+}
+
 /// ` IN (?, ?, …)` with `tickets` bound.
 fn push_in_list<'b, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
@@ -645,12 +662,7 @@ where
     T::Table: QueryFragment<DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("UPDATE ");
-        self.table.walk_ast(out.reborrow())?;
-        out.push_sql(" SET ");
-        out.push_identifier(T::EXPIRES_AT)?;
-        out.push_sql(" = ");
-        self.expires_at.walk_ast(out.reborrow())?;
+        push_set_expiry::<T, DB>(&mut out, &self.table, &self.expires_at)?;
         self.request.push_where::<T, DB>(&mut out)?;
         if self.granted_only {
             out.push_sql(" AND ");
@@ -666,12 +678,7 @@ where
     T::Table: QueryFragment<DB>,
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_sql("UPDATE ");
-        self.table.walk_ast(out.reborrow())?;
-        out.push_sql(" SET ");
-        out.push_identifier(T::EXPIRES_AT)?;
-        out.push_sql(" = ");
-        self.expires_at.walk_ast(out.reborrow())?;
+        push_set_expiry::<T, DB>(&mut out, &self.table, &self.expires_at)?;
         out.push_sql(" WHERE ");
         out.push_identifier(T::OWNER)?;
         out.push_sql(" = ");
