@@ -23,6 +23,7 @@ backend_suite! {
         a_takeover_by_the_same_holder_is_fenced,
         next_run_keeps_the_job_idle_until_due,
         a_cron_job_runs_each_slot_on_one_node,
+        a_cron_start_that_reaches_the_database_after_the_next_slot_is_refused,
     ];
 
     fn job_table(db: &TestDb<B>) {
@@ -150,6 +151,71 @@ backend_suite! {
         assert!(runs.len() >= 3, "{runs:?}");
         for pair in runs.windows(2) {
             assert_eq!(pair[1].0 - pair[0].0, 2_000_000, "each slot once, none skipped: {runs:?}");
+        }
+    }
+
+    /// A node reads the database's clock before a slot comes and sends its start after it
+    /// (here: its update waits behind another transaction's write lock across the slot's
+    /// boundary). The start must not run the old slot a second time: it is refused, and the new
+    /// slot still runs once. On SQLite the delayed update sees the new time, as a slow client's
+    /// would anywhere; PostgreSQL and MariaDB refuse it by their statement's start time too.
+    pub(crate) fn a_cron_start_that_reaches_the_database_after_the_next_slot_is_refused(db: &TestDb<B>) {
+        job_table(db);
+        let every_two = diesel_lease::lease::schedule::cron("*/2 * * * * *").unwrap();
+        let micros = || {
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+            i64::try_from(since.as_micros()).unwrap()
+        };
+        let sleep_until = |at: i64| {
+            if let Ok(wait) = u64::try_from(at - micros()) {
+                std::thread::sleep(Duration::from_micros(wait));
+            }
+        };
+        // The first run, early in a slot (the local clock is the server's: same machine).
+        while micros() % 2_000_000 > 800_000 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut conn = db.conn();
+        let a = node("node-a", Duration::from_secs(60)).every(every_two.clone());
+        let first = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &a).unwrap().expect("the first slot runs on time");
+        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &first).unwrap());
+        let slot = first.due_at_micros().unwrap();
+        let next_slot = slot + 2_000_000;
+
+        // Shortly before the next slot another transaction write-locks the row until after it;
+        // node-b reads the clock (the old slot is the latest) and its start waits behind the lock.
+        sleep_until(next_slot - 500_000);
+        let locked = Barrier::new(2);
+        let late = std::thread::scope(|s| {
+            let locker = s.spawn(|| {
+                let mut conn = db.conn();
+                conn.transaction(|conn| {
+                    diesel::update(job_status::table.find("stock-prices"))
+                        .set(job_status::job_id.eq(job_status::job_id))
+                        .execute(conn)?;
+                    locked.wait();
+                    sleep_until(next_slot + 200_000);
+                    diesel::QueryResult::Ok(())
+                })
+                .unwrap();
+            });
+            locked.wait();
+            let mut conn = db.conn();
+            let b = node("node-b", Duration::from_secs(60)).every(every_two.clone());
+            let late = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap();
+            locker.join().unwrap();
+            late
+        });
+        if let Some(run) = &late {
+            // Only a start that read the clock after the boundary (a starved thread) may run,
+            // and then for the new slot.
+            assert_eq!(run.due_at_micros(), Some(next_slot), "the old slot ran twice");
+            assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), run).unwrap());
+        } else {
+            let c = node("node-c", Duration::from_secs(60)).every(every_two);
+            let next = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &c).unwrap().expect("the new slot runs");
+            assert_eq!(next.due_at_micros(), Some(next_slot));
+            assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &next).unwrap());
         }
     }
 }

@@ -30,8 +30,10 @@
 //! when it is later than its grace: [`Missed`](crate::lease::schedule::Missed)), and sets
 //! `next_run` to the first slot after that `now` (written as `now + (slot - now read)` on the
 //! database clock, so it can stand a few milliseconds after the slot). The statement above still
-//! decides alone who runs: a run starts only while `next_run` has passed, and moves it past
-//! every slot up to `now`, so no slot runs twice. A whole-second `next_run` column makes each
+//! decides alone who runs: a run starts only while `next_run` has passed and while the database's
+//! clock is still before that next slot, and it moves `next_run` past every slot up to `now`, so
+//! no slot runs twice, even for a node whose start reaches the database after the next slot
+//! came (it is refused; a later poll runs the new slot). A whole-second `next_run` column makes each
 //! slot due up to a second late (its stored value's upper bound), so a per-second expression
 //! needs a column with fractional seconds.
 
@@ -115,6 +117,9 @@ pub struct StartRunStmt<M: JobLease> {
     /// Now, as the next-run column's type: the due check.
     due_by: DbNow<M::NextRunSql>,
     next_run: Option<DbNowOffset<M::NextRunSql>>,
+    /// On a cron schedule, the next slot (µs): the start is refused once the database's clock
+    /// has reached it, so a start read before a slot and sent after it cannot run the old slot.
+    slot_until: Option<i64>,
 }
 
 impl<M: JobLease> QueryId for StartRunStmt<M> {
@@ -171,6 +176,12 @@ where
         out.push_sql(" <= ");
         self.dead_before.walk_ast(out.reborrow())?;
         out.push_sql("))");
+        if let Some(until) = &self.slot_until {
+            out.push_sql(" AND ");
+            DB::push_now_micros(&mut out);
+            out.push_sql(" < ");
+            DB::bind_i64(&mut out, until)?;
+        }
         Ok(())
     }
 }
@@ -281,7 +292,7 @@ where
             // The stored next run is the user's column, read by the statement itself: here
             // only whether the latest slot is still owed by the policy (as if missed long ago).
             match cron.plan(Some(i64::MIN), now)? {
-                Plan::Run { slot, next } => (Some(next - now), Some(slot)),
+                Plan::Run { slot, next } => (Some(next - now), Some((slot, next))),
                 Plan::Wait { .. } => return Ok(None),
             }
         }
@@ -295,8 +306,12 @@ where
         dead_before: DbNowOffset::ago(timeout.as_micros()),
         due_by: DbNow::new(),
         next_run: next_run.map(DbNowOffset::new),
+        slot_until: slot.map(|(_, next)| next),
     })?;
-    Ok(started.then_some(JobRun { stamp, slot }))
+    Ok(started.then_some(JobRun {
+        stamp,
+        slot: slot.map(|(slot, _)| slot),
+    }))
 }
 
 /// Ends `run` of job `pk` (`running_at = NULL`), only if it is still this run; `false` when the
