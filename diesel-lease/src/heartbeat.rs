@@ -109,6 +109,8 @@ struct Inner {
     margin: Duration,
     deadline: Instant,
     lost: Option<LostReason>,
+    /// When it became lost, once `lost` is set.
+    lost_at: Option<Instant>,
     callbacks: Vec<Callback>,
 }
 
@@ -116,6 +118,13 @@ impl Inner {
     fn reason_at(&self, now: Instant) -> Option<LostReason> {
         self.lost
             .or((now >= self.deadline).then_some(LostReason::Expired))
+    }
+
+    /// When it became lost, as seen at `now`: the recorded instant, or the deadline once it
+    /// passed (whether or not anybody looked then).
+    fn lost_at(&self, now: Instant) -> Option<Instant> {
+        self.lost_at
+            .or((now >= self.deadline).then_some(self.deadline))
     }
 }
 
@@ -145,6 +154,7 @@ impl HolderState {
                     margin,
                     deadline: deadline_of(granted_at, ttl, margin),
                     lost: None,
+                    lost_at: None,
                     callbacks: Vec::new(),
                 }),
                 changed: Condvar::new(),
@@ -246,14 +256,20 @@ impl Shared {
         lock(&self.inner).reason_at(Instant::now())
     }
 
+    fn lost_at(&self) -> Option<Instant> {
+        lock(&self.inner).lost_at(Instant::now())
+    }
+
     /// Makes the state lost (an expiry that came first wins over `reason`), then wakes the
     /// waiters and runs the callbacks outside the lock. Returns the reason that stands.
     fn settle(&self, mut inner: MutexGuard<'_, Inner>, reason: LostReason) -> LostReason {
         if let Some(already) = inner.lost {
             return already;
         }
-        let reason = inner.reason_at(Instant::now()).unwrap_or(reason);
+        let now = Instant::now();
+        let reason = inner.reason_at(now).unwrap_or(reason);
         inner.lost = Some(reason);
+        inner.lost_at = Some(inner.lost_at(now).unwrap_or(now));
         let callbacks = mem::take(&mut inner.callbacks);
         drop(inner);
         self.changed.notify_all();
@@ -313,6 +329,37 @@ impl LostSignal {
     /// Why it is lost, or `None` while held.
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.shared.reason()
+    }
+
+    /// When the holder began to count the grant as lost, on this process's monotonic clock, or
+    /// `None` while held. For [`LostReason::Expired`] it is the local deadline that passed, even
+    /// when nobody looked until later (a starved thread); otherwise the instant the database's
+    /// answer or the release was recorded. From that instant on [`is_lost`](Self::is_lost)
+    /// answers `true`: logs and tests can compare it with when the grant was requested.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::SqliteConnection;
+    /// use diesel_lease::lease::{LeaseGuard, LeaseOptions};
+    /// use diesel_lease::Held;
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 2)?;
+    /// diesel_lease::run_migrations(&mut pool.get()?)?;
+    /// let guard = LeaseGuard::try_acquire(&pool, "report", &LeaseOptions::new(Duration::from_secs(30)))?
+    ///     .expect("free");
+    /// let signal = guard.lost_signal();
+    /// assert_eq!(signal.lost_at(), None);
+    /// guard.release()?;
+    /// assert!(signal.lost_at().is_some());
+    /// # Ok(()) }
+    /// # }
+    /// ```
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.shared.lost_at()
     }
 
     /// Blocks until the grant is lost (`true`) or `timeout` passed (`false`). Wakes at the
@@ -673,6 +720,10 @@ mod tests {
         assert!(state.is_lost() && signal.is_lost());
         assert_eq!(state.remaining(), Duration::ZERO);
         assert_eq!(signal.lost_reason(), Some(LostReason::Expired));
+        // Lost at the deadline, not when somebody looked.
+        assert_eq!(signal.lost_at(), Some(granted_at + 100 * MS));
+        state.mark_lost(LostReason::Gone);
+        assert_eq!(signal.lost_at(), Some(granted_at + 100 * MS));
 
         let old = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
         assert_eq!(old.lost_reason(), Some(LostReason::Expired));
@@ -731,19 +782,26 @@ mod tests {
     #[test]
     fn lost_is_final_and_keeps_its_first_reason() {
         let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        assert_eq!(state.lost_signal().lost_at(), None);
+        let before = Instant::now();
         state.mark_lost(LostReason::Gone);
+        let marked = state.lost_signal().lost_at().expect("lost");
+        assert!(before <= marked && marked <= Instant::now());
         state.record_success(Instant::now(), Duration::from_secs(60));
         state.mark_lost(LostReason::Released);
         assert_eq!(state.lost_reason(), Some(LostReason::Gone));
+        assert_eq!(state.lost_signal().lost_at(), Some(marked));
 
         // Expired from time alone: a late success does not revive it, and a later mark keeps
         // the expiry as the reason.
         let expired = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
         expired.record_success(Instant::now(), Duration::from_secs(60));
         assert_eq!(expired.lost_reason(), Some(LostReason::Expired));
-        let expired = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
+        let granted_at = ago(Duration::from_secs(1));
+        let expired = HolderState::new(granted_at, 500 * MS, MS);
         expired.mark_lost(LostReason::Gone);
         assert_eq!(expired.lost_reason(), Some(LostReason::Expired));
+        assert_eq!(expired.lost_signal().lost_at(), Some(granted_at + 499 * MS));
 
         // A success whose own deadline already passed makes it lost too.
         let slow = HolderState::new(Instant::now(), Duration::from_secs(60), MS);

@@ -87,6 +87,27 @@ impl<B: TestBackend> TestDb<B> {
     }
 }
 
+/// Waits (up to twice `ttl`) for `holder`'s lost signal and asserts the holder counted itself
+/// lost before `ttl` had passed since `sent` (taken before its grant was requested), that is
+/// before the database could hand the grant on; returns how long after `sent` that was.
+///
+/// It measures when the holder began to believe it lost ([`LostSignal::lost_at`]: its deadline,
+/// for an expiry), not when this thread woke: a starved test thread must not turn a timely loss
+/// into a failure.
+///
+/// [`LostSignal::lost_at`]: diesel_lease::LostSignal::lost_at
+pub fn lost_in_time(
+    holder: &impl diesel_lease::Held,
+    sent: std::time::Instant,
+    ttl: std::time::Duration,
+) -> std::time::Duration {
+    let signal = holder.lost_signal();
+    assert!(signal.wait_timeout(ttl * 2), "never reported lost");
+    let lost_after = signal.lost_at().expect("lost").duration_since(sent);
+    assert!(lost_after < ttl, "lost only after {lost_after:?}");
+    lost_after
+}
+
 /// Picks the text for backend `B`.
 pub fn pick<'a, B: TestBackend>(postgres: &'a str, sqlite: &'a str, mysql: &'a str) -> &'a str {
     match B::KIND {

@@ -311,14 +311,7 @@ network_suite! {
     }
 }
 
-/// Waits for `holder`'s lost signal (granted at `sent`) and asserts it came before the ttl, that
-/// is before the database could hand the grant on; returns when it came.
+/// [`common::lost_in_time`](crate::common::lost_in_time) with this file's ttl.
 fn lost_in_time(holder: &impl Held, sent: Instant) -> Duration {
-    assert!(
-        holder.lost_signal().wait_timeout(TTL + SLACK),
-        "never reported lost"
-    );
-    let lost_after = sent.elapsed();
-    assert!(lost_after < TTL, "lost only after {lost_after:?}");
-    lost_after
+    crate::common::lost_in_time(holder, sent, TTL)
 }
