@@ -6,7 +6,11 @@ use crate::models::schema::importjobs;
 use crate::models::*;
 
 backend_suite! {
-    tests: [claim_next_takes_rows_in_order_then_none, claims_work_on_an_untuned_connection];
+    tests: [
+        claim_next_takes_rows_in_order_then_none,
+        claims_work_on_an_untuned_connection,
+        an_untuned_connection_waits_for_another_writer,
+    ];
 
     pub(crate) fn seed_jobs(db: &TestDb<B>, n: i64) {
         let (pg, sqlite, mysql) = IMPORTJOBS_DDL;
@@ -82,5 +86,52 @@ backend_suite! {
         let mut ids = claimed.into_inner().unwrap();
         ids.sort();
         assert_eq!(ids, (1..=200).collect::<Vec<i64>>());
+    }
+
+    /// A plain `establish`ed connection (no busy timeout) meets a database another connection
+    /// is writing to, outside diesel-lease: its claim and its complete wait for that writer
+    /// and succeed, instead of failing with "database is locked" (SQLite gives the connection
+    /// diesel-lease's default busy timeout once the lock is met, and runs the write again).
+    pub(crate) fn an_untuned_connection_waits_for_another_writer(db: &TestDb<B>) {
+        seed_jobs(db, 1);
+        db.ddl(
+            "CREATE TABLE side (id INTEGER PRIMARY KEY)",
+            "CREATE TABLE side (id INTEGER PRIMARY KEY)",
+            "CREATE TABLE side (id INTEGER PRIMARY KEY)",
+        );
+        let untuned = || <<B as crate::common::TestBackend>::Conn as Connection>::establish(&db.url).unwrap();
+        // Writes a row of `side` in a transaction held for a while; returns when the body ended,
+        // just before its commit.
+        let write_elsewhere = |id: i32, locked: &std::sync::Barrier| {
+            let mut conn = db.conn();
+            conn.transaction(|c| {
+                let insert = "INSERT INTO side (id) VALUES (?)";
+                diesel::sql_query(crate::common::pick::<B>("INSERT INTO side (id) VALUES ($1)", insert, insert))
+                    .bind::<diesel::sql_types::Integer, _>(id)
+                    .execute(c)?;
+                locked.wait();
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                diesel::QueryResult::Ok(std::time::Instant::now())
+            })
+            .unwrap()
+        };
+        let sqlite = <B as crate::common::TestBackend>::KIND == diesel_lease::BackendKind::Sqlite;
+        let locked = std::sync::Barrier::new(2);
+        let (job, claimed_at, ended_at) = std::thread::scope(|s| {
+            let writer = s.spawn(|| write_elsewhere(1, &locked));
+            locked.wait();
+            let job = ImportJob::claim_next(&mut untuned()).unwrap().expect("a row");
+            (job, std::time::Instant::now(), writer.join().unwrap())
+        });
+        // The claim returned only after the other writer's transaction ended (SQLite: one writer).
+        assert!(!sqlite || claimed_at > ended_at, "the claim did not wait for the writer");
+        let (completed, completed_at, ended_at) = std::thread::scope(|s| {
+            let writer = s.spawn(|| write_elsewhere(2, &locked));
+            locked.wait();
+            let completed = job.complete(&mut untuned()).unwrap();
+            (completed, std::time::Instant::now(), writer.join().unwrap())
+        });
+        assert!(completed, "the complete was lost");
+        assert!(!sqlite || completed_at > ended_at, "the complete did not wait for the writer");
     }
 }

@@ -82,13 +82,15 @@ backend_suite! {
         assert!(!rescued.contains(&2), "{rescued:?}");
     }
 
-    /// The holder's guard heartbeats every second (a third of the 3 s timeout): the cancel is
-    /// seen by the database at the next one (`Gone`, not its local deadline), and `complete`
-    /// finds the row no longer its claim. The bound only keeps a broken build from hanging.
+    /// The holder's guard heartbeats every 4 s (a third of its 12 s timeout): the cancel is
+    /// seen by the database at the next one (`Gone`, not its local deadline, which leaves a
+    /// starved heartbeat almost 7 s), and `complete` finds the row no longer its claim. The
+    /// bound only keeps a broken build from hanging.
     pub(crate) fn a_cancelled_claim_is_lost_within_a_heartbeat_and_cannot_complete(db: &TestDb<B>) {
         rows(db, 1);
         let pool = db.pool(4);
-        let guard = ClaimGuard::<CancelJob>::claim_next(&pool).unwrap().expect("the row");
+        let options = ClaimOptions::default().timeout(Duration::from_secs(12));
+        let guard = ClaimGuard::<CancelJob>::claim_next_with(&pool, &options).unwrap().expect("the row");
         assert!(!guard.is_lost());
         assert!(CancelJob::cancel_by_pk(&mut db.conn(), 1).unwrap());
         assert!(guard.lost_signal().wait_timeout(Duration::from_secs(60)), "never learned of the cancel");

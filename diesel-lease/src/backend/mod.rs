@@ -261,7 +261,7 @@ pub trait Dialect:
     /// at READ COMMITTED (set for that one statement when it runs outside a transaction), like
     /// claims, so it takes no gap locks.
     #[doc(hidden)]
-    fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
+    fn keyed_write<T>(&mut self, mut f: impl FnMut(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
         f(self)
     }
 

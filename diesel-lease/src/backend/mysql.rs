@@ -113,7 +113,7 @@ impl Dialect for MysqlConnection {
         self.write_tx(|c| with_lock_wait(c, max_wait, f))
     }
 
-    fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
+    fn keyed_write<T>(&mut self, mut f: impl FnMut(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
         if !super::in_transaction(self)? {
             // Applies to the next transaction only: the autocommit statement `f` runs.
             read_committed_next(self)?;

@@ -81,8 +81,14 @@ impl Dialect for SqliteConnection {
         }
         // SQLite's lock is not fair; writers of this process take turns (see `sqlite_writer`).
         let _turn = crate::sqlite_writer::turn();
-        ensure_busy_timeout(self)?;
-        self.immediate_transaction(f)
+        let mut f = Some(f);
+        let out = self.immediate_transaction(|c| f.take().expect("runs once")(c));
+        // The body did not run: `BEGIN IMMEDIATE` failed, the database being locked. If the
+        // connection had no busy timeout, it failed without waiting; now it waits.
+        match f {
+            Some(f) if out.is_err() && gave_a_busy_timeout(self)? => self.immediate_transaction(f),
+            _ => out,
+        }
     }
 
     fn write_tx_within<T>(
@@ -101,7 +107,7 @@ impl Dialect for SqliteConnection {
         self.write_tx(f)
     }
 
-    fn keyed_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
+    fn keyed_write<T>(&mut self, mut f: impl FnMut(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
         if super::in_transaction(self)? {
             return f(self);
         }
@@ -109,8 +115,12 @@ impl Dialect for SqliteConnection {
         // other writers (`sqlite_writer`) instead of sleeping in SQLite's busy handler, whose
         // 1, 2, 5, 10 … ms sleeps cost a thread many claims' time under contention.
         let _turn = crate::sqlite_writer::turn();
-        ensure_busy_timeout(self)?;
-        f(self)
+        match f(self) {
+            // An autocommit statement that found the database locked changed nothing (SQLite
+            // rolls it back whole), so it runs again once the connection waits.
+            Err(e) if is_locked(&e) && gave_a_busy_timeout(self)? => f(self),
+            out => out,
+        }
     }
 
     fn tune(&mut self, busy_timeout: Duration, _: Option<Duration>) -> QueryResult<()> {
@@ -175,13 +185,22 @@ where
 }
 
 /// A SQLite connection without a busy timeout fails at once with "database is locked" when
-/// another connection writes; every diesel-lease write waits instead. A timeout the application
-/// set (e.g. with `pool::ConnectionTuning`) is left alone.
-fn ensure_busy_timeout(c: &mut SqliteConnection) -> QueryResult<()> {
-    if busy_timeout(c)? == 0 {
-        set_busy_timeout(c, super::lock_wait_millis(super::DEFAULT_BUSY_TIMEOUT))?;
+/// another connection writes; every diesel-lease write waits instead. After a write found the
+/// database locked, this gives such a connection the default busy timeout and says so (`true`:
+/// run the write again); a timeout the application set (e.g. with `pool::ConnectionTuning`) is
+/// left alone (`false`: the write waited its timeout and failed). Asked only after a failure,
+/// so a write on a tuned connection sends no extra statement.
+fn gave_a_busy_timeout(c: &mut SqliteConnection) -> QueryResult<bool> {
+    if busy_timeout(c)? != 0 {
+        return Ok(false);
     }
-    Ok(())
+    set_busy_timeout(c, super::lock_wait_millis(super::DEFAULT_BUSY_TIMEOUT))?;
+    Ok(true)
+}
+
+/// Whether `e` is SQLite's "the database is locked" (`SQLITE_BUSY` / `SQLITE_LOCKED`).
+fn is_locked(e: &DieselError) -> bool {
+    matches!(e, DieselError::DatabaseError(_, info) if classify_message(info.message()) == Some(Kind::Timeout))
 }
 
 /// The connection's busy timeout in milliseconds (0: none). A `PRAGMA` statement, not a `SELECT`
