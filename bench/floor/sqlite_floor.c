@@ -4,9 +4,13 @@
  * no Diesel and no diesel-lease in the way. The benchmark compiles it at run time
  * (`cc -O2 -o sqlite_floor sqlite_floor.c -lsqlite3`) and runs K processes of it at once.
  *
- *   sqlite_floor DB N OWNER SECONDS   claims N rows per transaction (1 or up to 50) and completes
+ *   sqlite_floor DB N OWNER SECONDS [THREADS]
+ *                                     claims N rows per transaction (1 or up to 50) and completes
  *                                     them, until SECONDS have passed; prints the number of jobs
  *                                     it completed and exits 0 (2 if the table ran dry first).
+ *                                     THREADS (default 1) runs that many threads in this process,
+ *                                     each with its own connection, as diesel-lease's threads
+ *                                     with one pooled connection each; the count is their sum.
  *   sqlite_floor --version            prints the SQLite library version.
  *
  * Statements (N = 1), as diesel-lease's SQLite dialect sends them (results.json holds ours as
@@ -23,6 +27,7 @@
  *     ((id = ? AND owner = 'OWNER' AND attempts = ?) OR … N times)  (autocommit)
  * Every statement is prepared once and reused, as Diesel's statement cache does.
  */
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +35,7 @@
 #include <time.h>
 
 #define MAX_N 50
-
-static sqlite3 *db;
+#define MAX_THREADS 64
 
 static double now(void) {
     struct timespec t;
@@ -39,61 +43,59 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static void die(const char *what) {
-    fprintf(stderr, "sqlite_floor: %s: %s\n", what, sqlite3_errmsg(db));
+static void die(sqlite3 *db, const char *what) {
+    fprintf(stderr, "sqlite_floor: %s: %s\n", what, db ? sqlite3_errmsg(db) : "");
     exit(1);
 }
 
-static sqlite3_stmt *prepare(const char *sql) {
+static sqlite3_stmt *prepare(sqlite3 *db, const char *sql) {
     sqlite3_stmt *s = NULL;
     if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL) != SQLITE_OK)
-        die(sql);
+        die(db, sql);
     return s;
 }
 
 /* Runs a statement that returns no rows. */
-static void run(sqlite3_stmt *s, const char *what) {
+static void run(sqlite3 *db, sqlite3_stmt *s, const char *what) {
     if (sqlite3_step(s) != SQLITE_DONE)
-        die(what);
+        die(db, what);
     sqlite3_reset(s);
 }
 
-int main(int argc, char **argv) {
-    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-        printf("%s\n", sqlite3_libversion());
-        return 0;
-    }
-    if (argc != 5) {
-        fprintf(stderr, "usage: sqlite_floor DB N OWNER SECONDS | --version\n");
-        return 64;
-    }
-    const char *path = argv[1];
-    int n = atoi(argv[2]);
-    const char *owner = argv[3];
-    double until = now() + atof(argv[4]);
-    if (n < 1 || n > MAX_N || strchr(owner, '\'') != NULL) {
-        fprintf(stderr, "sqlite_floor: N must be 1..%d and OWNER without quotes\n", MAX_N);
-        return 64;
-    }
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK)
-        die("open");
+/* One worker: its own connection, the loop below; its count and exit code come back here. */
+struct worker {
+    const char *path;
+    const char *owner;
+    int n;
+    double until;
+    long long done;
+    int code;
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    const char *owner = w->owner;
+    int n = w->n;
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(w->path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK)
+        die(db, "open");
     /* diesel-lease's ConnectionTuning: busy timeout 30 s, WAL, synchronous NORMAL. */
     if (sqlite3_exec(db,
                      "PRAGMA busy_timeout = 30000; PRAGMA journal_mode = WAL; "
                      "PRAGMA synchronous = NORMAL;",
                      NULL, NULL, NULL) != SQLITE_OK)
-        die("pragmas");
+        die(db, "pragmas");
 
     char sql[8192];
-    sqlite3_stmt *begin = prepare("BEGIN IMMEDIATE");
-    sqlite3_stmt *commit = prepare("COMMIT");
+    sqlite3_stmt *begin = prepare(db, "BEGIN IMMEDIATE");
+    sqlite3_stmt *commit = prepare(db, "COMMIT");
     snprintf(sql, sizeof sql,
              "UPDATE bench_jobs SET status = 'running', owner = '%s', "
              "claimed_at = strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now'), attempts = attempts + 1 "
              "WHERE (id) IN (SELECT id FROM bench_jobs WHERE (status = 'ready') ORDER BY id ASC "
              "LIMIT %d) RETURNING id, status, owner, claimed_at, attempts, payload",
              owner, n);
-    sqlite3_stmt *claim = prepare(sql);
+    sqlite3_stmt *claim = prepare(db, sql);
     sqlite3_stmt *complete;
     if (n == 1) {
         snprintf(sql, sizeof sql,
@@ -109,14 +111,15 @@ int main(int argc, char **argv) {
                             2 * i + 1, owner, 2 * i + 2);
         snprintf(sql + len, sizeof sql - (size_t)len, ")");
     }
-    complete = prepare(sql);
+    complete = prepare(db, sql);
 
     long long done = 0;
     sqlite3_int64 ids[MAX_N];
     int attempts[MAX_N];
     size_t payload_bytes = 0;
-    while (now() < until) {
-        run(begin, "BEGIN IMMEDIATE");
+    w->code = 0;
+    while (now() < w->until) {
+        run(db, begin, "BEGIN IMMEDIATE");
         int got = 0, rc;
         while ((rc = sqlite3_step(claim)) == SQLITE_ROW) {
             ids[got] = sqlite3_column_int64(claim, 0);
@@ -129,21 +132,22 @@ int main(int argc, char **argv) {
             got++;
         }
         if (rc != SQLITE_DONE)
-            die("claim");
+            die(db, "claim");
         sqlite3_reset(claim);
-        run(commit, "COMMIT");
+        run(db, commit, "COMMIT");
         if (got == 0) {
-            printf("%lld\n", done);
             fprintf(stderr, "sqlite_floor: the table ran dry\n");
-            return 2;
+            w->code = 2;
+            break;
         }
         if (n == 1) {
             sqlite3_bind_int64(complete, 1, ids[0]);
             sqlite3_bind_int(complete, 2, attempts[0]);
-            run(complete, "complete");
+            run(db, complete, "complete");
             if (sqlite3_changes(db) != 1) {
                 fprintf(stderr, "sqlite_floor: a fresh claim was not ours\n");
-                return 1;
+                w->code = 1;
+                break;
             }
             done += 1;
         } else {
@@ -151,15 +155,63 @@ int main(int argc, char **argv) {
                 sqlite3_bind_int64(complete, 2 * i + 1, i < got ? ids[i] : 0);
                 sqlite3_bind_int(complete, 2 * i + 2, i < got ? attempts[i] : 0);
             }
-            run(complete, "complete");
+            run(db, complete, "complete");
             int moved = sqlite3_changes(db);
             if (moved != got) {
                 fprintf(stderr, "sqlite_floor: a fresh claim was not ours\n");
-                return 1;
+                w->code = 1;
+                break;
             }
             done += moved;
         }
     }
+    if (w->code == 0 && payload_bytes == 0 && done > 0)
+        w->code = 1;
+    w->done = done;
+    sqlite3_finalize(begin);
+    sqlite3_finalize(commit);
+    sqlite3_finalize(claim);
+    sqlite3_finalize(complete);
+    sqlite3_close(db);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("%s\n", sqlite3_libversion());
+        return 0;
+    }
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: sqlite_floor DB N OWNER SECONDS [THREADS] | --version\n");
+        return 64;
+    }
+    int n = atoi(argv[2]);
+    const char *owner = argv[3];
+    int threads = argc == 6 ? atoi(argv[5]) : 1;
+    if (n < 1 || n > MAX_N || strchr(owner, '\'') != NULL || threads < 1 ||
+        threads > MAX_THREADS) {
+        fprintf(stderr, "sqlite_floor: N must be 1..%d, OWNER without quotes, THREADS 1..%d\n",
+                MAX_N, MAX_THREADS);
+        return 64;
+    }
+    struct worker workers[MAX_THREADS];
+    pthread_t ids[MAX_THREADS];
+    double until = now() + atof(argv[4]);
+    for (int i = 0; i < threads; i++) {
+        workers[i] = (struct worker){argv[1], owner, n, until, 0, 0};
+        if (pthread_create(&ids[i], NULL, work, &workers[i]) != 0) {
+            fprintf(stderr, "sqlite_floor: pthread_create failed\n");
+            return 1;
+        }
+    }
+    long long done = 0;
+    int code = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(ids[i], NULL);
+        done += workers[i].done;
+        if (workers[i].code > code)
+            code = workers[i].code;
+    }
     printf("%lld\n", done);
-    return payload_bytes == 0 && done > 0 ? 1 : 0;
+    return code;
 }

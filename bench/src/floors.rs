@@ -39,6 +39,19 @@ pub(crate) const SLAP: &str = "mariadb-slap floor (literal)";
 pub(crate) const SLAP_BATCH: &str = "mariadb-slap batch(50) floor";
 pub(crate) const C_FLOOR: &str = "sqlite3 C floor (literal)";
 pub(crate) const C_BATCH: &str = "sqlite3 C batch(50) floor";
+/// The same C floors run as K threads of one process (each with its own connection), the shape
+/// ours runs in: what any in-process driver pays for threads sharing one file.
+pub(crate) const C_FLOOR_THREADS: &str = "sqlite3 C floor, K threads";
+pub(crate) const C_BATCH_THREADS: &str = "sqlite3 C batch(50) floor, K threads";
+
+/// How the C floor's K workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FloorShape {
+    /// K processes of one thread (the floor).
+    Processes,
+    /// One process of K threads.
+    Threads,
+}
 
 /// Jobs claimed per batch, ours and the floors'.
 pub(crate) const BATCH_N: usize = 50;
@@ -529,7 +542,7 @@ impl SqliteFloors {
             .args(["-O2", "-o"])
             .arg(&program)
             .arg(&src)
-            .arg("-lsqlite3")
+            .args(["-lsqlite3", "-lpthread"])
             .output()?;
         if !o.status.success() {
             return Err(format!(
@@ -570,25 +583,32 @@ impl SqliteFloors {
         Ok((s, line))
     }
 
-    /// `workers` processes of the C floor, each claiming `n` (1 or 50) per transaction until
-    /// the window's end plus a little, when each stops after its current job and prints how many
-    /// it completed; their sum must equal the done rows.
+    /// `workers` workers of the C floor (processes or threads of one, by `shape`), each claiming
+    /// `n` (1 or 50) per transaction until the window's end plus a little, when each stops after
+    /// its current job; the processes print how many they completed, whose sum must equal the
+    /// done rows.
     pub(crate) fn floor(
         &self,
         rows: u64,
         workers: usize,
         n: usize,
+        shape: FloorShape,
     ) -> BenchResult<(Sample, String)> {
         self.sq.fresh_jobs(rows)?;
         let db = self.sq.path();
         let run_secs = self.window.warmup_secs + self.window.measure_secs + 0.3;
-        let mut children = (0..workers)
+        let (processes, threads) = match shape {
+            FloorShape::Processes => (workers, 1),
+            FloorShape::Threads => (1, workers),
+        };
+        let mut children = (0..processes)
             .map(|_| {
                 Command::new(&self.program)
                     .arg(&db)
                     .arg(n.to_string())
                     .arg(FLOOR_OWNER)
                     .arg(format!("{run_secs:.3}"))
+                    .arg(threads.to_string())
                     .stdin(Stdio::null())
                     .stdout(Stdio::piped())
                     .stderr(Stdio::piped())
@@ -621,7 +641,7 @@ impl SqliteFloors {
         }
         let sample = sample?;
         let t = tally(&mut conn)?;
-        let what = format!("sqlite C floor {n} x{workers}");
+        let what = format!("sqlite C floor {n} x{workers} {shape:?}");
         let line = t.check(&what, Some(completed), 0)?;
         Ok((sample, line))
     }

@@ -718,8 +718,12 @@ fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> Bench
         source: "temporary file",
         ours_next_statements: next,
         ours_batch_statements: batch,
-        floor_next_script: "bench/floor/sqlite_floor.c with N = 1".to_owned(),
-        floor_batch_script: "bench/floor/sqlite_floor.c with N = 50".to_owned(),
+        floor_next_script:
+            "bench/floor/sqlite_floor.c with N = 1 (K processes, and one process of K threads)"
+                .to_owned(),
+        floor_batch_script:
+            "bench/floor/sqlite_floor.c with N = 50 (K processes, and one process of K threads)"
+                .to_owned(),
         checks: Vec::new(),
     };
     let (group, unit, n) = ("e2e-sqlite", "jobs/s", floors::BATCH_N);
@@ -729,15 +733,25 @@ fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> Bench
             let (s, c) = f.ours(plan.e2e_rows, w, None)?;
             rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
             run.checks.push(c);
-            let (s, c) = f.floor(plan.e2e_rows, w, 1)?;
-            rounds.add(group, floors::C_FLOOR, w, unit, s);
-            run.checks.push(c);
+            for (shape, name) in [
+                (floors::FloorShape::Processes, floors::C_FLOOR),
+                (floors::FloorShape::Threads, floors::C_FLOOR_THREADS),
+            ] {
+                let (s, c) = f.floor(plan.e2e_rows, w, 1, shape)?;
+                rounds.add(group, name, w, unit, s);
+                run.checks.push(c);
+            }
             let (s, c) = f.ours(batch_rows, w, Some(n))?;
             rounds.add(group, e2e::BATCH, w, unit, s);
             run.checks.push(c);
-            let (s, c) = f.floor(batch_rows, w, n)?;
-            rounds.add(group, floors::C_BATCH, w, unit, s);
-            run.checks.push(c);
+            for (shape, name) in [
+                (floors::FloorShape::Processes, floors::C_BATCH),
+                (floors::FloorShape::Threads, floors::C_BATCH_THREADS),
+            ] {
+                let (s, c) = f.floor(batch_rows, w, n, shape)?;
+                rounds.add(group, name, w, unit, s);
+                run.checks.push(c);
+            }
         }
     }
     rounds.record_medians_on(report, "sqlite");

@@ -316,6 +316,8 @@ impl Report {
             ("e2e-mysql", e2e::BATCH, floors::SLAP_BATCH),
             ("e2e-sqlite", e2e::CLAIM_NEXT, floors::C_FLOOR),
             ("e2e-sqlite", e2e::BATCH, floors::C_BATCH),
+            ("e2e-sqlite", e2e::CLAIM_NEXT, floors::C_FLOOR_THREADS),
+            ("e2e-sqlite", e2e::BATCH, floors::C_BATCH_THREADS),
         ];
         let find = |group: &str, name: &str, w: usize| {
             self.measurements
@@ -347,9 +349,10 @@ impl Report {
                 if !header {
                     println!();
                     println!(
-                        "{:<10} {:<32} {:>7} {:>10} {:>10} {:>6} {:>14} {:>14}",
+                        "{:<10} {:<32} {:<36} {:>7} {:>10} {:>10} {:>6} {:>14} {:>14}",
                         "floors",
                         "ours",
+                        "floor",
                         "workers",
                         "ours/s",
                         "floor/s",
@@ -360,9 +363,10 @@ impl Report {
                     header = true;
                 }
                 println!(
-                    "{:<10} {:<32} {:>7} {:>10.0} {:>10.0} {:>6.2} {:>14} {:>14}",
+                    "{:<10} {:<32} {:<36} {:>7} {:>10.0} {:>10.0} {:>6.2} {:>14} {:>14}",
                     group,
                     ours,
+                    floor,
                     w,
                     o.sample.rate,
                     f.sample.rate,
