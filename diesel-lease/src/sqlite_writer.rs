@@ -14,8 +14,18 @@ use std::time::{Duration, Instant};
 
 const MAX_QUEUE_WAIT: Duration = Duration::from_secs(10);
 
-static BUSY: Mutex<bool> = Mutex::new(false);
+static QUEUE: Mutex<Queue> = Mutex::new(Queue {
+    busy: false,
+    waiting: 0,
+});
 static FREED: Condvar = Condvar::new();
+
+/// Whether a writer has the turn, and how many wait for it (a release wakes one only then: a
+/// lone writer's turns cost no wake-up call).
+struct Queue {
+    busy: bool,
+    waiting: usize,
+}
 
 thread_local! {
     static HOLDING: Cell<bool> = const { Cell::new(false) };
@@ -39,18 +49,20 @@ pub(crate) fn turn_within(max_wait: Duration) -> Turn {
         return Turn { owned: false };
     }
     let deadline = Instant::now() + max_wait.min(MAX_QUEUE_WAIT);
-    let mut busy = BUSY.lock().unwrap_or_else(|p| p.into_inner());
-    while *busy {
+    let mut queue = QUEUE.lock().unwrap_or_else(|p| p.into_inner());
+    while queue.busy {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Turn { owned: false };
         }
-        busy = FREED
-            .wait_timeout(busy, left)
+        queue.waiting += 1;
+        queue = FREED
+            .wait_timeout(queue, left)
             .unwrap_or_else(|p| p.into_inner())
             .0;
+        queue.waiting -= 1;
     }
-    *busy = true;
+    queue.busy = true;
     HOLDING.with(|h| h.set(true));
     Turn { owned: true }
 }
@@ -59,8 +71,13 @@ impl Drop for Turn {
     fn drop(&mut self) {
         if self.owned {
             HOLDING.with(|h| h.set(false));
-            *BUSY.lock().unwrap_or_else(|p| p.into_inner()) = false;
-            FREED.notify_one();
+            let mut queue = QUEUE.lock().unwrap_or_else(|p| p.into_inner());
+            queue.busy = false;
+            let waiting = queue.waiting > 0;
+            drop(queue);
+            if waiting {
+                FREED.notify_one();
+            }
         }
     }
 }
@@ -89,5 +106,30 @@ mod tests {
             }
         });
         assert_eq!(max.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_waiter_that_gives_up_leaves_the_queue_as_it_found_it() {
+        let held = std::sync::Barrier::new(2);
+        let release = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let t = turn();
+                assert!(t.owned);
+                held.wait();
+                release.wait();
+            });
+            held.wait();
+            let gave_up = turn_within(Duration::from_millis(30));
+            assert!(!gave_up.owned, "went ahead without the turn");
+            drop(gave_up);
+            assert!(
+                QUEUE.lock().unwrap().busy,
+                "giving up released the holder's turn"
+            );
+            release.wait();
+        });
+        // The queue still works (other tests of this process may take turns meanwhile).
+        assert!(turn().owned);
     }
 }
