@@ -53,7 +53,9 @@ backend_suite! {
         // Dropping it while the pool is still exhausted returns within DROP_WAIT.
         let dropping = Instant::now();
         drop(guard);
-        assert!(dropping.elapsed() < DROP_WAIT + Duration::from_millis(500), "drop took {:?}", dropping.elapsed());
+        // Bounded by the drop wait (slack for a loaded machine); one that ignored it would wait
+        // for the pool's connection timeout (30 s).
+        assert!(dropping.elapsed() < DROP_WAIT + Duration::from_secs(3), "drop took {:?}", dropping.elapsed());
         // Once the database's ttl has run out, another node gets the lease.
         std::thread::sleep(TTL);
         let next = lease::try_acquire(&mut db.conn(), "report", &LeaseOptions::new(TTL)).unwrap();
@@ -81,7 +83,9 @@ backend_suite! {
             let took = dropping.elapsed();
             drop(hog);
             assert!(took >= WAIT - Duration::from_millis(50), "{what}: gave up after {took:?}");
-            assert!(took < WAIT + Duration::from_millis(900), "{what}: drop took {took:?}");
+            // A drop that ignored the setting would wait the default drop wait for the pool's
+            // one connection: anything shorter is the setting (room for a loaded machine).
+            assert!(took < DROP_WAIT, "{what}: drop took {took:?}");
         };
         let lease_options = LeaseOptions::new(TTL).keep_alive(true).drop_wait(WAIT);
         let guard = LeaseGuard::try_acquire(&pool, "report", &lease_options).unwrap().expect("free");
@@ -140,7 +144,9 @@ backend_suite! {
         // Dropping it while the pool is still exhausted returns within DROP_WAIT.
         let dropping = Instant::now();
         drop(permit);
-        assert!(dropping.elapsed() < DROP_WAIT + Duration::from_millis(500), "drop took {:?}", dropping.elapsed());
+        // Bounded by the drop wait (slack for a loaded machine); one that ignored it would wait
+        // for the pool's connection timeout (30 s).
+        assert!(dropping.elapsed() < DROP_WAIT + Duration::from_secs(3), "drop took {:?}", dropping.elapsed());
         // After the database's ttl the next holder gets in.
         std::thread::sleep(TTL + Duration::from_millis(200));
         let next = mutex.acquire_on(&mut other, Duration::from_secs(5)).unwrap();
