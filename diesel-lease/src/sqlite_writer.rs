@@ -1,10 +1,13 @@
-//! Writers of one process take turns in front of SQLite's write lock.
+//! Writers with a bounded lock wait take turns in front of SQLite's write lock.
 //!
 //! SQLite's busy handler is not fair: a writer that finds the database locked sleeps and retries,
-//! and under saturation it can keep losing to writers that never sleep until its `busy_timeout`
-//! runs out ("database is locked"). Writers of one process therefore take turns here first, so
-//! at most one of them per process waits on the database lock. The queue is only an
-//! optimisation: a writer that waited `MAX_QUEUE_WAIT` proceeds anyway (SQLite's own locking
+//! and under saturation it can keep losing to writers that never sleep. A locked semaphore
+//! transaction with a short bound on its wait (`lock_tx_within`, `write_tx_within`) therefore
+//! takes turns here with the others of its process first, so that at most one of them waits on
+//! the database lock. Other writes (claims, completes, leases) do not: every hand-off of a turn
+//! is a wake-up, and at 4 threads claiming, taking turns cost a third of the jobs/s and tripled
+//! the p99 against letting the busy handler decide (BENCHMARKS.md, SQLite floors). The queue is
+//! only an optimisation: a writer that waited its bound proceeds anyway (SQLite's own locking
 //! still decides), and a thread already inside the queue (a nested diesel-lease call) never waits
 //! for itself.
 
@@ -37,13 +40,8 @@ pub(crate) struct Turn {
     owned: bool,
 }
 
-/// Waits for this process's turn to write to SQLite (see the module docs).
-pub(crate) fn turn() -> Turn {
-    turn_within(MAX_QUEUE_WAIT)
-}
-
-/// [`turn`], waiting at most `max_wait` (and never more than `MAX_QUEUE_WAIT`) before going
-/// ahead without one.
+/// Waits for this process's turn to write to SQLite (see the module docs), at most `max_wait`
+/// (and never more than `MAX_QUEUE_WAIT`) before going ahead without one.
 pub(crate) fn turn_within(max_wait: Duration) -> Turn {
     if HOLDING.with(Cell::get) {
         return Turn { owned: false };
@@ -95,8 +93,8 @@ mod tests {
             for _ in 0..8 {
                 s.spawn(|| {
                     for _ in 0..50 {
-                        let _t = turn();
-                        let _nested = turn(); // must not deadlock
+                        let _t = turn_within(MAX_QUEUE_WAIT);
+                        let _nested = turn_within(MAX_QUEUE_WAIT); // must not deadlock
                         let n = inside.fetch_add(1, Ordering::SeqCst) + 1;
                         max.fetch_max(n, Ordering::SeqCst);
                         std::thread::yield_now();
@@ -114,7 +112,7 @@ mod tests {
         let release = std::sync::Barrier::new(2);
         std::thread::scope(|s| {
             s.spawn(|| {
-                let t = turn();
+                let t = turn_within(MAX_QUEUE_WAIT);
                 assert!(t.owned);
                 held.wait();
                 release.wait();
@@ -130,6 +128,6 @@ mod tests {
             release.wait();
         });
         // The queue still works (other tests of this process may take turns meanwhile).
-        assert!(turn().owned);
+        assert!(turn_within(MAX_QUEUE_WAIT).owned);
     }
 }

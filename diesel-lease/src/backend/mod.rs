@@ -250,14 +250,14 @@ pub trait Dialect:
     ) -> crate::Result<T>;
 
     /// Runs one autocommit write statement: as it is on PostgreSQL and MySQL; on SQLite inside
-    /// the writer turn and `BEGIN IMMEDIATE`, so it waits for a busy database instead of failing.
+    /// `BEGIN IMMEDIATE`, so it waits for a busy database instead of failing.
     #[doc(hidden)]
     fn single_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
         f(self)
     }
 
     /// Runs one write of rows picked by key (an owner-checked `complete`, a heartbeat): as it is
-    /// on PostgreSQL; on SQLite in this process's writer turn (outside a transaction); on MySQL
+    /// on PostgreSQL; on SQLite as one autocommit statement that waits for a busy database; on MySQL
     /// at READ COMMITTED (set for that one statement when it runs outside a transaction), like
     /// claims, so it takes no gap locks.
     #[doc(hidden)]
