@@ -87,9 +87,10 @@ impl Dialect for SqliteConnection {
         let mut f = Some(f);
         let out = self.immediate_transaction(|c| f.take().expect("runs once")(c));
         // The body did not run: `BEGIN IMMEDIATE` failed, the database being locked. If the
-        // connection had no busy timeout, it failed without waiting; now it waits.
+        // connection had no busy timeout, it failed without waiting; now it waits. (Any other
+        // failure of `BEGIN` comes back as it was.)
         match f {
-            Some(f) if out.is_err() && gave_a_busy_timeout(self)? => self.immediate_transaction(f),
+            Some(f) if out.is_err() && gave_a_busy_timeout(self) => self.immediate_transaction(f),
             _ => out,
         }
     }
@@ -119,7 +120,7 @@ impl Dialect for SqliteConnection {
         match f(self) {
             // An autocommit statement that found the database locked changed nothing (SQLite
             // rolls it back whole), so it runs again once the connection waits.
-            Err(e) if is_locked(&e) && gave_a_busy_timeout(self)? => f(self),
+            Err(e) if is_locked(&e) && gave_a_busy_timeout(self) => f(self),
             out => out,
         }
     }
@@ -190,13 +191,11 @@ where
 /// database locked, this gives such a connection the default busy timeout and says so (`true`:
 /// run the write again); a timeout the application set (e.g. with `pool::ConnectionTuning`) is
 /// left alone (`false`: the write waited its timeout and failed). Asked only after a failure,
-/// so a write on a tuned connection sends no extra statement.
-fn gave_a_busy_timeout(c: &mut SqliteConnection) -> QueryResult<bool> {
-    if busy_timeout(c)? != 0 {
-        return Ok(false);
-    }
-    set_busy_timeout(c, super::lock_wait_millis(super::DEFAULT_BUSY_TIMEOUT))?;
-    Ok(true)
+/// so a write on a tuned connection sends no extra statement. A connection that cannot answer
+/// gets `false`: the write's own error is the one to report.
+fn gave_a_busy_timeout(c: &mut SqliteConnection) -> bool {
+    busy_timeout(c).is_ok_and(|ms| ms == 0)
+        && set_busy_timeout(c, super::lock_wait_millis(super::DEFAULT_BUSY_TIMEOUT)).is_ok()
 }
 
 /// Whether `e` is SQLite's "the database is locked" (`SQLITE_BUSY` / `SQLITE_LOCKED`).
