@@ -108,6 +108,9 @@ struct Inner {
     last_success: Instant,
     margin: Duration,
     deadline: Instant,
+    /// When `deadline` was set: a deadline that had already passed then (a grant or a success
+    /// that came back too late) made the state lost only at this instant.
+    deadline_set_at: Instant,
     lost: Option<LostReason>,
     /// When it became lost, once `lost` is set.
     lost_at: Option<Instant>,
@@ -120,11 +123,12 @@ impl Inner {
             .or((now >= self.deadline).then_some(LostReason::Expired))
     }
 
-    /// When it became lost, as seen at `now`: the recorded instant, or the deadline once it
-    /// passed (whether or not anybody looked then).
+    /// When it became lost, as seen at `now`: the recorded instant, or once the deadline passed,
+    /// that deadline (whether or not anybody looked then), but never before the deadline was
+    /// known.
     fn lost_at(&self, now: Instant) -> Option<Instant> {
         self.lost_at
-            .or((now >= self.deadline).then_some(self.deadline))
+            .or((now >= self.deadline).then_some(self.deadline.max(self.deadline_set_at)))
     }
 }
 
@@ -153,6 +157,7 @@ impl HolderState {
                     last_success: granted_at,
                     margin,
                     deadline: deadline_of(granted_at, ttl, margin),
+                    deadline_set_at: Instant::now(),
                     lost: None,
                     lost_at: None,
                     callbacks: Vec::new(),
@@ -181,7 +186,8 @@ impl HolderState {
         let before = inner.deadline;
         inner.last_success = sent_at;
         inner.deadline = deadline_of(sent_at, ttl, inner.margin);
-        if Instant::now() >= inner.deadline {
+        inner.deadline_set_at = Instant::now();
+        if inner.deadline_set_at >= inner.deadline {
             self.shared.settle(inner, LostReason::Expired);
         } else if inner.deadline < before {
             // Waiters sleep until the deadline they saw; an earlier one must wake them.
@@ -797,19 +803,31 @@ mod tests {
         let expired = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
         expired.record_success(Instant::now(), Duration::from_secs(60));
         assert_eq!(expired.lost_reason(), Some(LostReason::Expired));
-        let granted_at = ago(Duration::from_secs(1));
-        let expired = HolderState::new(granted_at, 500 * MS, MS);
+        // Granted with a deadline already past: lost from the moment it was known, not before.
+        let before = Instant::now();
+        let expired = HolderState::new(ago(Duration::from_secs(1)), 500 * MS, MS);
         expired.mark_lost(LostReason::Gone);
         assert_eq!(expired.lost_reason(), Some(LostReason::Expired));
-        assert_eq!(expired.lost_signal().lost_at(), Some(granted_at + 499 * MS));
+        let lost_at = expired.lost_signal().lost_at().expect("lost");
+        assert!(
+            before <= lost_at && lost_at <= Instant::now(),
+            "{lost_at:?}"
+        );
 
         // A success whose own deadline already passed makes it lost too.
         let slow = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
         slow.record_success(ago(Duration::from_secs(1)) + MS, 500 * MS);
         assert!(!slow.is_lost(), "a stale success is ignored");
         let slow = HolderState::new(ago(Duration::from_secs(2)), Duration::from_secs(60), MS);
+        let before = Instant::now();
         slow.record_success(ago(Duration::from_secs(1)), 500 * MS);
         assert_eq!(slow.lost_reason(), Some(LostReason::Expired));
+        // Lost when that late answer came, not at the deadline it carried (already past).
+        let lost_at = slow.lost_signal().lost_at().expect("lost");
+        assert!(
+            before <= lost_at && lost_at <= Instant::now(),
+            "{lost_at:?}"
+        );
     }
 
     #[test]
