@@ -2,7 +2,8 @@
  * diesel-lease-bench's SQLite floor (issue 23): the claim + owner-checked complete that
  * diesel-lease's SQLite dialect runs, as literal SQL over the sqlite3 C library, with no Rust,
  * no Diesel and no diesel-lease in the way. The benchmark compiles it at run time
- * (`cc -O2 -o sqlite_floor sqlite_floor.c -lsqlite3`) and runs K processes of it at once.
+ * (`cc -O2 -o sqlite_floor sqlite_floor.c -lsqlite3 -lpthread`) and runs K processes of it at
+ * once, or one process of K threads (the THREADS argument).
  *
  *   sqlite_floor DB N OWNER SECONDS [THREADS]
  *                                     claims N rows per transaction (1 or up to 50) and completes
