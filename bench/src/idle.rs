@@ -197,7 +197,9 @@ pub(crate) fn run<C: IdleBackend>(
         }
         let claim_rate = settled_rate(&claim_statements, 100, secs);
         let sem_rate = settled_rate(&sem_statements, 200, secs);
-        let mut conn = C::establish(url)?;
+        // A tuned connection (busy timeout on SQLite): the pollers write too.
+        let mut pooled = holders.get()?;
+        let conn: &mut C = &mut pooled;
         for i in 0..rows {
             // 0.3-1.8 s apart: the poller is back at its idle pace when a row comes.
             std::thread::sleep(Duration::from_millis(300 + (i as u64 * 7919) % 1500));

@@ -16,8 +16,8 @@ use crate::common::{TestBackend, TestDb};
 use super::{TestPool, LONG};
 
 /// Statements per second below which the waiters have settled: a few polls' worth, plus the
-/// head of the queue reading its own row every 20 ms where releases in other processes do not
-/// wake it (SQLite, MySQL).
+/// head of the queue reading its own row (every 20 ms at first, less often the longer it waits)
+/// where releases in other processes do not wake it (SQLite, MySQL).
 const SETTLED: u64 = 150;
 
 /// How a group of waiters fared: how many got the permit, and the most that held it at once.
@@ -93,4 +93,54 @@ fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend
     let _ = (few_mutex, many_mutex);
 }
 
-backend_tests!(idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand);
+/// How long the lone waiter of [`a_head_that_waits_long_reads_its_row_less_often`] has waited
+/// when its statements are counted.
+const HEAD_AGE: Duration = Duration::from_secs(8);
+
+/// At most this many statements in [`WINDOW`] from a lone waiter that has been the head of the
+/// queue for [`HEAD_AGE`]: its own-row reads every 250-375 ms by then (a 32nd of its wait),
+/// ~16 in the window, plus a full poll a second and the pool's check-out pings. Reading every
+/// 20 ms, as the head did before, is 200 reads (400 statements with the pings) in the window.
+const OLD_HEAD_BOUND: u64 = 120;
+
+/// Where releases in other processes do not wake a waiter (SQLite, MySQL), the head of the queue
+/// reads its own row between polls; a head that has waited long reads it seldom (a 32nd of its
+/// wait), not 50 times a second for as long as the holder keeps the permit. It still gets the
+/// permit when the holder leaves. Counted statements are an upper bound, so a slow machine can
+/// only send fewer. On PostgreSQL the waiter sleeps on the listener and reads nothing between
+/// polls.
+fn a_head_that_waits_long_reads_its_row_less_often<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let holders = db.pool(2);
+    let mutex = Semaphore::mutex("idle-old-head");
+    let held = mutex.acquire(&holders, LONG).unwrap();
+    let (pool, statements) = counted_pool::<B::Conn>(&db.url, 2);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            Semaphore::mutex("idle-old-head")
+                .acquire(&pool, Duration::from_secs(300))
+                .map(|permit| permit.release())
+        });
+        std::thread::sleep(HEAD_AGE);
+        let before = statements.load(Ordering::SeqCst);
+        std::thread::sleep(WINDOW);
+        let sent = statements.load(Ordering::SeqCst) - before;
+        eprintln!("a head waiting {HEAD_AGE:?} sent {sent} statements in {WINDOW:?}");
+        assert!(
+            sent <= OLD_HEAD_BOUND,
+            "a head of the queue that waited {HEAD_AGE:?} sent {sent} statements in {WINDOW:?}"
+        );
+        assert!(!waiter.is_finished(), "nobody enters a held mutex");
+        held.release().unwrap();
+        waiter
+            .join()
+            .unwrap()
+            .expect("the head gets the mutex once it is released")
+            .unwrap();
+    });
+}
+
+backend_tests!(
+    idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand,
+    a_head_that_waits_long_reads_its_row_less_often
+);

@@ -50,8 +50,10 @@
 //!
 //! Waiters poll with exponential backoff capped at one second (one short transaction per
 //! second per idle waiter). Where releases in other processes wake nobody (SQLite, MySQL), the
-//! waiter at the head of the queue also reads its own row every 20 ms, and a waiter behind it
-//! that saw the queue move polls next when the requests ahead of it should be gone. A pool-backed waiter ([`Semaphore::acquire`], [`RwLock::read`],
+//! waiter at the head of the queue also reads its own row between polls (every 20 ms at first;
+//! a head that has waited long reads it every 32nd of its wait, at most once per poll
+//! interval), and a waiter behind it that saw the queue move polls next when the requests ahead
+//! of it should be gone. A pool-backed waiter ([`Semaphore::acquire`], [`RwLock::read`],
 //! [`RwLock::write`]) borrows a pool connection for each poll and gives it back before it
 //! sleeps, so waiters never hold the connections that the holders' heartbeats need: a pool of
 //! two serves a heartbeating holder and any number of waiters. A poll that gets no connection in

@@ -72,6 +72,19 @@ const FIRST_POLL: Duration = Duration::from_millis(5);
 /// more often than this, and once per interval while the queue stands still.
 const HEAD_CHECK: Duration = Duration::from_millis(20);
 
+/// A head of the queue that has waited `waited` as the head reads its own row every
+/// `waited / HEAD_CHECK_SHARE` (at least [`HEAD_CHECK`], at most its poll interval): a hand-off
+/// after a short hold is noticed in ~20 ms, one after a long hold costs at most about 3 % of the
+/// wait, and a head that waits for minutes reads once per interval, not 50 times a second.
+const HEAD_CHECK_SHARE: u32 = 32;
+
+/// How long the head of the queue sleeps between reads of its own row, once it has been the
+/// head for `waited`, with `cap` its poll interval: [`HEAD_CHECK`] at first, then a
+/// [`HEAD_CHECK_SHARE`]th of the wait, never more than `cap` (nor less than `HEAD_CHECK`).
+fn head_check(waited: Duration, cap: Duration) -> Duration {
+    (waited / HEAD_CHECK_SHARE).min(cap).max(HEAD_CHECK)
+}
+
 /// The most requests of other waiters one statement pushes the expiry of (its bind parameters).
 const TOUCHED_AT_ONCE: usize = 500;
 
@@ -441,6 +454,8 @@ fn wait<A: Access>(
     // This process's other waiters for the resource through the same pool share the polls: only
     // the member with the lowest ticket polls (`gate.rs`).
     let mut member: Option<Member> = None;
+    // Since when this waiter has been the head of the queue (by its looks), for [`head_check`].
+    let mut head_since: Option<Instant> = None;
     loop {
         if let Some(ticket) = *pending {
             match &mut member {
@@ -487,7 +502,15 @@ fn wait<A: Access>(
                 delay = delay.min(eta.max(HEAD_CHECK));
             }
         }
-        let watch = pending.filter(|_| place.head && !access.notified_across_processes());
+        let watch = pending
+            .filter(|_| place.head && !access.notified_across_processes())
+            .map(|ticket| {
+                let since = *head_since.get_or_insert(now);
+                (ticket, head_check(now.duration_since(since), cap))
+            });
+        if watch.is_none() {
+            head_since = None;
+        }
         let woken = match pause(access, req, watch, delay, &checkout)? {
             Pause::Granted(granted) => return Ok(granted),
             Pause::Slept { woken } => woken,
@@ -624,15 +647,16 @@ fn touch_granted_as(
 }
 
 /// Sleeps up to `delay`. With `watch` (the waiter's ticket, when it is at the head of the queue
-/// and releases elsewhere do not wake it) it also reads its own row every [`HEAD_CHECK`].
+/// and releases elsewhere do not wake it, and how often to look: [`head_check`]) it also reads
+/// its own row that often.
 fn pause<A: Access>(
     access: &mut A,
     req: &Request,
-    watch: Option<i64>,
+    watch: Option<(i64, Duration)>,
     delay: Duration,
     checkout: &dyn Fn(Instant) -> Duration,
 ) -> Result<Pause> {
-    let Some(ticket) = watch else {
+    let Some((ticket, every)) = watch else {
         let woken = access.sleep(&req.resource, delay)?;
         return Ok(Pause::Slept { woken });
     };
@@ -642,8 +666,12 @@ fn pause<A: Access>(
         if left.is_zero() {
             return Ok(Pause::Slept { woken: false });
         }
-        if access.sleep(&req.resource, left.min(HEAD_CHECK))? {
+        if access.sleep(&req.resource, left.min(every))? {
             return Ok(Pause::Slept { woken: true });
+        }
+        if Instant::now() >= until {
+            // The poll that follows the pause reads the row anyway.
+            return Ok(Pause::Slept { woken: false });
         }
         let sent_at = Instant::now();
         // A grant found by the read is confirmed (and the expiry pushed) as a notified waiter
@@ -750,6 +778,18 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_head_reads_its_row_less_often_the_longer_it_waits() {
+        let cap = Duration::from_secs(1);
+        assert_eq!(head_check(Duration::ZERO, cap), HEAD_CHECK);
+        assert_eq!(head_check(320 * MS, cap), HEAD_CHECK);
+        assert_eq!(head_check(1600 * MS, cap), 50 * MS);
+        assert_eq!(head_check(Duration::from_secs(8), cap), 250 * MS);
+        assert_eq!(head_check(Duration::from_secs(3600), cap), cap);
+        // A poll interval shorter than HEAD_CHECK does not make the reads more frequent.
+        assert_eq!(head_check(Duration::from_secs(3600), 5 * MS), HEAD_CHECK);
+    }
 
     #[test]
     fn pace_predicts_the_head_from_the_queues_movement() {
