@@ -7,8 +7,9 @@
 //! on that transaction's row locks). The cause: Diesel caches prepared statements, and a cached
 //! scanning `SELECT … FOR UPDATE SKIP LOCKED` whose execution had failed after the server sent
 //! its column definitions leaves libmariadb waiting, on the statement's next execution, for the
-//! rest of the failed result. Claim picks on MySQL now run outside the statement cache
-//! (`backend/mysql.rs`, `Uncached`; `mysql_claim_picks_are_not_cached` below).
+//! rest of the failed result. A failed claim transaction on MySQL now closes every cached
+//! statement of its connection (`backend/mysql.rs`, `forget_prepared_statements`;
+//! `mysql_a_claim_after_a_failed_pick_returns` below).
 //!
 //! `DIESEL_LEASE_FARM_ROWS` (default 2,000) scales it; the 20,000-row MariaDB farm at
 //! both isolation levels: `DIESEL_LEASE_FARM_ROWS=20000 bash scripts/test.sh -- faults::farm`.
@@ -150,12 +151,17 @@ fn six_workers_drain_the_headline_model_on_mysql() {
     )
 }
 
-/// MySQL: every claim prepares its pick afresh, so a pick that failed after the server had sent
-/// its column definitions (the farm's hang: libmariadb then waits forever, on the cached
-/// statement's next execution, for the rest of the failed result) is never executed again.
+/// MySQL: a claim whose pick failed mid-scan (here: interrupted by `max_statement_time` while a
+/// filter sleeps on its rows, after the server sent the result's column definitions) leaves no
+/// cached statement behind: the farm's hang was libmariadb waiting forever, on the cached
+/// statement's next execution, for the rest of the failed result. The next claim on the same
+/// connection, with the same statement text (the sleep is a bind), returns a row. Before and
+/// after, picks come from Diesel's statement cache (no prepare per claim).
 #[cfg(feature = "mysql")]
 #[test]
-fn mysql_claim_picks_are_not_cached() {
+fn mysql_a_claim_after_a_failed_pick_returns() {
+    diesel::define_sql_function!(fn sleep(seconds: diesel::sql_types::Double) -> diesel::sql_types::BigInt);
+    use diesel::connection::SimpleConnection;
     fn body(db: &TestDb<crate::common::Mysql>) {
         #[derive(QueryableByName)]
         struct Status {
@@ -171,17 +177,25 @@ fn mysql_claim_picks_are_not_cached() {
                 .parse()
                 .unwrap()
         };
-        crate::claim::basics::mysql::cases::seed_jobs(db, 20);
+        // Sleeps `secs` on every row the pick looks at (`id <> SLEEP(secs)`: SLEEP returns 0).
+        let claim = |conn: &mut diesel::MysqlConnection, secs: f64| {
+            ImportJob::claim_next_where(
+                conn,
+                &diesel_lease::claim::ClaimOptions::default(),
+                importjobs::id.ne(sleep(secs)),
+            )
+        };
+        crate::claim::basics::mysql::cases::seed_jobs(db, 30);
         let mut conn = db.conn();
-        // Warm Diesel's cache with every cacheable statement of a claim and a completion.
-        ImportJob::claim_next(&mut conn)
+        // Warm Diesel's cache with every statement of a claim and a completion.
+        claim(&mut conn, 0.0)
             .unwrap()
             .unwrap()
             .complete(&mut conn)
             .unwrap();
         let before = prepares(&mut conn);
         for _ in 0..10 {
-            ImportJob::claim_next(&mut conn)
+            claim(&mut conn, 0.0)
                 .unwrap()
                 .unwrap()
                 .complete(&mut conn)
@@ -189,11 +203,33 @@ fn mysql_claim_picks_are_not_cached() {
         }
         let fresh = prepares(&mut conn) - before;
         assert!(
-            fresh >= 10,
-            "{fresh} prepares for 10 claims: the pick came from the cache"
+            fresh <= 2,
+            "{fresh} prepares for 10 claims: the picks do not come from the statement cache"
+        );
+        conn.batch_execute("SET SESSION max_statement_time = 0.5")
+            .unwrap();
+        let failed = claim(&mut conn, 2.0);
+        assert!(
+            matches!(failed, Err(diesel_lease::Error::Timeout { .. })),
+            "the interrupted pick is a timeout: {failed:?}"
+        );
+        conn.batch_execute("SET SESSION max_statement_time = 0")
+            .unwrap();
+        // The next claim, on a thread, so that a hang fails the test instead of stalling it.
+        let (sent, got) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let claimed = claim(&mut conn, 0.0).map(|job| job.map(|job| job.id));
+            let _ = sent.send(claimed);
+        });
+        let next = got.recv_timeout(Duration::from_secs(60)).expect(
+            "the claim after a failed pick hung (a cached statement awaited a lost result)",
+        );
+        assert!(
+            matches!(next, Ok(Some(_))),
+            "the next claim gets a row: {next:?}"
         );
     }
-    crate::common::run::<crate::common::Mysql>("mysql_claim_picks_are_not_cached", body)
+    crate::common::run::<crate::common::Mysql>("mysql_a_claim_after_a_failed_pick_returns", body)
 }
 
 /// The farm's deadlock counter counts the library's retry event, written as the library writes

@@ -408,9 +408,12 @@ where
 /// statement first waits for it, and nothing ever comes. The client sits in `poll(-1)`, the
 /// server shows the session asleep with its transaction open, and every worker behind that
 /// transaction's locks stalls. (A lookup by primary key fails before any column definition is
-/// sent and is not affected.) On MySQL, claim picks (which scan) and the batch completion's
-/// locking read of the rows still ours (which waits) therefore never come from the cache; the
-/// cost is one prepare and one close per execution.
+/// sent and is not affected.) Where a locking read runs in one of our own write transactions
+/// (claim picks, the batch completion's lock of the rows still ours), it is cached: a failed
+/// statement fails that transaction, and the MySQL `write_tx` then closes every cached
+/// statement of the connection before anything runs on it again. Locking reads that run in the
+/// caller's transaction (`lock_next`, whose failure the caller handles) and the rate limit's
+/// key lock use this wrapper, at the cost of one prepare and one close per execution.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))] // what the MySQL statements need
 pub(crate) struct Uncached<Q>(pub(crate) Q);

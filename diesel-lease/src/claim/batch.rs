@@ -142,14 +142,11 @@ where
     C: Dialect,
     M: ClaimModel<C>,
 {
-    // A locking read that waits: outside the statement cache (see `Uncached`).
+    // A locking read that waits, cached: it runs in `finish_rows`' `write_tx`, which closes
+    // every cached statement when it fails (see `Uncached`).
     let ours = M::load::<Dynamic>(
         conn,
-        &crate::backend::Uncached(BatchFinishStmt::<M, C::Backend>::new(
-            rows,
-            to,
-            BatchStep::LockOurs,
-        )),
+        &BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::LockOurs),
     )?;
     if !ours.is_empty() {
         let update = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::Update);

@@ -60,7 +60,8 @@ impl ClaimDialect for MysqlConnection {
             // claims are found by a plain read, then locked by key: a locking range scan keeps
             // the index record that ends its range, often the next ready row, which the claim
             // marking that row then waits for (claims deadlocked with each other). Locking
-            // reads run outside the statement cache, whatever their query id: see `Uncached`.
+            // reads come from Diesel's statement cache: a failed one fails this transaction,
+            // and `write_tx` then closes every cached statement (see `Uncached`).
             let mut picked = Vec::new();
             if parts.rescues() {
                 let probe = PickStmt::only(parts, limit, filter, Which::Stale, false);
@@ -72,13 +73,13 @@ impl ClaimDialect for MysqlConnection {
                         rows: &stale,
                         step: ByKey::LockStale,
                     };
-                    picked = M::load::<Dynamic>(c, &Uncached(lock))?;
+                    picked = M::load::<Dynamic>(c, &lock)?;
                 }
             }
             let left = limit - i64::try_from(picked.len()).unwrap_or(limit);
             if left > 0 {
                 let ready = PickStmt::only(parts, left, filter, Which::Ready, true);
-                picked.extend(M::load::<Dynamic>(c, &Uncached(ready))?);
+                picked.extend(M::load::<Dynamic>(c, &ready)?);
             }
             if picked.is_empty() {
                 return Ok(picked);
@@ -158,8 +159,8 @@ where
         rows: &found,
         step: ByKey::LockExhausted,
     };
-    // A locking read: outside the statement cache (see `Uncached`).
-    let locked = M::load::<Dynamic>(conn, &Uncached(lock))?;
+    // A locking read, cached: it runs in the claim's `write_tx` (see `Uncached`).
+    let locked = M::load::<Dynamic>(conn, &lock)?;
     if locked.is_empty() {
         return Ok(());
     }
