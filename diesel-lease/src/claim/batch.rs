@@ -27,10 +27,13 @@ pub struct BatchRow<M: Claimable> {
     attempts: Option<Option<i64>>,
 }
 
-/// The owner-checked change of many rows, in one of its forms ([`BatchStep`]).
+/// The owner-checked change of many rows, in one of its forms ([`BatchStep`]). Its rows are
+/// the positions (in `rows`, from 0) of the rows it changed or locked: `CASE WHEN <pk 0> THEN 0
+/// WHEN <pk 1> THEN 1 … END`, one `INTEGER` each, so the caller learns which of its rows were
+/// still its own without the rows being sent back and decoded.
 pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) table: M::Table,
-    pub(crate) select: M::Select,
+    pub(crate) _db: std::marker::PhantomData<DB>,
     pub(crate) rows: &'a [BatchRow<M>],
     pub(crate) to: Finish,
     pub(crate) step: BatchStep,
@@ -39,9 +42,9 @@ pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
 /// Which statement of a batch finish.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum BatchStep {
-    /// `UPDATE t SET <target> WHERE <still ours> RETURNING <model>`: PostgreSQL and SQLite.
+    /// `UPDATE t SET <target> WHERE <still ours> RETURNING <position>`: PostgreSQL and SQLite.
     UpdateReturning,
-    /// `SELECT <model> FROM t WHERE <still ours> FOR UPDATE`: MySQL's first statement, which
+    /// `SELECT <position> FROM t WHERE <still ours> FOR UPDATE`: MySQL's first statement, which
     /// locks the rows the update then changes (no `UPDATE … RETURNING` there).
     LockOurs,
     /// `UPDATE t SET <target> WHERE <still ours>`: MySQL's second statement.
@@ -52,7 +55,7 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
     pub(crate) fn new(rows: &'a [BatchRow<M>], to: Finish, step: BatchStep) -> Self {
         BatchFinishStmt {
             table: M::Table::default(),
-            select: M::select(),
+            _db: std::marker::PhantomData,
             rows,
             to,
             step,
@@ -76,13 +79,26 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
         out.push_sql(")");
         Ok(())
     }
+
+    /// `CASE WHEN (<pk 0>) THEN 0 WHEN (<pk 1>) THEN 1 … END`: a row's position in `rows`.
+    fn push_position<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql("CASE");
+        for (i, row) in self.rows.iter().enumerate() {
+            out.push_sql(" WHEN (");
+            M::push_pk(out, &row.pk)?;
+            // The position is this loop's counter, not a value from outside.
+            out.push_sql(&format!(") THEN {i}"));
+        }
+        out.push_sql(" END");
+        Ok(())
+    }
 }
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for BatchFinishStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         if self.step == BatchStep::LockOurs {
             out.push_sql("SELECT ");
-            M::push_select(&mut out, &self.select)?;
+            self.push_position(&mut out)?;
             out.push_sql(" FROM ");
             M::push_table(&mut out, &self.table)?;
             out.push_sql(" WHERE ");
@@ -98,7 +114,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for BatchFinishStmt<'_, 
         self.push_still_ours(&mut out)?;
         if self.step == BatchStep::UpdateReturning {
             out.push_sql(" RETURNING ");
-            M::push_select(&mut out, &self.select)?;
+            self.push_position(&mut out)?;
         }
         Ok(())
     }
@@ -116,18 +132,19 @@ pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<M>> {
 }
 
 /// The default [`Dialect::finish_rows`]: one `UPDATE … RETURNING` (the text depends on the
-/// number of rows, so it has no static query id).
+/// number of rows, so it has no static query id; Diesel caches it by its text).
 pub(crate) fn update_returning<M, C>(
     conn: &mut C,
     rows: &[BatchRow<M>],
     to: Finish,
-) -> QueryResult<Vec<M>>
+) -> QueryResult<Vec<bool>>
 where
     C: Dialect,
     M: ClaimModel<C>,
 {
     let stmt = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::UpdateReturning);
-    conn.keyed_write(|c| M::load::<Dynamic>(c, &stmt))
+    let positions = conn.keyed_write(|c| M::load_positions(c, &stmt))?;
+    Ok(at_positions(rows.len(), &positions))
 }
 
 /// MySQL's [`Dialect::finish_rows`]: lock the rows that are still ours, then change exactly
@@ -137,14 +154,14 @@ pub(crate) fn lock_then_update<M, C>(
     conn: &mut C,
     rows: &[BatchRow<M>],
     to: Finish,
-) -> QueryResult<Vec<M>>
+) -> QueryResult<Vec<bool>>
 where
     C: Dialect,
     M: ClaimModel<C>,
 {
     // A locking read that waits, cached: it runs in `finish_rows`' `write_tx`, which closes
     // every cached statement when it fails (see `Uncached`).
-    let ours = M::load::<Dynamic>(
+    let ours = M::load_positions(
         conn,
         &BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::LockOurs),
     )?;
@@ -152,14 +169,30 @@ where
         let update = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::Update);
         conn.execute_returning_count(&super::statements::Exec::<_, Dynamic>::new(&update))?;
     }
-    Ok(ours)
+    Ok(at_positions(rows.len(), &ours))
 }
 
-/// Which of `rows` are among `finished` (compared by primary key).
-pub(crate) fn mark_finished<M: Claimable>(rows: &[M], finished: &[M]) -> Vec<bool>
-where
-    M::Pk: PartialEq,
-{
-    let done: Vec<M::Pk> = finished.iter().map(super::Keyed::pk).collect();
-    rows.iter().map(|r| done.contains(&r.pk())).collect()
+/// For each of `len` rows, whether its position is among `positions` (out-of-range positions,
+/// which no statement of ours returns, are ignored).
+pub(crate) fn at_positions(len: usize, positions: &[i32]) -> Vec<bool> {
+    let mut at = vec![false; len];
+    for &p in positions {
+        if let Some(slot) = usize::try_from(p).ok().and_then(|p| at.get_mut(p)) {
+            *slot = true;
+        }
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at_positions;
+
+    #[test]
+    fn positions_say_which_rows_of_the_batch_changed() {
+        assert_eq!(at_positions(4, &[2, 0]), [true, false, true, false]);
+        assert_eq!(at_positions(3, &[]), [false; 3]);
+        // Nothing a statement of ours returns, but never a panic.
+        assert_eq!(at_positions(2, &[-1, 2, 1]), [false, true]);
+    }
 }

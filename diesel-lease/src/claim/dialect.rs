@@ -87,14 +87,14 @@ pub trait ClaimDialect: Notifications + Connection<Backend: ClaimSqlDialect> {
         })
     }
 
-    /// Finishes the rows of a batch that are still this worker's claims and returns them (as
-    /// they are now). By default one `UPDATE … RETURNING`.
+    /// Finishes the rows of a batch that are still this worker's claims; for each row of
+    /// `rows` in order, whether it was. By default one `UPDATE … RETURNING`.
     #[doc(hidden)]
     fn finish_rows<M: ClaimModel<Self>>(
         &mut self,
         rows: &[super::batch::BatchRow<M>],
         to: super::Finish,
-    ) -> QueryResult<Vec<M>> {
+    ) -> QueryResult<Vec<bool>> {
         super::batch::update_returning(self, rows, to)
     }
 

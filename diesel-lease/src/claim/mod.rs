@@ -287,9 +287,9 @@ pub trait ClaimConnection<M: Claimable>: ClaimDialect {
     #[doc(hidden)]
     fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool>;
 
-    /// Runs owner-checked changes of many rows; returns the rows that changed.
+    /// Runs owner-checked changes of many rows; for each row in order, whether it changed.
     #[doc(hidden)]
-    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<M>>;
+    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<bool>>;
 
     /// The name waiters of `M` register under at a pool's listener (`claim/wait.rs`).
     #[doc(hidden)]
@@ -372,7 +372,7 @@ where
         retry_conflicts(|| write(self)).map_err(about::<M>)
     }
 
-    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<M>> {
+    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<bool>> {
         if crate::backend::in_transaction(self)? {
             return ClaimDialect::finish_rows(self, rows, to).map_err(|e| about::<M>(e.into()));
         }
@@ -680,7 +680,7 @@ where
         for chunk in rows.chunks(batch::CHUNK) {
             finished.extend(conn.finish_many(&batch::batch_rows(chunk), to)?);
         }
-        Ok(batch::mark_finished(rows, &finished))
+        Ok(finished)
     };
     let ours = op.finish(finish_all(), |ours| {
         let moved = ours.iter().filter(|&&o| o).count() as u64;

@@ -115,7 +115,7 @@ impl ClaimDialect for MysqlConnection {
         &mut self,
         rows: &[super::batch::BatchRow<M>],
         to: super::Finish,
-    ) -> QueryResult<Vec<M>> {
+    ) -> QueryResult<Vec<bool>> {
         // No UPDATE … RETURNING: lock the rows still ours, then change exactly those.
         self.write_tx(|c| super::batch::lock_then_update(c, rows, to))
     }

@@ -109,6 +109,10 @@ pub trait ClaimModel<C: Dialect>: ClaimSql<C::Backend> {
         conn: &mut C,
         stmt: &dyn QueryFragment<C::Backend>,
     ) -> QueryResult<Vec<Self>>;
+
+    /// Runs a statement that returns one `INTEGER` column (a batch's positions, see
+    /// `batch.rs`), cached by its text.
+    fn load_positions(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<i32>>;
 }
 
 impl<M, C> ClaimModel<C> for M
@@ -116,6 +120,7 @@ where
     C: Dialect + LoadConnection,
     M: ClaimSql<C::Backend>,
     for<'a> Rows<'a, M, C::Backend>: LoadQuery<'a, C, M>,
+    for<'a> Positions<'a, C::Backend>: LoadQuery<'a, C, i32>,
     // What Diesel's `LoadQuery` asks of any `Rows<'_, M, _, K>` (it is independent of `K`).
     C::Backend: QueryMetadata<diesel::dsl::AsSelect<M, C::Backend>>,
     M: diesel::Selectable<C::Backend> + FromSqlRow<SelectSql<M, C::Backend>, C::Backend>,
@@ -129,7 +134,31 @@ where
         }
         .load(conn)
     }
+
+    fn load_positions(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<i32>> {
+        Positions { stmt }.load(conn)
+    }
 }
+
+/// Any statement whose rows are one `INTEGER` column, as a Diesel query (no static query id:
+/// Diesel caches it by its text).
+pub struct Positions<'a, DB: diesel::backend::Backend> {
+    stmt: &'a dyn QueryFragment<DB>,
+}
+
+impl<DB: diesel::backend::Backend> QueryId for Positions<'_, DB> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+impl<DB: diesel::backend::Backend> Query for Positions<'_, DB> {
+    type SqlType = diesel::sql_types::Integer;
+}
+impl<DB: diesel::backend::Backend> QueryFragment<DB> for Positions<'_, DB> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.stmt.walk_ast(out)
+    }
+}
+impl<DB: diesel::backend::Backend, Conn> RunQueryDsl<Conn> for Positions<'_, DB> {}
 
 /// The SQL type of model `M`'s selection on `DB`.
 type SelectSql<M, DB> = diesel::dsl::SqlTypeOf<<M as diesel::Selectable<DB>>::SelectExpression>;
