@@ -12,7 +12,7 @@
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::QueryResult;
 
-use super::statements::{push_finish_assignments, push_stamp_check, ClaimModel, ClaimSql, Dynamic};
+use super::statements::{push_finish_assignments, push_stamp_check, ClaimModel, ClaimSql};
 use super::{Claimable, Finish};
 use crate::backend::{Dialect, SqlDialect};
 
@@ -167,7 +167,9 @@ where
     )?;
     if !ours.is_empty() {
         let update = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::Update);
-        conn.execute_returning_count(&super::statements::Exec::<_, Dynamic>::new(&update))?;
+        conn.execute_returning_count(
+            &super::statements::Exec::<_, super::statements::Dynamic>::new(&update),
+        )?;
     }
     Ok(at_positions(rows.len(), &ours))
 }
