@@ -8,7 +8,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::mysql::Mysql;
 use diesel::prelude::*;
-use diesel::query_builder::AstPass;
+use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::result::Error as DieselError;
 use diesel::MysqlConnection;
 use diesel_migrations::EmbeddedMigrations;
@@ -19,7 +19,51 @@ raw_connection!(MysqlConnection);
 
 /// Makes the session's next transaction READ COMMITTED.
 fn read_committed_next(c: &mut MysqlConnection) -> QueryResult<()> {
-    c.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    c.execute_returning_count(&SetReadCommitted).map(drop)
+}
+
+/// `SET TRANSACTION ISOLATION LEVEL READ COMMITTED` as a statement of fixed text with a static
+/// query id: Diesel prepares it once per connection and then executes it in one round trip,
+/// where `batch_execute` takes three (it switches the multi-statement option on and off).
+#[derive(Debug, Clone, Copy, diesel::query_builder::QueryId)]
+struct SetReadCommitted;
+
+impl QueryFragment<Mysql> for SetReadCommitted {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+        out.push_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
+        Ok(())
+    }
+}
+
+/// Runs `f` in a new READ COMMITTED transaction, as Diesel's `Connection::transaction` runs a
+/// transaction (commit on `Ok`, rollback on `Err`, the transaction manager's depth kept), but
+/// with the isolation level and `BEGIN` sent as one batch.
+///
+/// Diesel's `MysqlConnection::batch_execute` switches the session's multi-statement option on
+/// and off around every call: two `COM_SET_OPTION` round trips besides the statement itself.
+/// `SET TRANSACTION …` and then `BEGIN` as two calls cost six round trips per claim; as one
+/// batch, three.
+fn read_committed_transaction<T, E, F>(c: &mut MysqlConnection, f: F) -> Result<T, E>
+where
+    F: FnOnce(&mut MysqlConnection) -> Result<T, E>,
+    E: From<DieselError>,
+{
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    AnsiTransactionManager::begin_transaction_sql(
+        c,
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN",
+    )?;
+    match f(c) {
+        Ok(value) => {
+            AnsiTransactionManager::commit_transaction(c)?;
+            Ok(value)
+        }
+        Err(failed) => match AnsiTransactionManager::rollback_transaction(c) {
+            // A broken transaction manager says less than the error that broke it.
+            Ok(()) | Err(DieselError::BrokenTransactionManager) => Err(failed),
+            Err(rollback) => Err(rollback.into()),
+        },
+    }
 }
 
 impl super::sealed::Sealed for Mysql {}
@@ -89,10 +133,11 @@ impl Dialect for MysqlConnection {
         // `SKIP LOCKED` claims then deadlock on the secondary index they update. Inside the
         // caller's transaction the level cannot change (error 1568): the caller's level stays and
         // we run as a savepoint.
-        if !super::in_transaction(self)? {
-            read_committed_next(self)?;
-        }
-        let out = self.transaction(f);
+        let out = if super::in_transaction(self)? {
+            self.transaction(f)
+        } else {
+            read_committed_transaction(self, f)
+        };
         if out.is_err() {
             forget_prepared_statements(self);
         }
