@@ -120,7 +120,7 @@ where
     C: Dialect + LoadConnection,
     M: ClaimSql<C::Backend>,
     for<'a> Rows<'a, M, C::Backend>: LoadQuery<'a, C, M>,
-    for<'a> Positions<'a, C::Backend>: LoadQuery<'a, C, i32>,
+    for<'a> Column1<'a, C::Backend, diesel::sql_types::Integer>: LoadQuery<'a, C, i32>,
     // What Diesel's `LoadQuery` asks of any `Rows<'_, M, _, K>` (it is independent of `K`).
     C::Backend: QueryMetadata<diesel::dsl::AsSelect<M, C::Backend>>,
     M: diesel::Selectable<C::Backend> + FromSqlRow<SelectSql<M, C::Backend>, C::Backend>,
@@ -136,29 +136,43 @@ where
     }
 
     fn load_positions(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<i32>> {
-        Positions { stmt }.load(conn)
+        Column1::<_, diesel::sql_types::Integer>::new(stmt).load(conn)
     }
 }
 
-/// Any statement whose rows are one `INTEGER` column, as a Diesel query (no static query id:
-/// Diesel caches it by its text).
-pub struct Positions<'a, DB: diesel::backend::Backend> {
+/// Any statement whose rows are one column of SQL type `ST`, as a Diesel query (no static
+/// query id: Diesel caches it by its text). Batch positions load through it, and the rate
+/// limits' texts and counts.
+pub struct Column1<'a, DB, ST> {
     stmt: &'a dyn QueryFragment<DB>,
+    _st: PhantomData<ST>,
 }
 
-impl<DB: diesel::backend::Backend> QueryId for Positions<'_, DB> {
+impl<'a, DB, ST> Column1<'a, DB, ST> {
+    /// `stmt`, whose rows are one column of SQL type `ST`.
+    pub(crate) fn new(stmt: &'a dyn QueryFragment<DB>) -> Self {
+        Column1 {
+            stmt,
+            _st: PhantomData,
+        }
+    }
+}
+
+impl<DB, ST> QueryId for Column1<'_, DB, ST> {
     type QueryId = ();
     const HAS_STATIC_QUERY_ID: bool = false;
 }
-impl<DB: diesel::backend::Backend> Query for Positions<'_, DB> {
-    type SqlType = diesel::sql_types::Integer;
+impl<DB, ST: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType> Query
+    for Column1<'_, DB, ST>
+{
+    type SqlType = ST;
 }
-impl<DB: diesel::backend::Backend> QueryFragment<DB> for Positions<'_, DB> {
+impl<DB: diesel::backend::Backend, ST> QueryFragment<DB> for Column1<'_, DB, ST> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.stmt.walk_ast(out)
     }
 }
-impl<DB: diesel::backend::Backend, Conn> RunQueryDsl<Conn> for Positions<'_, DB> {}
+impl<DB, ST, Conn> RunQueryDsl<Conn> for Column1<'_, DB, ST> {}
 
 /// The SQL type of model `M`'s selection on `DB`.
 type SelectSql<M, DB> = diesel::dsl::SqlTypeOf<<M as diesel::Selectable<DB>>::SelectExpression>;

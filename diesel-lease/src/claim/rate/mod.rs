@@ -37,12 +37,14 @@
 
 use std::time::Duration;
 
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Text};
 use diesel::{Column, QueryResult, RunQueryDsl};
 
 use super::dialect::ClaimDialect;
-use super::statements::{pick_from, ClaimModel, ClaimParts, ClaimSql, Dynamic, Exec, Filter};
+use super::statements::{
+    pick_from, ClaimModel, ClaimParts, ClaimSql, Column1, Dynamic, Exec, Filter,
+};
 use super::wait::TableOf;
 use crate::backend::{SqlDialect, Uncached};
 use crate::{Error, InvalidInput, Result};
@@ -230,28 +232,6 @@ pub trait RateDialect: ClaimDialect<Backend: RateSqlDialect> {
     fn load_counts(&mut self, stmt: &dyn QueryFragment<Self::Backend>) -> QueryResult<Vec<i64>>;
 }
 
-/// Any statement whose rows are one column of SQL type `ST`, as a Diesel query.
-struct Column1<'a, DB, ST> {
-    stmt: &'a dyn QueryFragment<DB>,
-    _st: std::marker::PhantomData<ST>,
-}
-
-impl<DB, ST> QueryId for Column1<'_, DB, ST> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
-}
-impl<DB, ST: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType> Query
-    for Column1<'_, DB, ST>
-{
-    type SqlType = ST;
-}
-impl<DB: diesel::backend::Backend, ST> QueryFragment<DB> for Column1<'_, DB, ST> {
-    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        self.stmt.walk_ast(out)
-    }
-}
-impl<DB, ST, Conn> RunQueryDsl<Conn> for Column1<'_, DB, ST> {}
-
 macro_rules! rate_dialect {
     ($conn:ty) => {
         impl RateDialect for $conn {
@@ -259,21 +239,13 @@ macro_rules! rate_dialect {
                 &mut self,
                 stmt: &dyn QueryFragment<Self::Backend>,
             ) -> QueryResult<Vec<String>> {
-                Column1::<_, Text> {
-                    stmt,
-                    _st: std::marker::PhantomData,
-                }
-                .load(self)
+                Column1::<_, Text>::new(stmt).load(self)
             }
             fn load_counts(
                 &mut self,
                 stmt: &dyn QueryFragment<Self::Backend>,
             ) -> QueryResult<Vec<i64>> {
-                Column1::<_, BigInt> {
-                    stmt,
-                    _st: std::marker::PhantomData,
-                }
-                .load(self)
+                Column1::<_, BigInt>::new(stmt).load(self)
             }
         }
     };
