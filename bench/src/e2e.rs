@@ -53,9 +53,15 @@ impl Runnable for NoopTask {
 }
 
 /// The floor's script: diesel-lease's claim statement with the state values and the owner as
-/// literals, then the owner-checked done, one pgbench transaction per job.
-pub(crate) const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
+/// literals, then the owner-checked done, one pgbench transaction per job. The owner `pgbench` is
+/// a placeholder for [`floor_owner`](crate::floors::floor_owner) ([`pgbench_script`]).
+const PGBENCH_SCRIPT: &str = "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) UPDATE bench_jobs SET status = 'running', owner = 'pgbench', claimed_at = statement_timestamp(), attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id RETURNING bench_jobs.id AS job_id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, bench_jobs.attempts AS job_attempts, bench_jobs.payload \\gset\n\
 UPDATE bench_jobs SET status = 'done' WHERE id = :job_id AND status = 'running' AND owner = 'pgbench' AND attempts = :job_attempts;\n";
+
+/// [`PGBENCH_SCRIPT`] as pgbench runs it, with the floors' owner.
+pub(crate) fn pgbench_script() -> String {
+    PGBENCH_SCRIPT.replace("'pgbench'", &format!("'{}'", crate::floors::floor_owner()))
+}
 
 /// The batch floor's script (issue 23): `claim_batch(50)`'s statement and `complete_batch`'s, as
 /// ours sends them (results.json, `floors`), with literal state values and owner. pgbench keeps
@@ -64,16 +70,17 @@ UPDATE bench_jobs SET status = 'done' WHERE id = :job_id AND status = 'running' 
 /// owner-checked statement naming each row's key and attempt, `OR`ed.
 pub(crate) fn pgbench_batch_script() -> String {
     let n = crate::floors::BATCH_N;
+    let owner = crate::floors::floor_owner();
     let columns: Vec<String> = (1..=n)
         .map(|i| format!("coalesce(ids[{i}], 0) AS id{i}, coalesce(atts[{i}], 0) AS a{i}"))
         .collect();
     let checks: Vec<String> = (1..=n)
-        .map(|i| format!("((id = :id{i}) AND owner = 'pgbench' AND attempts = :a{i})"))
+        .map(|i| format!("((id = :id{i}) AND owner = '{owner}' AND attempts = :a{i})"))
         .collect();
     format!(
         "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC \
          LIMIT {n} FOR UPDATE SKIP LOCKED), claimed AS (UPDATE bench_jobs SET status = 'running', \
-         owner = 'pgbench', claimed_at = (statement_timestamp() AT TIME ZONE 'UTC'), \
+         owner = '{owner}', claimed_at = (statement_timestamp() AT TIME ZONE 'UTC'), \
          attempts = bench_jobs.attempts + 1 FROM picked WHERE bench_jobs.id = picked.id \
          RETURNING bench_jobs.id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, \
          bench_jobs.attempts, bench_jobs.payload), agg AS (SELECT array_agg(id ORDER BY id) AS ids, \
@@ -136,11 +143,11 @@ impl PgBench {
         })
     }
 
-    /// pgbench with [`PGBENCH_SCRIPT`]: `workers` clients and threads, prepared statements, for
+    /// pgbench with [`pgbench_script`]: `workers` clients and threads, prepared statements, for
     /// the measured seconds (pgbench counts whole seconds, at least one). Client CPU is what the
     /// pgbench process used; latency is pgbench's average (it reports no median).
     pub(crate) fn pgbench_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
-        self.pgbench(pg_bin, workers, PGBENCH_SCRIPT, 1)
+        self.pgbench(pg_bin, workers, &pgbench_script(), 1)
     }
 
     /// pgbench with [`pgbench_batch_script`]: as [`Self::pgbench_floor`], 50 jobs a transaction.

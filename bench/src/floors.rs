@@ -295,14 +295,49 @@ fn child_stderr(c: &mut Child) -> String {
 
 // --- MariaDB ----------------------------------------------------------------------------------
 
-/// The owner the floors write (the same literal in every client, as pgbench's floor does).
-const FLOOR_OWNER: &str = "floor";
+/// The owner every floor writes and checks (the same literal in every client): as long as the
+/// claim stamps ours writes (this process's owner id, `#` and 12 hex digits), so that a floor's
+/// rows, pages and owner comparisons hold as many bytes as ours. Letters, digits and `-` only, so
+/// it needs no quoting in any script (pgbench reads `:name` as a variable).
+///
+/// Until session 6 the floors wrote `floor` / `pgbench` (5-7 bytes against ours' 38 here): on
+/// SQLite that alone made the batch floor 12 % faster (BENCHMARKS.md, "Session 6").
+pub(crate) fn floor_owner() -> &'static str {
+    static OWNER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    OWNER.get_or_init(|| {
+        let ours = diesel_lease::ClaimStamp::new(diesel_lease::OwnerId::process_default());
+        let len = ours.as_str().len();
+        let mut owner = String::from("floor-");
+        while owner.len() < len {
+            owner.push_str("0123456789abcdef");
+        }
+        owner.truncate(len.max("floor".len()));
+        owner
+    })
+}
+
+/// `script` with the placeholder owner `'floor'` replaced by [`floor_owner`] (inside
+/// `EXECUTE IMMEDIATE` texts too, where it is written `''floor''`).
+fn with_floor_owner(script: &str) -> String {
+    script.replace("'floor'", &format!("'{}'", floor_owner()))
+}
+
+/// [`SLAP_NEXT_SCRIPT`] as slap runs it, with [`floor_owner`].
+pub(crate) fn slap_next_script() -> String {
+    with_floor_owner(SLAP_NEXT_SCRIPT)
+}
+
+/// [`SLAP_BATCH_SCRIPT`] as slap runs it, with [`floor_owner`].
+pub(crate) fn slap_batch_script() -> String {
+    with_floor_owner(SLAP_BATCH_SCRIPT)
+}
 
 /// `claim_next` + `complete` as our MySQL dialect runs them (`ours_next_statements` in
 /// results.json), with literal values: the pick locks one ready row and reads it (into session
 /// variables: slap has no client-side variables), the marking goes by key, the read-back sends
-/// the row to the client, and the complete checks key, state, owner and attempt.
-pub(crate) const SLAP_NEXT_SCRIPT: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
+/// the row to the client, and the complete checks key, state, owner and attempt. The owner is a
+/// placeholder for [`floor_owner`] ([`slap_next_script`]).
+const SLAP_NEXT_SCRIPT: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
 BEGIN;\n\
 SELECT id, status, owner, claimed_at, attempts, payload INTO @id, @status, @owner, @claimed_at, @attempts, @payload FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC LIMIT 1 FOR UPDATE SKIP LOCKED;\n\
 UPDATE bench_jobs SET status = 'running', owner = 'floor', claimed_at = UTC_TIMESTAMP(6), attempts = attempts + 1 WHERE id = @id;\n\
@@ -315,8 +350,9 @@ UPDATE bench_jobs SET status = 'done' WHERE id = @id AND status = 'running' AND 
 /// rows (their ids kept in `@ids`, the rows not sent to the client: slap cannot keep them), the
 /// marking and the read-back name the 50 keys (`EXECUTE IMMEDIATE` of the text with the keys
 /// written in; ours binds them, `id = ? OR id = ? …`), then the complete locks the rows still
-/// ours and marks exactly those (ours checks each row's own attempt; here all are 1).
-pub(crate) const SLAP_BATCH_SCRIPT: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
+/// ours and marks exactly those (ours checks each row's own attempt; here all are 1). The owner
+/// is a placeholder for [`floor_owner`] ([`slap_batch_script`]).
+const SLAP_BATCH_SCRIPT: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;\n\
 BEGIN;\n\
 SELECT GROUP_CONCAT(id ORDER BY id) INTO @ids FROM (SELECT id, status, owner, claimed_at, attempts, payload FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC LIMIT 50 FOR UPDATE SKIP LOCKED) AS picked;\n\
 EXECUTE IMMEDIATE CONCAT('UPDATE bench_jobs SET status = ''running'', owner = ''floor'', claimed_at = UTC_TIMESTAMP(6), attempts = attempts + 1 WHERE id IN (', @ids, ')');\n\
@@ -349,8 +385,8 @@ impl MysqlFloors {
         let dir = tempfile::Builder::new()
             .prefix("diesel-lease-bench-slap-")
             .tempdir()?;
-        std::fs::write(dir.path().join("next.sql"), SLAP_NEXT_SCRIPT)?;
-        std::fs::write(dir.path().join("batch.sql"), SLAP_BATCH_SCRIPT)?;
+        std::fs::write(dir.path().join("next.sql"), slap_next_script())?;
+        std::fs::write(dir.path().join("batch.sql"), slap_batch_script())?;
         Ok(MysqlFloors { url, window, dir })
     }
 
@@ -406,9 +442,9 @@ impl MysqlFloors {
     ) -> BenchResult<(Sample, String)> {
         crate::mysql::fresh_jobs(&self.url, rows)?;
         let (file, script, per) = if batch {
-            ("batch.sql", SLAP_BATCH_SCRIPT, BATCH_N)
+            ("batch.sql", slap_batch_script(), BATCH_N)
         } else {
-            ("next.sql", SLAP_NEXT_SCRIPT, 1)
+            ("next.sql", slap_next_script(), 1)
         };
         let script_path = self.dir.path().join(file);
         let mut conn = MysqlConnection::establish(&self.url)?;
@@ -416,7 +452,7 @@ impl MysqlFloors {
         // Ample repetitions: the window ends it, not the count.
         let runs = rows.div_ceil(per as u64) * 4;
         let child =
-            crate::mysql::spawn_slap(&self.url, &script_path, statements(script), workers, runs)?;
+            crate::mysql::spawn_slap(&self.url, &script_path, statements(&script), workers, runs)?;
         let mut children = vec![child];
         let sample = external_window(&mut children, self.window, per as u64, || {
             done_rows(&mut conn)
@@ -606,7 +642,7 @@ impl SqliteFloors {
                 Command::new(&self.program)
                     .arg(&db)
                     .arg(n.to_string())
-                    .arg(FLOOR_OWNER)
+                    .arg(floor_owner())
                     .arg(format!("{run_secs:.3}"))
                     .arg(threads.to_string())
                     .stdin(Stdio::null())
@@ -674,6 +710,24 @@ mod tests {
     fn slap_scripts_count_their_statements() {
         assert_eq!(statements(SLAP_NEXT_SCRIPT), 8);
         assert_eq!(statements(SLAP_BATCH_SCRIPT), 11);
+    }
+
+    #[test]
+    fn every_floor_writes_an_owner_as_long_as_ours() {
+        let ours = diesel_lease::ClaimStamp::new(diesel_lease::OwnerId::process_default());
+        let owner = floor_owner();
+        assert_eq!(owner.len(), ours.as_str().len());
+        assert!(owner.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+        for script in [
+            slap_next_script(),
+            slap_batch_script(),
+            crate::e2e::pgbench_script(),
+            crate::e2e::pgbench_batch_script(),
+        ] {
+            assert!(script.contains(owner), "{script}");
+            assert!(!script.contains("'floor'") && !script.contains("'pgbench'"));
+        }
+        assert_eq!(slap_batch_script().matches(owner).count(), 3);
     }
 
     #[test]

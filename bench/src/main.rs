@@ -539,7 +539,7 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
         source: report.postgres.source,
         ours_next_statements: next,
         ours_batch_statements: batch,
-        floor_next_script: e2e::PGBENCH_SCRIPT.to_owned(),
+        floor_next_script: e2e::pgbench_script(),
         floor_batch_script: e2e::pgbench_batch_script(),
         checks: Vec::new(),
     });
@@ -656,8 +656,8 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
         source,
         ours_next_statements: next,
         ours_batch_statements: batch,
-        floor_next_script: floors::SLAP_NEXT_SCRIPT.to_owned(),
-        floor_batch_script: floors::SLAP_BATCH_SCRIPT.to_owned(),
+        floor_next_script: floors::slap_next_script(),
+        floor_batch_script: floors::slap_batch_script(),
         checks: Vec::new(),
     };
     let (group, unit, n) = ("e2e-mysql", "jobs/s", floors::BATCH_N);

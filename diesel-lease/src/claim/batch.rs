@@ -9,7 +9,9 @@
 //! [`ClaimConnection`](super::ClaimConnection).
 #![allow(missing_debug_implementations)]
 
-use diesel::query_builder::{AstPass, QueryFragment};
+use std::marker::PhantomData;
+
+use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::QueryResult;
 
 use super::statements::{push_finish_assignments, push_stamp_check, ClaimModel, ClaimSql};
@@ -19,6 +21,22 @@ use crate::backend::{Dialect, SqlDialect};
 /// Rows per statement: at most 4 binds each (composite keys add more), far below every
 /// backend's limit on parameters.
 pub(crate) const CHUNK: usize = 200;
+
+/// The row counts a batch statement is written for. A batch of `n` rows runs as the first of
+/// these at least `n`, its last row repeated in the places left (a repeated row changes and
+/// reports nothing twice: it matches once, and its first position is the one reported). So the
+/// text of a statement follows from its type ([`BatchId`]) and Diesel prepares it once per
+/// connection instead of building, hashing and comparing a text of thousands of characters on
+/// every call. At most a quarter of a statement's rows are repeats.
+const PADDED: [usize; 20] = [
+    1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 160, CHUNK,
+];
+
+/// The rows a statement of `n` rows is written for: the first of [`PADDED`] at least `n`
+/// (`n` itself past the last, which [`CHUNK`] keeps from happening).
+fn padded_len(n: usize) -> usize {
+    PADDED.iter().copied().find(|&p| p >= n).unwrap_or(n)
+}
 
 /// One row of a batch: its key and the claim it was handed out under.
 pub struct BatchRow<M: Claimable> {
@@ -35,6 +53,8 @@ pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) table: M::Table,
     pub(crate) _db: std::marker::PhantomData<DB>,
     pub(crate) rows: &'a [BatchRow<M>],
+    /// The rows the text is written for ([`padded_len`]).
+    padded: usize,
     pub(crate) to: Finish,
     pub(crate) step: BatchStep,
 }
@@ -55,18 +75,25 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
     pub(crate) fn new(rows: &'a [BatchRow<M>], to: Finish, step: BatchStep) -> Self {
         BatchFinishStmt {
             table: M::Table::default(),
-            _db: std::marker::PhantomData,
+            _db: PhantomData,
             rows,
+            padded: padded_len(rows.len()),
             to,
             step,
         }
+    }
+
+    /// `rows`, then its last row again up to the padded count.
+    fn padded_rows(&self) -> impl Iterator<Item = &BatchRow<M>> {
+        let last = self.rows.len().saturating_sub(1);
+        (0..self.padded).filter_map(move |i| self.rows.get(i.min(last)))
     }
 
     /// `state = <claimed> AND ((<pk 1> AND owner = $ AND attempts = $) OR …)`.
     fn push_still_ours<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()> {
         M::CLAIMED_SQL.push_eq(out, M::STATE)?;
         out.push_sql(" AND (");
-        for (i, row) in self.rows.iter().enumerate() {
+        for (i, row) in self.padded_rows().enumerate() {
             if i > 0 {
                 out.push_sql(" OR ");
             }
@@ -80,10 +107,11 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
         Ok(())
     }
 
-    /// `CASE WHEN (<pk 0>) THEN 0 WHEN (<pk 1>) THEN 1 … END`: a row's position in `rows`.
+    /// `CASE WHEN (<pk 0>) THEN 0 WHEN (<pk 1>) THEN 1 … END`: a row's position in `rows` (a
+    /// repeated last row matches its first `WHEN`).
     fn push_position<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("CASE");
-        for (i, row) in self.rows.iter().enumerate() {
+        for (i, row) in self.padded_rows().enumerate() {
             out.push_sql(" WHEN (");
             M::push_pk(out, &row.pk)?;
             // The position is this loop's counter, not a value from outside.
@@ -131,8 +159,101 @@ pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<M>> {
         .collect()
 }
 
-/// The default [`Dialect::finish_rows`]: one `UPDATE … RETURNING` (the text depends on the
-/// number of rows, so it has no static query id; Diesel caches it by its text).
+/// The query id of a batch statement: the model, the finish target (`TO`: done, failed,
+/// ready), the statement ([`BatchStep`] as `STEP`) and the padded row count fix its text; the
+/// model's constants and the connection's dialect do the rest.
+pub struct BatchId<M, const TO: u8, const STEP: u8, const ROWS: usize>(PhantomData<M>);
+
+impl<M: 'static, const TO: u8, const STEP: u8, const ROWS: usize> QueryId
+    for BatchId<M, TO, STEP, ROWS>
+{
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+/// `STEP` of a [`BatchId`].
+const UPDATE_RETURNING: u8 = 0;
+#[cfg(feature = "mysql")]
+const LOCK_OURS: u8 = 1;
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+const UPDATE: u8 = 2;
+
+impl BatchStep {
+    fn id(self) -> u8 {
+        match self {
+            BatchStep::UpdateReturning => 0,
+            BatchStep::LockOurs => 1,
+            BatchStep::Update => 2,
+        }
+    }
+}
+
+/// Runs a batch statement under the query id [`with_id`] chose for it.
+trait WithId {
+    type Out;
+    fn run<K: QueryId>(self) -> Self::Out;
+}
+
+/// Runs `run` with the [`BatchId`] of a statement of `padded` rows.
+fn by_rows<M: 'static, R: WithId, const TO: u8, const STEP: u8>(padded: usize, run: R) -> R::Out {
+    macro_rules! arms {
+        ($($n:literal),*) => {
+            match padded {
+                $($n => run.run::<BatchId<M, TO, STEP, $n>>(),)*
+                _ => run.run::<crate::backend::Dynamic>(),
+            }
+        };
+    }
+    // `PADDED`'s values (a unit test checks that each has its arm).
+    arms!(1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 160, 200)
+}
+
+/// Runs `run` with `stmt`'s [`BatchId`] (`STEP` is the statement's step, which the caller knows;
+/// a statement of another step, or of a row count not in [`PADDED`], is cached by its text).
+fn with_id<M, DB, R, const STEP: u8>(stmt: &BatchFinishStmt<'_, M, DB>, run: R) -> R::Out
+where
+    M: ClaimSql<DB>,
+    DB: SqlDialect,
+    R: WithId,
+{
+    if stmt.step.id() != STEP {
+        return run.run::<crate::backend::Dynamic>();
+    }
+    match stmt.to {
+        Finish::Done => by_rows::<M, R, 0, STEP>(stmt.padded, run),
+        Finish::Failed => by_rows::<M, R, 1, STEP>(stmt.padded, run),
+        Finish::Ready => by_rows::<M, R, 2, STEP>(stmt.padded, run),
+    }
+}
+
+/// Executes a statement, for its count of changed rows.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+struct Count<'s, 'c, C: Dialect>(&'c mut C, &'s dyn QueryFragment<C::Backend>);
+
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+impl<C: Dialect> WithId for Count<'_, '_, C> {
+    type Out = QueryResult<usize>;
+    fn run<K: QueryId>(self) -> QueryResult<usize> {
+        self.0
+            .execute_returning_count(&super::statements::Exec::<_, K>::new(self.1))
+    }
+}
+
+/// Loads a statement's positions.
+struct Positions<'s, 'c, M, C: Dialect>(
+    &'c mut C,
+    &'s dyn QueryFragment<C::Backend>,
+    PhantomData<M>,
+);
+
+impl<M: ClaimModel<C>, C: Dialect> WithId for Positions<'_, '_, M, C> {
+    type Out = QueryResult<Vec<i32>>;
+    fn run<K: QueryId>(self) -> QueryResult<Vec<i32>> {
+        M::load_positions::<K>(self.0, self.1)
+    }
+}
+
+/// The default [`Dialect::finish_rows`]: one `UPDATE … RETURNING <position>`.
 pub(crate) fn update_returning<M, C>(
     conn: &mut C,
     rows: &[BatchRow<M>],
@@ -143,8 +264,46 @@ where
     M: ClaimModel<C>,
 {
     let stmt = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::UpdateReturning);
-    let positions = conn.keyed_write(|c| M::load_positions(c, &stmt))?;
+    let positions = conn.keyed_write(|c| {
+        with_id::<_, _, _, UPDATE_RETURNING>(&stmt, Positions::<M, C>(c, &stmt, PhantomData))
+    })?;
     Ok(at_positions(rows.len(), &positions))
+}
+
+/// SQLite's [`Dialect::finish_rows`]: the owner-checked `UPDATE` alone, in a write
+/// transaction, whose count of changed rows answers for the whole batch when every row was
+/// still ours (the usual case): no positions to compute, return and decode. When fewer rows
+/// changed, the transaction rolls back and [`update_returning`] says which ones were ours.
+///
+/// The positions' `CASE` costs SQLite a comparison per earlier row for every row it returns
+/// (BENCHMARKS.md, "Session 6").
+#[cfg(feature = "sqlite")]
+pub(crate) fn count_then_positions<M, C>(
+    conn: &mut C,
+    rows: &[BatchRow<M>],
+    to: Finish,
+) -> QueryResult<Vec<bool>>
+where
+    C: Dialect,
+    M: ClaimModel<C>,
+{
+    use diesel::result::Error::RollbackTransaction;
+    let update = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::Update);
+    let all_ours = conn.write_tx(|c| {
+        let changed = with_id::<_, _, _, UPDATE>(&update, Count(c, &update))?;
+        // Each row matches at most once (one key each), so `rows.len()` changes mean every row
+        // was ours; a repeated row can never reach it and takes the exact path below.
+        if changed == rows.len() {
+            Ok(())
+        } else {
+            Err(RollbackTransaction)
+        }
+    });
+    match all_ours {
+        Ok(()) => Ok(vec![true; rows.len()]),
+        Err(RollbackTransaction) => update_returning(conn, rows, to),
+        Err(e) => Err(e),
+    }
 }
 
 /// MySQL's [`Dialect::finish_rows`]: lock the rows that are still ours, then change exactly
@@ -161,15 +320,11 @@ where
 {
     // A locking read that waits, cached: it runs in `finish_rows`' `write_tx`, which closes
     // every cached statement when it fails (see `Uncached`).
-    let ours = M::load_positions(
-        conn,
-        &BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::LockOurs),
-    )?;
+    let lock = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::LockOurs);
+    let ours = with_id::<_, _, _, LOCK_OURS>(&lock, Positions::<M, C>(conn, &lock, PhantomData))?;
     if !ours.is_empty() {
         let update = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::Update);
-        conn.execute_returning_count(
-            &super::statements::Exec::<_, super::statements::Dynamic>::new(&update),
-        )?;
+        with_id::<_, _, _, UPDATE>(&update, Count(conn, &update))?;
     }
     Ok(at_positions(rows.len(), &ours))
 }
@@ -188,7 +343,46 @@ pub(crate) fn at_positions(len: usize, positions: &[i32]) -> Vec<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::at_positions;
+    use std::any::TypeId;
+    use std::collections::HashSet;
+
+    use diesel::query_builder::QueryId;
+
+    use super::{at_positions, by_rows, padded_len, WithId, CHUNK, PADDED};
+
+    /// The query id a statement would run under.
+    struct IdOf;
+
+    impl WithId for IdOf {
+        type Out = Option<TypeId>;
+        fn run<K: QueryId>(self) -> Option<TypeId> {
+            K::query_id()
+        }
+    }
+
+    #[test]
+    fn every_batch_size_pads_to_a_row_count_with_its_own_static_id() {
+        for n in 1..=CHUNK {
+            let p = padded_len(n);
+            assert!(PADDED.contains(&p) && p >= n, "{n} rows padded to {p}");
+            assert!(
+                4 * (p - n) <= p,
+                "{n} rows padded to {p}: more than a quarter repeated"
+            );
+        }
+        let mut ids = HashSet::new();
+        for p in PADDED {
+            for id in [
+                by_rows::<(), _, 0, 0>(p, IdOf),
+                by_rows::<(), _, 1, 0>(p, IdOf),
+                by_rows::<(), _, 0, 2>(p, IdOf),
+            ] {
+                assert!(ids.insert(id.expect("a static id")), "{p} rows: id shared");
+            }
+        }
+        // Anything else is cached by its text.
+        assert_eq!(by_rows::<(), _, 0, 0>(7, IdOf), None);
+    }
 
     #[test]
     fn positions_say_which_rows_of_the_batch_changed() {

@@ -39,6 +39,14 @@ impl ClaimDialect for SqliteConnection {
         diesel::debug_query::<Sqlite, _>(&ClaimStmt::new(parts, limit, None)).to_string()
     }
 
+    fn finish_rows<M: ClaimModel<Self>>(
+        &mut self,
+        rows: &[super::batch::BatchRow<M>],
+        to: super::Finish,
+    ) -> QueryResult<Vec<bool>> {
+        super::batch::count_then_positions(self, rows, to)
+    }
+
     fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,

@@ -111,8 +111,11 @@ pub trait ClaimModel<C: Dialect>: ClaimSql<C::Backend> {
     ) -> QueryResult<Vec<Self>>;
 
     /// Runs a statement that returns one `INTEGER` column (a batch's positions, see
-    /// `batch.rs`), cached by its text.
-    fn load_positions(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<i32>>;
+    /// `batch.rs`), with query id `K`.
+    fn load_positions<K: QueryId>(
+        conn: &mut C,
+        stmt: &dyn QueryFragment<C::Backend>,
+    ) -> QueryResult<Vec<i32>>;
 }
 
 impl<M, C> ClaimModel<C> for M
@@ -121,6 +124,9 @@ where
     M: ClaimSql<C::Backend>,
     for<'a> Rows<'a, M, C::Backend>: LoadQuery<'a, C, M>,
     for<'a> Column1<'a, C::Backend, diesel::sql_types::Integer>: LoadQuery<'a, C, i32>,
+    // What `LoadQuery` asks of `Column1<'_, _, Integer, K>` for any `K`.
+    i32: diesel::deserialize::FromSql<diesel::sql_types::Integer, C::Backend>,
+    C::Backend: QueryMetadata<diesel::sql_types::Integer>,
     // What Diesel's `LoadQuery` asks of any `Rows<'_, M, _, K>` (it is independent of `K`).
     C::Backend: QueryMetadata<diesel::dsl::AsSelect<M, C::Backend>>,
     M: diesel::Selectable<C::Backend> + FromSqlRow<SelectSql<M, C::Backend>, C::Backend>,
@@ -135,20 +141,23 @@ where
         .load(conn)
     }
 
-    fn load_positions(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<i32>> {
-        Column1::<_, diesel::sql_types::Integer>::new(stmt).load(conn)
+    fn load_positions<K: QueryId>(
+        conn: &mut C,
+        stmt: &dyn QueryFragment<C::Backend>,
+    ) -> QueryResult<Vec<i32>> {
+        Column1::<_, diesel::sql_types::Integer, K>::new(stmt).load(conn)
     }
 }
 
-/// Any statement whose rows are one column of SQL type `ST`, as a Diesel query (no static
-/// query id: Diesel caches it by its text). Batch positions load through it, and the rate
-/// limits' texts and counts.
-pub struct Column1<'a, DB, ST> {
+/// Any statement whose rows are one column of SQL type `ST`, as a Diesel query with query id
+/// `K` ([`Dynamic`] by default: Diesel caches it by its text). Batch positions load through it,
+/// and the rate limits' texts and counts.
+pub struct Column1<'a, DB, ST, K = Dynamic> {
     stmt: &'a dyn QueryFragment<DB>,
-    _st: PhantomData<ST>,
+    _st: PhantomData<(ST, K)>,
 }
 
-impl<'a, DB, ST> Column1<'a, DB, ST> {
+impl<'a, DB, ST, K> Column1<'a, DB, ST, K> {
     /// `stmt`, whose rows are one column of SQL type `ST`.
     pub(crate) fn new(stmt: &'a dyn QueryFragment<DB>) -> Self {
         Column1 {
@@ -158,21 +167,21 @@ impl<'a, DB, ST> Column1<'a, DB, ST> {
     }
 }
 
-impl<DB, ST> QueryId for Column1<'_, DB, ST> {
-    type QueryId = ();
-    const HAS_STATIC_QUERY_ID: bool = false;
+impl<DB, ST, K: QueryId> QueryId for Column1<'_, DB, ST, K> {
+    type QueryId = K::QueryId;
+    const HAS_STATIC_QUERY_ID: bool = K::HAS_STATIC_QUERY_ID;
 }
-impl<DB, ST: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType> Query
-    for Column1<'_, DB, ST>
+impl<DB, ST: diesel::sql_types::SqlType + diesel::expression::TypedExpressionType, K> Query
+    for Column1<'_, DB, ST, K>
 {
     type SqlType = ST;
 }
-impl<DB: diesel::backend::Backend, ST> QueryFragment<DB> for Column1<'_, DB, ST> {
+impl<DB: diesel::backend::Backend, ST, K> QueryFragment<DB> for Column1<'_, DB, ST, K> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.stmt.walk_ast(out)
     }
 }
-impl<DB, ST, Conn> RunQueryDsl<Conn> for Column1<'_, DB, ST> {}
+impl<DB, ST, Conn, K> RunQueryDsl<Conn> for Column1<'_, DB, ST, K> {}
 
 /// The SQL type of model `M`'s selection on `DB`.
 type SelectSql<M, DB> = diesel::dsl::SqlTypeOf<<M as diesel::Selectable<DB>>::SelectExpression>;
