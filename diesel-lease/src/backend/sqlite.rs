@@ -85,12 +85,12 @@ impl Dialect for SqliteConnection {
         // the others sleep, which at 4 threads gave 1.5x the jobs/s and a third of the p99 of
         // taking turns (whose every hand-off is a wake-up; BENCHMARKS.md).
         let mut f = Some(f);
-        let out = self.immediate_transaction(|c| f.take().expect("runs once")(c));
+        let out = immediate(self, |c| f.take().expect("runs once")(c));
         // The body did not run: `BEGIN IMMEDIATE` failed, the database being locked. If the
         // connection had no busy timeout, it failed without waiting; now it waits. (Any other
         // failure of `BEGIN` comes back as it was.)
         match f {
-            Some(f) if out.is_err() && gave_a_busy_timeout(self) => self.immediate_transaction(f),
+            Some(f) if out.is_err() && gave_a_busy_timeout(self) => immediate(self, f),
             _ => out,
         }
     }
@@ -166,6 +166,102 @@ impl Dialect for SqliteConnection {
     }
 }
 
+/// Runs `f` in a `BEGIN IMMEDIATE` transaction, as Diesel's
+/// `SqliteConnection::immediate_transaction` does (commit on `Ok`, rollback on `Err`, the
+/// transaction manager's depth kept, so that `f` can nest a savepoint), but with `BEGIN
+/// IMMEDIATE`, `COMMIT` and `ROLLBACK` as statements Diesel prepares once per connection:
+/// Diesel's own transaction sends each through `sqlite3_exec`, which parses it again every time
+/// (two parses per claim, BENCHMARKS.md, "Session 6").
+fn immediate<T, E, F>(c: &mut SqliteConnection, f: F) -> Result<T, E>
+where
+    F: FnOnce(&mut SqliteConnection) -> Result<T, E>,
+    E: From<DieselError>,
+{
+    use diesel::connection::TransactionDepthChange::{DecreaseDepth, IncreaseDepth};
+    if super::in_transaction(c)? {
+        return Err(DieselError::AlreadyInTransaction.into());
+    }
+    c.execute_returning_count(&TxControl::<BEGIN>)?;
+    change_depth(c, IncreaseDepth)?;
+    let out = f(c);
+    let ended = match &out {
+        Ok(_) => match c.execute_returning_count(&TxControl::<COMMIT>) {
+            Ok(_) => Ok(()),
+            // The transaction is still open (SQLite keeps it when `COMMIT` fails): roll it back.
+            Err(failed) => rollback(c).and(Err(failed)),
+        },
+        Err(_) => rollback(c),
+    };
+    match ended {
+        Ok(()) => {
+            change_depth(c, DecreaseDepth)?;
+            out
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `ROLLBACK` of the transaction [`immediate`] began. SQLite may have rolled it back already (an
+/// I/O error, a full disk, an interrupt end the transaction with the statement): then there is
+/// nothing to do. Any other failure leaves a transaction open that nothing can end: the
+/// connection's transaction manager is marked broken, as Diesel marks it, so the pool drops it.
+fn rollback(c: &mut SqliteConnection) -> QueryResult<()> {
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    match c.execute_returning_count(&TxControl::<ROLLBACK>) {
+        Ok(_) => Ok(()),
+        Err(DieselError::DatabaseError(_, info))
+            if info
+                .message()
+                .starts_with("cannot rollback - no transaction is active") =>
+        {
+            Ok(())
+        }
+        Err(e) => {
+            AnsiTransactionManager::transaction_manager_status_mut(c).set_in_error();
+            Err(e)
+        }
+    }
+}
+
+/// Moves the depth Diesel's transaction manager keeps for `c` by one level.
+fn change_depth(
+    c: &mut SqliteConnection,
+    change: diesel::connection::TransactionDepthChange,
+) -> QueryResult<()> {
+    use diesel::connection::{
+        AnsiTransactionManager, TransactionManager, TransactionManagerStatus,
+    };
+    match AnsiTransactionManager::transaction_manager_status_mut(c) {
+        TransactionManagerStatus::Valid(status) => status.change_transaction_depth(change),
+        TransactionManagerStatus::InError => Err(DieselError::BrokenTransactionManager),
+    }
+}
+
+/// `TxControl`'s statements.
+const BEGIN: u8 = 0;
+const COMMIT: u8 = 1;
+const ROLLBACK: u8 = 2;
+
+/// `BEGIN IMMEDIATE`, `COMMIT` or `ROLLBACK`: fixed text, static query id (one per statement).
+#[derive(Debug, Clone, Copy)]
+struct TxControl<const WHICH: u8>;
+
+impl<const WHICH: u8> diesel::query_builder::QueryId for TxControl<WHICH> {
+    type QueryId = Self;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl<const WHICH: u8> QueryFragment<Sqlite> for TxControl<WHICH> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+        out.push_sql(match WHICH {
+            BEGIN => "BEGIN IMMEDIATE",
+            COMMIT => "COMMIT",
+            _ => "ROLLBACK",
+        });
+        Ok(())
+    }
+}
+
 /// `BEGIN IMMEDIATE` after this process's writer turn, both waits bounded by `max_wait` together
 /// (what is left of it after the turn is the busy timeout of `BEGIN IMMEDIATE`); the connection's
 /// own busy timeout comes back afterwards.
@@ -179,7 +275,7 @@ where
     let own = busy_timeout(c)?;
     let left = deadline.saturating_duration_since(Instant::now());
     set_busy_timeout(c, super::lock_wait_millis(left))?;
-    let out = c.immediate_transaction(f);
+    let out = immediate(c, f);
     let restored = set_busy_timeout(c, own);
     let out = out?;
     restored?;
@@ -229,4 +325,87 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
     // SQLITE_BUSY / SQLITE_LOCKED: the busy timeout passed while another connection wrote.
     (message == "database is locked" || message.starts_with("database table is locked"))
         .then_some(Kind::Timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::connection::SimpleConnection;
+    use diesel::prelude::*;
+    use diesel::result::Error as DieselError;
+    use diesel::SqliteConnection;
+
+    use super::immediate;
+
+    fn in_transaction_of(c: &mut SqliteConnection) -> bool {
+        crate::backend::in_transaction(c).unwrap()
+    }
+
+    fn rows(c: &mut SqliteConnection) -> Vec<i64> {
+        diesel::sql_query("SELECT x FROM t ORDER BY x")
+            .load::<X>(c)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.x)
+            .collect()
+    }
+
+    #[derive(diesel::QueryableByName)]
+    struct X {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        x: i64,
+    }
+
+    fn insert(c: &mut SqliteConnection, x: i64) -> QueryResult<usize> {
+        diesel::sql_query("INSERT INTO t (x) VALUES (?)")
+            .bind::<diesel::sql_types::BigInt, _>(x)
+            .execute(c)
+    }
+
+    /// `immediate` commits on `Ok`, rolls back on `Err`, keeps Diesel's transaction depth (so a
+    /// nested `transaction` is a savepoint and a nested `immediate` is refused), holds the write
+    /// lock from its start, and leaves the connection as it found it.
+    #[test]
+    fn immediate_commits_rolls_back_and_keeps_the_transaction_depth() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tx.db").display().to_string();
+        let mut c = SqliteConnection::establish(&path).unwrap();
+        let mut other = SqliteConnection::establish(&path).unwrap();
+        c.batch_execute("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER NOT NULL)")
+            .unwrap();
+
+        immediate(&mut c, |c| {
+            assert!(in_transaction_of(c));
+            // The write lock is ours from `BEGIN IMMEDIATE` on: another writer is shut out.
+            let shut_out = other.batch_execute("BEGIN IMMEDIATE").unwrap_err();
+            assert_eq!(shut_out.to_string(), "database is locked");
+            insert(c, 1)
+        })
+        .unwrap();
+        assert!(!in_transaction_of(&mut c));
+        assert_eq!(rows(&mut other), [1]);
+
+        let failed = immediate(&mut c, |c| {
+            insert(c, 2)?;
+            Err::<(), _>(DieselError::RollbackTransaction)
+        });
+        assert!(matches!(failed, Err(DieselError::RollbackTransaction)));
+        assert!(!in_transaction_of(&mut c));
+        assert_eq!(rows(&mut c), [1]);
+
+        immediate(&mut c, |c| {
+            let inner = c.transaction(|c| {
+                insert(c, 3)?;
+                Err::<(), _>(DieselError::RollbackTransaction)
+            });
+            assert!(inner.is_err());
+            let nested = immediate(c, |_| Ok::<_, DieselError>(()));
+            assert!(matches!(nested, Err(DieselError::AlreadyInTransaction)));
+            insert(c, 4)
+        })
+        .unwrap();
+        assert_eq!(rows(&mut other), [1, 4]);
+        // Diesel's own transactions still work on the connection afterwards.
+        c.immediate_transaction(|c| insert(c, 5)).unwrap();
+        assert_eq!(rows(&mut other), [1, 4, 5]);
+    }
 }
