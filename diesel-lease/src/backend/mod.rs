@@ -387,6 +387,74 @@ where
         .is_some())
 }
 
+/// How a backend opens and ends the transactions [`own_transaction`] runs: statements of our
+/// own, cheaper than Diesel's (each of which goes through `batch_execute`).
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+pub(crate) trait TransactionEnds:
+    Connection<TransactionManager = AnsiTransactionManager>
+{
+    /// Opens the transaction.
+    fn begin(&mut self) -> QueryResult<()>;
+    /// Commits it. On failure the transaction may still be open: [`own_transaction`] rolls it
+    /// back.
+    fn commit(&mut self) -> QueryResult<()>;
+    /// Rolls it back; `Ok` too when the server had already ended it.
+    fn rollback(&mut self) -> QueryResult<()>;
+}
+
+/// Runs `f` in a new transaction, as Diesel's `Connection::transaction` runs one (commit on
+/// `Ok`, rollback on `Err`), with the backend's own [`TransactionEnds`], and keeps the depth of
+/// Diesel's transaction manager as Diesel does, so that `f` sees itself in a transaction and can
+/// nest savepoints. A rollback that fails leaves a transaction nothing can end: the transaction
+/// manager is marked broken, as Diesel marks it, and the pool drops the connection.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+pub(crate) fn own_transaction<C, T, E, F>(c: &mut C, f: F) -> Result<T, E>
+where
+    C: TransactionEnds,
+    F: FnOnce(&mut C) -> Result<T, E>,
+    E: From<DieselError>,
+{
+    use diesel::connection::TransactionDepthChange::{DecreaseDepth, IncreaseDepth};
+    if in_transaction(c)? {
+        return Err(DieselError::AlreadyInTransaction.into());
+    }
+    c.begin()?;
+    change_depth(c, IncreaseDepth)?;
+    let out = f(c);
+    let ended = match &out {
+        Ok(_) => c.commit().or_else(|failed| rollback(c).and(Err(failed))),
+        Err(_) => rollback(c),
+    };
+    change_depth(c, DecreaseDepth)?;
+    match ended {
+        Ok(()) => out,
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// [`TransactionEnds::rollback`], marking the transaction manager broken when it fails.
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+fn rollback<C: TransactionEnds>(c: &mut C) -> QueryResult<()> {
+    use diesel::connection::TransactionManager;
+    c.rollback().inspect_err(|_| {
+        AnsiTransactionManager::transaction_manager_status_mut(c).set_in_error();
+    })
+}
+
+/// Moves the depth Diesel's transaction manager keeps for `c` by one level (nothing to move
+/// once the manager is broken).
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+fn change_depth<C>(c: &mut C, change: diesel::connection::TransactionDepthChange) -> QueryResult<()>
+where
+    C: Connection<TransactionManager = AnsiTransactionManager>,
+{
+    use diesel::connection::{TransactionManager, TransactionManagerStatus};
+    match AnsiTransactionManager::transaction_manager_status_mut(c) {
+        TransactionManagerStatus::Valid(status) => status.change_transaction_depth(change),
+        TransactionManagerStatus::InError => Ok(()),
+    }
+}
+
 /// Refuses to run inside the caller's transaction: leases and semaphores must commit their grant
 /// at once, or other processes would not see it (and the caller's rollback would undo it).
 pub(crate) fn refuse_nested<C>(conn: &mut C) -> QueryResult<()>

@@ -16,6 +16,7 @@ use diesel_migrations::EmbeddedMigrations;
 
 use super::{
     raw_connection, BackendKind, Dialect, Dynamic, Exec, Kind, Offset, ServerEngine, SqlDialect,
+    TransactionEnds,
 };
 
 raw_connection!(SqliteConnection);
@@ -167,73 +168,40 @@ impl Dialect for SqliteConnection {
 }
 
 /// Runs `f` in a `BEGIN IMMEDIATE` transaction, as Diesel's
-/// `SqliteConnection::immediate_transaction` does (commit on `Ok`, rollback on `Err`, the
-/// transaction manager's depth kept, so that `f` can nest a savepoint), but with `BEGIN
-/// IMMEDIATE`, `COMMIT` and `ROLLBACK` as statements Diesel prepares once per connection:
-/// Diesel's own transaction sends each through `sqlite3_exec`, which parses it again every time
-/// (two parses per claim, BENCHMARKS.md, "Session 6").
+/// `SqliteConnection::immediate_transaction` does, but with `BEGIN IMMEDIATE`, `COMMIT` and
+/// `ROLLBACK` as statements Diesel prepares once per connection ([`TransactionEnds`]): Diesel's
+/// own transaction sends each through `sqlite3_exec`, which parses it again every time (two
+/// parses per claim, BENCHMARKS.md, "Session 6").
 fn immediate<T, E, F>(c: &mut SqliteConnection, f: F) -> Result<T, E>
 where
     F: FnOnce(&mut SqliteConnection) -> Result<T, E>,
     E: From<DieselError>,
 {
-    use diesel::connection::TransactionDepthChange::{DecreaseDepth, IncreaseDepth};
-    if super::in_transaction(c)? {
-        return Err(DieselError::AlreadyInTransaction.into());
-    }
-    c.execute_returning_count(&TxControl::<BEGIN>)?;
-    change_depth(c, IncreaseDepth)?;
-    let out = f(c);
-    let ended = match &out {
-        Ok(_) => match c.execute_returning_count(&TxControl::<COMMIT>) {
-            Ok(_) => Ok(()),
-            // The transaction is still open (SQLite keeps it when `COMMIT` fails): roll it back.
-            Err(failed) => rollback(c).and(Err(failed)),
-        },
-        Err(_) => rollback(c),
-    };
-    match ended {
-        Ok(()) => {
-            change_depth(c, DecreaseDepth)?;
-            out
-        }
-        Err(e) => Err(e.into()),
-    }
+    super::own_transaction(c, f)
 }
 
-/// `ROLLBACK` of the transaction [`immediate`] began. SQLite may have rolled it back already (an
-/// I/O error, a full disk, an interrupt end the transaction with the statement): then there is
-/// nothing to do. Any other failure leaves a transaction open that nothing can end: the
-/// connection's transaction manager is marked broken, as Diesel marks it, so the pool drops it.
-fn rollback(c: &mut SqliteConnection) -> QueryResult<()> {
-    use diesel::connection::{AnsiTransactionManager, TransactionManager};
-    match c.execute_returning_count(&TxControl::<ROLLBACK>) {
-        Ok(_) => Ok(()),
-        Err(DieselError::DatabaseError(_, info))
-            if info
-                .message()
-                .starts_with("cannot rollback - no transaction is active") =>
-        {
-            Ok(())
-        }
-        Err(e) => {
-            AnsiTransactionManager::transaction_manager_status_mut(c).set_in_error();
-            Err(e)
-        }
+impl TransactionEnds for SqliteConnection {
+    fn begin(&mut self) -> QueryResult<()> {
+        self.execute_returning_count(&TxControl::<BEGIN>).map(drop)
     }
-}
 
-/// Moves the depth Diesel's transaction manager keeps for `c` by one level.
-fn change_depth(
-    c: &mut SqliteConnection,
-    change: diesel::connection::TransactionDepthChange,
-) -> QueryResult<()> {
-    use diesel::connection::{
-        AnsiTransactionManager, TransactionManager, TransactionManagerStatus,
-    };
-    match AnsiTransactionManager::transaction_manager_status_mut(c) {
-        TransactionManagerStatus::Valid(status) => status.change_transaction_depth(change),
-        TransactionManagerStatus::InError => Err(DieselError::BrokenTransactionManager),
+    fn commit(&mut self) -> QueryResult<()> {
+        self.execute_returning_count(&TxControl::<COMMIT>).map(drop)
+    }
+
+    fn rollback(&mut self) -> QueryResult<()> {
+        match self.execute_returning_count(&TxControl::<ROLLBACK>) {
+            // SQLite ended it already: an I/O error, a full disk or an interrupt roll the whole
+            // transaction back with the statement.
+            Err(DieselError::DatabaseError(_, info))
+                if info
+                    .message()
+                    .starts_with("cannot rollback - no transaction is active") =>
+            {
+                Ok(())
+            }
+            out => out.map(drop),
+        }
     }
 }
 
