@@ -425,7 +425,11 @@ where
         Ok(_) => c.commit().or_else(|failed| rollback(c).and(Err(failed))),
         Err(_) => rollback(c),
     };
-    change_depth(c, DecreaseDepth)?;
+    match change_depth(c, DecreaseDepth) {
+        // Out of the transaction already (as Diesel's own commit allows at the top level).
+        Ok(()) | Err(DieselError::NotInTransaction) => {}
+        Err(e) => return Err(e.into()),
+    }
     match ended {
         Ok(()) => out,
         Err(e) => Err(e.into()),

@@ -173,17 +173,15 @@ impl<M: 'static, const TO: u8, const STEP: u8, const ROWS: usize> QueryId
 
 /// `STEP` of a [`BatchId`].
 const UPDATE_RETURNING: u8 = 0;
-#[cfg(feature = "mysql")]
 const LOCK_OURS: u8 = 1;
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
 const UPDATE: u8 = 2;
 
 impl BatchStep {
     fn id(self) -> u8 {
         match self {
-            BatchStep::UpdateReturning => 0,
-            BatchStep::LockOurs => 1,
-            BatchStep::Update => 2,
+            BatchStep::UpdateReturning => UPDATE_RETURNING,
+            BatchStep::LockOurs => LOCK_OURS,
+            BatchStep::Update => UPDATE,
         }
     }
 }
