@@ -15,8 +15,8 @@ use diesel::SqliteConnection;
 use diesel_migrations::EmbeddedMigrations;
 
 use super::{
-    raw_connection, BackendKind, Dialect, Dynamic, Exec, Kind, Offset, ServerEngine, SqlDialect,
-    TransactionEnds,
+    own_transaction, raw_connection, BackendKind, Dialect, Dynamic, Exec, Kind, Offset,
+    ServerEngine, SqlDialect, TransactionEnds,
 };
 
 raw_connection!(SqliteConnection);
@@ -86,12 +86,12 @@ impl Dialect for SqliteConnection {
         // the others sleep, which at 4 threads gave 1.5x the jobs/s and a third of the p99 of
         // taking turns (whose every hand-off is a wake-up; BENCHMARKS.md).
         let mut f = Some(f);
-        let out = immediate(self, |c| f.take().expect("runs once")(c));
+        let out = own_transaction(self, |c| f.take().expect("runs once")(c));
         // The body did not run: `BEGIN IMMEDIATE` failed, the database being locked. If the
         // connection had no busy timeout, it failed without waiting; now it waits. (Any other
         // failure of `BEGIN` comes back as it was.)
         match f {
-            Some(f) if out.is_err() && gave_a_busy_timeout(self) => immediate(self, f),
+            Some(f) if out.is_err() && gave_a_busy_timeout(self) => own_transaction(self, f),
             _ => out,
         }
     }
@@ -167,19 +167,10 @@ impl Dialect for SqliteConnection {
     }
 }
 
-/// Runs `f` in a `BEGIN IMMEDIATE` transaction, as Diesel's
-/// `SqliteConnection::immediate_transaction` does, but with `BEGIN IMMEDIATE`, `COMMIT` and
-/// `ROLLBACK` as statements Diesel prepares once per connection ([`TransactionEnds`]): Diesel's
-/// own transaction sends each through `sqlite3_exec`, which parses it again every time (two
-/// parses per claim, BENCHMARKS.md, "Session 6").
-fn immediate<T, E, F>(c: &mut SqliteConnection, f: F) -> Result<T, E>
-where
-    F: FnOnce(&mut SqliteConnection) -> Result<T, E>,
-    E: From<DieselError>,
-{
-    super::own_transaction(c, f)
-}
-
+/// Our write transactions' ends on SQLite ([`super::own_transaction`]): `BEGIN IMMEDIATE`,
+/// `COMMIT` and `ROLLBACK` as statements Diesel prepares once per connection, where Diesel's
+/// `immediate_transaction` sends each through `sqlite3_exec`, which parses it again every time
+/// (two parses per claim, BENCHMARKS.md, "Session 6").
 impl TransactionEnds for SqliteConnection {
     fn begin(&mut self) -> QueryResult<()> {
         self.execute_returning_count(&TxControl::<BEGIN>).map(drop)
@@ -243,7 +234,7 @@ where
     let own = busy_timeout(c)?;
     let left = deadline.saturating_duration_since(Instant::now());
     set_busy_timeout(c, super::lock_wait_millis(left))?;
-    let out = immediate(c, f);
+    let out = own_transaction(c, f);
     let restored = set_busy_timeout(c, own);
     let out = out?;
     restored?;
@@ -302,7 +293,7 @@ mod tests {
     use diesel::result::Error as DieselError;
     use diesel::SqliteConnection;
 
-    use super::immediate;
+    use crate::backend::own_transaction;
 
     fn in_transaction_of(c: &mut SqliteConnection) -> bool {
         crate::backend::in_transaction(c).unwrap()
@@ -329,8 +320,8 @@ mod tests {
             .execute(c)
     }
 
-    /// `immediate` commits on `Ok`, rolls back on `Err`, keeps Diesel's transaction depth (so a
-    /// nested `transaction` is a savepoint and a nested `immediate` is refused), holds the write
+    /// A SQLite write transaction (`own_transaction`) commits on `Ok`, rolls back on `Err`, keeps Diesel's transaction depth (so a
+    /// nested `transaction` is a savepoint and a nested one is refused), holds the write
     /// lock from its start, and leaves the connection as it found it.
     #[test]
     fn immediate_commits_rolls_back_and_keeps_the_transaction_depth() {
@@ -341,7 +332,7 @@ mod tests {
         c.batch_execute("PRAGMA journal_mode = WAL; CREATE TABLE t (x INTEGER NOT NULL)")
             .unwrap();
 
-        immediate(&mut c, |c| {
+        own_transaction(&mut c, |c| {
             assert!(in_transaction_of(c));
             // The write lock is ours from `BEGIN IMMEDIATE` on: another writer is shut out.
             let shut_out = other.batch_execute("BEGIN IMMEDIATE").unwrap_err();
@@ -352,7 +343,7 @@ mod tests {
         assert!(!in_transaction_of(&mut c));
         assert_eq!(rows(&mut other), [1]);
 
-        let failed = immediate(&mut c, |c| {
+        let failed = own_transaction(&mut c, |c| {
             insert(c, 2)?;
             Err::<(), _>(DieselError::RollbackTransaction)
         });
@@ -360,13 +351,13 @@ mod tests {
         assert!(!in_transaction_of(&mut c));
         assert_eq!(rows(&mut c), [1]);
 
-        immediate(&mut c, |c| {
+        own_transaction(&mut c, |c| {
             let inner = c.transaction(|c| {
                 insert(c, 3)?;
                 Err::<(), _>(DieselError::RollbackTransaction)
             });
             assert!(inner.is_err());
-            let nested = immediate(c, |_| Ok::<_, DieselError>(()));
+            let nested = own_transaction(c, |_| Ok::<_, DieselError>(()));
             assert!(matches!(nested, Err(DieselError::AlreadyInTransaction)));
             insert(c, 4)
         })
