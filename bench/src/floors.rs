@@ -153,25 +153,27 @@ impl Tally {
 /// diesel-lease on `conns` (one thread each): `claim_next` + `complete` (`batch` = `None`) or
 /// `claim_batch(n)` + `complete_batch`; jobs completed in total (warm-up included) are added to
 /// `completed`, for the table check.
-pub(crate) fn ours<C>(
+pub(crate) fn ours<M, C>(
     conns: Vec<C>,
     window: Window,
     batch: Option<usize>,
     completed: &AtomicU64,
 ) -> BenchResult<Sample>
 where
+    M: Claimable + diesel_lease::claim::HasDoneState,
+    M::Pk: PartialEq,
     C: BorrowConnection + Send,
-    C::Conn: ClaimConnection<BenchJob>,
+    C::Conn: ClaimConnection<M>,
 {
     measure::timed(conns, window, |conn| {
         let jobs = match batch {
-            None => BenchJob::claim_next(conn)?.into_iter().collect(),
-            Some(n) => BenchJob::claim_batch(conn, n)?,
+            None => M::claim_next(conn)?.into_iter().collect(),
+            Some(n) => M::claim_batch(conn, n)?,
         };
         let ours = match jobs.as_slice() {
             [] => 0,
             [job] if batch.is_none() => u64::from(job.complete(conn)?),
-            _ => BenchJob::complete_batch(conn, &jobs)?
+            _ => M::complete_batch(conn, &jobs)?
                 .into_iter()
                 .filter(|ok| *ok)
                 .count() as u64,
@@ -424,7 +426,7 @@ impl MysqlFloors {
         let mut conn = MysqlConnection::establish(&self.url)?;
         let before = Counters::read(&mut conn)?;
         let completed = AtomicU64::new(0);
-        let s = ours(conns, self.window, batch, &completed)?;
+        let s = ours::<BenchJob, _>(conns, self.window, batch, &completed)?;
         let after = Counters::read(&mut conn)?;
         let t = tally(&mut conn)?;
         let what = format!("mysql ours {:?} x{workers}", batch.unwrap_or(1));
@@ -600,19 +602,26 @@ impl SqliteFloors {
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_owned())
     }
 
-    pub(crate) fn ours(
+    /// Ours with model `M` ([`BenchJob`], or the narrower model of the same table), `workers`
+    /// threads on a fresh table of `rows`, checked as the floors are.
+    pub(crate) fn ours<M>(
         &self,
         rows: u64,
         workers: usize,
         batch: Option<usize>,
-    ) -> BenchResult<(Sample, String)> {
+    ) -> BenchResult<(Sample, String)>
+    where
+        M: Claimable + diesel_lease::claim::HasDoneState,
+        M::Pk: PartialEq,
+        SqliteConnection: ClaimConnection<M>,
+    {
         self.sq.fresh_jobs(rows)?;
         let pool = self.sq.pool(u32::try_from(workers)?)?;
         let conns = (0..workers)
             .map(|_| pool.get())
             .collect::<Result<Vec<_>, _>>()?;
         let completed = AtomicU64::new(0);
-        let s = ours(conns, self.window, batch, &completed)?;
+        let s = ours::<M, _>(conns, self.window, batch, &completed)?;
         let t = tally(&mut pool.get()?)?;
         let what = format!("sqlite ours {:?} x{workers}", batch.unwrap_or(1));
         let line = t.check(&what, Some(completed.load(Ordering::Relaxed)), 0)?;

@@ -74,6 +74,28 @@ pub(crate) struct BenchJobBySeq {
     pub(crate) payload: String,
 }
 
+/// The same queue as [`BenchJob`] through a narrower model: the columns a claim and its owner-checked
+/// completion need (key, state, owner, attempt), without the claim time and the payload. Only the
+/// SQLite end-to-end section claims it, next to `BenchJob`, to show what materializing the two
+/// other columns costs a batch (a `NaiveDateTime` parsed from text, one more `String` per row).
+#[derive(Debug, Clone, Queryable, Selectable, Claimable)]
+#[diesel(table_name = bench_jobs)]
+#[claimable(
+    state = status,
+    ready = "ready",
+    claimed = "running",
+    done = "done",
+    owner = owner,
+    attempts = attempts
+)]
+#[allow(dead_code)]
+pub(crate) struct BenchJobNarrow {
+    pub(crate) id: i64,
+    pub(crate) status: String,
+    pub(crate) owner: Option<String>,
+    pub(crate) attempts: i32,
+}
+
 /// A row whose `done_at` is set at most once (`claim_if_null`).
 #[derive(Debug, Clone, Queryable, Selectable, Claimable)]
 #[diesel(table_name = bench_guards)]

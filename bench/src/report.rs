@@ -318,6 +318,7 @@ impl Report {
             ("e2e-sqlite", e2e::BATCH, floors::C_BATCH),
             ("e2e-sqlite", e2e::CLAIM_NEXT, floors::C_FLOOR_THREADS),
             ("e2e-sqlite", e2e::BATCH, floors::C_BATCH_THREADS),
+            ("e2e-sqlite", e2e::BATCH_NARROW, floors::C_BATCH),
         ];
         let find = |group: &str, name: &str, w: usize| {
             self.measurements
