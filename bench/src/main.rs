@@ -235,6 +235,18 @@ fn main() {
     }
 }
 
+/// Installs a Ctrl-C handler that stops and deletes the throwaway servers this run started, then
+/// exits 130.
+fn stop_on_ctrl_c() -> BenchResult<()> {
+    ctrlc::set_handler(|| {
+        eprintln!("\ninterrupted: stopping the throwaway PostgreSQL (and MariaDB)");
+        mysql::stop_on_interrupt();
+        server::stop_on_interrupt();
+        std::process::exit(130);
+    })?;
+    Ok(())
+}
+
 fn run() -> BenchResult<()> {
     let args = Args::parse();
     if args.overhead {
@@ -247,7 +259,7 @@ fn run() -> BenchResult<()> {
         return width::run_child(threads, window(&args));
     }
     let plan = Plan::new(&args);
-    server::stop_on_ctrl_c()?;
+    stop_on_ctrl_c()?;
 
     let settings = server_settings(&args.pg_set)?;
     let (url, _server, source) = match std::env::var("DATABASE_URL") {

@@ -1,5 +1,5 @@
 //! A throwaway PostgreSQL server: `initdb` in a temporary directory, started on a free loopback
-//! port, stopped and deleted when dropped, and on Ctrl-C through [`stop_on_ctrl_c`].
+//! port, stopped and deleted when dropped, and on Ctrl-C through [`stop_on_interrupt`].
 //!
 //! When the program runs as root the server runs as the `postgres` user (`runuser -u postgres --`),
 //! because PostgreSQL refuses to run as root.
@@ -125,19 +125,13 @@ impl Drop for TempPg {
     }
 }
 
-/// Installs a Ctrl-C handler that stops and deletes a running throwaway server, then exits 130.
-pub(crate) fn stop_on_ctrl_c() -> BenchResult<()> {
-    ctrlc::set_handler(|| {
-        eprintln!("\ninterrupted: stopping the throwaway PostgreSQL (and MariaDB)");
-        crate::mysql::stop_on_interrupt();
-        let running = lock_running().take();
-        if let Some(r) = running {
-            stop(&r);
-            let _ = std::fs::remove_dir_all(&r.dir);
-        }
-        std::process::exit(130);
-    })?;
-    Ok(())
+/// Stops a running throwaway PostgreSQL and deletes its directory (the Ctrl-C handler's part,
+/// `main.rs`).
+pub(crate) fn stop_on_interrupt() {
+    if let Some(r) = lock_running().take() {
+        stop(&r);
+        let _ = std::fs::remove_dir_all(&r.dir);
+    }
 }
 
 fn lock_running() -> std::sync::MutexGuard<'static, Option<Running>> {

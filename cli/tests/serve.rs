@@ -307,7 +307,7 @@ where
         + diesel_lease::admin::AdminStatements
         + R2D2Connection
         + Notifications
-        + diesel_lease::semaphore::statements::SemaphoreDialect,
+        + diesel_lease::semaphore::SemaphoreDialect,
 {
     let Some(browser) = Browser::start() else {
         return;

@@ -42,8 +42,8 @@ use lease_core::{validate_name, FencingToken};
 use crate::backend::{refuse_nested, Dialect};
 use crate::lease::statements::LeaseStatements;
 use crate::lease::{LeaseRecord, MAX_NAME_LEN};
-use crate::semaphore::statements::SemaphoreDialect;
 use crate::semaphore::QueuedRequest;
+use crate::semaphore::SemaphoreDialect;
 use crate::{BorrowConnection, Error, Result};
 
 /// One lease of the built-in table.

@@ -12,7 +12,7 @@ use crate::backend::{BackendKind, Dialect, SqlDialect};
 use crate::claim::ClaimDialect;
 use crate::lease::statements::LeaseStatements;
 use crate::once::InsertOnceDialect;
-use crate::semaphore::statements::SemaphoreDialect;
+use crate::semaphore::SemaphoreDialect;
 
 /// A raw Diesel connection of a backend diesel-lease supports: `PgConnection`, `SqliteConnection`
 /// or `MysqlConnection`, each behind its Cargo feature. As a bound (`C: LeaseConnection`), it

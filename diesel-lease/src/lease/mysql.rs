@@ -7,7 +7,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::MysqlConnection;
 
 use super::statements::{
-    lease_statements, mysql_insert, mysql_takeover, Grant, Granted, LeaseStatements,
+    first_grant, grantable, lease_statements, Grant, Granted, LeaseStatements,
 };
 use crate::backend::Dialect;
 
@@ -16,6 +16,35 @@ diesel::define_sql_function! {
     /// `LAST_INSERT_ID()`.
     #[sql_name = "LAST_INSERT_ID"]
     fn remember_token(token: diesel::sql_types::BigInt) -> diesel::sql_types::BigInt;
+}
+
+/// Step 1 of a grant: take the existing row over only if `grantable`. InnoDB re-reads the row
+/// under its lock before applying the `WHERE`, so of two concurrent takeovers exactly one
+/// matches; the predicate holds the old state, so the matched-rows count (CLIENT_FOUND_ROWS)
+/// means "won". Columns are assigned left to right in MySQL: none of these reads a column
+/// assigned before it.
+macro_rules! takeover {
+    ($g:expr) => {{
+        use super::statements::dsl::*;
+        diesel::update(l::table.filter(l::name.eq($g.name)).filter(grantable!($g))).set((
+            l::holder.eq($g.holder),
+            // `LAST_INSERT_ID(expr)`: the session remembers the new token, read back after
+            // the commit without a second statement in the grant's transaction.
+            l::token.eq(remember_token(l::token + 1_i64)),
+            l::acquired_at.eq(DbNowMicros),
+            l::expires_at.eq(NowPlus($g.ttl_micros)),
+            l::next_run.eq(NextRunAfterGrant($g.periodic)),
+        ))
+    }};
+}
+
+/// Step 2 of a grant (first use of the name): a plain insert; a duplicate key means someone
+/// else holds it.
+macro_rules! first_insert {
+    ($g:expr) => {{
+        use super::statements::dsl::*;
+        diesel::insert_into(l::table).values(first_grant!($g))
+    }};
 }
 
 impl LeaseStatements for MysqlConnection {
@@ -28,7 +57,7 @@ impl LeaseStatements for MysqlConnection {
         // in the session (`remember_token`). One statement: on a multi-primary cluster
         // (MariaDB Galera) a grant that loses to a concurrent grant on another node fails at
         // its commit, and nothing was read from a transaction that did not commit.
-        if self.keyed_write(|c| mysql_takeover!(g).execute(c))? == 1 {
+        if self.keyed_write(|c| takeover!(g).execute(c))? == 1 {
             let token = crate::backend::mysql::inserted_id(self)?;
             // Our own commit, on the node we are connected to: the row has it unless a later
             // grant (after ours expired or was released) took the name over meanwhile.
@@ -41,7 +70,7 @@ impl LeaseStatements for MysqlConnection {
             return Ok(next_run.map(|next_run| Granted { token, next_run }));
         }
         // Step 2, the name's first use: a plain insert.
-        match mysql_insert!(g).execute(self) {
+        match first_insert!(g).execute(self) {
             Ok(_) => Ok(Some(Granted {
                 token: 1,
                 next_run: l::table
@@ -62,8 +91,8 @@ impl LeaseStatements for MysqlConnection {
     fn lease_grant_sql(g: &Grant<'_>) -> String {
         format!(
             "{};\n{}",
-            diesel::debug_query::<Mysql, _>(&mysql_takeover!(g)),
-            diesel::debug_query::<Mysql, _>(&mysql_insert!(g))
+            diesel::debug_query::<Mysql, _>(&takeover!(g)),
+            diesel::debug_query::<Mysql, _>(&first_insert!(g))
         )
     }
 }

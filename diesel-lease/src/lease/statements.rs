@@ -6,9 +6,9 @@
 //! only. Every time is the database's ([`DbNowMicros`]); the client binds durations, never instants.
 //!
 //! The statements that read the same on every backend are written once, in the macros
-//! `lease_statements!` and `grant_by_upsert!`, and expanded below for PostgreSQL and SQLite; MySQL
-//! (`mysql.rs`),
-//! which has no `ON CONFLICT`, grants with `mysql_takeover!` and `mysql_insert!`.
+//! `lease_statements!` and `grant_by_upsert!`, and expanded below for PostgreSQL and SQLite; MySQL,
+//! which has no `ON CONFLICT`, grants with statements of its own (`mysql.rs`) built from the
+//! same `grantable!` condition and `first_grant!` row.
 
 use diesel::expression::{
     is_aggregate, AppearsOnTable, Expression, SelectableExpression, ValidGrouping,
@@ -235,45 +235,6 @@ macro_rules! upsert {
 }
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use upsert;
-
-/// MySQL, step 1: take the existing row over only if `grantable`. InnoDB re-reads the row under
-/// its lock before applying the `WHERE`, so of two concurrent takeovers exactly one matches;
-/// the predicate holds the old state, so the matched-rows count (CLIENT_FOUND_ROWS) means "won".
-/// Columns are assigned left to right in MySQL: none of these reads a column assigned before it.
-#[cfg(feature = "mysql")]
-macro_rules! mysql_takeover {
-    ($g:expr) => {{
-        use crate::lease::statements::dsl::*;
-        diesel::update(
-            l::table
-                .filter(l::name.eq($g.name))
-                .filter(crate::lease::statements::grantable!($g)),
-        )
-        .set((
-            l::holder.eq($g.holder),
-            // `LAST_INSERT_ID(expr)`: the session remembers the new token, read back after
-            // the commit without a second statement in the grant's transaction.
-            l::token.eq(crate::lease::mysql::remember_token(l::token + 1_i64)),
-            l::acquired_at.eq(DbNowMicros),
-            l::expires_at.eq(NowPlus($g.ttl_micros)),
-            l::next_run.eq(NextRunAfterGrant($g.periodic)),
-        ))
-    }};
-}
-#[cfg(feature = "mysql")]
-pub(crate) use mysql_takeover;
-
-/// MySQL, step 2 (first use of the name): a plain insert; a duplicate key means someone else
-/// holds it.
-#[cfg(feature = "mysql")]
-macro_rules! mysql_insert {
-    ($g:expr) => {{
-        use crate::lease::statements::dsl::*;
-        diesel::insert_into(l::table).values(crate::lease::statements::first_grant!($g))
-    }};
-}
-#[cfg(feature = "mysql")]
-pub(crate) use mysql_insert;
 
 /// The rows of one grant (`name`, `token`) while it is still valid.
 macro_rules! held {

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use diesel::r2d2::R2D2Connection;
 
+use super::control::SemaphoreDialect;
 use super::request::{on_table, ControlTarget, Request};
-use super::statements::{SemaphoreDialect, SemaphoreStatements};
+use super::statements::SemaphoreStatements;
 use crate::courier::Courier;
 use crate::notify::listener::{Listener, Mark, Registration};
 use crate::notify::local::Subscription;

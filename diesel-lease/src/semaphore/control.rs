@@ -38,6 +38,7 @@ use diesel::{OptionalExtension, QueryResult, RunQueryDsl};
 use super::statements::{Body, NewTicket, SemaphoreStatements, TicketRow};
 use crate::backend::{Dialect, SqlDialect};
 use crate::clock::{DbNowMicros, NowPlus};
+use crate::notify::Notifications;
 use crate::Ttl;
 use lease_core::admission::Mode;
 
@@ -130,8 +131,8 @@ fragment_on!(MysqlFragment, "mysql", diesel::mysql::Mysql);
 /// What a semaphore on a control table needs of a connection beyond [`SemaphoreStatements`]
 /// (which keep the resource's row): how a new request's ticket comes back, and which of a
 /// table's [`ControlRequests`] is its own. Implemented per connection: PostgreSQL and SQLite
-/// in `statements.rs` (`INSERT … RETURNING`), MySQL in `mysql.rs` (the session's last
-/// auto-increment value).
+/// below (`INSERT … RETURNING`), MySQL in `mysql.rs` (the session's last auto-increment
+/// value).
 pub trait ControlDialect: SemaphoreStatements + Dialect {
     /// Runs `insert` and returns the new request's ticket.
     #[doc(hidden)]
@@ -141,6 +142,12 @@ pub trait ControlDialect: SemaphoreStatements + Dialect {
     #[doc(hidden)]
     fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self>;
 }
+
+/// What the semaphore operations need of a connection: the protocol's statements
+/// ([`SemaphoreStatements`], object safe), what a control table needs besides
+/// ([`ControlDialect`]) and the backend's notifications. Blanket-implemented.
+pub trait SemaphoreDialect: Notifications + SemaphoreStatements + ControlDialect {}
+impl<C: Notifications + SemaphoreStatements + ControlDialect> SemaphoreDialect for C {}
 
 /// A control table reached through connections of type `C`. Object safe, so a semaphore, which
 /// is not generic, can keep it (as part of an [`OnEveryConnection`]).
@@ -741,5 +748,27 @@ impl Ticket<'_> {
         out.push_identifier(T::OWNER)?;
         out.push_sql(" = ");
         DB::bind_str(out, self.owner)
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl ControlDialect for diesel::PgConnection {
+    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
+        insert.returning_ticket().get_result(self)
+    }
+
+    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {
+        table
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl ControlDialect for diesel::SqliteConnection {
+    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
+        insert.returning_ticket().get_result(self)
+    }
+
+    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {
+        table
     }
 }

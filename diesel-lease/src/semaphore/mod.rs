@@ -98,14 +98,13 @@ use diesel::r2d2::R2D2Connection;
 
 use self::access::{FromPool, OwnConnection};
 use self::request::{ControlTarget, Request};
-use self::statements::SemaphoreDialect;
 use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
 use crate::pool::{AnySource, ConnectionSource, DROP_WAIT};
 #[doc(hidden)]
 pub use control::{
     ControlDialect, ControlRequests, Insert, OnEveryConnection, RequestsOnMysql, RequestsOnPg,
-    RequestsOnSqlite,
+    RequestsOnSqlite, SemaphoreDialect,
 };
 pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 #[doc(hidden)]

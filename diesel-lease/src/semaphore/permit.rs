@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use diesel::r2d2::R2D2Connection;
 
+use super::control::SemaphoreDialect;
 use super::protocol::{self, Granted};
 use super::request::Request;
 use super::Mode;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{end_within, AnySource, ConnectionSource};
-use crate::semaphore::statements::SemaphoreDialect;
 use crate::{BorrowConnection, Error, Held, Result};
 
 /// A held permit (or read/write lock) whose connections come from a pool (an r2d2 pool, or any

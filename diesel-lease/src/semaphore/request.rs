@@ -7,7 +7,8 @@ use std::time::Duration;
 use lease_core::admission::Mode;
 
 use super::control::OnEveryConnection;
-use super::statements::{SemaphoreDialect, SemaphoreStatements};
+use super::control::SemaphoreDialect;
+use super::statements::SemaphoreStatements;
 use crate::{Result, Ttl};
 
 /// One caller's request for a resource: everything the transactions need.

@@ -4,11 +4,11 @@ use std::time::Duration;
 
 use diesel::r2d2::R2D2Connection;
 
+use super::control::SemaphoreDialect;
 use super::{
     manual, pooled, pooled_try, queue_of, Mode, Permit, PermitGuard, QueuedRequest, Semaphore,
 };
 use crate::pool::ConnectionSource;
-use crate::semaphore::statements::SemaphoreDialect;
 use crate::{BorrowConnection, OwnerId, Result};
 
 /// A reader/writer lock over a named resource, shared by every process using the database.

@@ -5,17 +5,13 @@
 //! and in `mysql.rs`. The statements that read the same on every backend are written once, in
 //! `semaphore_statements!`; the ones that differ (the insert that returns the ticket) in
 //! `insert_returning_statements!` and `mysql.rs`. Notifications are the ground floor's
-//! ([`Notifications`]).
+//! ([`Notifications`](crate::notify::Notifications)).
 
 use std::time::Duration;
 
 use diesel::prelude::*;
 
-use super::control::ControlDialect;
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-use super::control::{ControlRequests, ControlTable, Insert, OnEveryConnection};
 use super::schema::diesel_lease_semaphore_tickets as tickets;
-use crate::notify::Notifications;
 use crate::Ttl;
 use lease_core::admission::{Mode, QueueEntry};
 
@@ -116,7 +112,7 @@ pub trait SemaphoreStatements {
     #[doc(hidden)]
     fn is_granted(&mut self, ticket: i64, owner: &str) -> QueryResult<bool>;
     /// Tells waiters of `resource` that its queue changed (delivered at commit):
-    /// [`Notifications::notify`] on the connection.
+    /// [`Notifications::notify`](crate::notify::Notifications::notify) on the connection.
     #[doc(hidden)]
     fn notify(&mut self, resource: &str) -> QueryResult<()>;
 }
@@ -330,12 +326,6 @@ macro_rules! insert_returning_statements {
     };
 }
 
-/// What the semaphore operations need of a connection: the protocol's statements
-/// ([`SemaphoreStatements`], object safe), what a control table needs besides
-/// ([`ControlDialect`]) and the backend's notifications. Blanket-implemented.
-pub trait SemaphoreDialect: Notifications + SemaphoreStatements + ControlDialect {}
-impl<C: Notifications + SemaphoreStatements + ControlDialect> SemaphoreDialect for C {}
-
 #[cfg(feature = "postgres")]
 impl SemaphoreStatements for diesel::PgConnection {
     semaphore_statements!(.for_update());
@@ -348,26 +338,4 @@ impl SemaphoreStatements for diesel::SqliteConnection {
     semaphore_statements!();
 
     insert_returning_statements!();
-}
-
-#[cfg(feature = "postgres")]
-impl ControlDialect for diesel::PgConnection {
-    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
-        insert.returning_ticket().get_result(self)
-    }
-
-    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {
-        table
-    }
-}
-
-#[cfg(feature = "sqlite")]
-impl ControlDialect for diesel::SqliteConnection {
-    fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
-        insert.returning_ticket().get_result(self)
-    }
-
-    fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {
-        table
-    }
 }
