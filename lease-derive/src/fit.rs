@@ -7,18 +7,14 @@
 use syn::Ident;
 
 use crate::attrs::{self, ClaimableAttrs, Errors};
+use crate::fields::{field, Field};
 use crate::literal::{self, Literal, StateValue};
-use crate::model::{self, Field};
 use crate::ty::{self, FieldType, Kind};
 
 /// Checks the state values against the state field, and the fields of the columns that must be
 /// nullable.
 pub(crate) fn check(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
-    if let Some(state) = a
-        .state
-        .as_ref()
-        .and_then(|s| model::field(fields, &s.value))
-    {
+    if let Some(state) = a.state.as_ref().and_then(|s| field(fields, &s.value)) {
         let ready = a.ready.iter().flat_map(|r| {
             let list = r.value.len() > 1;
             r.value.iter().map(move |e| (attrs::READY, list, e))
@@ -69,7 +65,7 @@ pub(crate) fn check(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
     ];
     for (column, key, text, why) in nullable {
         let Some(column) = column else { continue };
-        if let Some(field) = model::field(fields, column) {
+        if let Some(field) = field(fields, column) {
             if let Err(err) = nullable_field(key, column, text, field, why) {
                 errors.push(err);
             }

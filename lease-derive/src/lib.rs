@@ -4,6 +4,7 @@
 mod attrs;
 mod expand;
 mod fallback;
+mod fields;
 mod fit;
 mod literal;
 mod model;

@@ -1,20 +1,13 @@
 //! The annotated struct as the derive sees it: table, key, fields, and the settings, built once
 //! `valid.rs` found nothing wrong.
 
-use syn::{Data, DeriveInput, Expr, Fields, Ident, Path, Type};
+use syn::{DeriveInput, Expr, Ident, Path, Type};
 
 use crate::attrs::{
     self, ClaimableAttrs, DieselStructAttrs, Errors, OrderItem, Spanned, StructAttrs,
 };
+use crate::fields::{field, primary_key, struct_fields, Field};
 use crate::valid;
-
-/// A struct field and the column it maps to.
-#[derive(Clone)]
-pub(crate) struct Field {
-    pub(crate) ident: Ident,
-    pub(crate) column: Ident,
-    pub(crate) ty: Type,
-}
 
 /// The claim settings, present when `state` is given.
 pub(crate) struct Claim {
@@ -123,19 +116,6 @@ fn table_path(input: &DeriveInput, diesel: &DieselStructAttrs) -> Path {
     })
 }
 
-/// The primary-key columns as Diesel reads them: `#[diesel(primary_key(…))]`, else `id`.
-pub(crate) fn primary_key(input: &DeriveInput, diesel: &DieselStructAttrs) -> Vec<Ident> {
-    diesel
-        .primary_key
-        .clone()
-        .unwrap_or_else(|| vec![Ident::new("id", input.ident.span())])
-}
-
-/// The field that maps `column`.
-pub(crate) fn field<'f>(fields: &'f [Field], column: &Ident) -> Option<&'f Field> {
-    fields.iter().find(|f| f.column == *column)
-}
-
 /// The claim settings of checked attributes: `None` when no `state` is given.
 fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
     let state = a.state.as_ref()?;
@@ -169,40 +149,6 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
         cancelled: a.cancelled.as_ref().map(|d| d.value.clone()),
         pausable: a.pausable.as_ref().map(|p| p.value.clone()),
     })
-}
-
-pub(crate) fn struct_fields(input: &DeriveInput) -> syn::Result<Vec<Field>> {
-    let Data::Struct(data) = &input.data else {
-        return Err(syn::Error::new(
-            input.ident.span(),
-            "`#[derive(Claimable)]` works on structs with named fields (Diesel models)\nhelp: derive it on the struct that maps the table's rows, next to `Queryable` and `Selectable`",
-        ));
-    };
-    let Fields::Named(named) = &data.fields else {
-        return Err(syn::Error::new(
-            input.ident.span(),
-            "`#[derive(Claimable)]` needs named fields, as Diesel's `Selectable` does\nhelp: name the fields after the table's columns, e.g. `struct Job { id: i64, status: String }`",
-        ));
-    };
-    let mut fields = Vec::new();
-    for f in &named.named {
-        let ident = f
-            .ident
-            .clone()
-            .ok_or_else(|| syn::Error::new(input.ident.span(), "unnamed field"))?;
-        let mut column = ident.clone();
-        for attr in f.attrs.iter().filter(|a| a.path().is_ident("diesel")) {
-            if let Some(c) = attrs::diesel_column_name(attr)? {
-                column = c;
-            }
-        }
-        fields.push(Field {
-            ident,
-            column,
-            ty: f.ty.clone(),
-        });
-    }
-    Ok(fields)
 }
 
 /// `ImportJob` → `import_job` (Diesel's default table name adds an `s`).

@@ -6,7 +6,7 @@ use proc_macro2::Span;
 use syn::{DeriveInput, Ident};
 
 use crate::attrs::{self, ClaimableAttrs, Errors, Spanned, StructAttrs};
-use crate::model::{self, Field};
+use crate::fields::{field, primary_key, Field};
 
 /// Checks the parsed attributes of `input` against each other and against its `fields`.
 pub(crate) fn check(
@@ -49,8 +49,8 @@ fn check_primary_key(
 ) {
     let name = &input.ident;
     let pk_given = attrs.diesel.primary_key.is_some();
-    for col in model::primary_key(input, &attrs.diesel) {
-        if model::field(fields, &col).is_some() {
+    for col in primary_key(input, &attrs.diesel) {
+        if field(fields, &col).is_some() {
             continue;
         }
         errors.push(syn::Error::new(
@@ -184,7 +184,7 @@ fn check_claim_keys_without_state(a: &ClaimableAttrs, errors: &mut Errors) {
 
 /// A column whose value a generated method reads from `self` must have a field.
 fn check_field(key: &str, col: &Spanned<Ident>, fields: &[Field], errors: &mut Errors) {
-    if model::field(fields, &col.value).is_none() {
+    if field(fields, &col.value).is_none() {
         errors.push(syn::Error::new(
             col.value.span(),
             format!("`{key} = {}` must name a field of the struct (its column), so completion can read it\nhelp: add the field, or map it with `#[diesel(column_name = {})]`", col.value, col.value),

@@ -1,4 +1,4 @@
-//! What claims need of a backend beyond the ground floor's [`Dialect`]: the claim statement's
+//! What claims need of a backend beyond the ground floor's [`Dialect`](crate::backend::Dialect): the claim statement's
 //! shape, and the steps a backend without `UPDATE … RETURNING` takes instead. Implemented once
 //! per backend in this folder (`postgres.rs`, `sqlite.rs`, `mysql.rs`); the claim operations are
 //! written once against [`ClaimDialect`].

@@ -738,5 +738,16 @@ pub(crate) fn owner_checked<M: Claimable>(
     }
 }
 
+/// Runs an owner-checked [`Retry`](schedule::Retry) of `row`.
+pub(crate) fn run_retry<M, C>(conn: &mut C, row: &M, retry: schedule::Retry) -> Result<bool>
+where
+    M: Claimable,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    conn.borrow_connection()
+        .finish(&owner_checked(row, Change::Retry(retry)))
+}
+
 #[cfg(test)]
 mod tests;

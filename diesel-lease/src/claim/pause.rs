@@ -26,9 +26,9 @@ use diesel::query_builder::{AstPass, QueryBuilder, QueryFragment};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::QueryResult;
 
-use super::statements::{ClaimParts, ClaimTarget, Dynamic, Exec};
 use super::{about, ClaimConnection, ClaimDialect, Claimable};
 use crate::backend::SqlDialect;
+use crate::backend::{Dynamic, Exec};
 use crate::notify::Notifications;
 use crate::{BorrowConnection, Error, Result};
 
@@ -71,11 +71,14 @@ pub(crate) fn pause_name<DB: SqlDialect>(table: &dyn QueryFragment<DB>) -> Strin
 
 /// ` AND NOT EXISTS (…)`: the claim skips rows of a paused table or key (see the module docs).
 /// Nothing for a shape that is not pausable.
-pub(crate) fn push_not_paused<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
+/// `name` is the table's [`pause_name`], `table` the claimed table as the statement names it.
+pub(crate) fn push_not_paused<'b, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
-    parts: &'b ClaimParts<M, DB>,
+    pause: Option<PauseShape>,
+    name: Option<&'b str>,
+    table: &'b dyn QueryFragment<DB>,
 ) -> QueryResult<()> {
-    let (Some(pause), Some(name)) = (parts.shape.pause, &parts.pause_name) else {
+    let (Some(pause), Some(name)) = (pause, name) else {
         return Ok(());
     };
     out.push_sql(" AND NOT EXISTS (SELECT 1 FROM ");
@@ -96,7 +99,7 @@ pub(crate) fn push_not_paused<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
         out.push_identifier("key_value")?;
         out.push_sql(" = ");
         // Qualified: the subquery's own columns must not capture the user's.
-        parts.table.walk_ast(out.reborrow())?;
+        table.walk_ast(out.reborrow())?;
         out.push_sql(".");
         out.push_identifier(key)?;
         out.push_sql(")");

@@ -2,7 +2,7 @@
 //! put a claimed row back with a delay (or, out of attempts, into the failed state).
 //!
 //! Both are pieces of the shared statements (`statements.rs` pushes [`push_not_before`] from its
-//! claimable predicate, and runs [`Retry`] as one [`Change`] of its owner-checked statement); the
+//! claimable predicate, and writes a [`Retry`] as one change of its owner-checked statement); the
 //! times come from the database clock, like every other time of a claim.
 
 use std::time::Duration;
@@ -11,8 +11,7 @@ use diesel::query_builder::AstPass;
 use diesel::QueryResult;
 use lease_core::RetryPolicy;
 
-use super::statements::{Change, ClaimSql};
-use super::{owner_checked, ClaimConnection, Claimable, Finish};
+use super::{run_retry, ClaimConnection, Claimable, Finish};
 use crate::backend::SqlDialect;
 use crate::clock::{Offset, TimestampType};
 use crate::{BorrowConnection, Error, InvalidInput, Result};
@@ -73,34 +72,6 @@ pub struct Retry {
     pub(crate) refund_attempt: bool,
 }
 
-/// The `SET` list of a [`Retry`].
-pub(crate) fn push_retry<'b, M: ClaimSql<DB>, DB: SqlDialect>(
-    out: &mut AstPass<'_, 'b, DB>,
-    r: &'b Retry,
-) -> QueryResult<()> {
-    super::statements::push_finish_assignments::<M, DB>(out, r.to)?;
-    if let (Some(col), Some(offset)) = (M::AVAILABLE_AT, &r.not_before) {
-        out.push_sql(", ");
-        out.push_identifier(col.name)?;
-        out.push_sql(" = ");
-        DB::push_now_offset(out, offset, col.with_time_zone)?;
-    }
-    if let (Some(col), Some(error)) = (M::ERROR, &r.error) {
-        out.push_sql(", ");
-        out.push_identifier(col)?;
-        out.push_sql(" = ");
-        DB::bind_str(out, error)?;
-    }
-    if let (true, Some(attempts)) = (r.refund_attempt, M::ATTEMPTS) {
-        out.push_sql(", ");
-        out.push_identifier(attempts)?;
-        out.push_sql(" = ");
-        out.push_identifier(attempts)?;
-        out.push_sql(" - 1");
-    }
-    Ok(())
-}
-
 /// What [`fail_or_retry`] did with the row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryOutcome {
@@ -147,17 +118,6 @@ fn not_before<M: Claimable>(delay: Duration) -> Result<Option<Offset>> {
     }
     let micros = i64::try_from(delay.as_micros()).unwrap_or(i64::MAX);
     Ok(Some(Offset::new(micros)))
-}
-
-/// Runs an owner-checked [`Retry`] of `row`.
-pub(crate) fn run_retry<M, C>(conn: &mut C, row: &M, retry: Retry) -> Result<bool>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-{
-    conn.borrow_connection()
-        .finish(&owner_checked(row, Change::Retry(retry)))
 }
 
 /// Hands a row this worker claimed back to the first ready state, to be claimed again after

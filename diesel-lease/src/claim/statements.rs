@@ -573,7 +573,7 @@ fn claimable_predicate<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     }
     out.push_sql(")");
     super::schedule::push_not_before(out, shape.available_at)?;
-    super::pause::push_not_paused(out, parts)
+    super::pause::push_not_paused(out, shape.pause, parts.pause_name.as_deref(), &parts.table)
 }
 
 /// Which claimable rows a pick looks at: ready or stale (one statement, PostgreSQL and SQLite),
@@ -1003,7 +1003,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
                 out.push_sql(" = ");
                 now.walk_ast(out.reborrow())?;
             }
-            Change::Retry(retry) => super::schedule::push_retry::<M, DB>(&mut out, retry)?,
+            Change::Retry(retry) => push_retry::<M, DB>(&mut out, retry)?,
         }
         out.push_sql(" WHERE ");
         M::push_pk(&mut out, &self.pk)?;
@@ -1063,6 +1063,34 @@ pub(crate) fn push_finish_assignments<M: ClaimSql<DB>, DB: SqlDialect>(
         out.push_sql(", ");
         out.push_identifier(owner)?;
         out.push_sql(" = NULL");
+    }
+    Ok(())
+}
+
+/// The `SET` list of a [`Retry`](super::schedule::Retry).
+fn push_retry<'b, M: ClaimSql<DB>, DB: SqlDialect>(
+    out: &mut AstPass<'_, 'b, DB>,
+    r: &'b super::schedule::Retry,
+) -> QueryResult<()> {
+    super::statements::push_finish_assignments::<M, DB>(out, r.to)?;
+    if let (Some(col), Some(offset)) = (M::AVAILABLE_AT, &r.not_before) {
+        out.push_sql(", ");
+        out.push_identifier(col.name)?;
+        out.push_sql(" = ");
+        DB::push_now_offset(out, offset, col.with_time_zone)?;
+    }
+    if let (Some(col), Some(error)) = (M::ERROR, &r.error) {
+        out.push_sql(", ");
+        out.push_identifier(col)?;
+        out.push_sql(" = ");
+        DB::bind_str(out, error)?;
+    }
+    if let (true, Some(attempts)) = (r.refund_attempt, M::ATTEMPTS) {
+        out.push_sql(", ");
+        out.push_identifier(attempts)?;
+        out.push_sql(" = ");
+        out.push_identifier(attempts)?;
+        out.push_sql(" - 1");
     }
     Ok(())
 }
