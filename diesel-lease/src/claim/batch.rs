@@ -251,7 +251,8 @@ impl<M: ClaimModel<C>, C: Dialect> WithId for Positions<'_, '_, M, C> {
     }
 }
 
-/// The default [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): one `UPDATE … RETURNING <position>`.
+/// The default [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): one
+/// `UPDATE … RETURNING <position>`.
 pub(crate) fn update_returning<M, C>(
     conn: &mut C,
     rows: &[BatchRow<M>],
@@ -268,10 +269,11 @@ where
     Ok(at_positions(rows.len(), &positions))
 }
 
-/// SQLite's [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): the owner-checked `UPDATE` alone, in a write
-/// transaction, whose count of changed rows answers for the whole batch when every row was
-/// still ours (the usual case): no positions to compute, return and decode. When fewer rows
-/// changed, the transaction rolls back and [`update_returning`] says which ones were ours.
+/// SQLite's [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): the owner-checked
+/// `UPDATE` alone, in a write transaction, whose count of changed rows answers for the whole
+/// batch when every row was still ours (the usual case): no positions to compute, return and
+/// decode. When fewer rows changed, the transaction rolls back and [`update_returning`] says
+/// which ones were ours.
 ///
 /// The positions' `CASE` costs SQLite a comparison per earlier row for every row it returns
 /// (BENCHMARKS.md, "Session 6").
@@ -304,8 +306,8 @@ where
     }
 }
 
-/// MySQL's [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): lock the rows that are still ours, then change exactly
-/// those, in the caller's write transaction.
+/// MySQL's [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): lock the rows that
+/// are still ours, then change exactly those, in the caller's write transaction.
 #[cfg(feature = "mysql")]
 pub(crate) fn lock_then_update<M, C>(
     conn: &mut C,

@@ -1,7 +1,7 @@
-//! What claims need of a backend beyond the ground floor's [`Dialect`](crate::backend::Dialect): the claim statement's
-//! shape, and the steps a backend without `UPDATE … RETURNING` takes instead. Implemented once
-//! per backend in this folder (`postgres.rs`, `sqlite.rs`, `mysql.rs`); the claim operations are
-//! written once against [`ClaimDialect`].
+//! What claims need of a backend beyond the ground floor's [`Dialect`](crate::backend::Dialect):
+//! the claim statement's shape, and the steps a backend without `UPDATE … RETURNING` takes
+//! instead. Implemented once per backend in this folder (`postgres.rs`, `sqlite.rs`,
+//! `mysql.rs`); the claim operations are written once against [`ClaimDialect`].
 //!
 //! Sealed; its items are internal and carry no stability promise.
 

@@ -27,8 +27,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::QueryResult;
 
 use super::{about, ClaimConnection, ClaimDialect, Claimable};
-use crate::backend::SqlDialect;
-use crate::backend::{Dynamic, Exec};
+use crate::backend::{Dynamic, Exec, SqlDialect};
 use crate::notify::Notifications;
 use crate::{BorrowConnection, Error, Result};
 

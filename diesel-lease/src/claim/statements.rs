@@ -1072,7 +1072,7 @@ fn push_retry<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     r: &'b super::schedule::Retry,
 ) -> QueryResult<()> {
-    super::statements::push_finish_assignments::<M, DB>(out, r.to)?;
+    push_finish_assignments::<M, DB>(out, r.to)?;
     if let (Some(col), Some(offset)) = (M::AVAILABLE_AT, &r.not_before) {
         out.push_sql(", ");
         out.push_identifier(col.name)?;
