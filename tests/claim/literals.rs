@@ -406,10 +406,8 @@ mod plan {
             .join("\n")
     }
 
-    /// After N claims and completions on one connection, each statement is prepared once and
-    /// was executed N times, and both the generic and the custom plan of the claim read the
-    /// partial index `WHERE status = 'ready'`.
-    fn claim_is_prepared_once_and_uses_the_partial_index(db: &TestDb<Postgres>) {
+    /// `plan_jobs` with 50,000 rows, every 100th ready, the partial index and fresh statistics.
+    fn plan_jobs(db: &TestDb<Postgres>) -> PgConnection {
         let mut conn = db.conn();
         diesel::connection::SimpleConnection::batch_execute(
             &mut conn,
@@ -421,6 +419,14 @@ mod plan {
              ANALYZE plan_jobs;",
         )
         .unwrap();
+        conn
+    }
+
+    /// After N claims and completions on one connection, each statement is prepared once and
+    /// was executed N times, and both the generic and the custom plan of the claim read the
+    /// partial index `WHERE status = 'ready'`.
+    fn claim_is_prepared_once_and_uses_the_partial_index(db: &TestDb<Postgres>) {
+        let mut conn = plan_jobs(db);
         const N: i64 = 30;
         for _ in 0..N {
             let job = PlanJob::claim_next(&mut conn)
@@ -466,6 +472,69 @@ mod plan {
                 "{mode} must use the partial index:\n{plan}"
             );
         }
+    }
+
+    #[derive(QueryableByName, Debug)]
+    struct Plans {
+        #[diesel(sql_type = Text)]
+        statement: String,
+        #[diesel(sql_type = BigInt)]
+        generic_plans: i64,
+        #[diesel(sql_type = BigInt)]
+        custom_plans: i64,
+    }
+
+    /// A prepared statement with a bound `LIMIT` is planned on every call by PostgreSQL (a generic
+    /// plan cannot know how many rows it stops after, so it never looks cheaper than the custom
+    /// one): `claim_batch(50)` writes its `LIMIT 50` into the text instead, and after the first
+    /// five calls PostgreSQL reuses one generic plan. A size outside the inline table still
+    /// binds its limit and still works, planned each time.
+    fn a_batch_claim_of_a_usual_size_is_planned_once(db: &TestDb<Postgres>) {
+        let mut conn = plan_jobs(db);
+        // 8 rounds of 57 rows from the 500 ready ones; PostgreSQL tries a generic plan after 5.
+        const N: i64 = 8;
+        let mut claimed = std::collections::HashSet::new();
+        for _ in 0..N {
+            for (n, rows) in [
+                (50, PlanJob::claim_batch(&mut conn, 50)),
+                (7, PlanJob::claim_batch(&mut conn, 7)),
+            ] {
+                let rows = rows.unwrap();
+                assert_eq!(rows.len(), n, "a full batch of {n}");
+                assert!(
+                    rows.iter().all(|r| claimed.insert(r.id)),
+                    "a row claimed twice"
+                );
+            }
+        }
+        let plans: Vec<Plans> = diesel::sql_query(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
+             WHERE statement LIKE 'WITH %SKIP LOCKED%'",
+        )
+        .load(&mut conn)
+        .unwrap();
+        let fifty = plans
+            .iter()
+            .find(|p| p.statement.contains(" LIMIT 50 FOR UPDATE SKIP LOCKED"))
+            .unwrap_or_else(|| panic!("claim_batch(50) with its limit inline: {plans:#?}"));
+        assert_eq!(fifty.generic_plans + fifty.custom_plans, N, "{fifty:#?}");
+        assert!(
+            fifty.custom_plans < N && fifty.generic_plans > 0,
+            "PostgreSQL settled on one generic plan: {fifty:#?}"
+        );
+        let seven = plans
+            .iter()
+            .find(|p| p.statement.contains(" LIMIT $"))
+            .unwrap_or_else(|| panic!("claim_batch(7) with its limit bound: {plans:#?}"));
+        assert_eq!(seven.generic_plans + seven.custom_plans, N, "{seven:#?}");
+    }
+
+    #[test]
+    fn postgres_a_batch_claim_of_a_usual_size_is_planned_once() {
+        crate::common::run::<Postgres>(
+            "a_batch_claim_of_a_usual_size_is_planned_once",
+            a_batch_claim_of_a_usual_size_is_planned_once,
+        );
     }
 
     #[test]

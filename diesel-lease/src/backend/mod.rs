@@ -65,6 +65,12 @@ pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed 
     /// them (` FOR UPDATE`; empty on SQLite, whose write lock is taken by a statement of its own).
     #[doc(hidden)]
     const FOR_UPDATE: &'static str;
+    /// Whether a claim of one of the usual batch sizes writes its `LIMIT` into the statement's
+    /// text instead of binding it (`claim::statements::inline_limit`). PostgreSQL: a prepared
+    /// statement whose `LIMIT` is a parameter gets a new plan on every call, since a generic
+    /// plan cannot know how many rows it stops after.
+    #[doc(hidden)]
+    const INLINE_LIMITS: bool = false;
 
     /// The database's current time in microseconds since 1970, as a `BIGINT`.
     #[doc(hidden)]

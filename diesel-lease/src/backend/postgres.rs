@@ -22,6 +22,10 @@ impl SqlDialect for Pg {
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INT_DIV: &'static str = " / ";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
+    // A bound `LIMIT` is planned on every call: a generic plan assumes a tenth of the table,
+    // costs more than the custom one, and is never chosen (measured with pg_stat_statements:
+    // `claim_batch(50)` planned on each of 6,349 calls, 55 µs each).
+    const INLINE_LIMITS: bool = true;
 
     fn push_now_micros(out: &mut AstPass<'_, '_, Self>) {
         out.push_sql("CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)");

@@ -76,7 +76,7 @@ pub trait ClaimDialect: Notifications + Connection<Backend: ClaimSqlDialect> {
     ) -> QueryResult<Vec<M>> {
         let stmt = ClaimStmt::new(parts, limit, filter);
         let load = |c: &mut Self| {
-            load_shaped::<M, Self, shape::Claim, F>(c, &stmt, parts.rescues(), limit == 1)
+            load_shaped::<M, Self, shape::Claim, F>(c, &stmt, parts.rescues(), limit)
         };
         if !parts.needs_reap() {
             return self.single_write(load);
@@ -111,7 +111,7 @@ pub trait ClaimDialect: Notifications + Connection<Backend: ClaimSqlDialect> {
             self,
             &PickStmt::locking(parts, limit, filter),
             parts.rescues(),
-            limit == 1,
+            limit,
         )
     }
 

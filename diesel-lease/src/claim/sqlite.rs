@@ -63,7 +63,7 @@ impl ClaimDialect for SqliteConnection {
             self,
             &PickStmt::locking(parts, limit, filter),
             parts.rescues(),
-            limit == 1,
+            limit,
         )
     }
 }

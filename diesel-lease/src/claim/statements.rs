@@ -253,13 +253,16 @@ pub mod shape {
     pub struct WriteLock;
 }
 
-/// Loads the rows of `stmt` with the [`StmtId`] of shape `S` and filter id `F` that matches
-/// `rescue` (the predicate includes stale claims) and `one` (inline `LIMIT 1`).
+/// Loads the rows of `stmt`, a pick of `limit` rows, with the [`StmtId`] of shape `S` and filter
+/// id `F` that matches `rescue` (the predicate includes stale claims) and whether the limit is
+/// the inline `LIMIT 1`. A batch size written inline ([`inline_limit`]) makes the text depend on
+/// the size, so that statement is cached by its text ([`Dynamic`]): one prepared statement per
+/// size and connection.
 pub(crate) fn load_shaped<M, C, S, F>(
     conn: &mut C,
     stmt: &dyn QueryFragment<C::Backend>,
     rescue: bool,
-    one: bool,
+    limit: i64,
 ) -> QueryResult<Vec<M>>
 where
     C: Dialect,
@@ -267,6 +270,10 @@ where
     S: 'static,
     F: QueryId,
 {
+    let one = limit == 1;
+    if !one && inline_limit::<C::Backend>(limit).is_some() {
+        return M::load::<Dynamic>(conn, stmt);
+    }
     match (rescue, one) {
         (false, false) => M::load::<StmtId<M, S, F, false, false>>(conn, stmt),
         (false, true) => M::load::<StmtId<M, S, F, false, true>>(conn, stmt),
@@ -711,7 +718,8 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for PickStmt<'_, M, D
 }
 
 /// ` FROM t WHERE <claimable> [AND (filter)] ORDER BY … LIMIT $n`: which rows a claim takes.
-/// A limit of 1 is written inline (`LIMIT 1`): `claim_next`'s text then has no limit parameter.
+/// Some limits are written inline ([`inline_limit`]): `LIMIT 1` everywhere, so `claim_next`'s text
+/// has no limit parameter, and the usual batch sizes on PostgreSQL.
 #[cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code))]
 pub(crate) fn pick_from<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
@@ -736,12 +744,56 @@ fn pick_rows_from<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     claimable_predicate(out, parts, which)?;
     and_filter(out, filter)?;
     order_by(out, parts.shape.order)?;
-    if *limit == 1 {
-        out.push_sql(" LIMIT 1");
+    if let Some(text) = inline_limit::<DB>(*limit) {
+        out.push_sql(text);
         return Ok(());
     }
     out.push_sql(" LIMIT ");
     DB::bind_i64(out, limit)
+}
+
+/// The batch sizes whose `LIMIT` a claim writes into its text where the backend plans each
+/// prepared statement by its text ([`SqlDialect::INLINE_LIMITS`]: PostgreSQL): the sizes people
+/// choose. A claim of another size binds its limit (and PostgreSQL plans it on every call).
+/// The text comes from this table, never from the caller's number. README ("States are SQL
+/// constants") lists these sizes.
+const INLINE_LIMITS: [(i64, &str); 20] = [
+    (2, " LIMIT 2"),
+    (3, " LIMIT 3"),
+    (4, " LIMIT 4"),
+    (5, " LIMIT 5"),
+    (8, " LIMIT 8"),
+    (10, " LIMIT 10"),
+    (16, " LIMIT 16"),
+    (20, " LIMIT 20"),
+    (25, " LIMIT 25"),
+    (32, " LIMIT 32"),
+    (40, " LIMIT 40"),
+    (50, " LIMIT 50"),
+    (64, " LIMIT 64"),
+    (100, " LIMIT 100"),
+    (128, " LIMIT 128"),
+    (200, " LIMIT 200"),
+    (250, " LIMIT 250"),
+    (256, " LIMIT 256"),
+    (500, " LIMIT 500"),
+    (1000, " LIMIT 1000"),
+];
+
+/// The `LIMIT` clause a pick of `limit` rows writes as text, or `None` when it binds the
+/// limit: ` LIMIT 1` on every backend (`claim_next`'s text has no limit parameter), and on a
+/// backend with [`SqlDialect::INLINE_LIMITS`] the sizes of [`INLINE_LIMITS`].
+pub(crate) fn inline_limit<DB: SqlDialect>(limit: i64) -> Option<&'static str> {
+    if limit == 1 {
+        return Some(" LIMIT 1");
+    }
+    if !DB::INLINE_LIMITS {
+        return None;
+    }
+    INLINE_LIMITS
+        .iter()
+        .find(|(n, _)| *n == limit)
+        .map(|(_, text)| *text)
 }
 
 /// The claim in one statement, in the backend's shape ([`ClaimSqlDialect::push_claim`](super::ClaimSqlDialect::push_claim)): update the

@@ -59,7 +59,8 @@ where
 #[cfg(feature = "postgres")]
 #[test]
 fn postgres_claim_is_one_cte_statement_with_binds() {
-    let sql = diesel::PgConnection::claim_sql(&parts(), 10);
+    // 7 is not one of the batch sizes written inline (`only_the_table_s_batch_sizes_…`).
+    let sql = diesel::PgConnection::claim_sql(&parts(), 7);
     let (text, binds) = sql.split_once(" -- binds: ").unwrap();
     // The stale check compares the latest instant a (maybe whole-second) claimed_at stands for.
     let f = "(CAST(EXTRACT(MICROSECONDS FROM \"claimed_at\") AS BIGINT) % 1000000)";
@@ -83,7 +84,7 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
     );
     assert_eq!(
         binds,
-        format!("[-5000000, -5000000, 3, 10, \"{HOSTILE_OWNER}\"]")
+        format!("[-5000000, -5000000, 3, 7, \"{HOSTILE_OWNER}\"]")
     );
 }
 
@@ -206,4 +207,33 @@ fn a_filter_without_a_static_query_id_makes_the_claim_dynamic() {
         <StmtId<Job, shape::Claim, NoFilter, true, true> as QueryId>::query_id(),
         "the rescue predicate changes the text, so it changes the id"
     );
+}
+
+/// `LIMIT 1` is inline everywhere; on PostgreSQL the usual batch sizes too (one prepared
+/// statement per size, planned once), and every other size, or any size elsewhere, is bound.
+#[test]
+fn only_the_table_s_batch_sizes_are_written_inline() {
+    use super::statements::inline_limit;
+    #[cfg(feature = "postgres")]
+    {
+        use diesel::pg::Pg;
+        assert_eq!(inline_limit::<Pg>(1), Some(" LIMIT 1"));
+        assert_eq!(inline_limit::<Pg>(50), Some(" LIMIT 50"));
+        assert_eq!(inline_limit::<Pg>(1000), Some(" LIMIT 1000"));
+        for bound in [0, 7, 49, 51, 1001, -50, i64::MAX] {
+            assert_eq!(inline_limit::<Pg>(bound), None, "{bound}");
+        }
+    }
+    #[cfg(feature = "sqlite")]
+    {
+        use diesel::sqlite::Sqlite;
+        assert_eq!(inline_limit::<Sqlite>(1), Some(" LIMIT 1"));
+        assert_eq!(inline_limit::<Sqlite>(50), None);
+    }
+    #[cfg(feature = "mysql")]
+    {
+        use diesel::mysql::Mysql;
+        assert_eq!(inline_limit::<Mysql>(1), Some(" LIMIT 1"));
+        assert_eq!(inline_limit::<Mysql>(50), None);
+    }
 }
