@@ -22,6 +22,7 @@ backend_suite! {
         batches_larger_than_one_statement_are_all_completed,
         batch_completion_under_contention_finishes_each_row_once,
         a_batch_reports_each_row_whatever_its_place_owner_or_transaction,
+        a_batch_of_one_owner_still_checks_each_row_s_owner,
     ];
 
     fn state_of(db: &TestDb<B>, id: i64) -> (String, Option<String>) {
@@ -132,6 +133,33 @@ backend_suite! {
         );
         for row in theirs.iter().chain(&rescued) {
             assert_eq!(state_of(db, row.id).0, "DONE", "row {}", row.id);
+        }
+    }
+
+    /// A batch whose rows all carry one claim stamp checks it once in the statement (`owner = $
+    /// AND (…)`): a row whose owner alone changed (same attempt) is still reported and left.
+    pub(crate) fn a_batch_of_one_owner_still_checks_each_row_s_owner(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 6);
+        let mut conn = db.conn();
+        let mine = ImportJob::claim_batch_with(&mut conn, 6, &owner("worker-a")).unwrap();
+        assert_eq!(mine.len(), 6);
+        assert!(mine.iter().all(|r| r.worker == mine[0].worker && r.attempts == 1));
+        // Rows 2 and 5 now name another owner; nothing else about them changed.
+        for i in [1, 4] {
+            diesel::update(importjobs::table.find(mine[i].id))
+                .set(importjobs::worker.eq("worker-z#0"))
+                .execute(&mut conn)
+                .unwrap();
+        }
+        let outcome = ImportJob::complete_batch(&mut conn, &mine).unwrap();
+        assert_eq!(outcome, vec![true, false, true, true, false, true]);
+        for (i, row) in mine.iter().enumerate() {
+            let (state, worker) = state_of(db, row.id);
+            if i == 1 || i == 4 {
+                assert_eq!((state.as_str(), worker.as_deref()), ("EXECUTIONINPROGRESS", Some("worker-z#0")));
+            } else {
+                assert_eq!(state, "DONE", "row {}", row.id);
+            }
         }
     }
 

@@ -55,6 +55,10 @@ pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) rows: &'a [BatchRow<M>],
     /// The rows the text is written for ([`padded_len`]).
     padded: usize,
+    /// The claim stamp every row shares, checked once for the whole statement (`owner = $ AND
+    /// (…)`) rather than once per row: the usual batch, claimed by one `claim_batch`. `None`
+    /// when the model has no stamp column or the rows' stamps differ.
+    shared_owner: Option<&'a Option<Option<String>>>,
     pub(crate) to: Finish,
     pub(crate) step: BatchStep,
 }
@@ -78,6 +82,7 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
             _db: PhantomData,
             rows,
             padded: padded_len(rows.len()),
+            shared_owner: shared_owner(rows),
             to,
             step,
         }
@@ -89,9 +94,14 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
         (0..self.padded).filter_map(move |i| self.rows.get(i.min(last)))
     }
 
-    /// `state = <claimed> AND ((<pk 1> AND owner = $ AND attempts = $) OR …)`.
+    /// `state = <claimed> AND ((<pk 1> AND owner = $ AND attempts = $) OR …)`, or with a
+    /// [shared owner](Self::shared_owner) `state = <claimed> AND owner = $ AND ((<pk 1> AND
+    /// attempts = $) OR …)`: the same rows match either way.
     fn push_still_ours<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()> {
         M::CLAIMED_SQL.push_eq(out, M::STATE)?;
+        if let Some(owner) = self.shared_owner {
+            push_stamp_check::<M, DB>(out, owner, &None)?;
+        }
         out.push_sql(" AND (");
         for (i, row) in self.padded_rows().enumerate() {
             if i > 0 {
@@ -100,7 +110,12 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
             out.push_sql("((");
             M::push_pk(out, &row.pk)?;
             out.push_sql(")");
-            push_stamp_check::<M, DB>(out, &row.owner, &row.attempts)?;
+            let owner = if self.shared_owner.is_some() {
+                &None
+            } else {
+                &row.owner
+            };
+            push_stamp_check::<M, DB>(out, owner, &row.attempts)?;
             out.push_sql(")");
         }
         out.push_sql(")");
@@ -148,6 +163,13 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for BatchFinishStmt<'_, 
     }
 }
 
+/// The claim stamp of `rows` when the model has one and every row carries the same, for
+/// [`BatchFinishStmt::shared_owner`].
+fn shared_owner<M: Claimable>(rows: &[BatchRow<M>]) -> Option<&Option<Option<String>>> {
+    let first = &rows.first()?.owner;
+    (first.is_some() && rows.iter().all(|r| r.owner == *first)).then_some(first)
+}
+
 /// The batch rows of `rows`: each one's key, claim stamp and attempt.
 pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<M>> {
     rows.iter()
@@ -160,12 +182,15 @@ pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<M>> {
 }
 
 /// The query id of a batch statement: the model, the finish target (`TO`: done, failed,
-/// ready), the statement ([`BatchStep`] as `STEP`) and the padded row count fix its text; the
+/// ready), the statement ([`BatchStep`] as `STEP`), whether the claim stamp is checked once
+/// (`SHARED`, [`BatchFinishStmt::shared_owner`]) and the padded row count fix its text; the
 /// model's constants and the connection's dialect do the rest.
-pub struct BatchId<M, const TO: u8, const STEP: u8, const ROWS: usize>(PhantomData<M>);
+pub struct BatchId<M, const TO: u8, const STEP: u8, const SHARED: bool, const ROWS: usize>(
+    PhantomData<M>,
+);
 
-impl<M: 'static, const TO: u8, const STEP: u8, const ROWS: usize> QueryId
-    for BatchId<M, TO, STEP, ROWS>
+impl<M: 'static, const TO: u8, const STEP: u8, const SHARED: bool, const ROWS: usize> QueryId
+    for BatchId<M, TO, STEP, SHARED, ROWS>
 {
     type QueryId = Self;
     const HAS_STATIC_QUERY_ID: bool = true;
@@ -193,11 +218,14 @@ trait WithId {
 }
 
 /// Runs `run` with the [`BatchId`] of a statement of `padded` rows.
-fn by_rows<M: 'static, R: WithId, const TO: u8, const STEP: u8>(padded: usize, run: R) -> R::Out {
+fn by_rows<M: 'static, R: WithId, const TO: u8, const STEP: u8, const SHARED: bool>(
+    padded: usize,
+    run: R,
+) -> R::Out {
     macro_rules! arms {
         ($($n:literal),*) => {
             match padded {
-                $($n => run.run::<BatchId<M, TO, STEP, $n>>(),)*
+                $($n => run.run::<BatchId<M, TO, STEP, SHARED, $n>>(),)*
                 _ => run.run::<crate::backend::Dynamic>(),
             }
         };
@@ -217,10 +245,14 @@ where
     if stmt.step.id() != STEP {
         return run.run::<crate::backend::Dynamic>();
     }
-    match stmt.to {
-        Finish::Done => by_rows::<M, R, 0, STEP>(stmt.padded, run),
-        Finish::Failed => by_rows::<M, R, 1, STEP>(stmt.padded, run),
-        Finish::Ready => by_rows::<M, R, 2, STEP>(stmt.padded, run),
+    let p = stmt.padded;
+    match (stmt.to, stmt.shared_owner.is_some()) {
+        (Finish::Done, false) => by_rows::<M, R, 0, STEP, false>(p, run),
+        (Finish::Failed, false) => by_rows::<M, R, 1, STEP, false>(p, run),
+        (Finish::Ready, false) => by_rows::<M, R, 2, STEP, false>(p, run),
+        (Finish::Done, true) => by_rows::<M, R, 0, STEP, true>(p, run),
+        (Finish::Failed, true) => by_rows::<M, R, 1, STEP, true>(p, run),
+        (Finish::Ready, true) => by_rows::<M, R, 2, STEP, true>(p, run),
     }
 }
 
@@ -373,15 +405,16 @@ mod tests {
         let mut ids = HashSet::new();
         for p in PADDED {
             for id in [
-                by_rows::<(), _, 0, 0>(p, IdOf),
-                by_rows::<(), _, 1, 0>(p, IdOf),
-                by_rows::<(), _, 0, 2>(p, IdOf),
+                by_rows::<(), _, 0, 0, false>(p, IdOf),
+                by_rows::<(), _, 1, 0, false>(p, IdOf),
+                by_rows::<(), _, 0, 2, false>(p, IdOf),
+                by_rows::<(), _, 0, 0, true>(p, IdOf),
             ] {
                 assert!(ids.insert(id.expect("a static id")), "{p} rows: id shared");
             }
         }
         // Anything else is cached by its text.
-        assert_eq!(by_rows::<(), _, 0, 0>(7, IdOf), None);
+        assert_eq!(by_rows::<(), _, 0, 0, false>(7, IdOf), None);
     }
 
     #[test]
