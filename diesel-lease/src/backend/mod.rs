@@ -119,7 +119,10 @@ pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed 
     fn bind_str<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b str) -> QueryResult<()>;
     /// Binds a nullable text value.
     #[doc(hidden)]
-    fn bind_opt_str<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b Option<String>) -> QueryResult<()>;
+    fn bind_opt_str<'b>(
+        out: &mut AstPass<'_, 'b, Self>,
+        v: &'b Option<std::borrow::Cow<'b, str>>,
+    ) -> QueryResult<()>;
 }
 
 /// A signed duration in the forms the backends take it: microseconds to bind (PostgreSQL,
@@ -204,7 +207,7 @@ macro_rules! binds {
         }
         fn bind_opt_str<'b>(
             out: &mut diesel::query_builder::AstPass<'_, 'b, Self>,
-            v: &'b Option<String>,
+            v: &'b Option<std::borrow::Cow<'b, str>>,
         ) -> diesel::QueryResult<()> {
             out.push_bind_param::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(v)
         }

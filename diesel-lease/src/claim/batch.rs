@@ -9,6 +9,7 @@
 //! [`ClaimConnection`](super::ClaimConnection).
 #![allow(missing_debug_implementations)]
 
+use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -39,9 +40,10 @@ fn padded_len(n: usize) -> usize {
 }
 
 /// One row of a batch: its key and the claim it was handed out under.
-pub struct BatchRow<M: Claimable> {
+pub struct BatchRow<'a, M: Claimable> {
     pk: M::PkFilter,
-    owner: Option<Option<String>>,
+    /// Borrowed from the claimed row: a batch copies no stamps.
+    owner: Option<Option<Cow<'a, str>>>,
     attempts: Option<Option<i64>>,
 }
 
@@ -52,13 +54,13 @@ pub struct BatchRow<M: Claimable> {
 pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) table: M::Table,
     pub(crate) _db: std::marker::PhantomData<DB>,
-    pub(crate) rows: &'a [BatchRow<M>],
+    pub(crate) rows: &'a [BatchRow<'a, M>],
     /// The rows the text is written for ([`padded_len`]).
     padded: usize,
     /// The claim stamp every row shares, checked once for the whole statement (`owner = $ AND
     /// (…)`) rather than once per row: the usual batch, claimed by one `claim_batch`. `None`
     /// when the model has no stamp column or the rows' stamps differ.
-    shared_owner: Option<&'a Option<Option<String>>>,
+    shared_owner: Option<&'a Option<Option<Cow<'a, str>>>>,
     pub(crate) to: Finish,
     pub(crate) step: BatchStep,
 }
@@ -76,7 +78,7 @@ pub enum BatchStep {
 }
 
 impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
-    pub(crate) fn new(rows: &'a [BatchRow<M>], to: Finish, step: BatchStep) -> Self {
+    pub(crate) fn new(rows: &'a [BatchRow<'a, M>], to: Finish, step: BatchStep) -> Self {
         BatchFinishStmt {
             table: M::Table::default(),
             _db: PhantomData,
@@ -89,7 +91,7 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
     }
 
     /// `rows`, then its last row again up to the padded count.
-    fn padded_rows(&self) -> impl Iterator<Item = &BatchRow<M>> {
+    fn padded_rows(&self) -> impl Iterator<Item = &BatchRow<'a, M>> {
         let last = self.rows.len().saturating_sub(1);
         (0..self.padded).filter_map(move |i| self.rows.get(i.min(last)))
     }
@@ -126,11 +128,13 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
     /// repeated last row matches its first `WHEN`).
     fn push_position<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("CASE");
+        let mut digits = Digits::default();
         for (i, row) in self.padded_rows().enumerate() {
             out.push_sql(" WHEN (");
             M::push_pk(out, &row.pk)?;
+            out.push_sql(") THEN ");
             // The position is this loop's counter, not a value from outside.
-            out.push_sql(&format!(") THEN {i}"));
+            out.push_sql(digits.of(i));
         }
         out.push_sql(" END");
         Ok(())
@@ -163,19 +167,42 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for BatchFinishStmt<'_, 
     }
 }
 
+/// A position written as decimal digits without allocating (statements are walked on every
+/// call, also when only their binds are collected).
+#[derive(Default)]
+struct Digits([u8; 20]);
+
+impl Digits {
+    fn of(&mut self, mut n: usize) -> &str {
+        let mut at = self.0.len();
+        loop {
+            at -= 1;
+            // `n % 10` is a digit: the cast cannot truncate.
+            self.0[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        std::str::from_utf8(&self.0[at..]).unwrap_or("0")
+    }
+}
+
 /// The claim stamp of `rows` when the model has one and every row carries the same, for
 /// [`BatchFinishStmt::shared_owner`].
-fn shared_owner<M: Claimable>(rows: &[BatchRow<M>]) -> Option<&Option<Option<String>>> {
+fn shared_owner<'a, M: Claimable>(
+    rows: &'a [BatchRow<'a, M>],
+) -> Option<&'a Option<Option<Cow<'a, str>>>> {
     let first = &rows.first()?.owner;
     (first.is_some() && rows.iter().all(|r| r.owner == *first)).then_some(first)
 }
 
 /// The batch rows of `rows`: each one's key, claim stamp and attempt.
-pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<M>> {
+pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<'_, M>> {
     rows.iter()
         .map(|r| BatchRow {
             pk: M::pk_filter(r.pk()),
-            owner: M::OWNER.map(|_| r.owner().map(str::to_owned)),
+            owner: M::OWNER.map(|_| r.owner().map(Cow::Borrowed)),
             attempts: M::ATTEMPTS.map(|_| r.attempts()),
         })
         .collect()
@@ -287,7 +314,7 @@ impl<M: ClaimModel<C>, C: Dialect> WithId for Positions<'_, '_, M, C> {
 /// `UPDATE … RETURNING <position>`.
 pub(crate) fn update_returning<M, C>(
     conn: &mut C,
-    rows: &[BatchRow<M>],
+    rows: &[BatchRow<'_, M>],
     to: Finish,
 ) -> QueryResult<Vec<bool>>
 where
@@ -312,7 +339,7 @@ where
 #[cfg(feature = "sqlite")]
 pub(crate) fn count_then_positions<M, C>(
     conn: &mut C,
-    rows: &[BatchRow<M>],
+    rows: &[BatchRow<'_, M>],
     to: Finish,
 ) -> QueryResult<Vec<bool>>
 where
@@ -343,7 +370,7 @@ where
 #[cfg(feature = "mysql")]
 pub(crate) fn lock_then_update<M, C>(
     conn: &mut C,
-    rows: &[BatchRow<M>],
+    rows: &[BatchRow<'_, M>],
     to: Finish,
 ) -> QueryResult<Vec<bool>>
 where
@@ -380,7 +407,7 @@ mod tests {
 
     use diesel::query_builder::QueryId;
 
-    use super::{at_positions, by_rows, padded_len, WithId, CHUNK, PADDED};
+    use super::{at_positions, by_rows, padded_len, Digits, WithId, CHUNK, PADDED};
 
     /// The query id a statement would run under.
     struct IdOf;
@@ -415,6 +442,14 @@ mod tests {
         }
         // Anything else is cached by its text.
         assert_eq!(by_rows::<(), _, 0, 0, false>(7, IdOf), None);
+    }
+
+    #[test]
+    fn positions_are_written_as_their_decimal_digits() {
+        let mut d = Digits::default();
+        for n in [0, 7, 10, 199, 200, 12345, usize::MAX] {
+            assert_eq!(d.of(n), n.to_string());
+        }
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub trait ClaimDialect: Notifications + Connection<Backend: ClaimSqlDialect> {
     #[doc(hidden)]
     fn finish_rows<M: ClaimModel<Self>>(
         &mut self,
-        rows: &[super::batch::BatchRow<M>],
+        rows: &[super::batch::BatchRow<'_, M>],
         to: super::Finish,
     ) -> QueryResult<Vec<bool>> {
         super::batch::update_returning(self, rows, to)

@@ -289,7 +289,7 @@ pub trait ClaimConnection<M: Claimable>: ClaimDialect {
 
     /// Runs owner-checked changes of many rows; for each row in order, whether it changed.
     #[doc(hidden)]
-    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<bool>>;
+    fn finish_many(&mut self, rows: &[batch::BatchRow<'_, M>], to: Finish) -> Result<Vec<bool>>;
 
     /// The name waiters of `M` register under at a pool's listener (`claim/wait.rs`).
     #[doc(hidden)]
@@ -372,7 +372,7 @@ where
         retry_conflicts(|| write(self)).map_err(about::<M>)
     }
 
-    fn finish_many(&mut self, rows: &[batch::BatchRow<M>], to: Finish) -> Result<Vec<bool>> {
+    fn finish_many(&mut self, rows: &[batch::BatchRow<'_, M>], to: Finish) -> Result<Vec<bool>> {
         if crate::backend::in_transaction(self)? {
             return ClaimDialect::finish_rows(self, rows, to).map_err(|e| about::<M>(e.into()));
         }
@@ -733,7 +733,7 @@ pub(crate) fn owner_checked<M: Claimable>(
         table: M::Table::default(),
         pk: M::pk_filter(row.pk()),
         change,
-        owner: M::OWNER.map(|_| row.owner().map(str::to_owned)),
+        owner: M::OWNER.map(|_| row.owner().map(|o| o.to_owned().into())),
         attempts: M::ATTEMPTS.map(|_| row.attempts()),
     }
 }

@@ -113,7 +113,7 @@ impl ClaimDialect for MysqlConnection {
 
     fn finish_rows<M: ClaimModel<Self>>(
         &mut self,
-        rows: &[super::batch::BatchRow<M>],
+        rows: &[super::batch::BatchRow<'_, M>],
         to: super::Finish,
     ) -> QueryResult<Vec<bool>> {
         // No UPDATE … RETURNING: lock the rows still ours, then change exactly those.

@@ -41,7 +41,7 @@ impl ClaimDialect for SqliteConnection {
 
     fn finish_rows<M: ClaimModel<Self>>(
         &mut self,
-        rows: &[super::batch::BatchRow<M>],
+        rows: &[super::batch::BatchRow<'_, M>],
         to: super::Finish,
     ) -> QueryResult<Vec<bool>> {
         super::batch::count_then_positions(self, rows, to)

@@ -13,6 +13,7 @@
 //! [`ClaimConnection`](super::ClaimConnection).
 #![allow(missing_debug_implementations, missing_docs)]
 
+use std::borrow::Cow;
 use std::marker::PhantomData;
 
 use diesel::connection::LoadConnection;
@@ -1024,7 +1025,7 @@ pub struct FinishStmt<M: Claimable> {
     pub(crate) table: M::Table,
     pub(crate) pk: M::PkFilter,
     pub(crate) change: Change<M::ClaimedAtSql>,
-    pub(crate) owner: Option<Option<String>>,
+    pub(crate) owner: Option<Option<Cow<'static, str>>>,
     pub(crate) attempts: Option<Option<i64>>,
 }
 
@@ -1069,7 +1070,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
 /// handed out under.
 pub(crate) fn push_stamp_check<'b, M: ClaimSql<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
-    owner: &'b Option<Option<String>>,
+    owner: &'b Option<Option<Cow<'b, str>>>,
     attempts: &'b Option<Option<i64>>,
 ) -> QueryResult<()> {
     if let (Some(col), Some(owner)) = (M::OWNER, owner) {

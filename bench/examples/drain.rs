@@ -1,0 +1,91 @@
+//! A profiling aid, not a measurement: one process drains the benchmark's `bench_jobs` table
+//! with `claim_batch(50)` + `complete_batch` and prints jobs/s, so `perf record`, `perf stat`
+//! and `strace -c` see nothing but the claim path.
+//!
+//! `DRAIN_URL` is a `postgres://…` URL or a SQLite file holding a filled `bench_jobs` (the
+//! benchmark's DDL, `bench/src/model.rs`); `DRAIN_THREADS` threads (default 1), one connection
+//! each. `cargo build --release -p diesel-lease-bench --example drain`.
+use chrono::NaiveDateTime;
+use diesel::prelude::*;
+use diesel_lease::prelude::*;
+
+#[allow(missing_docs)]
+mod schema {
+    diesel::table! {
+        bench_jobs (id) {
+            id -> BigInt,
+            seq -> BigInt,
+            status -> Text,
+            owner -> Nullable<Text>,
+            claimed_at -> Nullable<Timestamp>,
+            attempts -> Integer,
+            payload -> Text,
+        }
+    }
+}
+use schema::bench_jobs;
+
+#[derive(Debug, Clone, Queryable, Selectable, Claimable)]
+#[diesel(table_name = bench_jobs)]
+#[claimable(state = status, ready = "ready", claimed = "running", done = "done", owner = owner, claimed_at = claimed_at, attempts = attempts)]
+#[allow(dead_code)]
+struct BenchJob {
+    id: i64,
+    status: String,
+    owner: Option<String>,
+    claimed_at: Option<NaiveDateTime>,
+    attempts: i32,
+    payload: String,
+}
+
+fn drain<C>(conn: &mut C, n: usize) -> usize
+where
+    C: diesel_lease::claim::ClaimConnection<BenchJob>,
+{
+    let mut total = 0;
+    loop {
+        let jobs = BenchJob::claim_batch(conn, n).expect("claim_batch");
+        if jobs.is_empty() {
+            return total;
+        }
+        let ok = BenchJob::complete_batch(conn, &jobs).expect("complete_batch");
+        assert!(ok.iter().all(|o| *o));
+        total += jobs.len();
+    }
+}
+
+fn main() {
+    let url = std::env::var("DRAIN_URL").expect("DRAIN_URL: a postgres:// URL or a SQLite file");
+    let threads: usize = std::env::var("DRAIN_THREADS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let t = std::time::Instant::now();
+    let total: usize = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                let url = url.clone();
+                s.spawn(move || {
+                    if url.starts_with("postgres") {
+                        let mut c = PgConnection::establish(&url).expect("connect");
+                        drain(&mut c, 50)
+                    } else {
+                        let mut c = SqliteConnection::establish(&url).expect("open");
+                        diesel::sql_query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut c)
+                            .expect("busy_timeout");
+                        drain(&mut c, 50)
+                    }
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("a drain thread panicked"))
+            .sum()
+    });
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "{total} jobs in {secs:.2} s: {:.0} jobs/s",
+        total as f64 / secs
+    );
+}
