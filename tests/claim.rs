@@ -8,6 +8,7 @@ mod guards;
 mod heartbeat;
 mod idle;
 mod jobs;
+mod keys;
 mod literals;
 mod locking;
 pub(crate) mod pause;

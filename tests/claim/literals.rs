@@ -529,6 +529,63 @@ mod plan {
         assert_eq!(seven.generic_plans + seven.custom_plans, N, "{seven:#?}");
     }
 
+    /// `complete_batch` on PostgreSQL sends a model with a one-column key as arrays (`UPDATE … FROM
+    /// unnest($keys, $attempts) … AND owner = $stamp`): one prepared statement for every batch
+    /// size, three parameters, and PostgreSQL settles on its generic plan instead of planning
+    /// each call (the portable statement's `OR` of 50 rows was planned on every call).
+    fn a_batch_completion_is_one_statement_planned_once(db: &TestDb<Postgres>) {
+        let mut conn = plan_jobs(db);
+        const N: i64 = 8;
+        for _ in 0..N {
+            for n in [50, 7] {
+                let rows = PlanJob::claim_batch(&mut conn, n).unwrap();
+                assert_eq!(rows.len(), n, "a full batch of {n}");
+                let done = PlanJob::complete_batch(&mut conn, &rows).unwrap();
+                assert_eq!(done, vec![true; n], "every fresh claim is ours");
+            }
+        }
+        let done: i64 = plan_jobs::table
+            .filter(plan_jobs::status.eq("done"))
+            .count()
+            .get_result(&mut conn)
+            .unwrap();
+        assert_eq!(done, 50_000 - 500 + N * 57);
+        let plans: Vec<Plans> = diesel::sql_query(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements \
+             WHERE statement LIKE 'UPDATE \"plan_jobs\"%unnest(%'",
+        )
+        .load(&mut conn)
+        .unwrap();
+        assert_eq!(
+            plans.len(),
+            1,
+            "one statement for sizes 50 and 7: {plans:#?}"
+        );
+        let finish = &plans[0];
+        assert_eq!(
+            finish.generic_plans + finish.custom_plans,
+            2 * N,
+            "{finish:#?}"
+        );
+        assert!(
+            finish.generic_plans > 0 && finish.custom_plans < 2 * N,
+            "PostgreSQL settled on one generic plan: {finish:#?}"
+        );
+        let params = prepared(&mut conn, "UPDATE \"plan_jobs\"%unnest(%");
+        assert_eq!(
+            params[0].params, 3,
+            "keys, attempts, the shared stamp: {params:#?}"
+        );
+    }
+
+    #[test]
+    fn postgres_a_batch_completion_is_one_statement_planned_once() {
+        crate::common::run::<Postgres>(
+            "a_batch_completion_is_one_statement_planned_once",
+            a_batch_completion_is_one_statement_planned_once,
+        );
+    }
+
     #[test]
     fn postgres_a_batch_claim_of_a_usual_size_is_planned_once() {
         crate::common::run::<Postgres>(

@@ -42,9 +42,12 @@ fn padded_len(n: usize) -> usize {
 /// One row of a batch: its key and the claim it was handed out under.
 pub struct BatchRow<'a, M: Claimable> {
     pk: M::PkFilter,
+    /// The key's value, for PostgreSQL's array form (`postgres.rs`, [`KeyArray`]).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) key: M::Pk,
     /// Borrowed from the claimed row: a batch copies no stamps.
-    owner: Option<Option<Cow<'a, str>>>,
-    attempts: Option<Option<i64>>,
+    pub(crate) owner: Option<Option<Cow<'a, str>>>,
+    pub(crate) attempts: Option<Option<i64>>,
 }
 
 /// The owner-checked change of many rows, in one of its forms ([`BatchStep`]). Its rows are
@@ -190,7 +193,7 @@ impl Digits {
 
 /// The claim stamp of `rows` when the model has one and every row carries the same, for
 /// [`BatchFinishStmt::shared_owner`].
-fn shared_owner<'a, M: Claimable>(
+pub(crate) fn shared_owner<'a, M: Claimable>(
     rows: &'a [BatchRow<'a, M>],
 ) -> Option<&'a Option<Option<Cow<'a, str>>>> {
     let first = &rows.first()?.owner;
@@ -202,6 +205,7 @@ pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<'_, M>> {
     rows.iter()
         .map(|r| BatchRow {
             pk: M::pk_filter(r.pk()),
+            key: r.pk(),
             owner: M::OWNER.map(|_| r.owner().map(Cow::Borrowed)),
             attempts: M::ATTEMPTS.map(|_| r.attempts()),
         })
@@ -209,9 +213,9 @@ pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<'_, M>> {
 }
 
 /// The query id of a batch statement: the model, the finish target (`TO`: done, failed,
-/// ready), the statement ([`BatchStep`] as `STEP`), whether the claim stamp is checked once
-/// (`SHARED`, [`BatchFinishStmt::shared_owner`]) and the padded row count fix its text; the
-/// model's constants and the connection's dialect do the rest.
+/// ready), the statement ([`BatchStep`] as `STEP`), whether one claim stamp is checked for all
+/// rows (`SHARED`) and the padded row count fix its text; the model's constants and the
+/// connection's dialect do the rest.
 pub struct BatchId<M, const TO: u8, const STEP: u8, const SHARED: bool, const ROWS: usize>(
     PhantomData<M>,
 );
@@ -227,6 +231,10 @@ impl<M: 'static, const TO: u8, const STEP: u8, const SHARED: bool, const ROWS: u
 const UPDATE_RETURNING: u8 = 0;
 const LOCK_OURS: u8 = 1;
 const UPDATE: u8 = 2;
+/// PostgreSQL's `UPDATE … FROM unnest(…)` (`postgres.rs`), whose text is the same for every
+/// row count (its `ROWS` is 0).
+#[cfg(feature = "postgres")]
+pub(crate) const UNNEST: u8 = 3;
 
 impl BatchStep {
     fn id(self) -> u8 {
