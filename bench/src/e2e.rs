@@ -67,18 +67,13 @@ pub(crate) fn pgbench_script() -> String {
 
 /// The batch floor's script (issue 23): `claim_batch(50)`'s statement and `complete_batch`'s, as
 /// ours sends them (results.json, `floors`), with literal state values and owner. pgbench keeps
-/// one row of a result (`\\gset`), so the claim's 50 rows come back aggregated in one row, as
-/// `id1`, `a1` (attempts), … `id50`, `a50` and the payloads; the complete is ours: one
-/// owner-checked statement naming each row's key and attempt, `OR`ed.
+/// one row of a result (`\\gset`), so the claim's 50 rows come back aggregated in one row: the
+/// keys and attempts as two arrays (and the payloads). The complete is ours' PostgreSQL form
+/// (session 8): the keys and attempts as arrays joined through `unnest`, the owner once; without
+/// ours' `WITH ORDINALITY … RETURNING` of each row's position, so the floor does less.
 pub(crate) fn pgbench_batch_script() -> String {
     let n = crate::floors::BATCH_N;
     let owner = crate::floors::floor_owner();
-    let columns: Vec<String> = (1..=n)
-        .map(|i| format!("coalesce(ids[{i}], 0) AS id{i}, coalesce(atts[{i}], 0) AS a{i}"))
-        .collect();
-    let checks: Vec<String> = (1..=n)
-        .map(|i| format!("((id = :id{i}) AND owner = '{owner}' AND attempts = :a{i})"))
-        .collect();
     format!(
         "WITH picked AS (SELECT id FROM bench_jobs WHERE status = 'ready' ORDER BY id ASC \
          LIMIT {n} FOR UPDATE SKIP LOCKED), claimed AS (UPDATE bench_jobs SET status = 'running', \
@@ -87,10 +82,10 @@ pub(crate) fn pgbench_batch_script() -> String {
          RETURNING bench_jobs.id, bench_jobs.status, bench_jobs.owner, bench_jobs.claimed_at, \
          bench_jobs.attempts, bench_jobs.payload), agg AS (SELECT array_agg(id ORDER BY id) AS ids, \
          array_agg(attempts ORDER BY id) AS atts, array_agg(payload) AS payloads FROM claimed) \
-         SELECT {}, payloads FROM agg \\gset\n\
-         UPDATE bench_jobs SET status = 'done' WHERE status = 'running' AND ({});\n",
-        columns.join(", "),
-        checks.join(" OR ")
+         SELECT coalesce(ids, '{{}}') AS ids, coalesce(atts, '{{}}') AS atts, payloads FROM agg \\gset\n\
+         UPDATE bench_jobs SET status = 'done' FROM unnest(CAST(:ids AS BIGINT[]), \
+         CAST(:atts AS INTEGER[])) AS batch(k, a) WHERE id = batch.k AND status = 'running' \
+         AND owner = '{owner}' AND attempts = batch.a;\n"
     )
 }
 

@@ -740,9 +740,14 @@ mod tests {
     }
 
     #[test]
-    fn pgbench_batch_script_names_every_claimed_row() {
+    fn pgbench_batch_script_claims_50_and_completes_them_as_arrays() {
         let s = crate::e2e::pgbench_batch_script();
-        assert!(s.contains(":id50") && s.contains(":a50") && !s.contains(":id51"));
+        assert!(s.contains(" LIMIT 50 FOR UPDATE SKIP LOCKED"), "{s}");
+        assert!(
+            s.contains("unnest(CAST(:ids AS BIGINT[]), CAST(:atts AS INTEGER[]))"),
+            "{s}"
+        );
+        assert!(s.contains("\\gset\n") && s.contains("'{}'"), "{s}");
         assert_eq!(s.lines().count(), 2);
     }
 }
