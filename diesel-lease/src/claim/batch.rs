@@ -336,19 +336,22 @@ where
     Ok(at_positions(rows.len(), &positions))
 }
 
-/// SQLite's [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): the owner-checked
-/// `UPDATE` alone, in a write transaction, whose count of changed rows answers for the whole
-/// batch when every row was still ours (the usual case): no positions to compute, return and
-/// decode. When fewer rows changed, the transaction rolls back and [`update_returning`] says
-/// which ones were ours.
+/// SQLite's and MySQL's [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): the
+/// owner-checked `UPDATE` alone, in a write transaction, whose count of changed rows (MySQL:
+/// matched rows, Diesel's `CLIENT_FOUND_ROWS`) answers for the whole batch when every row was
+/// still ours (the usual case): no positions to compute, return and decode, and on MySQL no
+/// locking read before the write. When fewer rows changed, the transaction (a savepoint inside
+/// the caller's) rolls back and `exact` says which rows were ours.
 ///
 /// The positions' `CASE` costs SQLite a comparison per earlier row for every row it returns
-/// (BENCHMARKS.md, "Session 6").
-#[cfg(feature = "sqlite")]
-pub(crate) fn count_then_positions<M, C>(
+/// (BENCHMARKS.md, "Session 6"); MySQL's locking read of the positions was one statement and
+/// 151 parameters more per batch ("Session 8").
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+pub(crate) fn count_then_exact<M, C>(
     conn: &mut C,
     rows: &[BatchRow<'_, M>],
     to: Finish,
+    exact: impl FnOnce(&mut C, &[BatchRow<'_, M>], Finish) -> QueryResult<Vec<bool>>,
 ) -> QueryResult<Vec<bool>>
 where
     C: Dialect,
@@ -368,7 +371,7 @@ where
     });
     match all_ours {
         Ok(()) => Ok(vec![true; rows.len()]),
-        Err(RollbackTransaction) => update_returning(conn, rows, to),
+        Err(RollbackTransaction) => exact(conn, rows, to),
         Err(e) => Err(e),
     }
 }

@@ -116,8 +116,11 @@ impl ClaimDialect for MysqlConnection {
         rows: &[super::batch::BatchRow<'_, M>],
         to: super::Finish,
     ) -> QueryResult<Vec<bool>> {
-        // No UPDATE … RETURNING: lock the rows still ours, then change exactly those.
-        self.write_tx(|c| super::batch::lock_then_update(c, rows, to))
+        // The owner-checked UPDATE alone when it changes every row; else (no UPDATE …
+        // RETURNING) lock the rows still ours, then change exactly those.
+        super::batch::count_then_exact(self, rows, to, |c, rows, to| {
+            c.write_tx(|c| super::batch::lock_then_update(c, rows, to))
+        })
     }
 }
 

@@ -44,7 +44,7 @@ impl ClaimDialect for SqliteConnection {
         rows: &[super::batch::BatchRow<'_, M>],
         to: super::Finish,
     ) -> QueryResult<Vec<bool>> {
-        super::batch::count_then_positions(self, rows, to)
+        super::batch::count_then_exact(self, rows, to, super::batch::update_returning)
     }
 
     fn lock_rows<M: ClaimModel<Self>, F: QueryId>(
