@@ -184,7 +184,8 @@ enum Stamps<'a> {
 /// Two to four parameters whatever the batch's size, so its text is one per model and target,
 /// PostgreSQL plans it generically after its first five runs (a plan of the portable
 /// statement's 50 `OR`ed rows cost as much as a third of its run, on every call: BENCHMARKS.md,
-/// "Session 8"), and the client serializes four binds instead of three per row.
+/// "Session 8"), and the client serializes at most four binds per batch instead of two or three
+/// per row.
 struct UnnestFinish<'a, M: ClaimSql<Pg>> {
     table: M::Table,
     keys: KeyArray,
