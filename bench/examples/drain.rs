@@ -1,6 +1,7 @@
 //! A profiling aid, not a measurement: one process drains the benchmark's `bench_jobs` table
-//! with `claim_batch(50)` + `complete_batch` and prints jobs/s, so `perf record`, `perf stat`
-//! and `strace -c` see nothing but the claim path.
+//! with `claim_batch(50)` + `complete_batch` (`DRAIN_BATCH=n` for another size; 1 means
+//! `claim_next` + `complete`) and prints jobs/s, so `perf record`, `perf stat` and `strace -c`
+//! see nothing but the claim path.
 //!
 //! `DRAIN_URL` is a `postgres://…` URL or a SQLite file holding a filled `bench_jobs` (the
 //! benchmark's DDL, `bench/src/model.rs`); `DRAIN_THREADS` threads (default 1), one connection
@@ -44,6 +45,14 @@ where
 {
     let mut total = 0;
     loop {
+        if n == 1 {
+            let Some(job) = BenchJob::claim_next(conn).expect("claim_next") else {
+                return total;
+            };
+            assert!(job.complete(conn).expect("complete"));
+            total += 1;
+            continue;
+        }
         let jobs = BenchJob::claim_batch(conn, n).expect("claim_batch");
         if jobs.is_empty() {
             return total;
@@ -60,6 +69,11 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
+    // DRAIN_BATCH=1: claim_next + complete, one job at a time.
+    let batch: usize = std::env::var("DRAIN_BATCH")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
     let t = std::time::Instant::now();
     let total: usize = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
@@ -68,13 +82,13 @@ fn main() {
                 s.spawn(move || {
                     if url.starts_with("postgres") {
                         let mut c = PgConnection::establish(&url).expect("connect");
-                        drain(&mut c, 50)
+                        drain(&mut c, batch)
                     } else {
                         let mut c = SqliteConnection::establish(&url).expect("open");
                         diesel::sql_query("PRAGMA busy_timeout = 10000")
                             .execute(&mut c)
                             .expect("busy_timeout");
-                        drain(&mut c, 50)
+                        drain(&mut c, batch)
                     }
                 })
             })

@@ -307,7 +307,9 @@ pub(crate) fn wakeups_polled(why: &str) {
 pub(crate) fn table_name<T: ?Sized>() -> &'static str {
     let path = std::any::type_name::<T>();
     let path = path.strip_suffix("::table").unwrap_or(path);
-    path.rsplit("::").next().unwrap_or(path)
+    // After the last `:` of the path: a char search (every claim and finish names its table;
+    // a `"::"` pattern built a substring searcher each time, 1 % of a claim's client CPU).
+    path.rsplit(':').next().unwrap_or(path)
 }
 
 /// The cost of one instrumented operation with nothing else in it: the span of a claim (created,
