@@ -5,6 +5,11 @@
 //! stamp, the same attempt); the statement reports which rows it changed, so a row another worker
 //! rescued in the meantime is reported as no longer this worker's and left alone.
 //!
+//! The statements, by backend: PostgreSQL sends a one-column key's batch as arrays
+//! (`postgres.rs`, `UnnestFinish`), any other as one `UPDATE … RETURNING <position>`
+//! (`update_returning`); SQLite and MySQL send the `UPDATE` alone and check its count,
+//! finding out which rows were theirs only when a row was lost (`count_then_exact`).
+//!
 //! Not a stable API: these types appear only in the bounds of
 //! [`ClaimConnection`](super::ClaimConnection).
 #![allow(missing_debug_implementations)]
