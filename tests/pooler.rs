@@ -53,6 +53,7 @@ macro_rules! pgbouncer_tests {
 
 pgbouncer_tests!(
     a_claim_farm_takes_each_row_exactly_once,
+    batches_claimed_and_completed_through_the_pooler_finish_each_row_once,
     lease_guards_have_one_holder_at_a_time_and_increasing_tokens,
     a_semaphore_never_has_more_than_n_holders,
     waiters_are_woken_through_the_direct_listen_url,
@@ -128,6 +129,53 @@ fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
         .get_result(&mut db.conn())
         .unwrap();
     assert_eq!(done, completed.into_inner() as i64);
+}
+
+/// 6 threads on a pool of 6 (4 server connections) drain 420 rows with `claim_batch(7)` +
+/// `complete_batch`, whose PostgreSQL form sends the keys as arrays (`UPDATE … FROM unnest`):
+/// each row claimed once, every completion reported as the worker's own, all rows done.
+fn batches_claimed_and_completed_through_the_pooler_finish_each_row_once(
+    db: &TestDb<Postgres>,
+    url: &str,
+) {
+    const ROWS: i64 = 420;
+    const THREADS: usize = 6;
+    seed_jobs(db, ROWS);
+    let pool = pooler_pool(url, THREADS as u32, None);
+    let claimed = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let mut conn = pool.get().unwrap();
+                loop {
+                    let rows = ImportJob::claim_batch(&mut conn, 7).unwrap();
+                    if rows.is_empty() {
+                        break;
+                    }
+                    let outcome = ImportJob::complete_batch(&mut conn, &rows).unwrap();
+                    assert_eq!(
+                        outcome,
+                        vec![true; rows.len()],
+                        "a fresh claim was not ours"
+                    );
+                    claimed.lock().unwrap().extend(rows.iter().map(|r| r.id));
+                }
+            });
+        }
+    });
+    let mut claimed = claimed.into_inner().unwrap();
+    claimed.sort_unstable();
+    assert_eq!(
+        claimed,
+        (1..=ROWS).collect::<Vec<_>>(),
+        "every row exactly once"
+    );
+    let done: i64 = importjobs::table
+        .filter(importjobs::statuscode.eq("DONE"))
+        .count()
+        .get_result(&mut db.conn())
+        .unwrap();
+    assert_eq!(done, ROWS);
 }
 
 /// 3 threads take one lease 6 times each with `LeaseGuard::acquire`: never two holders, each
