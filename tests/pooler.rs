@@ -123,12 +123,16 @@ fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
         (1..=ROWS).collect::<Vec<_>>(),
         "every row exactly once"
     );
-    let done: i64 = importjobs::table
+    assert_eq!(done_rows(db), completed.into_inner() as i64);
+}
+
+/// How many of seed 003's jobs are done (read on the direct URL).
+fn done_rows(db: &TestDb<Postgres>) -> i64 {
+    importjobs::table
         .filter(importjobs::statuscode.eq("DONE"))
         .count()
         .get_result(&mut db.conn())
-        .unwrap();
-    assert_eq!(done, completed.into_inner() as i64);
+        .unwrap()
 }
 
 /// 6 threads on a pool of 6 (4 server connections) drain 420 rows with `claim_batch(7)` +
@@ -170,12 +174,7 @@ fn batches_claimed_and_completed_through_the_pooler_finish_each_row_once(
         (1..=ROWS).collect::<Vec<_>>(),
         "every row exactly once"
     );
-    let done: i64 = importjobs::table
-        .filter(importjobs::statuscode.eq("DONE"))
-        .count()
-        .get_result(&mut db.conn())
-        .unwrap();
-    assert_eq!(done, ROWS);
+    assert_eq!(done_rows(db), ROWS);
 }
 
 /// 3 threads take one lease 6 times each with `LeaseGuard::acquire`: never two holders, each

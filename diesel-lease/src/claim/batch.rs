@@ -270,8 +270,9 @@ fn by_rows<M: 'static, R: WithId, const TO: u8, const STEP: u8, const SHARED: bo
             }
         };
     }
-    // `PADDED`'s values (a unit test checks that each has its arm).
-    arms!(1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 160, 200)
+    // `PADDED`'s values (a unit test checks that each has its arm), and 0 for a text written
+    // for any count.
+    arms!(0, 1, 2, 3, 4, 6, 8, 10, 12, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 160, 200)
 }
 
 /// Runs `run` with `stmt`'s [`BatchId`] (`STEP` is the statement's step, which the caller knows;
@@ -285,15 +286,38 @@ where
     if stmt.step.id() != STEP {
         return run.run::<crate::backend::Dynamic>();
     }
-    let p = stmt.padded;
-    match (stmt.to, stmt.shared_owner.is_some()) {
-        (Finish::Done, false) => by_rows::<M, R, 0, STEP, false>(p, run),
-        (Finish::Failed, false) => by_rows::<M, R, 1, STEP, false>(p, run),
-        (Finish::Ready, false) => by_rows::<M, R, 2, STEP, false>(p, run),
-        (Finish::Done, true) => by_rows::<M, R, 0, STEP, true>(p, run),
-        (Finish::Failed, true) => by_rows::<M, R, 1, STEP, true>(p, run),
-        (Finish::Ready, true) => by_rows::<M, R, 2, STEP, true>(p, run),
+    by_target::<M, R, STEP>(stmt.to, stmt.shared_owner.is_some(), stmt.padded, run)
+}
+
+/// Runs `run` with the [`BatchId`] of a statement of step `STEP` that moves rows to `to`, checks
+/// one shared stamp or not, and is written for `rows` rows (0: a text that does not depend on
+/// the count, PostgreSQL's [`UNNEST`]).
+fn by_target<M: 'static, R: WithId, const STEP: u8>(
+    to: Finish,
+    shared: bool,
+    rows: usize,
+    run: R,
+) -> R::Out {
+    match (to, shared) {
+        (Finish::Done, false) => by_rows::<M, R, 0, STEP, false>(rows, run),
+        (Finish::Failed, false) => by_rows::<M, R, 1, STEP, false>(rows, run),
+        (Finish::Ready, false) => by_rows::<M, R, 2, STEP, false>(rows, run),
+        (Finish::Done, true) => by_rows::<M, R, 0, STEP, true>(rows, run),
+        (Finish::Failed, true) => by_rows::<M, R, 1, STEP, true>(rows, run),
+        (Finish::Ready, true) => by_rows::<M, R, 2, STEP, true>(rows, run),
     }
+}
+
+/// Loads the positions PostgreSQL's [`UNNEST`] statement returns, under its [`BatchId`]: its text
+/// follows from the model, the target `to` and whether the stamp is `shared`.
+#[cfg(feature = "postgres")]
+pub(crate) fn load_unnest_positions<M: ClaimModel<C>, C: Dialect>(
+    conn: &mut C,
+    stmt: &dyn QueryFragment<C::Backend>,
+    to: Finish,
+    shared: bool,
+) -> QueryResult<Vec<i32>> {
+    by_target::<M, _, UNNEST>(to, shared, 0, Positions::<M, C>(conn, stmt, PhantomData))
 }
 
 /// Executes a statement, for its count of changed rows.
@@ -456,6 +480,8 @@ mod tests {
                 assert!(ids.insert(id.expect("a static id")), "{p} rows: id shared");
             }
         }
+        // A text for any count (PostgreSQL's arrays) has one of its own.
+        assert!(ids.insert(by_rows::<(), _, 0, 3, false>(0, IdOf).expect("a static id")));
         // Anything else is cached by its text.
         assert_eq!(by_rows::<(), _, 0, 0, false>(7, IdOf), None);
     }

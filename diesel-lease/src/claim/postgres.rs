@@ -9,7 +9,7 @@ use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::PgConnection;
 
-use super::batch::{at_positions, shared_owner, update_returning, BatchId, BatchRow, UNNEST};
+use super::batch::{at_positions, load_unnest_positions, shared_owner, update_returning, BatchRow};
 use super::dialect::{ClaimDialect, ClaimSqlDialect};
 use super::statements::{
     claim_assignments, column_list, pick_from, push_finish_assignments, push_stamp_check,
@@ -305,14 +305,6 @@ fn unnest_finish<M: ClaimModel<PgConnection>>(
         return update_returning(conn, rows, to);
     };
     let shared = matches!(stmt.stamps, Stamps::Shared(_));
-    // The text follows from the model, the target and whether the stamp is shared.
-    let positions = conn.keyed_write(|c| match (to, shared) {
-        (Finish::Done, false) => M::load_positions::<BatchId<M, 0, UNNEST, false, 0>>(c, &stmt),
-        (Finish::Failed, false) => M::load_positions::<BatchId<M, 1, UNNEST, false, 0>>(c, &stmt),
-        (Finish::Ready, false) => M::load_positions::<BatchId<M, 2, UNNEST, false, 0>>(c, &stmt),
-        (Finish::Done, true) => M::load_positions::<BatchId<M, 0, UNNEST, true, 0>>(c, &stmt),
-        (Finish::Failed, true) => M::load_positions::<BatchId<M, 1, UNNEST, true, 0>>(c, &stmt),
-        (Finish::Ready, true) => M::load_positions::<BatchId<M, 2, UNNEST, true, 0>>(c, &stmt),
-    })?;
+    let positions = conn.keyed_write(|c| load_unnest_positions::<M, _>(c, &stmt, to, shared))?;
     Ok(at_positions(rows.len(), &positions))
 }
