@@ -7,6 +7,7 @@
 //! benchmark's DDL, `bench/src/model.rs`); `DRAIN_THREADS` threads (default 1), one connection
 //! each. `cargo build --release -p diesel-lease-bench --example drain`.
 use chrono::NaiveDateTime;
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_lease::prelude::*;
 
@@ -85,9 +86,13 @@ fn main() {
                         drain(&mut c, batch)
                     } else {
                         let mut c = SqliteConnection::establish(&url).expect("open");
-                        diesel::sql_query("PRAGMA busy_timeout = 10000")
-                            .execute(&mut c)
-                            .expect("busy_timeout");
+                        // The floor's settings (`bench/floor/sqlite_floor.c`): without
+                        // `synchronous = NORMAL` every commit waits for an fsync.
+                        c.batch_execute(
+                            "PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL; \
+                             PRAGMA synchronous = NORMAL;",
+                        )
+                        .expect("pragmas");
                         drain(&mut c, batch)
                     }
                 })

@@ -21,6 +21,7 @@ use crate::model::{
     BenchJob, BenchJobBySeq, PG_FILL_JOBS, PG_JOBS_DDL, PG_READY_INDEX, PG_READY_SEQ_INDEX,
 };
 use crate::pg::PgBench;
+use crate::target::TargetCheck;
 use crate::BenchResult;
 
 /// The order a layout's claims take, and so its partial index.
@@ -603,9 +604,9 @@ impl DepthRun {
     }
 }
 
-/// Prints the depth runs and the small/large comparison of a report.
-pub(crate) fn print(report: &crate::report::Report) {
-    for run in &report.depth {
+/// Prints the depth runs and the small/large comparison.
+pub(crate) fn print(depth: &[DepthRun], depth_sizes: &[DepthSize]) {
+    for run in depth {
         println!();
         println!(
             "depth: {} consecutive jobs, {} workers, {}: {:.1} s; jobs/s per tenth:",
@@ -619,7 +620,7 @@ pub(crate) fn print(report: &crate::report::Report) {
         println!("  {}", tenths.join(" "));
         println!("  last/first = {:.2}", run.ratio);
     }
-    if !report.depth_sizes.is_empty() {
+    if !depth_sizes.is_empty() {
         println!();
         println!(
             "{:<12} {:<44} {:>8} {:>10} {:>9} {:>9} {:>12} {:>12} {:>6}",
@@ -633,7 +634,7 @@ pub(crate) fn print(report: &crate::report::Report) {
             "server µs/op",
             "vacuums"
         );
-        for d in &report.depth_sizes {
+        for d in depth_sizes {
             println!(
                 "{:<12} {:<44} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>12} {:>12} {:>6}",
                 d.ready_rows,
@@ -655,15 +656,10 @@ pub(crate) fn print(report: &crate::report::Report) {
 
 /// Issue 23's depth targets: last tenth at least 0.9x the first (the median run of each layout),
 /// and the large table at least 0.9x the small one (medians of the rounds).
-pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::TargetCheck> {
-    use crate::report::TargetCheck;
+pub(crate) fn targets(depth: &[DepthRun], depth_sizes: &[DepthSize]) -> Vec<TargetCheck> {
     let mut out = Vec::new();
     for (_, layout) in LAYOUTS {
-        let mut runs: Vec<&DepthRun> = report
-            .depth
-            .iter()
-            .filter(|r| r.layout == *layout)
-            .collect();
+        let mut runs: Vec<&DepthRun> = depth.iter().filter(|r| r.layout == *layout).collect();
         if runs.is_empty() {
             continue;
         }
@@ -688,8 +684,7 @@ pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::Targ
         ));
     }
     let median_rate = |rows: u64| {
-        let mut rates: Vec<f64> = report
-            .depth_sizes
+        let mut rates: Vec<f64> = depth_sizes
             .iter()
             .filter(|d| d.ready_rows == rows)
             .map(|d| d.sample.rate)
@@ -697,7 +692,7 @@ pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::Targ
         rates.sort_by(f64::total_cmp);
         rates.get(rates.len() / 2).copied()
     };
-    let mut sizes: Vec<u64> = report.depth_sizes.iter().map(|d| d.ready_rows).collect();
+    let mut sizes: Vec<u64> = depth_sizes.iter().map(|d| d.ready_rows).collect();
     sizes.sort_unstable();
     sizes.dedup();
     if let (Some(&small), Some(&large)) = (sizes.first(), sizes.last()) {
@@ -709,8 +704,7 @@ pub(crate) fn targets(report: &crate::report::Report) -> Vec<crate::report::Targ
             "claim_next + complete, 4 workers; target ~1.0".to_owned(),
         ));
         let median_cpu = |rows: u64| {
-            let mut cpu: Vec<f64> = report
-                .depth_sizes
+            let mut cpu: Vec<f64> = depth_sizes
                 .iter()
                 .filter(|d| d.ready_rows == rows)
                 .filter_map(|d| d.server_cpu_us_per_job)

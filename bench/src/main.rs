@@ -32,6 +32,7 @@ mod plot;
 mod report;
 mod server;
 mod sqlite;
+mod target;
 mod wake;
 mod width;
 
@@ -1209,7 +1210,7 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
         ));
     }
     out.extend(e2e_targets(r));
-    out.extend(depth::targets(r));
+    out.extend(depth::targets(&r.depth, &r.depth_sizes));
     out.extend(floor_targets(r));
     let pg_sem = r
         .semaphores

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::measure::{Sample, Window};
 use crate::pg::{Autovacuum, Index, ServerFacts, VacuumStats};
+pub(crate) use crate::target::TargetCheck;
 
 /// One measurement of one shape at one worker count.
 #[derive(Debug, Clone, Serialize)]
@@ -62,50 +63,6 @@ pub(crate) struct SemaphoreRun {
     /// counted here; `handoff.grants_per_sec` counts them).
     pub(crate) sample: Sample,
     pub(crate) handoff: crate::coordination::Handoff,
-}
-
-/// One target of issue 6, with the ratio this run measured.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct TargetCheck {
-    pub(crate) target: String,
-    pub(crate) ratio: Option<f64>,
-    pub(crate) at_least: Option<f64>,
-    pub(crate) at_most: Option<f64>,
-    /// `met`, `missed` or `not measured`.
-    pub(crate) verdict: &'static str,
-    pub(crate) detail: String,
-}
-
-impl TargetCheck {
-    pub(crate) fn at_least(target: &str, ratio: Option<f64>, min: f64, detail: String) -> Self {
-        TargetCheck {
-            target: target.to_owned(),
-            ratio,
-            at_least: Some(min),
-            at_most: None,
-            verdict: match ratio {
-                Some(r) if r >= min => "met",
-                Some(_) => "missed",
-                None => "not measured",
-            },
-            detail,
-        }
-    }
-
-    pub(crate) fn at_most(target: &str, ratio: Option<f64>, max: f64, detail: String) -> Self {
-        TargetCheck {
-            target: target.to_owned(),
-            ratio,
-            at_least: None,
-            at_most: Some(max),
-            verdict: match ratio {
-                Some(r) if r <= max => "met",
-                Some(_) => "missed",
-                None => "not measured",
-            },
-            detail,
-        }
-    }
 }
 
 /// The machine the run happened on.
@@ -262,7 +219,7 @@ impl Report {
                     .unwrap_or_default()
             );
         }
-        crate::depth::print(self);
+        crate::depth::print(&self.depth, &self.depth_sizes);
         for sr in &self.semaphores {
             println!();
             println!(
