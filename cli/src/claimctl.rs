@@ -10,10 +10,10 @@ use diesel_lease::claim::StateLiteral;
 use diesel_lease::BorrowConnection;
 use serde_json::json;
 
-use crate::backend::{CliConnection, CliDialect};
-use crate::commands::{confirm, say, Outcome};
+use crate::backend::CliConnection;
+use crate::dialect::{CliDialect, Ident};
 use crate::doctor::{leak, state_value};
-use crate::sql::Ident;
+use crate::report::{confirm, say, Outcome};
 use crate::{CancelArgs, PauseArgs};
 
 /// A primary-key value the operator typed, bound as the key column's type.
@@ -203,6 +203,21 @@ pub(crate) fn set_paused<C: CliConnection + BorrowConnection<Conn = C>>(
         resume_described(conn, target)
     }
     .map_err(|e| e.to_string())
+}
+
+/// Every pause in force ([`PAUSES_SQL`]).
+pub(crate) fn pauses<C: CliConnection>(conn: &mut C) -> QueryResult<Vec<PauseRow>> {
+    conn.load_rows(&Pauses)
+}
+
+/// [`PAUSES_SQL`] as a statement (a constant of this file, no operator input).
+struct Pauses;
+
+impl<DB: diesel::backend::Backend> QueryFragment<DB> for Pauses {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.push_sql(PAUSES_SQL);
+        Ok(())
+    }
 }
 
 /// Every pause in force, in a stable order.

@@ -1,20 +1,15 @@
 //! The commands, written once for every backend.
 
-use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
-use std::time::Duration;
 
 use diesel_lease::admin;
 use diesel_lease::BorrowConnection;
 use serde_json::{json, Value};
 
-use crate::backend::CliConnection;
+use crate::backend::{connect, CliConnection};
 use crate::queues::{semaphores_with_queues, ControlTablesArgs, Requests};
-use crate::report::{duration, relative, Table};
-use crate::sql::{ClaimStats, Ident, StateRow};
-use crate::{ClaimsArgs, Cli, Command, ReleaseWhat};
-
-pub(crate) type Outcome = Result<(), String>;
+use crate::report::{confirm, duration, relative, say, Outcome, Table};
+use crate::{Cli, Command, ReleaseWhat};
 
 /// Connects as the URL says and runs the command.
 pub(crate) fn run(cli: &Cli) -> Outcome {
@@ -54,7 +49,7 @@ where
         }
         Command::Leases => leases(&mut conn, json),
         Command::Semaphores(control) => semaphores(&mut conn, control, json),
-        Command::Claims(args) => claims(&mut conn, args, json),
+        Command::Claims(args) => crate::claims::claims(&mut conn, args, json),
         Command::Release { what, yes } => match what {
             ReleaseWhat::Lease { name } => release_lease(&mut conn, name, *yes, json),
             ReleaseWhat::Ticket { id } => release_ticket(&mut conn, *id, *yes, json),
@@ -68,28 +63,6 @@ where
         Command::Purge(args) => crate::retention::purge(&mut conn, args, json),
         Command::Redrive(args) => crate::retention::redrive(&mut conn, args, json),
     }
-}
-
-/// A new connection, tuned as diesel-lease tunes its pools' connections.
-pub(crate) fn connect<C: CliConnection>(url: &str) -> Result<C, String> {
-    let mut conn = C::establish(url).map_err(|e| format!("cannot connect to the database: {e}"))?;
-    diesel_lease::pool::ConnectionTuning::default()
-        .apply(&mut conn)
-        .map_err(|e| format!("cannot set up the connection: {e}"))?;
-    Ok(conn)
-}
-
-/// Prints `value` as JSON, or the text `human` makes.
-pub(crate) fn say(json: bool, value: Value, human: impl FnOnce() -> String) -> Outcome {
-    let mut out = std::io::stdout().lock();
-    let text = if json {
-        format!("{value:#}\n")
-    } else {
-        human()
-    };
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| format!("cannot write the output: {e}"))
 }
 
 fn leases<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: bool) -> Outcome {
@@ -215,106 +188,6 @@ fn semaphores<C: CliConnection + BorrowConnection<Conn = C>>(
             t.render()
         }
     })
-}
-
-/// The claim timeout `claims` counts against, in µs (`--older-than`, default 15 minutes).
-pub(crate) fn older_than_micros(args: &ClaimsArgs) -> i64 {
-    let older_than = args.older_than.unwrap_or(Duration::from_secs(15 * 60));
-    i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX)
-}
-
-/// A table's rows per state, as `claims` describes it (shared with `serve`).
-pub(crate) fn claim_rows<C: CliConnection>(
-    conn: &mut C,
-    args: &ClaimsArgs,
-) -> Result<Vec<StateRow>, String> {
-    let stmt = ClaimStats {
-        table: Ident(&args.table),
-        state: Ident(&args.state_column),
-        claimed_at: args.claimed_at_column.as_deref().map(Ident),
-        older_than_micros: older_than_micros(args),
-    };
-    conn.claim_stats(stmt)
-        .map_err(|e| format!("cannot read `{}`: {e}", args.table))
-}
-
-/// Whether `row` is in the claimed state (`--claimed`, `NULL` for `None`): a claim's age means
-/// something only there (clap makes `--claimed` and `--claimed-at-column` come together), as
-/// finished rows keep the claimed-at of their last claim.
-pub(crate) fn is_claimed(args: &ClaimsArgs, row: &StateRow) -> bool {
-    let claimed = args.claimed.as_deref().map(|c| (c != "NULL").then_some(c));
-    claimed == Some(row.state.as_deref())
-}
-
-fn claims<C: CliConnection>(conn: &mut C, args: &ClaimsArgs, json: bool) -> Outcome {
-    let older_than_micros = older_than_micros(args);
-    let rows = claim_rows(conn, args)?;
-    let is_claimed = |r: &StateRow| is_claimed(args, r);
-    let older = duration(older_than_micros);
-    let value = rows
-        .iter()
-        .map(|r| {
-            let timed = is_claimed(r);
-            json!({
-                "state": r.state,
-                "rows": r.n,
-                "oldest_claimed_at_micros": r.oldest.filter(|_| timed),
-                "oldest_age_ms": r.oldest.filter(|_| timed).map(|o| (r.now - o) / 1000),
-                "older_than_timeout": timed.then_some(r.stale),
-            })
-        })
-        .collect();
-    say(
-        json,
-        json!({"table": args.table, "claimed": args.claimed, "timeout_ms": older_than_micros / 1000, "states": Value::Array(value)}),
-        || {
-            let stale_header = format!("OLDER THAN {older}");
-            let mut t = Table::new(&["STATE", "ROWS", "OLDEST CLAIMED_AT", &stale_header]);
-            for r in &rows {
-                let timed = is_claimed(r);
-                t.row(vec![
-                    r.state.clone().unwrap_or_else(|| "NULL".into()),
-                    r.n.to_string(),
-                    r.oldest
-                        .filter(|_| timed)
-                        .map_or("-".into(), |o| format!("{} ago", duration(r.now - o))),
-                    if timed {
-                        r.stale.to_string()
-                    } else {
-                        "-".into()
-                    },
-                ]);
-            }
-            if rows.is_empty() {
-                format!("`{}` has no rows\n", args.table)
-            } else {
-                t.render()
-            }
-        },
-    )
-}
-
-/// Asks on the terminal unless `--yes`, after showing `state`; refuses without a terminal.
-pub(crate) fn confirm(state: &str, what: &str, yes: bool) -> Outcome {
-    if yes {
-        return Ok(());
-    }
-    if !std::io::stdin().is_terminal() {
-        return Err(format!(
-            "refusing to {what} without confirmation: stdin is not a terminal (pass --yes)"
-        ));
-    }
-    eprintln!("{state}");
-    eprint!("{what}? [y/N] ");
-    let mut answer = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .map_err(|e| format!("cannot read the answer: {e}"))?;
-    match answer.trim() {
-        "y" | "Y" | "yes" => Ok(()),
-        _ => Err("aborted: nothing was changed".into()),
-    }
 }
 
 fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(

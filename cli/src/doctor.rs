@@ -17,11 +17,10 @@ use diesel_lease::claim::{ClaimDialect, PauseShape, SortOrder, StateLiteral, Tim
 use diesel_lease::clock::TimestampType;
 use serde_json::{json, Value};
 
-use crate::backend::{
-    has_time_zone, is_boolean_type, Access, CliConnection, CliDialect, ColumnInfo, IndexInfo, Plan,
-};
-use crate::commands::{say, Outcome};
-use crate::sql::{sql_text, AllColumns, Analyze, CreateIndex, Ident};
+use crate::backend::{Access, CliConnection, ColumnInfo, IndexInfo, Plan};
+use crate::dialect::{has_time_zone, is_boolean_type, CliDialect, Ident};
+use crate::report::{say, Outcome};
+use crate::sql::{sql_text, AllColumns, Analyze, CreateIndex};
 use crate::DoctorArgs;
 
 /// A table `doctor` was told about, as the claim statements see it: claims return all its

@@ -22,7 +22,9 @@
 
 mod backend;
 mod claimctl;
+mod claims;
 mod commands;
+mod dialect;
 mod doctor;
 mod queues;
 mod report;

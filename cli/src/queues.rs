@@ -12,8 +12,8 @@ use diesel::{QueryResult, QueryableByName};
 use diesel_lease::admin;
 use diesel_lease::BorrowConnection;
 
-use crate::backend::{CliConnection, CliDialect};
-use crate::sql::Ident;
+use crate::backend::CliConnection;
+use crate::dialect::{CliDialect, Ident};
 
 /// The control tables to read queues from.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -197,7 +197,7 @@ fn control_queue<C: CliConnection>(
     table: &ControlTable,
     resource: Option<&str>,
 ) -> QueryResult<Vec<QueueEntry>> {
-    let rows = conn.control_queue(ControlQueue {
+    let rows: Vec<ControlRow> = conn.load_rows(&ControlQueue {
         table,
         owner: Ident(&table.owner),
         mode: table.mode.as_deref().map(Ident),
@@ -276,8 +276,6 @@ impl<DB: CliDialect> QueryFragment<DB> for ControlQueue<'_> {
         out.push_identifier(&t.ticket)
     }
 }
-
-crate::sql::untyped!(ControlQueue<'a>);
 
 #[cfg(test)]
 mod tests {

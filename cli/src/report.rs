@@ -1,6 +1,48 @@
-//! Output: aligned tables for people, JSON for scripts.
+//! Output: aligned tables for people, JSON for scripts, and the question asked before a change.
 
 use std::fmt::Write as _;
+use std::io::{BufRead, IsTerminal, Write};
+
+use serde_json::Value;
+
+/// What a command ends with: done, or the message to print.
+pub(crate) type Outcome = Result<(), String>;
+
+/// Prints `value` as JSON, or the text `human` makes.
+pub(crate) fn say(json: bool, value: Value, human: impl FnOnce() -> String) -> Outcome {
+    let mut out = std::io::stdout().lock();
+    let text = if json {
+        format!("{value:#}\n")
+    } else {
+        human()
+    };
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("cannot write the output: {e}"))
+}
+
+/// Asks on the terminal unless `--yes`, after showing `state`; refuses without a terminal.
+pub(crate) fn confirm(state: &str, what: &str, yes: bool) -> Outcome {
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(format!(
+            "refusing to {what} without confirmation: stdin is not a terminal (pass --yes)"
+        ));
+    }
+    eprintln!("{state}");
+    eprint!("{what}? [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| format!("cannot read the answer: {e}"))?;
+    match answer.trim() {
+        "y" | "Y" | "yes" => Ok(()),
+        _ => Err("aborted: nothing was changed".into()),
+    }
+}
 
 /// A table: a header and rows of cells, printed with aligned columns.
 #[derive(Debug)]

@@ -7,10 +7,10 @@ use diesel_lease::claim::retention::{purge_table, redrive_table, Retention, RowS
 use diesel_lease::claim::{StateLiteral, TimeColumn};
 use serde_json::json;
 
-use crate::backend::{has_time_zone, CliConnection, CliDialect, ColumnInfo};
-use crate::commands::{confirm, say, Outcome};
+use crate::backend::{CliConnection, ColumnInfo};
+use crate::dialect::{has_time_zone, CliDialect, Ident};
 use crate::doctor::{leak, state_value};
-use crate::sql::Ident;
+use crate::report::{confirm, say, Outcome};
 use crate::{PurgeArgs, RedriveArgs, ResetColumns};
 
 /// The table's columns, and a lookup that names what is missing.

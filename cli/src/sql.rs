@@ -1,23 +1,13 @@
 //! The statements on tables an operator names. Names are quoted identifiers (`push_identifier`),
 //! values are bind parameters (the states in `doctor`'s statements are diesel-lease's own
 //! escaped literals); the backend's clock and syntax come from diesel-lease's `SqlDialect` and
-//! [`CliDialect`](crate::backend::CliDialect).
+//! [`CliDialect`](crate::dialect::CliDialect).
 
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel::{QueryResult, QueryableByName};
 
-use crate::backend::CliDialect;
-
-/// An identifier an operator typed: pushed quoted, so it can only ever name something.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ident<'a>(pub(crate) &'a str);
-
-impl<DB: diesel::backend::Backend> QueryFragment<DB> for Ident<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-        out.push_identifier(self.0)
-    }
-}
+use crate::dialect::{CliDialect, Ident};
 
 /// Rows per state, with the oldest claimed-at and the count of claims older than a cutoff:
 ///
@@ -160,18 +150,34 @@ where
     Ok(builder.finish())
 }
 
-/// Untyped statements loaded into `QueryableByName` rows, as `sql_query` is.
-macro_rules! untyped {
-    ($($t:ident $(<$l:lifetime>)? $(<$s:ident>)?),*) => {$(
-        impl$(<$l>)?$(<$s>)? ::diesel::query_builder::QueryId for $t$(<$l>)?$(<$s>)? {
-            type QueryId = ();
-            const HAS_STATIC_QUERY_ID: bool = false;
-        }
-        impl$(<$l>)?$(<$s>)? ::diesel::query_builder::Query for $t$(<$l>)?$(<$s>)? {
-            type SqlType = ::diesel::sql_types::Untyped;
-        }
-        impl<$($l,)? $($s,)? Conn> ::diesel::RunQueryDsl<Conn> for $t$(<$l>)?$(<$s>)? {}
-    )*};
+/// `EXPLAIN`'s rows are loaded into `QueryableByName` rows, as `sql_query`'s are.
+impl<S> diesel::query_builder::QueryId for Explain<S> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
 }
-untyped!(ClaimStats<'a>, Explain<S>);
-pub(crate) use untyped;
+
+impl<S> diesel::query_builder::Query for Explain<S> {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
+impl<S, Conn> diesel::RunQueryDsl<Conn> for Explain<S> {}
+
+/// Any statement, loaded as an untyped one ([`CliConnection::load_rows`](crate::backend::CliConnection::load_rows)).
+pub(crate) struct Untyped<'a, DB>(pub(crate) &'a dyn QueryFragment<DB>);
+
+impl<DB: diesel::backend::Backend> QueryFragment<DB> for Untyped<'_, DB> {
+    fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.0.walk_ast(out)
+    }
+}
+
+impl<DB> diesel::query_builder::QueryId for Untyped<'_, DB> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<DB> diesel::query_builder::Query for Untyped<'_, DB> {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
+impl<DB, Conn> diesel::RunQueryDsl<Conn> for Untyped<'_, DB> {}

@@ -10,12 +10,10 @@ use diesel_lease::BorrowConnection;
 
 use diesel_lease::claim::pause::PauseTarget;
 
+use super::routes::{CANCEL, PAUSE, RELEASE_LEASE, RELEASE_TICKET, RESUME, RETRY_DEAD};
 use super::{page, token_matches, Reply, State, TableSpec};
 use crate::backend::CliConnection;
 use crate::claimctl::{cancel_row, set_paused, RowToCancel};
-
-/// Where actions are posted: `/actions/<name>`.
-pub(super) const PREFIX: &str = "/actions/";
 
 /// The form fields of a request (the token among them).
 #[derive(Debug)]
@@ -94,9 +92,6 @@ where
     ]
 }
 
-/// Moves every dead row of a `--table` back to ready (attempts reset), in batches.
-pub(super) const RETRY_DEAD: &str = "retry-dead";
-
 /// Rows per transaction when the page retries dead rows (as `redrive`'s default).
 const RETRY_BATCH: usize = 500;
 
@@ -119,13 +114,6 @@ where
         moved.deleted, rows.table, rows.failed, rows.ready, moved.batches
     ))
 }
-
-/// Pauses claims of a `--table` (or of its rows of one key).
-pub(super) const PAUSE: &str = "pause";
-/// Resumes them.
-pub(super) const RESUME: &str = "resume";
-/// Cancels one row of a `--table` by its primary key.
-pub(super) const CANCEL: &str = "cancel";
 
 /// The `--table` the form names: only tables the page was started with are acted on.
 fn described<'s>(state: &'s State, form: &Form) -> Result<&'s TableSpec, Refusal> {
@@ -219,11 +207,6 @@ where
     })
 }
 
-/// Force-releases lease `name` (and fences its holder).
-pub(super) const RELEASE_LEASE: &str = "release-lease";
-/// Force-releases semaphore ticket `ticket`.
-pub(super) const RELEASE_TICKET: &str = "release-ticket";
-
 fn release_lease<C>(conn: &mut C, _: &State, form: &Form) -> Result<String, Refusal>
 where
     C: CliConnection + BorrowConnection<Conn = C>,
@@ -283,7 +266,7 @@ where
     let Some(action) = actions::<C>().into_iter().find(|a| a.name == name) else {
         return refused(404, "There is no such action.");
     };
-    let mut conn = match crate::commands::connect::<C>(&state.url) {
+    let mut conn = match crate::backend::connect::<C>(&state.url) {
         Ok(conn) => conn,
         Err(e) => return refused(503, &format!("Nothing was changed: {e}")),
     };

@@ -9,6 +9,7 @@
 
 mod actions;
 mod page;
+mod routes;
 mod snapshot;
 
 use std::io::{Read, Write};
@@ -21,8 +22,8 @@ use subtle::ConstantTimeEq;
 use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::backend::CliConnection;
-use crate::commands::Outcome;
 use crate::queues::{ControlTable, ControlTablesArgs};
+use crate::report::Outcome;
 use crate::ClaimsArgs;
 
 /// Where and what to serve.
@@ -218,10 +219,10 @@ where
         (Method::Get | Method::Head, "/") => {
             (200, page::overview(&snapshot::read::<C>(state), state))
         }
-        (Method::Post, p) if p.starts_with(actions::PREFIX) => {
+        (Method::Post, p) if p.starts_with(routes::PREFIX) => {
             // A form of a few fields; anything longer is not ours.
             match read_body(request, 16 * 1024) {
-                Ok(body) => actions::post::<C>(state, &p[actions::PREFIX.len()..], &body),
+                Ok(body) => actions::post::<C>(state, &p[routes::PREFIX.len()..], &body),
                 Err(e) => (
                     400,
                     page::message(
@@ -232,7 +233,7 @@ where
                 ),
             }
         }
-        (_, p) if p == "/" || p.starts_with(actions::PREFIX) => (
+        (_, p) if p == "/" || p.starts_with(routes::PREFIX) => (
             405,
             page::message(
                 "Method not allowed",

@@ -3,7 +3,7 @@
 
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-use super::actions::{CANCEL, PAUSE, PREFIX, RELEASE_LEASE, RELEASE_TICKET, RESUME, RETRY_DEAD};
+use super::routes::{CANCEL, PAUSE, PREFIX, RELEASE_LEASE, RELEASE_TICKET, RESUME, RETRY_DEAD};
 use super::snapshot::{holders, Snapshot, TableView, Unreadable};
 use super::State;
 use crate::queues::{Requests, SemaphoreView};
@@ -205,9 +205,9 @@ fn claims_table(view: &TableView<'_>, state: &State) -> Markup {
             Ok(rows) if rows.is_empty() => p .muted { "No rows." },
             Ok(rows) => table .claims {
                 tr { th { "State" } th { "Rows" } th { "Oldest claim" }
-                     th { "Stale (older than " (duration(crate::commands::older_than_micros(args))) ")" } th { "" } }
+                     th { "Stale (older than " (duration(crate::claims::older_than_micros(args))) ")" } th { "" } }
                 @for r in rows {
-                    @let claimed = crate::commands::is_claimed(args, r);
+                    @let claimed = crate::claims::is_claimed(args, r);
                     @let dead = failed == Some(r.state.as_deref());
                     tr data-state=(r.state.as_deref().unwrap_or("NULL")) {
                         td { (r.state.as_deref().unwrap_or("NULL")) }

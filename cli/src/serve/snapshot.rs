@@ -7,7 +7,8 @@ use diesel_lease::admin::{self, LeaseEntry};
 use diesel_lease::BorrowConnection;
 
 use super::{State, TableSpec};
-use crate::backend::{CliConnection, CliDialect};
+use crate::backend::CliConnection;
+use crate::dialect::CliDialect;
 use crate::queues::{semaphores_with_queues, SemaphoreView};
 use crate::sql::StateRow;
 
@@ -53,11 +54,11 @@ where
     C: CliConnection + BorrowConnection<Conn = C>,
 {
     let backend = <C::Backend as CliDialect>::NAME;
-    let mut conn = match crate::commands::connect::<C>(&state.url) {
+    let mut conn = match crate::backend::connect::<C>(&state.url) {
         Ok(conn) => conn,
         Err(error) => return Snapshot::Unreachable { backend, error },
     };
-    let pauses = conn.pauses().map_err(|e| e.to_string());
+    let pauses = crate::claimctl::pauses(&mut conn).map_err(|e| e.to_string());
     Snapshot::Read {
         backend,
         leases: admin::leases(&mut conn).map_err(|e| e.to_string()),
@@ -88,7 +89,7 @@ fn table_rows<C: CliConnection>(
     if !missing.is_empty() {
         return Err(Unreadable::NotClaimable(missing));
     }
-    crate::commands::claim_rows(conn, &spec.claims).map_err(Unreadable::Failed)
+    crate::claims::claim_rows(conn, &spec.claims).map_err(Unreadable::Failed)
 }
 
 /// What a table lacks to be read as described: the table, or the columns named.
