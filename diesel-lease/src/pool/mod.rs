@@ -1,6 +1,14 @@
 //! Connection set-up that coordination needs: r2d2 pools whose connections are tuned for it,
 //! and where guards, permits, waiters and the `Worker` get their connections
-//! ([`ConnectionSource`]: an r2d2 pool, or a `deadpool-diesel` one through [`Deadpool`]).
+#![cfg_attr(
+    feature = "deadpool",
+    doc = "([`ConnectionSource`]: an r2d2 pool, or a `deadpool-diesel` one through [`Deadpool`])."
+)]
+#![cfg_attr(
+    not(feature = "deadpool"),
+    doc = "([`ConnectionSource`]: an r2d2 pool, or a `deadpool-diesel` one through `Deadpool`, \
+           feature `deadpool`)."
+)]
 
 #[cfg(feature = "deadpool")]
 mod deadpool;
@@ -428,8 +436,16 @@ where
 }
 
 /// Where guards, permits, waiters and the `Worker` get their connections: an r2d2 pool, or
-/// any other pool implementing this ([`Deadpool`], feature `deadpool`, for a `deadpool-diesel`
-/// pool of an async application).
+#[cfg_attr(
+    feature = "deadpool",
+    doc = "any other pool implementing this ([`Deadpool`], feature `deadpool`, for a \
+           `deadpool-diesel` pool of an async application)."
+)]
+#[cfg_attr(
+    not(feature = "deadpool"),
+    doc = "any other pool implementing this (`Deadpool`, feature `deadpool`, for a \
+           `deadpool-diesel` pool of an async application)."
+)]
 ///
 /// A lent connection is used through [`with_lent`](Self::with_lent), a closure on the thread
 /// that holds it: a `deadpool-diesel` connection sits behind a mutex whose guard cannot leave its
