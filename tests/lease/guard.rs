@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use diesel_lease::lease::schedule::{every, run_exclusive, with_lock};
+use diesel_lease::lease::schedule::{cron, every, run_exclusive, with_lock};
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::{Error, OwnerId};
@@ -243,6 +243,75 @@ fn every_runs_once_per_interval_in_process<B: TestBackend>(db: &TestDb<B>) {
     }
 }
 
+/// One pooled connection grants a plain lease, an interval job, a cron job and plain leases
+/// again, each first by insert and then by takeover. A grant's SQL depends on its kind
+/// (`next_run` NULL, `now + interval` or the next slot; the cron slot's still-due test), so
+/// each kind must run its own prepared statement, never the text another kind left in the
+/// connection's statement cache: there, a job's grid started unset or a lease failed.
+fn leases_interval_and_cron_jobs_share_one_connection<B: TestBackend>(db: &TestDb<B>) {
+    const SECOND: i64 = 1_000_000;
+    db.migrate();
+    let pool = db.pool(1);
+    let next_run = |name: &str| {
+        lease::inspect(&mut *pool.get().unwrap(), name)
+            .unwrap()
+            .expect("granted before")
+            .next_run_micros
+    };
+    let plain = |name: &str| {
+        let guard = LeaseGuard::try_acquire(&pool, name, &opts(60_000))
+            .unwrap()
+            .expect("free");
+        assert!(guard.release().unwrap());
+        assert_eq!(next_run(name), None, "a plain lease has no next run");
+    };
+    plain("plain");
+    plain("plain");
+
+    let tick = every(ms(300)).lease(opts(150));
+    let first = tick
+        .run_if_due(&pool, "tick", |o| o.due_at_micros())
+        .unwrap()
+        .expect("a new interval job is due");
+    assert!(first > 0, "due at its first run, not at {first}");
+    assert_eq!(
+        next_run("tick"),
+        Some(first + 300_000),
+        "the grid starts at the first run"
+    );
+    std::thread::sleep(ms(350));
+    let second = tick
+        .run_if_due(&pool, "tick", |o| o.due_at_micros())
+        .unwrap()
+        .expect("due again after an interval");
+    assert_eq!(second, first + 300_000, "the next point of the grid");
+    assert_eq!(next_run("tick"), Some(second + 300_000));
+
+    let each_second = every(cron("* * * * * *").unwrap()).lease(opts(500));
+    let mut slots = Vec::new();
+    let until = Instant::now() + ms(5_000);
+    while slots.len() < 2 && Instant::now() < until {
+        if let Some(slot) = each_second
+            .run_if_due(&pool, "each-second", |o| o.due_at_micros())
+            .unwrap()
+        {
+            slots.push(slot);
+        }
+        std::thread::sleep(ms(20));
+    }
+    assert_eq!(
+        slots.len(),
+        2,
+        "two slots of a per-second cron in 5 s: {slots:?}"
+    );
+    assert_eq!(slots[0] % SECOND, 0, "on a slot: {slots:?}");
+    assert_eq!(slots[1] - slots[0], SECOND, "the next slot: {slots:?}");
+    assert_eq!(next_run("each-second"), Some(slots[1] + SECOND));
+
+    plain("plain");
+    plain("plain-2");
+}
+
 /// A pool of 2, a keep-alive holder with a 1 s ttl, and 3 `LeaseGuard::acquire` waiters
 /// polling through the pool every few milliseconds: for 3.5 s the holder keeps its lease (locally
 /// and in the database); once it releases, each waiter gets the lease in turn, with the next
@@ -302,4 +371,5 @@ backend_tests!(
     with_lock_is_mutually_exclusive,
     with_lock_waits_for_an_expiring_holder,
     every_runs_once_per_interval_in_process,
+    leases_interval_and_cron_jobs_share_one_connection,
 );

@@ -74,11 +74,27 @@ pub struct Granted {
     pub next_run: Option<i64>,
 }
 
+/// No static query id for `$t`: its SQL text depends on the grant's [`Periodic`] kind (`NULL`,
+/// `now + $interval` or a bound slot; a slot test or `1 = 1`), while a derived `QueryId` would
+/// give every kind one id. Diesel would then run, on a connection that had prepared a grant of
+/// one kind, that kind's statement for the others (found on MySQL: an interval job's first
+/// grant stored `next_run` NULL after a plain lease's on the same connection). Without a static
+/// id the statements that hold it are cached by their text, one per kind.
+macro_rules! by_text {
+    ($t:ty) => {
+        impl QueryId for $t {
+            type QueryId = ();
+            const HAS_STATIC_QUERY_ID: bool = false;
+        }
+    };
+}
+
 /// `next_run` of a newly inserted row: `NULL` for a plain lease, `now + interval` for a periodic
 /// job (its grid starts at its first run), the next slot for a cron job.
-#[derive(Debug, Clone, Copy, QueryId)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct FirstNextRun(pub(crate) Periodic);
 expression!(FirstNextRun, Nullable<BigInt>);
+by_text!(FirstNextRun);
 
 impl<DB: SqlDialect> QueryFragment<DB> for FirstNextRun {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
@@ -102,9 +118,10 @@ impl<DB: SqlDialect> QueryFragment<DB> for FirstNextRun {
 /// `base + ((now - base) DIV interval + 1) * interval` with `base = COALESCE(next_run, now)`.
 /// Occurrences missed while nobody ran are skipped, and the grid does not drift. For a cron job:
 /// the next slot, which the client computed.
-#[derive(Debug, Clone, Copy, QueryId)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct NextRunAfterGrant(pub(crate) Periodic);
 expression!(NextRunAfterGrant, Nullable<BigInt>);
+by_text!(NextRunAfterGrant);
 
 impl<DB: SqlDialect> QueryFragment<DB> for NextRunAfterGrant
 where
@@ -144,9 +161,10 @@ where
 /// database clock (`next_run = <read> AND <slot> <= now`). Of the nodes that read the same
 /// `next_run`, the first grant moves it past the slot and the others no longer match: one run
 /// per slot. `TRUE` (`1 = 1`) for every other grant.
-#[derive(Debug, Clone, Copy, QueryId)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct SlotStillDue(pub(crate) Periodic);
 expression!(SlotStillDue, Bool);
+by_text!(SlotStillDue);
 
 impl<DB: SqlDialect> QueryFragment<DB> for SlotStillDue
 where
