@@ -1,6 +1,7 @@
 //! Issue 25.3: an async application's `deadpool-diesel` pool lends its connections to lease
-//! guards, permits, waiting claims and the `Worker`, on every backend, with the application's
-//! tokio runtime running beside them (calls made from `spawn_blocking` and from plain threads).
+//! guards, permits, waiting claims, the farm schedules (`run_exclusive`, `with_lock`,
+//! `every(..)`) and the `Worker`, on every backend, with the application's tokio runtime running
+//! beside them (calls made from `spawn_blocking` and from plain threads).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -35,6 +36,7 @@ backend_suite! {
         permits_on_deadpool_never_exceed_the_count,
         a_worker_on_deadpool_runs_what_requests_committed_exactly_once,
         an_exhausted_or_runtimeless_deadpool_is_a_typed_error,
+        farm_schedules_on_deadpool_run_each_occurrence_once,
     ];
 
     fn source(db: &TestDb<B>, rt: &tokio::runtime::Runtime, size: usize) -> Deadpool<<B as TestBackend>::Conn> {
@@ -69,6 +71,61 @@ backend_suite! {
         assert!(guard.lost_signal().wait_timeout(Duration::from_secs(10)), "the lost signal fires");
         assert!(guard.is_lost());
         assert!(!guard.release().unwrap(), "a lost lease is not released as if held");
+    }
+
+    /// `run_exclusive` and `with_lock` on the deadpool pool see a lease an r2d2 holder keeps,
+    /// and three nodes' `every(..).run_until` on it run each due time once, on an unbroken grid.
+    pub(crate) fn farm_schedules_on_deadpool_run_each_occurrence_once(db: &TestDb<B>) {
+        use diesel_lease::lease::schedule::{every, run_exclusive, with_lock};
+        db.migrate();
+        let rt = runtime();
+        let source = source(db, &rt, 6);
+        let options = LeaseOptions::new(Duration::from_secs(30));
+        let r2d2 = db.pool(2);
+        let holder = LeaseGuard::try_acquire(&r2d2, "digest", &options).unwrap().expect("free");
+        let ran = {
+            let (source, options) = (source.clone(), options.clone());
+            rt.block_on(rt.spawn_blocking(move || {
+                run_exclusive(&source, "digest", &options, |_| Ok::<_, Error>(()))
+            }))
+            .unwrap()
+            .unwrap()
+        };
+        assert_eq!(ran, None, "the r2d2 holder's lease is seen through deadpool connections");
+        assert!(holder.release().unwrap());
+        let token = run_exclusive(&source, "digest", &options, |lease| Ok::<_, Error>(lease.token().get()))
+            .unwrap()
+            .expect("free once released");
+        assert_eq!(token, 2, "the next fencing token");
+        let total = with_lock(&source, "rebuild", Duration::from_secs(5), || Ok::<_, Error>(40 + 2)).unwrap();
+        assert_eq!(total, 42);
+
+        let interval = 300_000;
+        let dues = Mutex::new(Vec::new());
+        let until = Instant::now() + Duration::from_millis(2_200);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    every(Duration::from_millis(300))
+                        .lease(LeaseOptions::new(Duration::from_millis(150)))
+                        .poll_every(Duration::from_millis(20))
+                        .run_until(&source, "tick", || Instant::now() >= until, |o| {
+                            if o.token().get() == 1 { eprintln!("DEBUG first: due {} record {:?}", o.due_at_micros(), diesel_lease::lease::inspect(&mut db.conn(), "tick")); }
+                            dues.lock().unwrap().push((o.due_at_micros(), o.token().get()));
+                        })
+                        .unwrap();
+                });
+            }
+        });
+        let mut dues = dues.into_inner().unwrap();
+        dues.sort();
+        assert!(dues.len() >= 4, "{dues:?}");
+        let unique: HashSet<i64> = dues.iter().map(|d| d.0).collect();
+        assert_eq!(unique.len(), dues.len(), "an occurrence ran twice: {dues:?}");
+        for w in dues.windows(2) {
+            assert_eq!(w[1].0 - w[0].0, interval, "one run per interval: {dues:?}");
+            assert!(w[1].1 > w[0].1, "fencing tokens grow: {dues:?}");
+        }
     }
 
     pub(crate) fn permits_on_deadpool_never_exceed_the_count(db: &TestDb<B>) {

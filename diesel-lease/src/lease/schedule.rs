@@ -38,7 +38,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
+use diesel::r2d2::R2D2Connection;
 use lease_core::{Backoff, FencingToken, Ttl};
 
 pub use lease_core::cron::DEFAULT_GRACE;
@@ -46,11 +46,13 @@ pub use lease_core::{Cron, Missed, Plan, Schedule, Tz};
 
 use crate::lease::statements::{LeaseStatements, Periodic};
 use crate::lease::{LeaseGuard, LeaseOptions};
-use crate::pool::AnySource;
+use crate::pool::{AnySource, ConnectionSource};
 use crate::{Error, Held, Result};
 
 /// Runs `job` if the lease `name` can be taken now; `Ok(None)` without running it if another
 /// node holds it. The lease is released when the job returns (and on unwinding, by the guard).
+/// `pool` is any [`ConnectionSource`]: an r2d2 pool, or an async application's `deadpool-diesel`
+/// pool (feature `deadpool`), as for every function of this module.
 ///
 /// The job returns a `Result`, as the closure of Diesel's `Connection::transaction` does, and its
 /// error comes back through `?`: the error type `E` is the job's own (`Box<dyn Error>`,
@@ -87,7 +89,7 @@ use crate::{Error, Held, Result};
 /// # }
 /// ```
 pub fn run_exclusive<C, T, E>(
-    pool: &Pool<ConnectionManager<C>>,
+    pool: &impl ConnectionSource<Connection = C>,
     name: &str,
     options: &LeaseOptions,
     job: impl FnOnce(&LeaseGuard<C>) -> std::result::Result<T, E>,
@@ -132,7 +134,7 @@ where
 /// # }
 /// ```
 pub fn with_lock<C, T, E>(
-    pool: &Pool<ConnectionManager<C>>,
+    pool: &impl ConnectionSource<Connection = C>,
     name: &str,
     ttl: Duration,
     f: impl FnOnce() -> std::result::Result<T, E>,
@@ -401,7 +403,7 @@ impl Every {
     /// otherwise. Call it from every node's loop, or use [`run_until`](Self::run_until).
     pub fn run_if_due<C, T>(
         &self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         name: &str,
         job: impl FnOnce(&Occurrence<'_, C>) -> T,
     ) -> Result<Option<T>>
@@ -411,13 +413,14 @@ impl Every {
         self.check_schedule()?;
         let options = self.lease_options();
         let checked = options.check(name)?;
-        let mut conn = pool.get()?;
-        let Some(periodic) = self.periodic(&mut *conn, name)? else {
-            return Ok(None);
-        };
-        let granted = crate::lease::grant(&mut *conn, name, &checked, periodic)?;
-        drop(conn);
-        let Some((lease, next_run)) = granted else {
+        let granted = pool.with_connection(|conn| {
+            let Some(periodic) = self.periodic(conn, name)? else {
+                return Ok(None);
+            };
+            let granted = crate::lease::grant(conn, name, &checked, periodic)?;
+            Ok(granted.map(|(lease, next_run)| (lease, next_run, periodic)))
+        })?;
+        let Some((lease, next_run, periodic)) = granted else {
             return Ok(None);
         };
         let guard = LeaseGuard::new(AnySource::new(pool), lease, &options)?;
@@ -469,7 +472,7 @@ impl Every {
     /// ```
     pub fn run_until<C>(
         &self,
-        pool: &Pool<ConnectionManager<C>>,
+        pool: &impl ConnectionSource<Connection = C>,
         name: &str,
         mut stop: impl FnMut() -> bool,
         mut job: impl FnMut(&Occurrence<'_, C>),

@@ -1,5 +1,5 @@
 //! Connection set-up that coordination needs: r2d2 pools whose connections are tuned for it,
-//! and where guards, permits, waiters and the `Worker` get their connections
+//! and where guards, permits, waiters, schedules and the `Worker` get their connections
 #![cfg_attr(
     feature = "deadpool",
     doc = "([`ConnectionSource`]: an r2d2 pool, or a `deadpool-diesel` one through [`Deadpool`])."
@@ -435,7 +435,8 @@ where
     ended.unwrap_or_else(|| Err(crate::Error::waited(what, started.elapsed())))
 }
 
-/// Where guards, permits, waiters and the `Worker` get their connections: an r2d2 pool, or
+/// Where guards, permits, waiters, schedules and the `Worker` get their connections: an r2d2
+/// pool, or
 #[cfg_attr(
     feature = "deadpool",
     doc = "any other pool implementing this ([`Deadpool`], feature `deadpool`, for a \
