@@ -2,7 +2,9 @@
 # Re-measures everything BENCHMARKS.md reports, section by section, on this machine: each run
 # writes docs/bench/results-<sections>.json (and the plots), and this script logs the machine's
 # load average before and after each run to target/bench/run-all.log, next to the program's
-# printed tables. Run it on a machine that does nothing else; it takes about 50 minutes.
+# printed tables (each results file also records the commit it measured and the load average at
+# its start and end). The end-to-end sections take medians of 5 rounds, the targets' measure.
+# Run it on a machine that does nothing else; it takes about 50 minutes.
 #
 #   bash bench/run-all.sh            # every section
 #   bash bench/run-all.sh e2e width  # some of them (names as in the list below)
@@ -14,9 +16,9 @@ log=target/bench/run-all.log
 mkdir -p target/bench
 runs=(
     "claim,batch,guard,lease,semaphore,wake,scale,sqlite"
-    "e2e --workers 1,2,4,8"
-    "e2e-mysql --workers 1,2,4,8"
-    "e2e-sqlite --workers 1,2,4,8"
+    "e2e --workers 1,2,4,8 --rounds 5"
+    "e2e-mysql --workers 1,2,4,8 --rounds 5"
+    "e2e-sqlite --workers 1,2,4,8 --rounds 5"
     "idle"
     "width"
     "depth --rounds 1 --depth-layouts before,recommended,server-defaults"

@@ -65,6 +65,14 @@ pub(crate) const RECOMMENDED: Layout = Layout {
      autovacuum_vacuum_cost_delay = 0",
 };
 
+/// [`BEFORE`]'s claim order and index with the server's autovacuum defaults: the end-to-end
+/// section's consecutive run under `--autovacuum default`.
+pub(crate) const ID_SERVER_DEFAULTS: Layout = Layout {
+    name: "id order, server's autovacuum defaults",
+    order: Order::Id,
+    table_options: "",
+};
+
 /// The layouts `--only depth` runs, in this order, with their `--depth-layouts` names.
 pub(crate) const LAYOUTS: &[(&str, Layout)] = &[
     ("before", BEFORE),
@@ -658,11 +666,14 @@ pub(crate) fn print(depth: &[DepthRun], depth_sizes: &[DepthSize]) {
 /// and the large table at least 0.9x the small one (medians of the rounds).
 pub(crate) fn targets(depth: &[DepthRun], depth_sizes: &[DepthSize]) -> Vec<TargetCheck> {
     let mut out = Vec::new();
-    for (_, layout) in LAYOUTS {
-        let mut runs: Vec<&DepthRun> = depth.iter().filter(|r| r.layout == *layout).collect();
-        if runs.is_empty() {
-            continue;
+    let mut layouts: Vec<Layout> = Vec::new();
+    for run in depth {
+        if !layouts.contains(&run.layout) {
+            layouts.push(run.layout);
         }
+    }
+    for layout in layouts {
+        let mut runs: Vec<&DepthRun> = depth.iter().filter(|r| r.layout == layout).collect();
         runs.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
         let median = runs[runs.len() / 2];
         let detail = format!("4 workers, {}; median of {} runs", layout.name, runs.len());

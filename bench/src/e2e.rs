@@ -25,7 +25,7 @@ use fang::{typetag, FangError, Queue, Queueable, Runnable};
 
 use crate::measure::{self, Sample};
 use crate::model::BenchJob;
-use crate::pg::{Index, PgBench};
+use crate::pg::PgBench;
 use crate::BenchResult;
 
 /// Shape names, as recorded (group `e2e`, unit `jobs/s`).
@@ -310,19 +310,6 @@ impl PgBench {
         let _ = child.kill();
         let _ = child.wait();
         result
-    }
-
-    /// `total` consecutive jobs (`claim_next` + `complete`) on `workers` threads; jobs/s per
-    /// tenth of the run.
-    pub(crate) fn consecutive_jobs(&self, workers: usize, total: u64) -> BenchResult<Vec<f64>> {
-        self.fresh_jobs(total + 1_000, Index::PartialReady)?;
-        let (_pool, conns) = self.connections(workers)?;
-        measure::consecutive(conns, total, |conn| {
-            let Some(job) = BenchJob::claim_next(conn)? else {
-                return Ok(0);
-            };
-            Ok(u64::from(job.complete(conn)?))
-        })
     }
 }
 

@@ -105,10 +105,61 @@ pub(crate) struct PgInfo {
     pub(crate) queue_table_autovacuum: Autovacuum,
 }
 
+/// What the run measured and under what load: the commit the program was built from and the
+/// machine's load average when the run started and ended, so a table in BENCHMARKS.md can say
+/// which code it measured and how busy the machine was.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Provenance {
+    /// `git describe --always --dirty` of the workspace (`unknown` without git).
+    pub(crate) commit: String,
+    /// `/proc/loadavg`'s 1, 5 and 15 minute averages when the run started.
+    pub(crate) load_before: String,
+    /// The same when the run ended (filled in before the results are written).
+    pub(crate) load_after: String,
+    /// When the run ended (RFC 3339).
+    pub(crate) finished_at: String,
+}
+
+impl Provenance {
+    /// The commit and the load now; the run's end is filled in by [`Provenance::finish`].
+    pub(crate) fn start(workspace: &std::path::Path) -> Provenance {
+        let commit = std::process::Command::new("git")
+            .args(["describe", "--always", "--dirty"])
+            .current_dir(workspace)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned());
+        Provenance {
+            commit,
+            load_before: load_average(),
+            load_after: String::new(),
+            finished_at: String::new(),
+        }
+    }
+
+    /// Records the load and the time at the run's end.
+    pub(crate) fn finish(&mut self) {
+        self.load_after = load_average();
+        self.finished_at = chrono::Utc::now().to_rfc3339();
+    }
+}
+
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` writes them (`unknown` elsewhere).
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
 /// Everything `results.json` holds.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Report {
     pub(crate) started_at: String,
+    pub(crate) provenance: Provenance,
     pub(crate) mode: &'static str,
     pub(crate) command: String,
     pub(crate) window: Window,
@@ -146,6 +197,14 @@ impl Report {
     /// Prints the results, the scale runs and the targets as plain-text tables.
     pub(crate) fn print(&self) {
         println!();
+        println!(
+            "commit {}; load average {} at the start ({}), {} at the end ({})",
+            self.provenance.commit,
+            self.provenance.load_before,
+            self.started_at,
+            self.provenance.load_after,
+            self.provenance.finished_at
+        );
         println!(
             "{:<8} {:<26} {:<9} {:>7} {:>12} {:<9} {:>9} {:>9} {:>11}",
             "group",
@@ -353,5 +412,31 @@ fn dry_note(s: &Sample) -> &'static str {
         "  (table ran dry: some calls found no row)"
     } else {
         ""
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_records_its_commit_and_the_load_at_both_ends() {
+        let mut p = Provenance::start(std::path::Path::new(env!("CARGO_MANIFEST_DIR")));
+        // The workspace is a git checkout in development and CI: a hash, perhaps `-dirty`.
+        assert!(
+            p.commit.len() >= 7 && p.commit != "unknown",
+            "commit {:?}",
+            p.commit
+        );
+        let numbers = |l: &str| {
+            l.split(' ')
+                .map(|n| n.parse::<f64>().is_ok())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(numbers(&p.load_before), [true; 3], "{:?}", p.load_before);
+        assert!(p.load_after.is_empty() && p.finished_at.is_empty());
+        p.finish();
+        assert_eq!(numbers(&p.load_after), [true; 3], "{:?}", p.load_after);
+        assert!(chrono::DateTime::parse_from_rfc3339(&p.finished_at).is_ok());
     }
 }
