@@ -110,7 +110,9 @@ pub(crate) struct PgInfo {
 /// which code it measured and how busy the machine was.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Provenance {
-    /// `git describe --always --dirty` of the workspace (`unknown` without git).
+    /// The workspace's commit (`git rev-parse --short HEAD`), `-dirty` when a tracked file other
+    /// than the results and docs differs from it (a run's own `--write-docs` output does not
+    /// count); `unknown` without git.
     pub(crate) commit: String,
     /// `/proc/loadavg`'s 1, 5 and 15 minute averages when the run started.
     pub(crate) load_before: String,
@@ -123,14 +125,35 @@ pub(crate) struct Provenance {
 impl Provenance {
     /// The commit and the load now; the run's end is filled in by [`Provenance::finish`].
     pub(crate) fn start(workspace: &std::path::Path) -> Provenance {
-        let commit = std::process::Command::new("git")
-            .args(["describe", "--always", "--dirty"])
-            .current_dir(workspace)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .unwrap_or_else(|| "unknown".to_owned());
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(workspace)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        };
+        let commit = match git(&["rev-parse", "--short", "HEAD"]) {
+            None => "unknown".to_owned(),
+            Some(head) => {
+                let code_changed = git(&[
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    ".",
+                    ":(exclude)docs",
+                    ":(exclude)*.md",
+                ])
+                .is_some_and(|changed| !changed.is_empty());
+                if code_changed {
+                    format!("{head}-dirty")
+                } else {
+                    head
+                }
+            }
+        };
         Provenance {
             commit,
             load_before: load_average(),
