@@ -188,6 +188,9 @@ pub(crate) struct DepthSize {
     pub(crate) server_cpu_us_per_job: Option<f64>,
     /// Autovacuum runs of the queue table during the warm-up and the window.
     pub(crate) autovacuums: i64,
+    /// Shared buffers one `EXPLAIN (ANALYZE, BUFFERS)` of the claim's pick touched after the
+    /// window: the dead index entries it walks.
+    pub(crate) pick_buffers_after: i64,
 }
 
 impl Layout {
@@ -428,6 +431,7 @@ impl PgBench {
             autovacuums(&mut conn)?,
         );
         let jobs = done.load(Ordering::Relaxed);
+        let (pick_buffers_after, _) = pick_cost(&mut conn, layout)?;
         Ok(DepthSize {
             server_cpu_us_per_job: cpu0
                 .zip(cpu1)
@@ -440,6 +444,7 @@ impl PgBench {
             sample,
             fill_secs,
             plan,
+            pick_buffers_after,
         })
     }
 }
@@ -631,7 +636,7 @@ pub(crate) fn print(depth: &[DepthRun], depth_sizes: &[DepthSize]) {
     if !depth_sizes.is_empty() {
         println!();
         println!(
-            "{:<12} {:<44} {:>8} {:>10} {:>9} {:>9} {:>12} {:>12} {:>6}",
+            "{:<12} {:<44} {:>8} {:>10} {:>9} {:>9} {:>12} {:>12} {:>6} {:>11}",
             "ready rows",
             "layout",
             "workers",
@@ -640,11 +645,12 @@ pub(crate) fn print(depth: &[DepthRun], depth_sizes: &[DepthSize]) {
             "p99 µs",
             "client µs/op",
             "server µs/op",
-            "vacuums"
+            "vacuums",
+            "pick after"
         );
         for d in depth_sizes {
             println!(
-                "{:<12} {:<44} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>12} {:>12} {:>6}",
+                "{:<12} {:<44} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>12} {:>12} {:>6} {:>11}",
                 d.ready_rows,
                 d.layout.name,
                 d.workers,
@@ -656,7 +662,8 @@ pub(crate) fn print(depth: &[DepthRun], depth_sizes: &[DepthSize]) {
                     .map_or("-".to_owned(), |c| format!("{c:.1}")),
                 d.server_cpu_us_per_job
                     .map_or("-".to_owned(), |c| format!("{c:.1}")),
-                d.autovacuums
+                d.autovacuums,
+                d.pick_buffers_after
             );
         }
     }

@@ -988,13 +988,15 @@ fn depth10m_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResu
             );
             let size = pg.depth_size(layout, rows, 4)?;
             eprintln!(
-                "  fill {:.1} s; {:.0} jobs/s, p50 {:.0} µs, server CPU {} µs/job, {} autovacuums",
+                "  fill {:.1} s; {:.0} jobs/s, p50 {:.0} µs, server CPU {} µs/job, {} autovacuums, \
+                 pick {} buffers after",
                 size.fill_secs,
                 size.sample.rate,
                 size.sample.p50_us,
                 size.server_cpu_us_per_job
                     .map_or("-".to_owned(), |c| format!("{c:.0}")),
-                size.autovacuums
+                size.autovacuums,
+                size.pick_buffers_after
             );
             report.depth_sizes.push(size);
         }
