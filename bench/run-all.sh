@@ -4,7 +4,7 @@
 # load average before and after each run to target/bench/run-all.log, next to the program's
 # printed tables (each results file also records the commit it measured and the load average at
 # its start and end). The end-to-end sections take medians of 5 rounds, the targets' measure.
-# Run it on a machine that does nothing else; it takes about 50 minutes.
+# Run it on a machine that does nothing else; it takes about an hour.
 #
 #   bash bench/run-all.sh            # every section
 #   bash bench/run-all.sh e2e width  # some of them (names as in the list below)
@@ -23,6 +23,7 @@ runs=(
     "width"
     "depth --rounds 1 --depth-layouts before,recommended,server-defaults"
     "depth10m --rounds 2"
+    "steady --rounds 2 --duration 20"
 )
 wanted=("$@")
 for run in "${runs[@]}"; do

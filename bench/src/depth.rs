@@ -6,6 +6,10 @@
 //!   of the claim's pick about once a second, so a slowdown can be traced to what grew.
 //! - `--only depth10m`: `claim_next` + `complete` at 4 workers on a table of 10M ready rows
 //!   against the same on 100k, with the claim's plan (an index scan, no sort) at 10M.
+//! - `--only steady`: the same two depths held constant (a producer inserts a row at the back
+//!   for every job done) over several consecutive windows on one table, each window with the
+//!   server's CPU per job, its autovacuum runs and the pick's buffers after it: whether a depth
+//!   costs more the longer it is worked, which one fresh window cannot show.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -446,6 +450,198 @@ impl PgBench {
             plan,
             pick_buffers_after,
         })
+    }
+}
+
+/// One window of a [`SteadyRun`].
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SteadyWindow {
+    pub(crate) sample: Sample,
+    /// Server CPU (vacuum included) per job over the warm-up and the window, µs.
+    pub(crate) server_cpu_us_per_job: Option<f64>,
+    /// Autovacuum runs of the queue table during the warm-up and the window.
+    pub(crate) autovacuums: i64,
+    /// Shared buffers of one read-only pick after the window.
+    pub(crate) pick_buffers_after: i64,
+}
+
+/// `claim_next` + `complete` at a depth held constant: a producer thread inserts a chunk of
+/// ready rows at the back of the claim order for every chunk of jobs done.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SteadyRun {
+    pub(crate) layout: Layout,
+    pub(crate) ready_rows: u64,
+    pub(crate) workers: usize,
+    /// The server's `autovacuum_naptime`, as `SHOW` prints it.
+    pub(crate) autovacuum_naptime: String,
+    /// Consecutive windows on the same table, in order.
+    pub(crate) windows: Vec<SteadyWindow>,
+    /// Rows the producer inserted.
+    pub(crate) inserted: u64,
+    /// Ready rows left at the end (the depth, give or take one chunk).
+    pub(crate) ready_after: i64,
+}
+
+impl SteadyRun {
+    /// Jobs/s over the windows after the first (the first still finds a freshly vacuumed table).
+    pub(crate) fn steady_rate(&self) -> Option<f64> {
+        let later = self.windows.get(1..).filter(|w| !w.is_empty())?;
+        Some(later.iter().map(|w| w.sample.rate).sum::<f64>() / later.len() as f64)
+    }
+}
+
+/// Rows the steady producer inserts at a time.
+const STEADY_CHUNK: u64 = 500;
+
+impl PgBench {
+    /// [`SteadyRun`]: `windows` consecutive windows at `workers` on one table of `rows` ready
+    /// rows, kept at that depth by a producer.
+    pub(crate) fn steady_depth(
+        &self,
+        layout: Layout,
+        rows: u64,
+        workers: usize,
+        windows: usize,
+    ) -> BenchResult<SteadyRun> {
+        #[derive(QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = Text)]
+            autovacuum_naptime: String,
+        }
+        self.fresh_layout(rows, layout)?;
+        let mut conn = PgConnection::establish(&self.url)?;
+        let autovacuum_naptime = diesel::sql_query("SHOW autovacuum_naptime")
+            .get_result::<Setting>(&mut conn)?
+            .autovacuum_naptime;
+        let postmaster = postmaster_pid(&mut conn);
+        let done = AtomicU64::new(0);
+        let stop = AtomicBool::new(false);
+        let (windows, inserted) = std::thread::scope(|s| {
+            let producer = s.spawn(|| -> BenchResult<u64> {
+                let mut conn = PgConnection::establish(&self.url)?;
+                let mut next = i64::try_from(rows)? + 1;
+                let mut inserted = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    if done.load(Ordering::Relaxed) < inserted + STEADY_CHUNK {
+                        std::thread::sleep(Duration::from_millis(2));
+                        continue;
+                    }
+                    let last = next + STEADY_CHUNK as i64 - 1;
+                    diesel::sql_query(
+                        "INSERT INTO bench_jobs (id, seq, status, payload) SELECT g, g, 'ready', \
+                         'payload of job ' || g FROM generate_series($1::bigint, $2) AS g",
+                    )
+                    .bind::<BigInt, _>(next)
+                    .bind::<BigInt, _>(last)
+                    .execute(&mut conn)?;
+                    next = last + 1;
+                    inserted += STEADY_CHUNK;
+                }
+                Ok(inserted)
+            });
+            let run = (|| -> BenchResult<Vec<SteadyWindow>> {
+                let mut out = Vec::with_capacity(windows);
+                for _ in 0..windows {
+                    let (_pool, conns) = self.connections(workers)?;
+                    let (cpu0, av0) = (
+                        postmaster.and_then(server_cpu_ticks),
+                        autovacuums(&mut conn)?,
+                    );
+                    let before = done.load(Ordering::Relaxed);
+                    let sample = measure::timed(conns, self.window, |conn| {
+                        let n = job(conn, layout.order)?;
+                        done.fetch_add(n, Ordering::Relaxed);
+                        Ok(n)
+                    })?;
+                    let jobs = done.load(Ordering::Relaxed) - before;
+                    let (cpu1, av1) = (
+                        postmaster.and_then(server_cpu_ticks),
+                        autovacuums(&mut conn)?,
+                    );
+                    out.push(SteadyWindow {
+                        server_cpu_us_per_job: cpu0
+                            .zip(cpu1)
+                            .filter(|_| jobs > 0)
+                            .map(|(a, b)| measure::ticks_to_us(b.saturating_sub(a)) / jobs as f64),
+                        autovacuums: av1 - av0,
+                        pick_buffers_after: pick_cost(&mut conn, layout)?.0,
+                        sample,
+                    });
+                }
+                Ok(out)
+            })();
+            stop.store(true, Ordering::Relaxed);
+            let inserted = producer
+                .join()
+                .map_err(|_| "the steady producer panicked")?;
+            BenchResult::Ok((run?, inserted?))
+        })?;
+        Ok(SteadyRun {
+            layout,
+            ready_rows: rows,
+            workers,
+            autovacuum_naptime,
+            windows,
+            inserted,
+            ready_after: self.count_status("ready")?,
+        })
+    }
+}
+
+/// Prints the steady runs, a line per window.
+pub(crate) fn print_steady(runs: &[SteadyRun]) {
+    for run in runs {
+        println!();
+        println!(
+            "steady: {} ready rows held (producer inserted {}, {} ready after), {} workers, {}, \
+             autovacuum_naptime {}",
+            run.ready_rows,
+            run.inserted,
+            run.ready_after,
+            run.workers,
+            run.layout.name,
+            run.autovacuum_naptime
+        );
+        for (k, w) in run.windows.iter().enumerate() {
+            println!(
+                "  window {}: {:>8.0} jobs/s, server {} µs/job, {} autovacuums, pick {} buffers after",
+                k + 1,
+                w.sample.rate,
+                w.server_cpu_us_per_job
+                    .map_or("-".to_owned(), |c| format!("{c:.0}")),
+                w.autovacuums,
+                w.pick_buffers_after
+            );
+        }
+    }
+}
+
+/// The large depth against the small one, held over windows: jobs/s of the windows after the
+/// first, median over rounds.
+pub(crate) fn steady_targets(runs: &[SteadyRun]) -> Vec<TargetCheck> {
+    let median = |rows: u64| {
+        let mut rates: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.ready_rows == rows)
+            .filter_map(SteadyRun::steady_rate)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        rates.get(rates.len() / 2).copied()
+    };
+    let mut sizes: Vec<u64> = runs.iter().map(|r| r.ready_rows).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    match (sizes.first(), sizes.last()) {
+        (Some(&small), Some(&large)) if small != large => vec![TargetCheck::at_least(
+            &format!("steady depth: jobs/s at {large} / at {small} ready rows, held"),
+            median(large).zip(median(small)).map(|(a, b)| a / b),
+            0.9,
+            format!(
+                "claim_next + complete, 4 workers, windows after the first; autovacuum_naptime {}",
+                runs[0].autovacuum_naptime
+            ),
+        )],
+        _ => Vec::new(),
     }
 }
 

@@ -37,6 +37,8 @@ pub(crate) const BATCH: &str = "claim_batch(50) + complete_batch";
 pub(crate) const BATCH_EACH: &str = "claim_batch(50) + 50 x complete";
 /// [`BATCH`] through [`crate::model::BenchJobNarrow`] (4 of the 6 columns; SQLite section only).
 pub(crate) const BATCH_NARROW: &str = "claim_batch(50) + complete_batch, 4-column model";
+/// `--sqlite-keys-first`: keys claimed in the write transaction, rows read after (not ours).
+pub(crate) const BATCH_KEYS_FIRST: &str = "keys claimed, rows read after COMMIT (not used)";
 /// Issue 23: pgbench running `claim_batch(50)` + `complete_batch`'s statements, literal values.
 pub(crate) const PGBENCH_BATCH: &str = "pgbench batch(50) floor";
 

@@ -751,3 +751,66 @@ mod tests {
         assert_eq!(s.lines().count(), 2);
     }
 }
+
+/// A key from the keys-first claim's `RETURNING`.
+#[derive(QueryableByName)]
+struct ClaimedId {
+    #[diesel(sql_type = BigInt)]
+    id: i64,
+}
+
+impl SqliteFloors {
+    /// A claim design diesel-lease does not use, measured to decide against it (`e2e-sqlite
+    /// --sqlite-keys-first`, not a target): the write transaction returns only the claimed keys,
+    /// and the rows are read and built as [`BenchJob`] after `COMMIT` (Diesel's `eq_any`), so
+    /// building them no longer holds the database's write lock; then `complete_batch` as ours.
+    pub(crate) fn keys_first(
+        &self,
+        rows: u64,
+        workers: usize,
+        n: usize,
+    ) -> BenchResult<(Sample, String)> {
+        use crate::model::schema::bench_jobs;
+        self.sq.fresh_jobs(rows)?;
+        let pool = self.sq.pool(u32::try_from(workers)?)?;
+        let conns = (0..workers)
+            .map(|_| pool.get())
+            .collect::<Result<Vec<_>, _>>()?;
+        let completed = AtomicU64::new(0);
+        let owner = floor_owner();
+        let limit = i64::try_from(n)?;
+        let s = measure::timed(conns, self.window, |conn| {
+            let c: &mut SqliteConnection = conn;
+            let ids: Vec<i64> = c.immediate_transaction(|c| {
+                diesel::sql_query(
+                    "UPDATE bench_jobs SET status = 'running', owner = ?, \
+                     claimed_at = strftime('%Y-%m-%d %H:%M:%f', 'now'), attempts = attempts + 1 \
+                     WHERE (id) IN (SELECT id FROM bench_jobs WHERE (status = 'ready') \
+                     ORDER BY id ASC LIMIT ?) RETURNING id",
+                )
+                .bind::<diesel::sql_types::Text, _>(&owner)
+                .bind::<BigInt, _>(limit)
+                .load::<ClaimedId>(c)
+                .map(|v| v.into_iter().map(|r| r.id).collect())
+            })?;
+            let jobs: Vec<BenchJob> = bench_jobs::table
+                .filter(bench_jobs::id.eq_any(&ids))
+                .filter(bench_jobs::owner.eq(&owner))
+                .select(BenchJob::as_select())
+                .load(c)?;
+            let ours = BenchJob::complete_batch(c, &jobs)?
+                .into_iter()
+                .filter(|ok| *ok)
+                .count() as u64;
+            if ours != ids.len() as u64 {
+                return Err("a fresh claim was not ours".into());
+            }
+            completed.fetch_add(ours, Ordering::Relaxed);
+            Ok(ours)
+        })?;
+        let t = tally(&mut pool.get()?)?;
+        let what = format!("sqlite keys-first {n} x{workers}");
+        let line = t.check(&what, Some(completed.load(Ordering::Relaxed)), 0)?;
+        Ok((s, line))
+    }
+}

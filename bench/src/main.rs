@@ -16,6 +16,7 @@
 //! cargo run --release -p diesel-lease-bench -- --overhead   # the tracing/metrics cost alone
 //! cargo run --release -p diesel-lease-bench -- --only depth,width  # issue 23: depth and width
 //! cargo run --release -p diesel-lease-bench -- --only depth10m     # 10M ready rows: long fill
+//! cargo run --release -p diesel-lease-bench -- --only steady --duration 20  # depths held
 //! ```
 
 mod coordination;
@@ -84,15 +85,22 @@ struct Args {
     /// Worker counts for the claim shapes.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
-    /// Sections to run (default: all but the long depth and depth10m, which run when named here
-    /// or with --smoke): claim, batch, e2e, e2e-mysql, e2e-sqlite, guard, lease, semaphore, wake,
-    /// scale, sqlite, depth, depth10m, width, idle.
+    /// Sections to run (default: all but the long depth, depth10m and steady, which run when
+    /// named here or with --smoke): claim, batch, e2e, e2e-mysql, e2e-sqlite, guard, lease,
+    /// semaphore, wake, scale, sqlite, depth, depth10m, steady, width, idle.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Queue-table layouts of the depth section (default: all): before, recommended,
     /// server-defaults (see bench/src/depth.rs).
     #[arg(long, value_delimiter = ',')]
     depth_layouts: Vec<String>,
+    /// Adds to `e2e-sqlite` a claim design diesel-lease does not use (keys in the write
+    /// transaction, rows read after it; not a target, see BENCHMARKS.md).
+    #[arg(long)]
+    sqlite_keys_first: bool,
+    /// Consecutive windows (each `--warmup` + `--duration`) of every `steady` run.
+    #[arg(long, default_value_t = 4)]
+    steady_windows: usize,
     /// Extra setting for the throwaway server, `name=value` (repeatable; overrides the defaults).
     #[arg(long = "pg-set", value_name = "NAME=VALUE")]
     pg_set: Vec<String>,
@@ -143,8 +151,10 @@ struct Plan {
     /// Issue 23: consecutive jobs per depth run, and how often its sampler reads the table.
     depth_jobs: u64,
     depth_sample_every: std::time::Duration,
-    /// Issue 23: the small and the large table of `depth10m`.
+    /// Issue 23: the small and the large table of `depth10m` and `steady`.
     depth_sizes: (u64, u64),
+    /// Consecutive windows of each `steady` run.
+    steady_windows: usize,
     /// Issue 23: threads in one process, and processes of 4 threads, of the width section.
     width_threads: Vec<usize>,
     width_processes: Vec<usize>,
@@ -212,6 +222,7 @@ impl Plan {
             } else {
                 (100_000, 10_000_000)
             },
+            steady_windows: if args.smoke { 2 } else { args.steady_windows },
             width_threads: if args.smoke {
                 vec![1, 8, 64]
             } else {
@@ -313,6 +324,7 @@ fn run() -> BenchResult<()> {
         consecutive: Vec::new(),
         depth: Vec::new(),
         depth_sizes: Vec::new(),
+        steady: Vec::new(),
         semaphores: Vec::new(),
         idle: Vec::new(),
         floors: Vec::new(),
@@ -366,6 +378,9 @@ fn run() -> BenchResult<()> {
     }
     if long("depth10m") {
         depth10m_section(&pg, &plan, &mut report)?;
+    }
+    if long("steady") {
+        steady_section(&pg, &plan, &mut report)?;
     }
     if wants("width") {
         width_section(&pg, &plan, &mut report)?;
@@ -765,6 +780,11 @@ fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> Bench
             let (s, c) = f.ours::<model::BenchJob>(batch_rows, w, Some(n))?;
             rounds.add(group, e2e::BATCH, w, unit, s);
             run.checks.push(c);
+            if args.sqlite_keys_first {
+                let (s, c) = f.keys_first(batch_rows, w, n)?;
+                rounds.add(group, e2e::BATCH_KEYS_FIRST, w, unit, s);
+                run.checks.push(c);
+            }
             // Not a target: what the model's claim time and payload cost a batch (the floor
             // only steps over its columns; ours builds each row as the model).
             let (s, c) = f.ours::<model::BenchJobNarrow>(batch_rows, w, Some(n))?;
@@ -1004,6 +1024,37 @@ fn depth10m_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResu
     Ok(())
 }
 
+/// Issue 23, item 3 held over time: the depth10m sizes kept at their depth by a producer, over
+/// `plan.steady_windows` consecutive windows each, sizes alternating per round.
+fn steady_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
+    let layout = depth::RECOMMENDED;
+    let (small, large) = plan.depth_sizes;
+    for round in 0..plan.rounds {
+        for rows in [small, large] {
+            eprintln!(
+                "steady: {rows} ready rows held, 4 workers, {} windows, {} (round {})",
+                plan.steady_windows,
+                layout.name,
+                round + 1
+            );
+            let run = pg.steady_depth(layout, rows, 4, plan.steady_windows)?;
+            for (k, w) in run.windows.iter().enumerate() {
+                eprintln!(
+                    "  window {}: {:.0} jobs/s, server {} µs/job, {} autovacuums, pick {} buffers",
+                    k + 1,
+                    w.sample.rate,
+                    w.server_cpu_us_per_job
+                        .map_or("-".to_owned(), |c| format!("{c:.0}")),
+                    w.autovacuums,
+                    w.pick_buffers_after
+                );
+            }
+            report.steady.push(run);
+        }
+    }
+    Ok(())
+}
+
 /// Issue 23, item 4: jobs/s against threads in one process and against processes of 4 threads.
 fn width_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
     eprintln!("width: {} ready rows per measurement", plan.rows);
@@ -1210,6 +1261,7 @@ fn targets(r: &Report, plan: &Plan) -> Vec<TargetCheck> {
     }
     out.extend(e2e_targets(r));
     out.extend(depth::targets(&r.depth, &r.depth_sizes));
+    out.extend(depth::steady_targets(&r.steady));
     out.extend(floor_targets(r));
     let pg_sem = r
         .semaphores

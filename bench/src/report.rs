@@ -198,6 +198,8 @@ pub(crate) struct Report {
     pub(crate) depth: Vec<crate::depth::DepthRun>,
     /// Issue 23: `claim_next` + `complete` at a small and a large table.
     pub(crate) depth_sizes: Vec<crate::depth::DepthSize>,
+    /// Issue 23: the same two depths held constant over consecutive windows (`--only steady`).
+    pub(crate) steady: Vec<crate::depth::SteadyRun>,
     pub(crate) semaphores: Vec<SemaphoreRun>,
     /// Idle waiters' cost where there are no notifications (section `idle`).
     pub(crate) idle: Vec<crate::idle::IdleRun>,
@@ -302,6 +304,7 @@ impl Report {
             );
         }
         crate::depth::print(&self.depth, &self.depth_sizes);
+        crate::depth::print_steady(&self.steady);
         for sr in &self.semaphores {
             println!();
             println!(
