@@ -465,6 +465,21 @@ pub(crate) struct SteadyWindow {
     pub(crate) pick_buffers_after: i64,
 }
 
+impl SteadyWindow {
+    /// One line for window `k` (from 0), as printed.
+    pub(crate) fn line(&self, k: usize) -> String {
+        format!(
+            "  window {}: {:>8.0} jobs/s, server {} µs/job, {} autovacuums, pick {} buffers after",
+            k + 1,
+            self.sample.rate,
+            self.server_cpu_us_per_job
+                .map_or("-".to_owned(), |c| format!("{c:.0}")),
+            self.autovacuums,
+            self.pick_buffers_after
+        )
+    }
+}
+
 /// `claim_next` + `complete` at a depth held constant: a producer thread inserts a chunk of
 /// ready rows at the back of the claim order for every chunk of jobs done.
 #[derive(Debug, Clone, Serialize)]
@@ -603,15 +618,7 @@ pub(crate) fn print_steady(runs: &[SteadyRun]) {
             run.autovacuum_naptime
         );
         for (k, w) in run.windows.iter().enumerate() {
-            println!(
-                "  window {}: {:>8.0} jobs/s, server {} µs/job, {} autovacuums, pick {} buffers after",
-                k + 1,
-                w.sample.rate,
-                w.server_cpu_us_per_job
-                    .map_or("-".to_owned(), |c| format!("{c:.0}")),
-                w.autovacuums,
-                w.pick_buffers_after
-            );
+            println!("{}", w.line(k));
         }
     }
 }

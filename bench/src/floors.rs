@@ -557,6 +557,9 @@ fn wait_for_sessions_gone(conn: &mut MysqlConnection) -> BenchResult<()> {
 
 // --- SQLite -----------------------------------------------------------------------------------
 
+type SqlitePool = diesel::r2d2::Pool<diesel::r2d2::ConnectionManager<SqliteConnection>>;
+type SqliteConn = diesel::r2d2::PooledConnection<diesel::r2d2::ConnectionManager<SqliteConnection>>;
+
 /// The floor's C source, compiled at run time with the system's `cc` and `-lsqlite3`.
 const SQLITE_FLOOR_C: &str = include_str!("../floor/sqlite_floor.c");
 
@@ -602,6 +605,16 @@ impl SqliteFloors {
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_owned())
     }
 
+    /// A fresh table of `rows` and a pool with `workers` connections taken from it.
+    fn fresh_pool(&self, rows: u64, workers: usize) -> BenchResult<(SqlitePool, Vec<SqliteConn>)> {
+        self.sq.fresh_jobs(rows)?;
+        let pool = self.sq.pool(u32::try_from(workers)?)?;
+        let conns = (0..workers)
+            .map(|_| pool.get())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((pool, conns))
+    }
+
     /// Ours with model `M` ([`BenchJob`], or the narrower model of the same table), `workers`
     /// threads on a fresh table of `rows`, checked as the floors are.
     pub(crate) fn ours<M>(
@@ -615,11 +628,7 @@ impl SqliteFloors {
         M::Pk: PartialEq,
         SqliteConnection: ClaimConnection<M>,
     {
-        self.sq.fresh_jobs(rows)?;
-        let pool = self.sq.pool(u32::try_from(workers)?)?;
-        let conns = (0..workers)
-            .map(|_| pool.get())
-            .collect::<Result<Vec<_>, _>>()?;
+        let (pool, conns) = self.fresh_pool(rows, workers)?;
         let completed = AtomicU64::new(0);
         let s = ours::<M, _>(conns, self.window, batch, &completed)?;
         let t = tally(&mut pool.get()?)?;
@@ -771,11 +780,7 @@ impl SqliteFloors {
         n: usize,
     ) -> BenchResult<(Sample, String)> {
         use crate::model::schema::bench_jobs;
-        self.sq.fresh_jobs(rows)?;
-        let pool = self.sq.pool(u32::try_from(workers)?)?;
-        let conns = (0..workers)
-            .map(|_| pool.get())
-            .collect::<Result<Vec<_>, _>>()?;
+        let (pool, conns) = self.fresh_pool(rows, workers)?;
         let completed = AtomicU64::new(0);
         let owner = floor_owner();
         let limit = i64::try_from(n)?;

@@ -1039,15 +1039,7 @@ fn steady_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult
             );
             let run = pg.steady_depth(layout, rows, 4, plan.steady_windows)?;
             for (k, w) in run.windows.iter().enumerate() {
-                eprintln!(
-                    "  window {}: {:.0} jobs/s, server {} µs/job, {} autovacuums, pick {} buffers",
-                    k + 1,
-                    w.sample.rate,
-                    w.server_cpu_us_per_job
-                        .map_or("-".to_owned(), |c| format!("{c:.0}")),
-                    w.autovacuums,
-                    w.pick_buffers_after
-                );
+                eprintln!("{}", w.line(k));
             }
             report.steady.push(run);
         }
