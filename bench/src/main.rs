@@ -442,10 +442,12 @@ fn record(
         workers,
         unit,
         sample,
+        round_rates: Vec::new(),
     });
 }
 
-/// Samples of several rounds, recorded as the median by rate once all rounds ran.
+/// Samples of several rounds, recorded as the median by rate once all rounds ran, with every
+/// round's rate in run order (for the round-by-round ratios, `report::Paired`).
 #[derive(Debug, Default)]
 struct Rounds {
     runs: Vec<(&'static str, String, usize, &'static str, Vec<Sample>)>,
@@ -482,9 +484,15 @@ impl Rounds {
 
     fn record_medians_on(self, report: &mut Report, backend: &'static str) {
         for (group, name, workers, unit, mut samples) in self.runs {
+            let round_rates: Vec<f64> = samples.iter().map(|s| s.rate).collect();
             samples.sort_by(|a, b| a.rate.total_cmp(&b.rate));
             let median = samples.swap_remove(samples.len() / 2);
             record(report, group, &name, backend, workers, unit, median);
+            if round_rates.len() > 1 {
+                if let Some(m) = report.measurements.last_mut() {
+                    m.round_rates = round_rates;
+                }
+            }
         }
     }
 }
@@ -1299,7 +1307,7 @@ fn e2e_targets(r: &Report) -> Vec<TargetCheck> {
             &format!("e2e: claim_next + complete / pgbench literal floor, {w} workers"),
             ratio(next, floor),
             0.9,
-            String::new(),
+            paired_detail(r, "e2e", e2e::CLAIM_NEXT, e2e::PGBENCH, w, 0.9),
         ));
         out.push(TargetCheck::at_least(
             &format!("e2e: claim_batch(50) + complete_batch / + 50 x complete, {w} workers"),
@@ -1331,7 +1339,16 @@ fn e2e_targets(r: &Report) -> Vec<TargetCheck> {
     out
 }
 
-/// Issue 23's targets: ours over the literal floor on each backend, per worker count.
+/// The round-by-round view of a floor target whose verdict is the ratio of the two medians: the
+/// median and range of the rounds' own ratios (`""` with one round).
+fn paired_detail(r: &Report, group: &str, ours: &str, floor: &str, w: usize, min: f64) -> String {
+    r.paired(group, ours, floor, w)
+        .map_or_else(String::new, |p| p.describe(min))
+}
+
+/// Issue 23's targets: ours over the literal floor on each backend, per worker count. The
+/// verdict is the ratio of the two shapes' median rounds, as since the targets were set; the
+/// detail adds the rounds' own ratios (`paired_detail`), which say whether one run can tell.
 fn floor_targets(r: &Report) -> Vec<TargetCheck> {
     let mut out = Vec::new();
     for (group, backend, floor, batch_floor, min) in [
@@ -1367,14 +1384,14 @@ fn floor_targets(r: &Report) -> Vec<TargetCheck> {
                     &format!("{backend}: claim_next + complete / literal floor, {w} workers"),
                     ratio(rate(e2e::CLAIM_NEXT), rate(floor)),
                     min,
-                    String::new(),
+                    paired_detail(r, group, e2e::CLAIM_NEXT, floor, w, min),
                 ));
             }
             out.push(TargetCheck::at_least(
                 &format!("{backend}: claim_batch(50) + complete_batch / batch floor, {w} workers"),
                 ratio(rate(e2e::BATCH), rate(batch_floor)),
                 0.9,
-                String::new(),
+                paired_detail(r, group, e2e::BATCH, batch_floor, w, 0.9),
             ));
         }
     }

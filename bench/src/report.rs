@@ -20,6 +20,64 @@ pub(crate) struct Measurement {
     pub(crate) unit: &'static str,
     #[serde(flatten)]
     pub(crate) sample: Sample,
+    /// Every round's rate in the order the rounds ran, when the section ran several (the sample
+    /// above is the median round): what [`Report::paired`] pairs with the other shape's rounds.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) round_rates: Vec<f64>,
+}
+
+/// Two shapes measured in the same interleaved rounds, compared round by round: each round's
+/// ratio `a / b` (both measured minutes apart on the same machine state), their median and range.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Paired {
+    /// The rounds' own ratios, in the order the rounds ran.
+    pub(crate) ratios: Vec<f64>,
+    pub(crate) median: f64,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+}
+
+impl Paired {
+    /// Round `i` of `a` over round `i` of `b`; `None` unless both ran the same number of rounds,
+    /// at least two, all with a rate above zero in `b`.
+    pub(crate) fn of(a: &[f64], b: &[f64]) -> Option<Paired> {
+        if a.len() != b.len() || a.len() < 2 || b.iter().any(|r| *r <= 0.0) {
+            return None;
+        }
+        let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+        let mut sorted = ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        Some(Paired {
+            median,
+            min: sorted[0],
+            max: sorted[n - 1],
+            ratios,
+        })
+    }
+
+    /// `paired rounds: median 0.93, 0.88-1.01 (5 rounds)`, and whether the rounds straddle
+    /// `target` (some above it, some below): then one run's verdict is within its own spread.
+    pub(crate) fn describe(&self, target: f64) -> String {
+        let straddles = self.min < target && self.max >= target;
+        format!(
+            "paired rounds: median {:.2}, {:.2}-{:.2} ({} rounds){}",
+            self.median,
+            self.min,
+            self.max,
+            self.ratios.len(),
+            if straddles {
+                "; the rounds fall on both sides of the target"
+            } else {
+                ""
+            }
+        )
+    }
 }
 
 /// Per-claim cost at one table size (`claim_next`, one worker, fresh table).
@@ -219,6 +277,18 @@ impl Report {
             .map(|m| m.sample.rate)
     }
 
+    /// `a` over `b` in `group` at `workers`, round by round ([`Paired::of`]), if both recorded
+    /// their rounds.
+    pub(crate) fn paired(&self, group: &str, a: &str, b: &str, workers: usize) -> Option<Paired> {
+        let rounds = |name: &str| {
+            self.measurements
+                .iter()
+                .find(|m| m.group == group && m.name == name && m.workers == workers)
+                .map(|m| m.round_rates.as_slice())
+        };
+        Paired::of(rounds(a)?, rounds(b)?)
+    }
+
     /// Prints the results, the scale runs and the targets as plain-text tables.
     pub(crate) fn print(&self) {
         println!();
@@ -392,7 +462,8 @@ impl Report {
                 if !header {
                     println!();
                     println!(
-                        "{:<10} {:<32} {:<36} {:>7} {:>10} {:>10} {:>6} {:>14} {:>14}",
+                        "{:<10} {:<32} {:<36} {:>7} {:>10} {:>10} {:>6} {:>14} {:>14}  rounds' own \
+                         ratios: median (min-max)",
                         "floors",
                         "ours",
                         "floor",
@@ -405,8 +476,12 @@ impl Report {
                     );
                     header = true;
                 }
+                let paired = self.paired(group, ours, floor, w).map_or_else(
+                    || "-".to_owned(),
+                    |p| format!("{:.2} ({:.2}-{:.2})", p.median, p.min, p.max),
+                );
                 println!(
-                    "{:<10} {:<32} {:<36} {:>7} {:>10.0} {:>10.0} {:>6.2} {:>14} {:>14}",
+                    "{:<10} {:<32} {:<36} {:>7} {:>10.0} {:>10.0} {:>6.2} {:>14} {:>14}  {}",
                     group,
                     ours,
                     floor,
@@ -415,7 +490,8 @@ impl Report {
                     f.sample.rate,
                     o.sample.rate / f.sample.rate,
                     fmt(cpu_per_job(o)),
-                    fmt(cpu_per_job(f))
+                    fmt(cpu_per_job(f)),
+                    paired
                 );
             }
         }
@@ -464,5 +540,30 @@ mod tests {
         p.finish();
         assert_eq!(numbers(&p.load_after), [true; 3], "{:?}", p.load_after);
         assert!(chrono::DateTime::parse_from_rfc3339(&p.finished_at).is_ok());
+    }
+
+    #[test]
+    fn paired_rounds_divide_round_by_round_and_say_when_they_straddle_the_target() {
+        // The run of 2026-11-26's SQLite single jobs at K = 1, as ratios of two shapes.
+        let floor = [100.0, 100.0, 100.0, 100.0, 100.0];
+        let ours = [101.0, 95.0, 89.0, 93.0, 93.0];
+        let p = Paired::of(&ours, &floor).expect("five rounds each");
+        assert_eq!(p.ratios, [1.01, 0.95, 0.89, 0.93, 0.93]);
+        assert_eq!((p.median, p.min, p.max), (0.93, 0.89, 1.01));
+        let d = p.describe(0.9);
+        assert!(
+            d.starts_with("paired rounds: median 0.93, 0.89-1.01 (5 rounds)"),
+            "{d}"
+        );
+        assert!(d.ends_with("on both sides of the target"), "{d}");
+        assert!(!p.describe(0.85).contains("both sides"));
+        // An even count takes the mean of the middle two; the order of the rounds is kept.
+        let p = Paired::of(&[3.0, 1.0, 2.0, 4.0], &[1.0; 4]).expect("four rounds");
+        assert_eq!(p.ratios, [3.0, 1.0, 2.0, 4.0]);
+        assert_eq!(p.median, 2.5);
+        // Nothing to pair: one round, unequal counts, a zero rate.
+        assert_eq!(Paired::of(&[1.0], &[1.0]), None);
+        assert_eq!(Paired::of(&[1.0, 2.0], &[1.0]), None);
+        assert_eq!(Paired::of(&[1.0, 2.0], &[1.0, 0.0]), None);
     }
 }
