@@ -3,7 +3,8 @@
 # writes docs/bench/results-<sections>.json (and the plots), and this script logs the machine's
 # load average before and after each run to target/bench/run-all.log, next to the program's
 # printed tables (each results file also records the commit it measured and the load average at
-# its start and end). The end-to-end sections take medians of 5 rounds, the targets' measure.
+# its start and end). The end-to-end sections take medians of 5 rounds, the targets' measure,
+# and keep every round's rate (`round_rates`) for the rounds' own ratios printed next to them.
 # Run it on a machine that does nothing else; it takes about an hour.
 #
 #   bash bench/run-all.sh            # every section
