@@ -461,6 +461,10 @@ pub(crate) struct SteadyWindow {
     pub(crate) server_cpu_us_per_job: Option<f64>,
     /// Autovacuum runs of the queue table during the warm-up and the window.
     pub(crate) autovacuums: i64,
+    /// The part of `server_cpu_us_per_job` spent by the workers' own backends (the claims and
+    /// completes themselves); the rest is upkeep: autovacuum, the producer's inserts, WAL and
+    /// checkpoint writers.
+    pub(crate) claiming_backends_cpu_us_per_job: Option<f64>,
     /// Shared buffers of one read-only pick after the window.
     pub(crate) pick_buffers_after: i64,
 }
@@ -469,10 +473,13 @@ impl SteadyWindow {
     /// One line for window `k` (from 0), as printed.
     pub(crate) fn line(&self, k: usize) -> String {
         format!(
-            "  window {}: {:>8.0} jobs/s, server {} µs/job, {} autovacuums, pick {} buffers after",
+            "  window {}: {:>8.0} jobs/s, server {} µs/job (claiming backends {}), {} autovacuums, \
+             pick {} buffers after",
             k + 1,
             self.sample.rate,
             self.server_cpu_us_per_job
+                .map_or("-".to_owned(), |c| format!("{c:.0}")),
+            self.claiming_backends_cpu_us_per_job
                 .map_or("-".to_owned(), |c| format!("{c:.0}")),
             self.autovacuums,
             self.pick_buffers_after
@@ -557,9 +564,13 @@ impl PgBench {
             let run = (|| -> BenchResult<Vec<SteadyWindow>> {
                 let mut out = Vec::with_capacity(windows);
                 for _ in 0..windows {
-                    let (_pool, conns) = self.connections(workers)?;
-                    let (cpu0, av0) = (
+                    let (_pool, mut conns) = self.connections(workers)?;
+                    let backends: Option<Vec<u32>> =
+                        postmaster.and_then(|_| conns.iter_mut().map(|c| backend_pid(c)).collect());
+                    let backends = backends.unwrap_or_default();
+                    let (cpu0, own0, av0) = (
                         postmaster.and_then(server_cpu_ticks),
+                        backends_cpu_ticks(&backends),
                         autovacuums(&mut conn)?,
                     );
                     let before = done.load(Ordering::Relaxed);
@@ -569,15 +580,20 @@ impl PgBench {
                         Ok(n)
                     })?;
                     let jobs = done.load(Ordering::Relaxed) - before;
-                    let (cpu1, av1) = (
+                    let (cpu1, own1, av1) = (
                         postmaster.and_then(server_cpu_ticks),
+                        backends_cpu_ticks(&backends),
                         autovacuums(&mut conn)?,
                     );
-                    out.push(SteadyWindow {
-                        server_cpu_us_per_job: cpu0
-                            .zip(cpu1)
+                    let per_job = |a: Option<u64>, b: Option<u64>| {
+                        a.zip(b)
                             .filter(|_| jobs > 0)
-                            .map(|(a, b)| measure::ticks_to_us(b.saturating_sub(a)) / jobs as f64),
+                            .map(|(a, b)| measure::ticks_to_us(b.saturating_sub(a)) / jobs as f64)
+                    };
+                    out.push(SteadyWindow {
+                        server_cpu_us_per_job: per_job(cpu0, cpu1),
+                        claiming_backends_cpu_us_per_job: per_job(own0, own1)
+                            .filter(|_| !backends.is_empty()),
                         autovacuums: av1 - av0,
                         pick_buffers_after: pick_cost(&mut conn, layout)?.0,
                         sample,
@@ -670,6 +686,11 @@ fn autovacuums(conn: &mut PgConnection) -> BenchResult<i64> {
 /// The postmaster's process id, when the server runs on this machine: the parent of this
 /// connection's backend.
 fn postmaster_pid(conn: &mut PgConnection) -> Option<u32> {
+    parent_pid(&format!("/proc/{}/stat", backend_pid(conn)?))
+}
+
+/// The process id of `conn`'s server backend (`pg_backend_pid()`).
+fn backend_pid(conn: &mut PgConnection) -> Option<u32> {
     #[derive(QueryableByName)]
     struct Pid {
         #[diesel(sql_type = diesel::sql_types::Integer)]
@@ -679,7 +700,15 @@ fn postmaster_pid(conn: &mut PgConnection) -> Option<u32> {
         .get_result::<Pid>(conn)
         .ok()?
         .pid;
-    parent_pid(&format!("/proc/{pid}/stat"))
+    u32::try_from(pid).ok()
+}
+
+/// CPU ticks of the server backends `pids` (all of them, or `None`: one has gone, or the server
+/// is not on this machine).
+fn backends_cpu_ticks(pids: &[u32]) -> Option<u64> {
+    pids.iter()
+        .map(|pid| measure::stat_cpu_ticks(&format!("/proc/{pid}/stat"), false))
+        .sum()
 }
 
 /// Field 4 of a `/proc/<pid>/stat` file.
