@@ -269,11 +269,21 @@ pub(crate) struct Report {
 }
 
 impl Report {
-    /// The rate of the measurement named `name` in `group` at `workers`, if it ran.
-    pub(crate) fn rate(&self, group: &str, name: &str, workers: usize) -> Option<f64> {
+    /// The measurement named `name` in `group` at `workers`, if it ran.
+    pub(crate) fn measurement(
+        &self,
+        group: &str,
+        name: &str,
+        workers: usize,
+    ) -> Option<&Measurement> {
         self.measurements
             .iter()
             .find(|m| m.group == group && m.name == name && m.workers == workers)
+    }
+
+    /// The rate of the measurement named `name` in `group` at `workers`, if it ran.
+    pub(crate) fn rate(&self, group: &str, name: &str, workers: usize) -> Option<f64> {
+        self.measurement(group, name, workers)
             .map(|m| m.sample.rate)
     }
 
@@ -281,9 +291,7 @@ impl Report {
     /// their rounds.
     pub(crate) fn paired(&self, group: &str, a: &str, b: &str, workers: usize) -> Option<Paired> {
         let rounds = |name: &str| {
-            self.measurements
-                .iter()
-                .find(|m| m.group == group && m.name == name && m.workers == workers)
+            self.measurement(group, name, workers)
                 .map(|m| m.round_rates.as_slice())
         };
         Paired::of(rounds(a)?, rounds(b)?)
@@ -432,11 +440,7 @@ impl Report {
             ("e2e-sqlite", e2e::BATCH, floors::C_BATCH_THREADS),
             ("e2e-sqlite", e2e::BATCH_NARROW, floors::C_BATCH),
         ];
-        let find = |group: &str, name: &str, w: usize| {
-            self.measurements
-                .iter()
-                .find(|m| m.group == group && m.name == name && m.workers == w)
-        };
+        let find = |group: &str, name: &str, w: usize| self.measurement(group, name, w);
         // Client CPU per job: per call (one job, or one batch) times calls over jobs.
         let cpu_per_job = |m: &Measurement| {
             m.sample
