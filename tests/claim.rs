@@ -4,6 +4,7 @@ pub(crate) mod basics;
 mod batch;
 mod cancel;
 mod contention;
+mod cursor;
 mod guards;
 mod heartbeat;
 mod idle;

@@ -8,8 +8,8 @@
 use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
 
 pub use crate::claim::{
-    Claimable, HasAttempts, HasCancelState, HasClaimedAt, HasDoneState, HasFailedState,
-    HasPauseKey, Keyed, Pausable, PauseShape, SortOrder, StateLiteral, TimeColumn,
+    ClaimOrderKey, Claimable, HasAttempts, HasCancelState, HasClaimedAt, HasDoneState,
+    HasFailedState, HasPauseKey, Keyed, Pausable, PauseShape, SortOrder, StateLiteral, TimeColumn,
 };
 pub use crate::clock::TimestampType;
 pub use crate::lease::job::JobLease;

@@ -5,13 +5,14 @@
 //! what an operation can end in ([`InsertOutcome`]), how to wait politely ([`Backoff`]), and the
 //! input checks every entry point runs before it talks to the database ([`InvalidInput`]), who
 //! may enter a semaphore ([`admission`]), and which slot of a periodic schedule a poll runs
-//! ([`Schedule`], [`Cron`]).
+//! ([`Schedule`], [`Cron`]), and where a deep queue's next claim starts looking ([`ResumePoint`]).
 
 pub mod admission;
 mod backoff;
 pub mod cron;
 mod error;
 mod owner;
+mod resume;
 mod retry;
 mod stamp;
 mod token;
@@ -22,6 +23,7 @@ pub use backoff::Backoff;
 pub use cron::{Cron, Missed, Plan, Schedule, Tz};
 pub use error::InvalidInput;
 pub use owner::{validate_name, OwnerId, MAX_OWNER_LEN};
+pub use resume::ResumePoint;
 pub use retry::RetryPolicy;
 pub use stamp::ClaimStamp;
 pub use token::FencingToken;

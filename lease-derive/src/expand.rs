@@ -333,6 +333,20 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         });
     }
     checks.push(selectable_check(model));
+    let order_key = c.order_key.as_ref().map(|(col, f)| {
+        let column = column(model, col);
+        let (ty, field) = (&f.ty, &f.ident);
+        quote! {
+            #[automatically_derived]
+            impl #impl_g ::diesel_lease::__private::ClaimOrderKey for #name #ty_g #where_g {
+                type OrderColumn = #column;
+                type OrderValue = #ty;
+                fn order_value(&self) -> &Self::OrderValue {
+                    &self.#field
+                }
+            }
+        }
+    });
     quote! {
         #(#checks)*
 
@@ -362,6 +376,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         }
 
         #(#markers)*
+        #order_key
     }
 }
 

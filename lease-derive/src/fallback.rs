@@ -46,8 +46,19 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
             "HasPauseKey",
         ]
         .map(|t| expand::marker(name, generics, t));
+        let (key_column, key_field) = &skeleton.pk[0];
+        let key_ty = &key_field.ty;
         quote! {
             #keyed
+
+            #[automatically_derived]
+            impl #impl_g #private::ClaimOrderKey for #name #ty_g #where_g {
+                type OrderColumn = #table::#key_column;
+                type OrderValue = #key_ty;
+                fn order_value(&self) -> &Self::OrderValue {
+                    ::core::unreachable!()
+                }
+            }
 
             #[automatically_derived]
             impl #impl_g #private::Claimable for #name #ty_g #where_g {

@@ -32,6 +32,9 @@ pub(crate) struct Claim {
     pub(crate) cancelled: Option<Expr>,
     /// `pausable`: `Some(None)`, `pausable(key = col)`: `Some(Some(col))`.
     pub(crate) pausable: Option<Option<Ident>>,
+    /// (column, field) of the claim order's first column, when the struct has a field for it:
+    /// what a `ClaimCursor` resumes from.
+    pub(crate) order_key: Option<(Ident, Field)>,
 }
 
 /// Everything the expansion needs.
@@ -61,7 +64,7 @@ impl Model {
         let StructAttrs {
             claimable, diesel, ..
         } = &attrs;
-        let pk = primary_key(input, diesel)
+        let pk: Vec<(Ident, Field)> = primary_key(input, diesel)
             .into_iter()
             .filter(|_| claimable.needs_key())
             .filter_map(|col| {
@@ -69,12 +72,17 @@ impl Model {
                 Some((col, f))
             })
             .collect();
+        let mut claim = claim_settings(claimable, &fields);
+        if let Some(c) = claim.as_mut() {
+            c.order_key = first_order_column(c, &pk)
+                .and_then(|col| field(&fields, &col).map(|f| (col, f.clone())));
+        }
         Ok(Model {
             name: input.ident.clone(),
             generics: input.generics.clone(),
             table: table_path(input, diesel),
             pk,
-            claim: claim_settings(claimable, &fields),
+            claim,
             claim_if_null: claimable.claim_if_null.as_ref().map(|g| g.value.clone()),
             insert_once: claimable.insert_once.as_ref().map(|i| i.value.clone()),
             job: claimable.job.as_ref().map(|j| j.value.clone()),
@@ -148,7 +156,21 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
         priority: a.priority.as_ref().map(|c| c.value.clone()),
         cancelled: a.cancelled.as_ref().map(|d| d.value.clone()),
         pausable: a.pausable.as_ref().map(|p| p.value.clone()),
+        order_key: None,
     })
+}
+
+/// The first column of the claim order: of `order_by(…)`, else of the default order (the
+/// priority, the not-before column, the key; see `expand_claim`).
+fn first_order_column(c: &Claim, pk: &[(Ident, Field)]) -> Option<Ident> {
+    match c.order_by.first() {
+        Some(o) => Some(o.column.clone()),
+        None => c
+            .priority
+            .clone()
+            .or_else(|| c.available_at.clone())
+            .or_else(|| pk.first().map(|(col, _)| col.clone())),
+    }
 }
 
 /// `ImportJob` → `import_job` (Diesel's default table name adds an `s`).

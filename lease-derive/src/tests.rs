@@ -421,7 +421,7 @@ fn fallback_implements_every_trait_the_derive_can() {
     let mut fallback = impls(&derive_claimable_inner(model(quote!(stat = status))));
     generated.sort();
     fallback.sort();
-    assert_eq!(generated.len(), 15, "{generated:?}");
+    assert_eq!(generated.len(), 16, "{generated:?}");
     assert_eq!(fallback, generated);
 }
 

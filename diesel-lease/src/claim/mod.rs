@@ -21,6 +21,7 @@ use crate::{BorrowConnection, Error, OwnerId, Result};
 pub mod batch;
 mod by_key;
 pub mod cancel;
+mod cursor;
 mod dialect;
 mod guard;
 mod literal;
@@ -46,6 +47,7 @@ pub use by_key::{
     NullLockConnection, DEFAULT_LOCK_WAIT,
 };
 pub use cancel::{cancel_by_pk, HasCancelState};
+pub use cursor::{ClaimCursor, ClaimOrderKey, CursorConnection};
 pub use pause::{pause, pause_key, resume, resume_key, HasPauseKey, Pausable, PauseShape};
 
 pub use crate::model::Keyed;

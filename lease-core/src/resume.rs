@@ -1,0 +1,147 @@
+//! Where a worker's next claim starts looking in a deep queue: just behind the last row it
+//! claimed, and from the front of the claim order again now and then.
+//!
+//! A claim picks the first claimable row in the claim order. On PostgreSQL every claimed row
+//! leaves a dead entry at the front of the queue's index until a vacuum cleans the index, and a
+//! pick that starts at the front steps over all of them. A pick that starts at the last claimed
+//! key skips them. The price: a row that becomes claimable again *behind* that key (released,
+//! retried, rescued from a stale claim, or inserted by a transaction that committed late) waits
+//! for the next claim that looks from the front. [`ResumePoint`] decides which claims do: the
+//! first one, one every `rescan` period, and the next one after a claim found nothing behind
+//! the key.
+
+use std::time::{Duration, Instant};
+
+use crate::InvalidInput;
+
+/// The claim order key a worker's claims resume from, and when they look from the front again.
+///
+/// Pure state, driven by the caller's clock (so it is tested without one):
+///
+/// ```
+/// use lease_core::ResumePoint;
+/// use std::time::{Duration, Instant};
+///
+/// let start = Instant::now();
+/// let mut point = ResumePoint::new(Duration::from_secs(1)).unwrap();
+/// assert_eq!(point.bound(start), None, "the first claim looks from the front");
+/// point.claimed(41);
+/// assert_eq!(point.bound(start), Some(&41), "the next ones resume behind the key");
+/// point.found_nothing();
+/// assert_eq!(point.bound(start), None, "nothing behind the key: look from the front");
+/// point.claimed(7);
+/// assert_eq!(point.bound(start + Duration::from_secs(1)), None, "a rescan is due");
+/// ```
+#[derive(Debug, Clone)]
+pub struct ResumePoint<K> {
+    key: Option<K>,
+    rescan: Duration,
+    next_rescan: Option<Instant>,
+}
+
+impl<K> ResumePoint<K> {
+    /// A point with no key yet, whose claims look from the front at least every `rescan`
+    /// (refused when zero: every claim would look from the front, which is a plain claim).
+    pub fn new(rescan: Duration) -> Result<Self, InvalidInput> {
+        if rescan.is_zero() {
+            return Err(InvalidInput::ZeroDuration {
+                what: "rescan period",
+                got: rescan,
+            });
+        }
+        Ok(ResumePoint {
+            key: None,
+            rescan,
+            next_rescan: None,
+        })
+    }
+
+    /// The longest a claim resumes from the key before one looks from the front again.
+    pub fn rescan(&self) -> Duration {
+        self.rescan
+    }
+
+    /// The key the claim starting `now` resumes from, or `None` when it must look from the
+    /// front: no key yet, or a rescan is due (then the next one is scheduled `rescan` later).
+    pub fn bound(&mut self, now: Instant) -> Option<&K> {
+        match self.next_rescan {
+            Some(due) if now < due => self.key.as_ref(),
+            _ => {
+                self.next_rescan = Some(now + self.rescan);
+                None
+            }
+        }
+    }
+
+    /// A claim took rows; `furthest` is the key of the last of them in the claim order.
+    pub fn claimed(&mut self, furthest: K) {
+        self.key = Some(furthest);
+    }
+
+    /// A claim that resumed from the key found fewer rows than it asked for: rows may wait
+    /// before the key, so the next claim looks from the front.
+    pub fn found_nothing(&mut self) {
+        self.key = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_zero_rescan_period_is_refused() {
+        assert!(matches!(
+            ResumePoint::<i64>::new(Duration::ZERO),
+            Err(InvalidInput::ZeroDuration {
+                what: "rescan period",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn claims_resume_from_the_last_key_until_the_rescan_is_due() {
+        let t0 = Instant::now();
+        let mut p = ResumePoint::new(SEC).unwrap();
+        assert_eq!(p.bound(t0), None);
+        p.claimed(10);
+        assert_eq!(p.bound(t0 + SEC / 2), Some(&10));
+        p.claimed(20);
+        assert_eq!(p.bound(t0 + SEC - Duration::from_nanos(1)), Some(&20));
+        // Due: this claim looks from the front, and the key it finds replaces the old one even
+        // when it lies before it (a row re-queued behind the old key).
+        assert_eq!(p.bound(t0 + SEC), None);
+        p.claimed(3);
+        assert_eq!(p.bound(t0 + SEC), Some(&3));
+        assert_eq!(p.bound(t0 + 2 * SEC - Duration::from_nanos(1)), Some(&3));
+        assert_eq!(p.bound(t0 + 2 * SEC), None);
+    }
+
+    #[test]
+    fn a_claim_that_found_nothing_sends_the_next_to_the_front() {
+        let t0 = Instant::now();
+        let mut p = ResumePoint::new(SEC).unwrap();
+        assert_eq!(p.bound(t0), None);
+        p.claimed(5);
+        p.found_nothing();
+        assert_eq!(p.bound(t0), None);
+        assert_eq!(p.bound(t0), None, "still no key until a claim takes a row");
+        p.claimed(6);
+        assert_eq!(p.bound(t0), Some(&6));
+    }
+
+    #[test]
+    fn a_clock_that_goes_backwards_never_skips_the_rescan_for_long() {
+        // `Instant` is monotonic; a caller passing an earlier instant only shortens the wait
+        // for nothing: the schedule is kept, and the next due instant still comes.
+        let t0 = Instant::now() + 10 * SEC;
+        let mut p = ResumePoint::new(SEC).unwrap();
+        assert_eq!(p.bound(t0), None);
+        p.claimed(1);
+        assert_eq!(p.bound(t0 - 5 * SEC), Some(&1));
+        assert_eq!(p.bound(t0 + SEC), None);
+    }
+}

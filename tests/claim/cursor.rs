@@ -1,0 +1,180 @@
+//! Issue 23, item 3: `ClaimCursor`, claims that resume behind the last claimed row, on every
+//! backend: which rows they take first, that a row re-queued behind the key is still found, and
+//! that every row still goes to exactly one worker under threads that share one cursor.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Integer};
+use diesel_lease::claim::{ClaimCursor, ClaimOptions};
+use diesel_lease::prelude::*;
+
+use crate::claim::priority::schema::prio_jobs;
+use crate::claim::priority::{PrioJob, PRIO_JOBS_DDL};
+use crate::common::{pick, TestBackend, TestDb};
+use crate::models::schema::importjobs;
+use crate::models::*;
+
+/// Long enough that no test here ever reaches a timed rescan: what they see follows from the
+/// claims alone, whatever the machine's load.
+const NO_TIMED_RESCAN: Duration = Duration::from_secs(3600);
+
+backend_suite! {
+    fixtures: crate::claim::basics;
+    tests: [
+        a_cursor_resumes_at_the_key_and_looks_from_the_front_when_nothing_is_behind_it,
+        a_descending_order_resumes_at_or_below_the_key,
+        threads_sharing_a_cursor_claim_each_row_once_and_find_every_requeued_row,
+        a_zero_rescan_period_is_a_typed_error,
+    ];
+
+    fn ids(rows: &[ImportJob]) -> Vec<i64> {
+        let mut ids: Vec<i64> = rows.iter().map(|j| j.id).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Rows 1-10 in key order (`ImportJob` claims by key): a row released behind the key waits
+    /// while rows lie ahead of the key, and is taken once a claim behind the key finds fewer
+    /// rows than it asked for; claims go through the options' owner.
+    pub(crate) fn a_cursor_resumes_at_the_key_and_looks_from_the_front_when_nothing_is_behind_it(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 10);
+        let mut conn = db.conn();
+        let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
+        let me = ClaimOptions::default().owner(diesel_lease::OwnerId::new("cursor-test").unwrap());
+        assert!(cursor.claim_batch(&mut conn, 0).unwrap().is_empty(), "n = 0 claims nothing");
+        let first: Vec<ImportJob> = (0..3)
+            .map(|_| cursor.claim_next_with(&mut conn, &me).unwrap().expect("a row"))
+            .collect();
+        assert_eq!(ids(&first), [1, 2, 3], "the first claims look from the front");
+        assert!(first.iter().all(|j| j.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of) == Some("cursor-test")));
+        assert!(first[0].release(&mut conn).unwrap());
+        let fourth = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        assert_eq!(fourth.id, 4, "row 1 is ready again behind the key (3): the claim resumes at the key");
+        assert_eq!(ids(&cursor.claim_batch(&mut conn, 3).unwrap()), [5, 6, 7]);
+        assert!(first[1].release(&mut conn).unwrap());
+        assert_eq!(
+            ids(&cursor.claim_batch(&mut conn, 10).unwrap()),
+            [8, 9, 10],
+            "behind the key (7): three rows, fewer than asked for"
+        );
+        let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        assert_eq!(next.id, 1, "after a short claim the next looks from the front");
+        let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        assert_eq!(next.id, 2, "and resumes at the key it found (1)");
+        assert!(cursor.claim_next(&mut conn).unwrap().is_none(), "nothing ready is left");
+        let ready: i64 = importjobs::table
+            .filter(importjobs::statuscode.eq("JOBEXTRACTED"))
+            .count()
+            .get_result(&mut conn)
+            .unwrap();
+        assert_eq!(ready, 0);
+    }
+
+    /// `PrioJob` claims the highest priority first (`priority DESC`): a cursor resumes at or below
+    /// the last priority claimed, so a row of a higher priority inserted later waits until a claim
+    /// finds nothing at or below it.
+    pub(crate) fn a_descending_order_resumes_at_or_below_the_key(db: &TestDb<B>) {
+        let (pg, sqlite, mysql) = PRIO_JOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let mut conn = db.conn();
+        let insert = |conn: &mut <B as TestBackend>::Conn, id: i64, priority: i32| {
+            diesel::sql_query(pick::<B>(
+                "INSERT INTO prio_jobs (id, priority, run_at) VALUES ($1, $2, TIMESTAMP '2020-01-01 00:00:00')",
+                "INSERT INTO prio_jobs (id, priority, run_at) VALUES (?, ?, '2020-01-01 00:00:00')",
+                "INSERT INTO prio_jobs (id, priority, run_at) VALUES (?, ?, '2020-01-01 00:00:00')",
+            ))
+            .bind::<BigInt, _>(id)
+            .bind::<Integer, _>(priority)
+            .execute(conn)
+            .unwrap();
+        };
+        for (id, priority) in [(1, 5), (2, 4), (3, 3), (4, 2)] {
+            insert(&mut conn, id, priority);
+        }
+        let cursor = ClaimCursor::<PrioJob>::new(NO_TIMED_RESCAN).unwrap();
+        let mut claim = || cursor.claim_next(&mut conn).unwrap().map(|j| j.id);
+        assert_eq!(claim(), Some(1));
+        assert_eq!(claim(), Some(2));
+        let mut conn = db.conn();
+        insert(&mut conn, 5, 9);
+        let mut claim = || cursor.claim_next(&mut conn).unwrap().map(|j| j.id);
+        assert_eq!(claim(), Some(3), "priority 9 lies before the key (4) in a descending order");
+        assert_eq!(claim(), Some(4));
+        assert_eq!(claim(), Some(5), "nothing at or below the key: the claim looks from the front");
+        assert_eq!(claim(), None);
+        let left: i64 = prio_jobs::table
+            .filter(prio_jobs::status.eq("new"))
+            .count()
+            .get_result(&mut db.conn())
+            .unwrap();
+        assert_eq!(left, 0);
+    }
+
+    /// 8 threads with their own pooled connections, 6 sharing one cursor and 2 with their own,
+    /// drain 3,000 rows; each hands back (releases) every row whose key is a multiple of 7 the
+    /// first time it claims it, putting it behind the cursors' keys. Every row ends claimed for
+    /// good exactly once, every released row among them: none is stranded behind a key.
+    pub(crate) fn threads_sharing_a_cursor_claim_each_row_once_and_find_every_requeued_row(db: &TestDb<B>) {
+        const ROWS: i64 = 3_000;
+        const THREADS: usize = 8;
+        fixtures::seed_jobs(db, ROWS);
+        let pool = db.pool(THREADS as u32);
+        let shared = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
+        let released = Mutex::new(HashSet::new());
+        let kept = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let cursor = if t < 6 { shared.clone() } else { ClaimCursor::new(NO_TIMED_RESCAN).unwrap() };
+                let (pool, released, kept) = (pool.clone(), &released, &kept);
+                s.spawn(move || {
+                    let mut conn = pool.get().unwrap();
+                    let mut mine = Vec::new();
+                    loop {
+                        let batch = cursor.claim_batch(&mut conn, 1 + t % 3).unwrap();
+                        if batch.is_empty() {
+                            break;
+                        }
+                        for job in batch {
+                            if job.id % 7 == 0 && released.lock().unwrap().insert(job.id) {
+                                assert!(job.release(&mut conn).unwrap(), "row {} was ours", job.id);
+                            } else {
+                                mine.push(job.id);
+                            }
+                        }
+                    }
+                    kept.lock().unwrap().extend(mine);
+                });
+            }
+        });
+        let kept = kept.into_inner().unwrap();
+        let mut seen: HashMap<i64, usize> = HashMap::new();
+        for id in &kept {
+            *seen.entry(*id).or_default() += 1;
+        }
+        let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "rows claimed for good more than once: {twice:?}");
+        let lost: Vec<i64> = (1..=ROWS).filter(|id| !seen.contains_key(id)).collect();
+        assert!(lost.is_empty(), "{} rows never claimed for good, e.g. {:?}", lost.len(), &lost[..lost.len().min(10)]);
+        assert_eq!(kept.len() as i64, ROWS);
+        let released = released.into_inner().unwrap();
+        assert_eq!(released.len() as i64, ROWS / 7, "every multiple of 7 was handed back once");
+        let mut conn = db.conn();
+        let ready: i64 = importjobs::table
+            .filter(importjobs::statuscode.eq("JOBEXTRACTED"))
+            .count()
+            .get_result(&mut conn)
+            .unwrap();
+        assert_eq!(ready, 0, "no row left behind a key");
+    }
+
+    pub(crate) fn a_zero_rescan_period_is_a_typed_error(_db: &TestDb<B>) {
+        let err = ClaimCursor::<ImportJob>::new(Duration::ZERO).unwrap_err();
+        assert!(
+            matches!(err, diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { what: "rescan period", .. })),
+            "{err:?}"
+        );
+    }
+}
