@@ -20,6 +20,8 @@ use diesel::sql_types::{BigInt, Double, Text};
 use diesel_lease::prelude::*;
 use serde::Serialize;
 
+use diesel_lease::claim::ClaimCursor;
+
 use crate::measure::{self, Sample};
 use crate::model::{
     BenchJob, BenchJobBySeq, PG_FILL_JOBS, PG_JOBS_DDL, PG_READY_INDEX, PG_READY_SEQ_INDEX,
@@ -230,6 +232,44 @@ impl Layout {
             self.pick_sql()
         )
     }
+}
+
+/// How a steady run's workers claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Claims {
+    /// `BenchJobBySeq::claim_next`: each pick starts at the front of the claim order.
+    ClaimNext,
+    /// `ClaimCursor::claim_next`, one cursor shared by the workers (rescan every second): each
+    /// pick resumes at the last claimed `seq`.
+    Cursor,
+}
+
+impl Claims {
+    /// As reported.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Claims::ClaimNext => "claim_next",
+            Claims::Cursor => "ClaimCursor::claim_next",
+        }
+    }
+}
+
+/// How often the steady section's cursor looks from the front (`ClaimCursor::new`).
+const CURSOR_RESCAN: Duration = Duration::from_secs(1);
+
+/// One job: `ClaimCursor::claim_next` (`seq` order) then `complete`; 0 when the table is empty.
+pub(crate) fn cursor_job(
+    conn: &mut PgConnection,
+    cursor: &ClaimCursor<BenchJobBySeq>,
+) -> BenchResult<u64> {
+    let Some(job) = cursor.claim_next(conn)? else {
+        return Ok(0);
+    };
+    if !job.complete(conn)? {
+        return Err("a fresh claim was not ours".into());
+    }
+    Ok(1)
 }
 
 /// One job: `claim_next` then `complete` in the layout's order; 0 when the table is empty.
@@ -494,6 +534,8 @@ pub(crate) struct SteadyRun {
     pub(crate) layout: Layout,
     pub(crate) ready_rows: u64,
     pub(crate) workers: usize,
+    /// How the workers claim.
+    pub(crate) claims: Claims,
     /// The server's `autovacuum_naptime`, as `SHOW` prints it.
     pub(crate) autovacuum_naptime: String,
     /// Consecutive windows on the same table, in order.
@@ -524,7 +566,12 @@ impl PgBench {
         rows: u64,
         workers: usize,
         windows: usize,
+        claims: Claims,
     ) -> BenchResult<SteadyRun> {
+        if claims == Claims::Cursor && layout.order != Order::Seq {
+            return Err("the steady section's cursor claims in seq order".into());
+        }
+        let cursor = ClaimCursor::<BenchJobBySeq>::new(CURSOR_RESCAN)?;
         #[derive(QueryableByName)]
         struct Setting {
             #[diesel(sql_type = Text)]
@@ -575,7 +622,10 @@ impl PgBench {
                     );
                     let before = done.load(Ordering::Relaxed);
                     let sample = measure::timed(conns, self.window, |conn| {
-                        let n = job(conn, layout.order)?;
+                        let n = match claims {
+                            Claims::ClaimNext => job(conn, layout.order)?,
+                            Claims::Cursor => cursor_job(conn, &cursor)?,
+                        };
                         done.fetch_add(n, Ordering::Relaxed);
                         Ok(n)
                     })?;
@@ -611,6 +661,7 @@ impl PgBench {
             layout,
             ready_rows: rows,
             workers,
+            claims,
             autovacuum_naptime,
             windows,
             inserted,
@@ -625,11 +676,12 @@ pub(crate) fn print_steady(runs: &[SteadyRun]) {
         println!();
         println!(
             "steady: {} ready rows held (producer inserted {}, {} ready after), {} workers, {}, \
-             autovacuum_naptime {}",
+             {}, autovacuum_naptime {}",
             run.ready_rows,
             run.inserted,
             run.ready_after,
             run.workers,
+            run.claims.name(),
             run.layout.name,
             run.autovacuum_naptime
         );
@@ -640,12 +692,12 @@ pub(crate) fn print_steady(runs: &[SteadyRun]) {
 }
 
 /// The large depth against the small one, held over windows: jobs/s of the windows after the
-/// first, median over rounds.
+/// first, median over rounds; one target for each way of claiming that ran.
 pub(crate) fn steady_targets(runs: &[SteadyRun]) -> Vec<TargetCheck> {
-    let median = |rows: u64| {
+    let median = |rows: u64, claims: Claims| {
         let mut rates: Vec<f64> = runs
             .iter()
-            .filter(|r| r.ready_rows == rows)
+            .filter(|r| r.ready_rows == rows && r.claims == claims)
             .filter_map(SteadyRun::steady_rate)
             .collect();
         rates.sort_by(f64::total_cmp);
@@ -654,18 +706,33 @@ pub(crate) fn steady_targets(runs: &[SteadyRun]) -> Vec<TargetCheck> {
     let mut sizes: Vec<u64> = runs.iter().map(|r| r.ready_rows).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    match (sizes.first(), sizes.last()) {
-        (Some(&small), Some(&large)) if small != large => vec![TargetCheck::at_least(
-            &format!("steady depth: jobs/s at {large} / at {small} ready rows, held"),
-            median(large).zip(median(small)).map(|(a, b)| a / b),
-            0.9,
-            format!(
-                "claim_next + complete, 4 workers, windows after the first; autovacuum_naptime {}",
-                runs[0].autovacuum_naptime
-            ),
-        )],
-        _ => Vec::new(),
+    let (Some(&small), Some(&large)) = (sizes.first(), sizes.last()) else {
+        return Vec::new();
+    };
+    if small == large {
+        return Vec::new();
     }
+    [Claims::ClaimNext, Claims::Cursor]
+        .into_iter()
+        .filter(|c| runs.iter().any(|r| r.claims == *c))
+        .map(|claims| {
+            TargetCheck::at_least(
+                &format!(
+                    "steady depth: jobs/s at {large} / at {small} ready rows, held, {}",
+                    claims.name()
+                ),
+                median(large, claims)
+                    .zip(median(small, claims))
+                    .map(|(a, b)| a / b),
+                0.9,
+                format!(
+                    "{} + complete, 4 workers, windows after the first; autovacuum_naptime {}",
+                    claims.name(),
+                    runs[0].autovacuum_naptime
+                ),
+            )
+        })
+        .collect()
 }
 
 /// Autovacuum runs of the queue table so far (the statistics lag by up to a second).

@@ -1033,23 +1033,27 @@ fn depth10m_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResu
 }
 
 /// Issue 23, item 3 held over time: the depth10m sizes kept at their depth by a producer, over
-/// `plan.steady_windows` consecutive windows each, sizes alternating per round.
+/// `plan.steady_windows` consecutive windows each, sizes alternating per round, each size claimed
+/// with `claim_next` and through a `ClaimCursor`.
 fn steady_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
     let layout = depth::RECOMMENDED;
     let (small, large) = plan.depth_sizes;
     for round in 0..plan.rounds {
         for rows in [small, large] {
-            eprintln!(
-                "steady: {rows} ready rows held, 4 workers, {} windows, {} (round {})",
-                plan.steady_windows,
-                layout.name,
-                round + 1
-            );
-            let run = pg.steady_depth(layout, rows, 4, plan.steady_windows)?;
-            for (k, w) in run.windows.iter().enumerate() {
-                eprintln!("{}", w.line(k));
+            for claims in [depth::Claims::ClaimNext, depth::Claims::Cursor] {
+                eprintln!(
+                    "steady: {rows} ready rows held, 4 workers, {} windows, {}, {} (round {})",
+                    plan.steady_windows,
+                    claims.name(),
+                    layout.name,
+                    round + 1
+                );
+                let run = pg.steady_depth(layout, rows, 4, plan.steady_windows, claims)?;
+                for (k, w) in run.windows.iter().enumerate() {
+                    eprintln!("{}", w.line(k));
+                }
+                report.steady.push(run);
             }
-            report.steady.push(run);
         }
     }
     Ok(())

@@ -67,6 +67,8 @@ pub(crate) struct BenchJob {
 #[allow(dead_code)]
 pub(crate) struct BenchJobBySeq {
     pub(crate) id: i64,
+    /// The claim order, read by the steady section's `ClaimCursor` claims.
+    pub(crate) seq: i64,
     pub(crate) status: String,
     pub(crate) owner: Option<String>,
     pub(crate) claimed_at: Option<NaiveDateTime>,
