@@ -122,6 +122,41 @@ pub(crate) struct Block3;
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
 /// # use diesel_lease::prelude::*;
+/// # use diesel_lease::claim::ClaimCursor;
+/// # use std::time::Duration;
+/// # diesel::table! {
+/// #     jobs (id) {
+/// #         id -> BigInt,
+/// #         seq -> BigInt,
+/// #         status -> Text,
+/// #         owner -> Nullable<Text>,
+/// #     }
+/// # }
+/// # #[derive(Queryable, Selectable, Claimable)]
+/// # #[diesel(table_name = jobs)]
+/// # #[claimable(state = status, ready = "ready", claimed = "running", done = "done",
+/// #             owner = owner, order_by(seq))]
+/// # struct Job { id: i64, seq: i64, status: String, owner: Option<String> }
+/// # fn run(_: &Job) -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mut conn = SqliteConnection::establish("readme.db")?;
+/// let cursor = ClaimCursor::<Job>::new(Duration::from_secs(1))?;  // clones share it
+/// while let Some(job) = cursor.claim_next(&mut conn)? {
+///     run(&job)?;
+///     job.complete(&mut conn)?;
+/// }
+/// // or: Worker::new(pool).claim_cursor(cursor).run_until(&stop, handler)
+/// # Ok(())
+/// # }
+/// ```
+#[allow(dead_code)]
+pub(crate) struct Block4;
+
+/// README block 5.
+/// ```no_run
+/// # #![allow(unused, dead_code)]
+/// # use diesel::prelude::*;
+/// # use diesel_lease::prelude::*;
 /// # use chrono::NaiveDateTime;
 /// # use std::time::Duration;
 /// # use diesel_lease::claim::{RetryOutcome, RetryPolicy};
@@ -153,9 +188,9 @@ pub(crate) struct Block3;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block4;
+pub(crate) struct Block5;
 
-/// README block 5.
+/// README block 6.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -199,9 +234,9 @@ pub(crate) struct Block4;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block5;
+pub(crate) struct Block6;
 
-/// README block 6.
+/// README block 7.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -247,9 +282,9 @@ pub(crate) struct Block5;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block6;
+pub(crate) struct Block7;
 
-/// README block 7.
+/// README block 8.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -297,7 +332,7 @@ pub(crate) struct Block6;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block7;
+pub(crate) struct Block8;
 
 /// README block: Priorities.
 /// ```no_run
@@ -487,7 +522,7 @@ pub(crate) struct Block7a;
 #[allow(dead_code)]
 pub(crate) struct Block7b;
 
-/// README block 8.
+/// README block 9.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -531,9 +566,9 @@ pub(crate) struct Block7b;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block8;
+pub(crate) struct Block9;
 
-/// README block 9.
+/// README block 10.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -563,9 +598,9 @@ pub(crate) struct Block8;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block9;
+pub(crate) struct Block10;
 
-/// README block 10.
+/// README block 11.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -596,9 +631,9 @@ pub(crate) struct Block9;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block10;
+pub(crate) struct Block11;
 
-/// README block 11.
+/// README block 12.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -625,9 +660,9 @@ pub(crate) struct Block10;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block11;
+pub(crate) struct Block12;
 
-/// README block 12.
+/// README block 13.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -655,9 +690,9 @@ pub(crate) struct Block11;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block12;
+pub(crate) struct Block13;
 
-/// README block 13.
+/// README block 14.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -697,7 +732,7 @@ pub(crate) struct Block12;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block13;
+pub(crate) struct Block14;
 
 /// README block: cron schedules (after block 13).
 /// ```no_run
@@ -733,7 +768,7 @@ pub(crate) struct Block13;
 #[allow(dead_code)]
 pub(crate) struct BlockCron;
 
-/// README block 14.
+/// README block 15.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -769,9 +804,9 @@ pub(crate) struct BlockCron;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block14;
+pub(crate) struct Block15;
 
-/// README block 15.
+/// README block 16.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
@@ -800,9 +835,9 @@ pub(crate) struct Block14;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block15;
+pub(crate) struct Block16;
 
-/// README block 16.
+/// README block 17.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # #[cfg(feature = "deadpool")]
@@ -869,9 +904,9 @@ pub(crate) struct Block15;
 /// # fn main() {}
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block16;
+pub(crate) struct Block17;
 
-/// README block 17.
+/// README block 18.
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -889,4 +924,4 @@ pub(crate) struct Block16;
 /// # }
 /// ```
 #[allow(dead_code)]
-pub(crate) struct Block17;
+pub(crate) struct Block18;

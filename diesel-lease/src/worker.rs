@@ -15,8 +15,9 @@ use lease_core::{Backoff, RetryPolicy};
 use crate::claim::schedule::release_unstarted;
 use crate::claim::wait::{ClaimFn, Waiter};
 use crate::claim::{
-    fail_or_retry, finish, heartbeat, ClaimConnection, ClaimGuard, ClaimOptions, Claimable, Finish,
-    HasAttempts, HasDoneState, HasFailedState, RateLimit, RetryOutcome,
+    fail_or_retry, finish, heartbeat, ClaimConnection, ClaimCursor, ClaimGuard, ClaimOptions,
+    ClaimOrderKey, Claimable, CursorConnection, Finish, HasAttempts, HasDoneState, HasFailedState,
+    RateLimit, RetryOutcome,
 };
 use crate::pool::{AnySource, ConnectionSource};
 use crate::semaphore::Semaphore;
@@ -122,8 +123,13 @@ where
     options: ClaimOptions,
     policy: RetryPolicy,
     key_limit: Option<KeyLimit<M>>,
+    /// Claims through a [`ClaimCursor`] ([`Worker::claim_cursor`]), as a claim of `n` rows.
+    cursor: Option<CursorClaim<M, C>>,
     _m: PhantomData<fn(&M)>,
 }
+
+/// A worker's claim through a [`ClaimCursor`], its bounds checked where it was set.
+type CursorClaim<M, C> = Arc<dyn Fn(&mut C, usize, &ClaimOptions) -> Result<Vec<M>> + Send + Sync>;
 
 /// What a [`Worker`] did, counted over its threads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -157,6 +163,7 @@ where
                 "key_limit",
                 &self.key_limit.as_ref().map(|k| (k.column, k.max)),
             )
+            .field("cursor", &self.cursor.is_some())
             .finish()
     }
 }
@@ -181,6 +188,7 @@ where
                 .and_then(|n| RetryPolicy::new(n).ok())
                 .unwrap_or(DEFAULT_POLICY),
             key_limit: None,
+            cursor: None,
             _m: PhantomData,
         }
     }
@@ -208,6 +216,28 @@ where
     /// The claims' owner and stale-claim timeout.
     pub fn claim_options(mut self, options: ClaimOptions) -> Self {
         self.options = options;
+        self
+    }
+
+    /// Claims through `cursor`: each claim resumes at the last row claimed instead of at
+    /// the front of the claim order, which keeps a deep PostgreSQL queue's claims as fast as a
+    /// short one's. A row that becomes claimable again before that row (a failure retried, a row
+    /// handed back) waits for the next claim that looks from the front: at most the cursor's
+    /// rescan period while rows are claimed, at once when none is left from the key on (see
+    /// [`ClaimCursor`]). The worker's threads share the cursor (and so do clones of it). Does
+    /// not combine with [`limit_per_key`](Self::limit_per_key): `run_until` refuses both with
+    /// [`Error::Config`].
+    pub fn claim_cursor(mut self, cursor: ClaimCursor<M>) -> Self
+    where
+        M: ClaimOrderKey,
+        M::OrderValue: Clone + PartialOrd + Send + 'static,
+        C: CursorConnection<M>,
+    {
+        self.cursor = Some(Arc::new(
+            move |conn: &mut C, n: usize, options: &ClaimOptions| {
+                cursor.claim_rows(conn, n, options)
+            },
+        ));
         self
     }
 
@@ -263,6 +293,14 @@ where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
+        if self.cursor.is_some() && self.key_limit.is_some() {
+            // A cursor's claims would skip the per-key test, or the key test the cursor: refuse
+            // rather than run one of them silently.
+            return Err(Error::Config(
+                "Worker::claim_cursor does not combine with Worker::limit_per_key: use one of them"
+                    .into(),
+            ));
+        }
         let run = Run {
             worker: &self,
             stop,
@@ -464,9 +502,11 @@ where
         let limit = i64::try_from(w.batch).unwrap_or(i64::MAX);
         let options = w.options.clone();
         let key = w.key_limit.as_ref().map(|k| (k.column, i64::from(k.max)));
-        let claim: ClaimFn<M, C> = Arc::new(move |conn: &mut C| match key {
-            Some((column, max)) => conn.claim_under_key_limit(limit, &options, column, max),
-            None => {
+        let (batch, cursor) = (w.batch, w.cursor.clone());
+        let claim: ClaimFn<M, C> = Arc::new(move |conn: &mut C| match (key, &cursor) {
+            (Some((column, max)), _) => conn.claim_under_key_limit(limit, &options, column, max),
+            (None, Some(cursor)) => cursor(conn, batch, &options),
+            (None, None) => {
                 conn.claim_matching::<crate::claim::statements::NoFilter>(limit, &options, None)
             }
         });

@@ -1,14 +1,14 @@
-//! Where a worker's next claim starts looking in a deep queue: just behind the last row it
+//! Where a worker's next claim starts looking in a deep queue: at the last row it
 //! claimed, and from the front of the claim order again now and then.
 //!
 //! A claim picks the first claimable row in the claim order. On PostgreSQL every claimed row
 //! leaves a dead entry at the front of the queue's index until a vacuum cleans the index, and a
 //! pick that starts at the front steps over all of them. A pick that starts at the last claimed
-//! key skips them. The price: a row that becomes claimable again *behind* that key (released,
+//! key skips them. The price: a row that becomes claimable again *before* that key in the claim order (released,
 //! retried, rescued from a stale claim, or inserted by a transaction that committed late) waits
 //! for the next claim that looks from the front. [`ResumePoint`] decides which claims do: the
-//! first one, one every `rescan` period, and the next one after a claim found nothing behind
-//! the key.
+//! first one, one every `rescan` period, and the next one after a claim found fewer rows from
+//! the key on than it asked for.
 
 use std::time::{Duration, Instant};
 
@@ -26,9 +26,9 @@ use crate::InvalidInput;
 /// let mut point = ResumePoint::new(Duration::from_secs(1)).unwrap();
 /// assert_eq!(point.bound(start), None, "the first claim looks from the front");
 /// point.claimed(41);
-/// assert_eq!(point.bound(start), Some(&41), "the next ones resume behind the key");
+/// assert_eq!(point.bound(start), Some(&41), "the next ones resume at the key");
 /// point.found_nothing();
-/// assert_eq!(point.bound(start), None, "nothing behind the key: look from the front");
+/// assert_eq!(point.bound(start), None, "nothing from the key on: look from the front");
 /// point.claimed(7);
 /// assert_eq!(point.bound(start + Duration::from_secs(1)), None, "a rescan is due");
 /// ```
@@ -112,7 +112,7 @@ mod tests {
         p.claimed(20);
         assert_eq!(p.bound(t0 + SEC - Duration::from_nanos(1)), Some(&20));
         // Due: this claim looks from the front, and the key it finds replaces the old one even
-        // when it lies before it (a row re-queued behind the old key).
+        // when it lies before it (a row re-queued before the old key).
         assert_eq!(p.bound(t0 + SEC), None);
         p.claimed(3);
         assert_eq!(p.bound(t0 + SEC), Some(&3));

@@ -1,5 +1,5 @@
-//! Issue 23, item 3: `ClaimCursor`, claims that resume behind the last claimed row, on every
-//! backend: which rows they take first, that a row re-queued behind the key is still found, and
+//! Issue 23, item 3: `ClaimCursor`, claims that resume at the last claimed row, on every
+//! backend: which rows they take first, that a row re-queued before the key is still found, and
 //! that every row still goes to exactly one worker under threads that share one cursor.
 
 use std::collections::{HashMap, HashSet};
@@ -24,7 +24,7 @@ const NO_TIMED_RESCAN: Duration = Duration::from_secs(3600);
 backend_suite! {
     fixtures: crate::claim::basics;
     tests: [
-        a_cursor_resumes_at_the_key_and_looks_from_the_front_when_nothing_is_behind_it,
+        a_cursor_resumes_at_the_key_and_looks_from_the_front_when_nothing_is_left_after_it,
         a_descending_order_resumes_at_or_below_the_key,
         threads_sharing_a_cursor_claim_each_row_once_and_find_every_requeued_row,
         a_zero_rescan_period_is_a_typed_error,
@@ -36,10 +36,10 @@ backend_suite! {
         ids
     }
 
-    /// Rows 1-10 in key order (`ImportJob` claims by key): a row released behind the key waits
-    /// while rows lie ahead of the key, and is taken once a claim behind the key finds fewer
+    /// Rows 1-10 in key order (`ImportJob` claims by key): a row released before the key waits
+    /// while rows lie ahead of the key, and is taken once a claim from the key on finds fewer
     /// rows than it asked for; claims go through the options' owner.
-    pub(crate) fn a_cursor_resumes_at_the_key_and_looks_from_the_front_when_nothing_is_behind_it(db: &TestDb<B>) {
+    pub(crate) fn a_cursor_resumes_at_the_key_and_looks_from_the_front_when_nothing_is_left_after_it(db: &TestDb<B>) {
         fixtures::seed_jobs(db, 10);
         let mut conn = db.conn();
         let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
@@ -52,13 +52,13 @@ backend_suite! {
         assert!(first.iter().all(|j| j.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of) == Some("cursor-test")));
         assert!(first[0].release(&mut conn).unwrap());
         let fourth = cursor.claim_next(&mut conn).unwrap().expect("a row");
-        assert_eq!(fourth.id, 4, "row 1 is ready again behind the key (3): the claim resumes at the key");
+        assert_eq!(fourth.id, 4, "row 1 is ready again before the key (3): the claim resumes at the key");
         assert_eq!(ids(&cursor.claim_batch(&mut conn, 3).unwrap()), [5, 6, 7]);
         assert!(first[1].release(&mut conn).unwrap());
         assert_eq!(
             ids(&cursor.claim_batch(&mut conn, 10).unwrap()),
             [8, 9, 10],
-            "behind the key (7): three rows, fewer than asked for"
+            "from the key (7) on: three rows, fewer than asked for"
         );
         let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
         assert_eq!(next.id, 1, "after a short claim the next looks from the front");
@@ -115,8 +115,8 @@ backend_suite! {
 
     /// 8 threads with their own pooled connections, 6 sharing one cursor and 2 with their own,
     /// drain 3,000 rows; each hands back (releases) every row whose key is a multiple of 7 the
-    /// first time it claims it, putting it behind the cursors' keys. Every row ends claimed for
-    /// good exactly once, every released row among them: none is stranded behind a key.
+    /// first time it claims it, putting it before the cursors' keys. Every row ends claimed for
+    /// good exactly once, every released row among them: none is stranded before a key.
     pub(crate) fn threads_sharing_a_cursor_claim_each_row_once_and_find_every_requeued_row(db: &TestDb<B>) {
         const ROWS: i64 = 3_000;
         const THREADS: usize = 8;
@@ -167,7 +167,7 @@ backend_suite! {
             .count()
             .get_result(&mut conn)
             .unwrap();
-        assert_eq!(ready, 0, "no row left behind a key");
+        assert_eq!(ready, 0, "no row left before a key");
     }
 
     pub(crate) fn a_zero_rescan_period_is_a_typed_error(_db: &TestDb<B>) {

@@ -27,6 +27,8 @@ backend_suite! {
         the_per_key_limit_holds_under_contention,
         the_per_key_limit_holds_across_processes,
         per_key_semaphores_are_removed_once_their_keys_are_idle,
+        a_worker_claiming_through_a_cursor_runs_every_row_and_every_retry,
+        a_cursor_and_a_per_key_limit_are_refused_together,
     ];
 
     /// The semaphore rows left in diesel-lease's table, and how many requests.
@@ -111,6 +113,48 @@ backend_suite! {
         assert_eq!(seen, ids, "each row exactly once");
         assert_eq!(report.completed, 40);
         assert_eq!(statuses(db), HashMap::from([("done".to_string(), 40)]));
+    }
+
+    /// `Worker::claim_cursor` (issue 23, item 3): 4 threads sharing one cursor, batches of 3;
+    /// every fifth row fails its first attempt and is retried after a backoff. Each row is
+    /// done, run once, or twice when it failed; none is stranded before the cursor's key.
+    pub(crate) fn a_worker_claiming_through_a_cursor_runs_every_row_and_every_retry(db: &TestDb<B>) {
+        let ids = seed(db, 40, &[""]);
+        let runs = Mutex::new(HashMap::<i64, u32>::new());
+        let cursor = diesel_lease::claim::ClaimCursor::new(Duration::from_secs(3600)).unwrap();
+        let worker = Worker::new(db.pool(8))
+            .concurrency(4)
+            .batch(3)
+            .retry_policy(quick_retries(3))
+            .claim_cursor(cursor);
+        let report = run_until_settled(worker, |_, t: &Task| {
+            *runs.lock().unwrap().entry(t.id).or_default() += 1;
+            if t.id % 5 == 0 && t.attempts == 1 {
+                return Err(format!("task {} fails once", t.id));
+            }
+            Ok(())
+        }, || left(db, "done") == 40);
+        let runs = runs.into_inner().unwrap();
+        let mut seen: Vec<i64> = runs.keys().copied().collect();
+        seen.sort();
+        assert_eq!(seen, ids, "every row ran");
+        for (id, n) in &runs {
+            assert_eq!(*n, if id % 5 == 0 { 2 } else { 1 }, "runs of row {id}");
+        }
+        assert_eq!((report.completed, report.retried, report.failed), (40, 8, 0));
+        assert_eq!(statuses(db), HashMap::from([("done".to_string(), 40)]));
+    }
+
+    pub(crate) fn a_cursor_and_a_per_key_limit_are_refused_together(db: &TestDb<B>) {
+        seed(db, 1, &["a"]);
+        let cursor = diesel_lease::claim::ClaimCursor::new(Duration::from_secs(1)).unwrap();
+        let worker = Worker::new(db.pool(2))
+            .claim_cursor(cursor)
+            .limit_per_key(tasks::tenant, 1, |t: &Task| t.tenant.clone());
+        let stop = AtomicBool::new(false);
+        let err = worker.run_until(&stop, |_, _: &Task| Ok::<_, String>(())).unwrap_err();
+        assert!(matches!(&err, diesel_lease::Error::Config(m) if m.contains("limit_per_key")), "{err:?}");
+        assert_eq!(left(db, "new"), 1, "nothing was claimed");
     }
 
     pub(crate) fn a_panicking_handler_never_loses_its_row(db: &TestDb<B>) {

@@ -1,4 +1,4 @@
-//! Claims that resume behind the last claimed row: a deep queue's claims without the walk over
+//! Claims that resume at the last claimed row: a deep queue's claims without the walk over
 //! the front of its index ([`ClaimCursor`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,7 +21,7 @@ use crate::{BorrowConnection, Result};
 /// `order_by(…)` attribute's first column; by default the priority, else the not-before
 /// column, else the primary key).
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` has no field for the first column of its claim order, so a claim cannot resume behind it",
+    message = "`{Self}` has no field for the first column of its claim order, so a claim cannot resume at it",
     label = "a `ClaimCursor` needs this model to read its claim order's first column",
     note = "add a field for that column to `{Self}` (the first of `order_by(…)`; by default the priority, the not-before column or the primary key)"
 )]
@@ -92,7 +92,7 @@ fn first_order<M: Claimable>() -> SortOrder {
     M::ORDER.first().map_or(SortOrder::Asc, |(_, dir)| *dir)
 }
 
-/// Claims of model `M` that resume behind the last row claimed, instead of starting at the front
+/// Claims of model `M` that resume at the last row claimed, instead of starting at the front
 /// of the claim order: what keeps a deep queue's claims as fast as a short one's on PostgreSQL.
 ///
 /// A claim picks the first claimable row in the claim order. On PostgreSQL every claimed row
@@ -107,7 +107,7 @@ fn first_order<M: Claimable>() -> SortOrder {
 /// retried, rescued from a stale claim, a row of higher priority, or one inserted by a
 /// transaction that committed late — is not taken first; it waits until a claim looks from the
 /// front again: the first claim, one every `rescan` period, and the next claim after one that
-/// found fewer rows behind the key than it asked for. So no row waits longer than `rescan` while
+/// found fewer rows from the key on than it asked for. So no row waits longer than `rescan` while
 /// the worker keeps claiming, and a drained queue's claims find every row. Every row still goes
 /// to exactly one worker: the cursor only narrows which rows a claim looks at.
 ///
@@ -148,7 +148,7 @@ fn first_order<M: Claimable>() -> SortOrder {
 /// let c = cursor.claim_next(&mut conn)?.expect("a row");
 /// assert_eq!(c.seq, 30, "the claim resumes at the key: row a waits");
 /// let again = cursor.claim_next(&mut conn)?.expect("a row");
-/// assert_eq!(again.seq, 10, "nothing left behind the key: this claim looks from the front");
+/// assert_eq!(again.seq, 10, "nothing left from the key on: this claim looks from the front");
 /// # Ok(()) }
 /// # }
 /// ```
@@ -185,7 +185,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
     }
 
     /// The next claimable row, as [`ClaimDsl::claim_next`](crate::dsl::ClaimDsl::claim_next)
-    /// returns it, looked for behind the last claimed row.
+    /// returns it, looked for from the last claimed row on.
     pub fn claim_next<C>(&self, conn: &mut C) -> Result<Option<M>>
     where
         C: BorrowConnection,
@@ -197,7 +197,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
     }
 
     /// Up to `n` rows, as [`ClaimDsl::claim_batch`](crate::dsl::ClaimDsl::claim_batch) returns
-    /// them, looked for behind the last claimed row.
+    /// them, looked for from the last claimed row on.
     pub fn claim_batch<C>(&self, conn: &mut C, n: usize) -> Result<Vec<M>>
     where
         C: BorrowConnection,
@@ -232,19 +232,32 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         C::Conn: CursorConnection<M>,
         M::OrderValue: Clone + PartialOrd,
     {
+        self.claim_rows(conn.borrow_connection(), n, options)
+    }
+
+    /// [`claim_batch_with`](Self::claim_batch_with) on the connection itself (a
+    /// [`Worker`](crate::worker::Worker)'s claims).
+    pub(crate) fn claim_rows<D>(
+        &self,
+        conn: &mut D,
+        n: usize,
+        options: &ClaimOptions,
+    ) -> Result<Vec<M>>
+    where
+        D: CursorConnection<M>,
+        M::OrderValue: Clone + PartialOrd,
+    {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let conn = conn.borrow_connection();
         let key = self.lock().bound(Instant::now()).cloned();
-        let from_front =
-            |conn: &mut C::Conn| conn.claim_matching::<NoFilter>(limit(n), options, None);
+        let from_front = |conn: &mut D| conn.claim_matching::<NoFilter>(limit(n), options, None);
         let (rows, resume) = match key {
             None => (from_front(conn)?, true),
             Some(key) => {
                 let rows = conn.claim_from(limit(n), options, &key)?;
                 if rows.is_empty() {
-                    // Nothing behind the key: look from the front at once.
+                    // Nothing from the key on: look from the front at once.
                     (from_front(conn)?, true)
                 } else {
                     // Fewer rows than asked: rows may wait before the key, so the next claim
