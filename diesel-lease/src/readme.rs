@@ -145,7 +145,7 @@ pub(crate) struct Block3;
 ///     run(&job)?;
 ///     job.complete(&mut conn)?;
 /// }
-/// // or: Worker::new(pool).claim_cursor(cursor).run_until(&stop, handler)
+/// // also: cursor.claim_next_guarded(&pool), Worker::new(pool).claim_cursor(cursor)
 /// # Ok(())
 /// # }
 /// ```

@@ -28,6 +28,7 @@ backend_suite! {
         a_descending_order_resumes_at_or_below_the_key,
         threads_sharing_a_cursor_claim_each_row_once_and_find_every_requeued_row,
         a_zero_rescan_period_is_a_typed_error,
+        guarded_claims_through_a_cursor_resume_at_the_key_and_hand_rows_back,
     ];
 
     fn ids(rows: &[ImportJob]) -> Vec<i64> {
@@ -168,6 +169,40 @@ backend_suite! {
             .get_result(&mut conn)
             .unwrap();
         assert_eq!(ready, 0, "no row left before a key");
+    }
+
+    fn status(db: &TestDb<B>, id: i64) -> String {
+        importjobs::table.find(id).select(importjobs::statuscode).get_result(&mut db.conn()).unwrap()
+    }
+
+    /// Guarded claims through a pool: a guard dropped unfinished hands its row back before the
+    /// key; the next claims resume at the key, and the row comes back once nothing is left from
+    /// the key on.
+    pub(crate) fn guarded_claims_through_a_cursor_resume_at_the_key_and_hand_rows_back(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 5);
+        let pool = db.pool(4);
+        let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
+        let mut guards = cursor.claim_batch_guarded(&pool, 3).unwrap();
+        guards.sort_by_key(|g| g.id);
+        assert_eq!(guards.iter().map(|g| g.id).collect::<Vec<_>>(), [1, 2, 3]);
+        let mut guards = guards.into_iter();
+        drop(guards.next());
+        assert_eq!(status(db, 1), "JOBEXTRACTED", "a dropped guard hands its row back");
+        for guard in guards {
+            assert!(guard.complete().unwrap());
+        }
+        let next = |cursor: &ClaimCursor<ImportJob>| cursor.claim_next_guarded(&pool).unwrap().expect("a row");
+        let four = next(&cursor);
+        assert_eq!(four.id, 4, "the claim resumes at the key (3), row 1 waits");
+        let five = next(&cursor);
+        assert_eq!(five.id, 5);
+        let one = next(&cursor);
+        assert_eq!(one.id, 1, "nothing left from the key on: the claim looks from the front");
+        for guard in [four, five, one] {
+            assert!(guard.complete().unwrap());
+        }
+        assert!(cursor.claim_next_guarded(&pool).unwrap().is_none());
+        assert!((1..=5).all(|id| status(db, id) == "DONE"));
     }
 
     pub(crate) fn a_zero_rescan_period_is_a_typed_error(_db: &TestDb<B>) {

@@ -6,12 +6,16 @@ use std::time::{Duration, Instant};
 
 use diesel::expression::{AppearsOnTable, AsExpression, Expression};
 use diesel::query_builder::{QueryFragment, QueryId};
+use diesel::r2d2::R2D2Connection;
 use diesel::sql_types::{Bool, SqlType};
 use diesel::{Column, ExpressionMethods};
 use lease_core::ResumePoint;
 
 use super::statements::Filter;
-use super::{limit, ClaimConnection, ClaimOptions, Claimable, NoFilter, SortOrder};
+use super::{
+    limit, ClaimConnection, ClaimDialect, ClaimGuard, ClaimOptions, Claimable, NoFilter, SortOrder,
+};
+use crate::pool::ConnectionSource;
 use crate::{BorrowConnection, Result};
 
 /// The first column of a model's claim order, and its value in a row: what a [`ClaimCursor`]
@@ -233,6 +237,52 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         M::OrderValue: Clone + PartialOrd,
     {
         self.claim_rows(conn.borrow_connection(), n, options)
+    }
+
+    /// The next row, claimed through `pool` and guarded as
+    /// [`ClaimDsl::claim_next_guarded`](crate::dsl::ClaimDsl::claim_next_guarded) guards it
+    /// (a heartbeat while it is held, handed back if dropped unfinished).
+    pub fn claim_next_guarded<C>(
+        &self,
+        pool: &impl ConnectionSource<Connection = C>,
+    ) -> Result<Option<ClaimGuard<M>>>
+    where
+        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        M: Send + Sync,
+        M::OrderValue: Clone + PartialOrd,
+    {
+        self.claim_batch_guarded_with(pool, 1, &ClaimOptions::default())
+            .map(|guards| guards.into_iter().next())
+    }
+
+    /// Up to `n` rows, claimed through `pool` and each guarded (see
+    /// [`claim_next_guarded`](Self::claim_next_guarded)).
+    pub fn claim_batch_guarded<C>(
+        &self,
+        pool: &impl ConnectionSource<Connection = C>,
+        n: usize,
+    ) -> Result<Vec<ClaimGuard<M>>>
+    where
+        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        M: Send + Sync,
+        M::OrderValue: Clone + PartialOrd,
+    {
+        self.claim_batch_guarded_with(pool, n, &ClaimOptions::default())
+    }
+
+    /// [`claim_batch_guarded`](Self::claim_batch_guarded) as `options` say.
+    pub fn claim_batch_guarded_with<C>(
+        &self,
+        pool: &impl ConnectionSource<Connection = C>,
+        n: usize,
+        options: &ClaimOptions,
+    ) -> Result<Vec<ClaimGuard<M>>>
+    where
+        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        M: Send + Sync,
+        M::OrderValue: Clone + PartialOrd,
+    {
+        ClaimGuard::claim_and_guard(pool, options, |conn| self.claim_rows(conn, n, options))
     }
 
     /// [`claim_batch_with`](Self::claim_batch_with) on the connection itself (a

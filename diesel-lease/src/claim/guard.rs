@@ -144,9 +144,23 @@ where
     where
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
+        Self::claim_and_guard(pool, options, |conn| {
+            super::claim_batch_with::<M, _>(conn, n, options)
+        })
+    }
+
+    /// Claims rows with `claim` on a connection of `pool` and guards each of them (the claims
+    /// above, and a [`ClaimCursor`](super::ClaimCursor)'s).
+    pub(crate) fn claim_and_guard<C>(
+        pool: &impl ConnectionSource<Connection = C>,
+        options: &ClaimOptions,
+        claim: impl FnOnce(&mut C) -> Result<Vec<M>>,
+    ) -> Result<Vec<Self>>
+    where
+        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+    {
         let sent_at = Instant::now();
-        let rows =
-            pool.with_connection(|conn| super::claim_batch_with::<M, _>(conn, n, options))?;
+        let rows = pool.with_connection(claim)?;
         let pool = AnySource::new(pool);
         // Every row gets its guard first: one that fails to start hands its own row back, and
         // on such an error the guards already started drop with the `Vec`, handing theirs back.
