@@ -145,7 +145,8 @@ pub(crate) struct Block3;
 ///     run(&job)?;
 ///     job.complete(&mut conn)?;
 /// }
-/// // also: cursor.claim_next_guarded(&pool), Worker::new(pool).claim_cursor(cursor)
+/// // also: cursor.claim_next_wait(&pool, t), cursor.claim_next_guarded(&pool),
+/// // Worker::new(pool).claim_cursor(cursor)
 /// # Ok(())
 /// # }
 /// ```

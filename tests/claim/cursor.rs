@@ -29,6 +29,7 @@ backend_suite! {
         threads_sharing_a_cursor_claim_each_row_once_and_find_every_requeued_row,
         a_zero_rescan_period_is_a_typed_error,
         guarded_claims_through_a_cursor_resume_at_the_key_and_hand_rows_back,
+        waiting_claims_through_a_cursor_find_rows_there_and_rows_inserted_later,
     ];
 
     fn ids(rows: &[ImportJob]) -> Vec<i64> {
@@ -203,6 +204,32 @@ backend_suite! {
         }
         assert!(cursor.claim_next_guarded(&pool).unwrap().is_none());
         assert!((1..=5).all(|id| status(db, id) == "DONE"));
+    }
+
+    /// Waiting claims through a cursor: rows there at once come at once, resuming at the key;
+    /// an empty queue waits out its timeout and returns `None`; a row inserted while a claim
+    /// waits (with the lowest key of all) is claimed by it.
+    pub(crate) fn waiting_claims_through_a_cursor_find_rows_there_and_rows_inserted_later(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 4);
+        let pool = db.pool(4);
+        let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
+        let wait = Duration::from_secs(5);
+        let first = cursor.claim_batch_wait(&pool, 2, &ClaimOptions::default(), wait).unwrap();
+        assert_eq!(ids(&first), [1, 2]);
+        assert!(first[0].release(&mut db.conn()).unwrap());
+        assert_eq!(cursor.claim_next_wait(&pool, wait).unwrap().map(|j| j.id), Some(3), "resumes at the key (2)");
+        assert_eq!(cursor.claim_next_wait(&pool, wait).unwrap().map(|j| j.id), Some(4));
+        assert_eq!(cursor.claim_next_wait(&pool, wait).unwrap().map(|j| j.id), Some(1), "then from the front");
+        assert!(cursor.claim_next_wait(&pool, Duration::from_millis(300)).unwrap().is_none(), "nothing ready");
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| cursor.claim_next_wait(&pool, Duration::from_secs(30)).unwrap().map(|j| j.id));
+            std::thread::sleep(Duration::from_millis(200));
+            diesel::insert_into(importjobs::table)
+                .values((importjobs::id.eq(0), importjobs::statuscode.eq("JOBEXTRACTED"), importjobs::payload.eq("late")))
+                .execute(&mut db.conn())
+                .unwrap();
+            assert_eq!(waiter.join().unwrap(), Some(0), "the waiting claim took the row inserted while it waited");
+        });
     }
 
     pub(crate) fn a_zero_rescan_period_is_a_typed_error(_db: &TestDb<B>) {

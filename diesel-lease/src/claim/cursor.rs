@@ -181,7 +181,8 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
     /// A cursor whose claims look from the front of the claim order at least every `rescan`
     /// (zero is refused with [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
     /// A row that becomes claimable before the last claimed key waits at most that long while
-    /// the worker keeps claiming; one second costs one claim a second the walk the cursor saves.
+    /// the worker keeps claiming. With one second, one claim a second pays the walk over the
+    /// front of the index that the others skip.
     pub fn new(rescan: Duration) -> Result<Self> {
         Ok(ClaimCursor {
             point: Arc::new(Mutex::new(ResumePoint::new(rescan)?)),
@@ -283,6 +284,47 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         M::OrderValue: Clone + PartialOrd,
     {
         ClaimGuard::claim_and_guard(pool, options, |conn| self.claim_rows(conn, n, options))
+    }
+
+    /// The next row, waited for through `pool` as
+    /// [`ClaimDsl::claim_next_wait`](crate::dsl::ClaimDsl::claim_next_wait) waits (at once when
+    /// a row is there, on a notification or at the next poll; `None` after `timeout`), each
+    /// poll claiming through the cursor.
+    pub fn claim_next_wait<C>(
+        &self,
+        pool: &impl ConnectionSource<Connection = C>,
+        timeout: Duration,
+    ) -> Result<Option<M>>
+    where
+        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        M: Send,
+        M::OrderValue: Clone + PartialOrd + Send + 'static,
+    {
+        self.claim_batch_wait(pool, 1, &ClaimOptions::default(), timeout)
+            .map(|rows| rows.into_iter().next())
+    }
+
+    /// Up to `n` rows, waited for as [`claim_next_wait`](Self::claim_next_wait) waits, with
+    /// explicit claim options; returns as soon as at least one row was claimed.
+    pub fn claim_batch_wait<C>(
+        &self,
+        pool: &impl ConnectionSource<Connection = C>,
+        n: usize,
+        options: &ClaimOptions,
+        timeout: Duration,
+    ) -> Result<Vec<M>>
+    where
+        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        M: Send,
+        M::OrderValue: Clone + PartialOrd + Send + 'static,
+    {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let cursor = self.clone();
+        super::wait::wait_for_rows(pool, options, timeout, move |conn: &mut C, options| {
+            cursor.claim_rows(conn, n, options)
+        })
     }
 
     /// [`claim_batch_with`](Self::claim_batch_with) on the connection itself (a

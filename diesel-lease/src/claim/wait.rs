@@ -168,6 +168,23 @@ where
     if n == 0 {
         return Ok(Vec::new());
     }
+    wait_for_rows(pool, options, timeout, move |conn: &mut C, options| {
+        conn.claim_matching::<super::statements::NoFilter>(limit(n), options, None)
+    })
+}
+
+/// Waits as [`claim_batch_wait`] does, each poll claiming with `claim` (the claims above, and a
+/// [`ClaimCursor`](super::ClaimCursor)'s).
+pub(crate) fn wait_for_rows<M, C>(
+    pool: &impl ConnectionSource<Connection = C>,
+    options: &ClaimOptions,
+    timeout: Duration,
+    claim: impl Fn(&mut C, &ClaimOptions) -> Result<Vec<M>> + Send + Sync + 'static,
+) -> Result<Vec<M>>
+where
+    M: Claimable + Send,
+    C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+{
     let deadline = Instant::now().checked_add(timeout);
     let allowance = options.drop_wait_limit();
     let give_up = |started: Instant| Some(deadline?.max(started.checked_add(allowance)?));
@@ -178,9 +195,7 @@ where
         deadline,
         &|| false,
         &give_up,
-        Arc::new(move |conn: &mut C| {
-            conn.claim_matching::<super::statements::NoFilter>(limit(n), &options, None)
-        }),
+        Arc::new(move |conn: &mut C| claim(conn, &options)),
     )
 }
 
