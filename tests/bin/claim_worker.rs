@@ -2,6 +2,9 @@
 //!
 //! `claim-worker <backend> <url> drain <batch> <threads>`: claims until nothing is left, printing
 //! `claimed <id>` per row and `empty <ready-rows-left>` each time a claim came back empty.
+//! `claim-worker <backend> <url> cursor <batch> <threads>`: the same through one `ClaimCursor`
+//! shared by the threads (no timed rescan), printing `claimed <id>` per row, until a claim comes
+//! back empty.
 //! `claim-worker <backend> <url> hold <n> <owner>`: claims `n` rows as `owner`, prints them and
 //! `holding`, then sleeps until killed.
 //! `claim-worker <backend> <url> tenants <threads> <limit>`: runs a `Worker` on `tasks` with a
@@ -23,7 +26,7 @@ use std::io::Write;
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
-use diesel_lease::claim::{ClaimConnection, ClaimOptions};
+use diesel_lease::claim::{ClaimConnection, ClaimCursor, ClaimOptions, CursorConnection};
 use diesel_lease::{LeaseConnection, OwnerId};
 use models::schema::{importjobs, tasks};
 use models::{ImportJob, Task};
@@ -70,7 +73,11 @@ fn arg<T: std::str::FromStr>(rest: &[String], i: usize) -> Result<T, String> {
 
 fn run<C>(url: &str, mode: &str, rest: &[String]) -> Result<(), String>
 where
-    C: LeaseConnection + R2D2Connection + ClaimConnection<ImportJob> + ClaimConnection<Task>,
+    C: LeaseConnection
+        + R2D2Connection
+        + ClaimConnection<ImportJob>
+        + ClaimConnection<Task>
+        + CursorConnection<ImportJob>,
     i64: diesel::deserialize::FromSql<diesel::sql_types::BigInt, C::Backend>,
     for<'a> diesel::dsl::Filter<
         diesel::dsl::Select<importjobs::table, diesel::dsl::CountStar>,
@@ -88,6 +95,33 @@ where
                     let pool = pool.clone();
                     let out = &out;
                     s.spawn(move || drain(&pool, batch, out));
+                }
+            });
+            Ok(())
+        }
+        "cursor" => {
+            let batch: usize = arg(rest, 0)?;
+            let threads: usize = arg(rest, 1)?;
+            let cursor = ClaimCursor::<ImportJob>::new(std::time::Duration::from_secs(3600))
+                .map_err(|e| e.to_string())?;
+            let out = std::sync::Mutex::new(std::io::stdout());
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    let (pool, cursor, out) = (pool.clone(), &cursor, &out);
+                    s.spawn(move || {
+                        let mut conn = pool.get().expect("pooled connection");
+                        loop {
+                            let rows = cursor.claim_batch(&mut conn, batch).expect("claim");
+                            let lines: String =
+                                rows.iter().map(|r| format!("claimed {}\n", r.id)).collect();
+                            let mut o = out.lock().expect("stdout lock");
+                            o.write_all(lines.as_bytes()).expect("write");
+                            o.flush().expect("flush");
+                            if rows.is_empty() {
+                                return;
+                            }
+                        }
+                    });
                 }
             });
             Ok(())
