@@ -11,6 +11,7 @@
 //! | you want | use |
 //! |---|---|
 //! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable) and [`ClaimDsl`](dsl::ClaimDsl): `claim_next`, `claim_batch`, `complete` |
+//! | a deep queue's claims without the walk over the front of its index (order relaxed up to a rescan period) | [`ClaimCursor`](claim::ClaimCursor): `claim_next`, `claim_batch`, `_wait`, `_guarded`, [`Worker::claim_cursor`](worker::Worker::claim_cursor) |
 //! | a row kept locked for your transaction, skipping locked ones | [`ClaimDsl`](dsl::ClaimDsl): `lock_next`, `with_next_locked` |
 //! | this row locked if it still qualifies, waiting for its holder (seed 002) | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`ClaimIfNullDsl`](dsl::ClaimIfNullDsl)) |
 //! | a side effect done at most once | [`ClaimIfNullDsl::claim_if_null`](dsl::ClaimIfNullDsl::claim_if_null) (`#[claimable(claim_if_null = col)]`) |
