@@ -115,6 +115,10 @@ fn first_order<M: Claimable>() -> SortOrder {
 /// the worker keeps claiming, and a drained queue's claims find every row. Every row still goes
 /// to exactly one worker: the cursor only narrows which rows a claim looks at.
 ///
+/// The bound is on the first order column only (`>=`, so rows sharing its value with the last
+/// claimed row are still found): it skips as much as that column narrows, every dead entry for a
+/// sequence or an enqueue time, hardly any for a priority of a few values.
+///
 /// A clone shares the cursor (its key and its rescan schedule): give the workers of one process
 /// one cursor per model, or one each. Claims go through [`ClaimConnection`]'s usual path
 /// (owner, timeout, rate limits of the [`ClaimOptions`]).
