@@ -178,12 +178,14 @@ pub(crate) struct DepthRun {
     pub(crate) client_cpu_us_per_job_tenths: Vec<f64>,
 }
 
-/// `claim_next` + `complete` at 100k and at 10M ready rows.
+/// `claim_next` (or a cursor's) + `complete` at 100k and at 10M ready rows.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct DepthSize {
     pub(crate) layout: Layout,
     pub(crate) ready_rows: u64,
     pub(crate) workers: usize,
+    /// How the workers claim.
+    pub(crate) claims: Claims,
     pub(crate) sample: Sample,
     /// Seconds the fill (insert, index, `VACUUM ANALYZE`) took.
     pub(crate) fill_secs: f64,
@@ -452,7 +454,12 @@ impl PgBench {
         layout: Layout,
         rows: u64,
         workers: usize,
+        claims: Claims,
     ) -> BenchResult<DepthSize> {
+        if claims == Claims::Cursor && layout.order != Order::Seq {
+            return Err("the depth10m section's cursor claims in seq order".into());
+        }
+        let cursor = ClaimCursor::<BenchJobBySeq>::new(CURSOR_RESCAN)?;
         let t = Instant::now();
         self.fresh_layout(rows, layout)?;
         let fill_secs = t.elapsed().as_secs_f64();
@@ -466,7 +473,10 @@ impl PgBench {
         );
         let done = AtomicU64::new(0);
         let sample = measure::timed(conns, self.window, |conn| {
-            let n = job(conn, layout.order)?;
+            let n = match claims {
+                Claims::ClaimNext => job(conn, layout.order)?,
+                Claims::Cursor => cursor_job(conn, &cursor)?,
+            };
             done.fetch_add(n, Ordering::Relaxed);
             Ok(n)
         })?;
@@ -485,6 +495,7 @@ impl PgBench {
             layout,
             ready_rows: rows,
             workers,
+            claims,
             sample,
             fill_secs,
             plan,
@@ -935,9 +946,10 @@ pub(crate) fn print(depth: &[DepthRun], depth_sizes: &[DepthSize]) {
     if !depth_sizes.is_empty() {
         println!();
         println!(
-            "{:<12} {:<44} {:>8} {:>10} {:>9} {:>9} {:>12} {:>12} {:>6} {:>11}",
+            "{:<12} {:<44} {:<24} {:>8} {:>10} {:>9} {:>9} {:>12} {:>12} {:>6} {:>11}",
             "ready rows",
             "layout",
+            "claims",
             "workers",
             "jobs/s",
             "p50 µs",
@@ -949,9 +961,10 @@ pub(crate) fn print(depth: &[DepthRun], depth_sizes: &[DepthSize]) {
         );
         for d in depth_sizes {
             println!(
-                "{:<12} {:<44} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>12} {:>12} {:>6} {:>11}",
+                "{:<12} {:<44} {:<24} {:>8} {:>10.0} {:>9.1} {:>9.1} {:>12} {:>12} {:>6} {:>11}",
                 d.ready_rows,
                 d.layout.name,
+                d.claims.name(),
                 d.workers,
                 d.sample.rate,
                 d.sample.p50_us,
@@ -1000,41 +1013,44 @@ pub(crate) fn targets(depth: &[DepthRun], depth_sizes: &[DepthSize]) -> Vec<Targ
             format!("{detail}; vacuum included, hardly moved by other load"),
         ));
     }
-    let median_rate = |rows: u64| {
-        let mut rates: Vec<f64> = depth_sizes
+    let median = |rows: u64, claims: Claims, of: &dyn Fn(&DepthSize) -> Option<f64>| {
+        let mut values: Vec<f64> = depth_sizes
             .iter()
-            .filter(|d| d.ready_rows == rows)
-            .map(|d| d.sample.rate)
+            .filter(|d| d.ready_rows == rows && d.claims == claims)
+            .filter_map(of)
             .collect();
-        rates.sort_by(f64::total_cmp);
-        rates.get(rates.len() / 2).copied()
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied()
     };
     let mut sizes: Vec<u64> = depth_sizes.iter().map(|d| d.ready_rows).collect();
     sizes.sort_unstable();
     sizes.dedup();
     if let (Some(&small), Some(&large)) = (sizes.first(), sizes.last()) {
-        let (a, b) = (median_rate(large), median_rate(small));
-        out.push(TargetCheck::at_least(
-            &format!("depth: jobs/s at {large} / at {small} ready rows"),
-            a.zip(b).map(|(a, b)| a / b),
-            0.9,
-            "claim_next + complete, 4 workers; target ~1.0".to_owned(),
-        ));
-        let median_cpu = |rows: u64| {
-            let mut cpu: Vec<f64> = depth_sizes
-                .iter()
-                .filter(|d| d.ready_rows == rows)
-                .filter_map(|d| d.server_cpu_us_per_job)
-                .collect();
-            cpu.sort_by(f64::total_cmp);
-            cpu.get(cpu.len() / 2).copied()
-        };
-        out.push(TargetCheck::at_most(
-            &format!("depth: server CPU per job at {large} / at {small} ready rows"),
-            median_cpu(large).zip(median_cpu(small)).map(|(a, b)| a / b),
-            1.0 / 0.9,
-            "vacuum included; hardly moved by other load".to_owned(),
-        ));
+        for claims in [Claims::ClaimNext, Claims::Cursor] {
+            if !depth_sizes.iter().any(|d| d.claims == claims) {
+                continue;
+            }
+            let rate = |rows| median(rows, claims, &|d: &DepthSize| Some(d.sample.rate));
+            out.push(TargetCheck::at_least(
+                &format!(
+                    "depth: jobs/s at {large} / at {small} ready rows, {}",
+                    claims.name()
+                ),
+                rate(large).zip(rate(small)).map(|(a, b)| a / b),
+                0.9,
+                format!("{} + complete, 4 workers; target ~1.0", claims.name()),
+            ));
+            let cpu = |rows| median(rows, claims, &|d: &DepthSize| d.server_cpu_us_per_job);
+            out.push(TargetCheck::at_most(
+                &format!(
+                    "depth: server CPU per job at {large} / at {small} ready rows, {}",
+                    claims.name()
+                ),
+                cpu(large).zip(cpu(small)).map(|(a, b)| a / b),
+                1.0 / 0.9,
+                "vacuum included; hardly moved by other load".to_owned(),
+            ));
+        }
     }
     out
 }

@@ -1003,30 +1003,34 @@ fn depth_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) ->
     Ok(())
 }
 
-/// Issue 23, item 3: `claim_next` + `complete` at 4 workers on the small and the large table.
+/// Issue 23, item 3: `claim_next` + `complete`, and the same through a `ClaimCursor`, at 4 workers
+/// on the small and the large table, each freshly filled.
 fn depth10m_section(pg: &PgBench, plan: &Plan, report: &mut Report) -> BenchResult<()> {
     let layout = depth::RECOMMENDED;
     let (small, large) = plan.depth_sizes;
     for round in 0..plan.rounds {
         for rows in [small, large] {
-            eprintln!(
-                "depth10m: {rows} ready rows, 4 workers, {} (round {})",
-                layout.name,
-                round + 1
-            );
-            let size = pg.depth_size(layout, rows, 4)?;
-            eprintln!(
-                "  fill {:.1} s; {:.0} jobs/s, p50 {:.0} µs, server CPU {} µs/job, {} autovacuums, \
-                 pick {} buffers after",
-                size.fill_secs,
-                size.sample.rate,
-                size.sample.p50_us,
-                size.server_cpu_us_per_job
-                    .map_or("-".to_owned(), |c| format!("{c:.0}")),
-                size.autovacuums,
-                size.pick_buffers_after
-            );
-            report.depth_sizes.push(size);
+            for claims in [depth::Claims::ClaimNext, depth::Claims::Cursor] {
+                eprintln!(
+                    "depth10m: {rows} ready rows, 4 workers, {}, {} (round {})",
+                    claims.name(),
+                    layout.name,
+                    round + 1
+                );
+                let size = pg.depth_size(layout, rows, 4, claims)?;
+                eprintln!(
+                    "  fill {:.1} s; {:.0} jobs/s, p50 {:.0} µs, server CPU {} µs/job, {} autovacuums, \
+                     pick {} buffers after",
+                    size.fill_secs,
+                    size.sample.rate,
+                    size.sample.p50_us,
+                    size.server_cpu_us_per_job
+                        .map_or("-".to_owned(), |c| format!("{c:.0}")),
+                    size.autovacuums,
+                    size.pick_buffers_after
+                );
+                report.depth_sizes.push(size);
+            }
         }
     }
     Ok(())
