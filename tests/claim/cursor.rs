@@ -69,12 +69,7 @@ backend_suite! {
         let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
         assert_eq!(next.id, 2, "and resumes at the key it found (1)");
         assert!(cursor.claim_next(&mut conn).unwrap().is_none(), "nothing ready is left");
-        let ready: i64 = importjobs::table
-            .filter(importjobs::statuscode.eq("JOBEXTRACTED"))
-            .count()
-            .get_result(&mut conn)
-            .unwrap();
-        assert_eq!(ready, 0);
+        assert_eq!(ready(db), 0);
     }
 
     /// `PrioJob` claims the highest priority first (`priority DESC`): a cursor resumes at or below
@@ -188,13 +183,16 @@ backend_suite! {
         // The processes do not hand rows back, so the threads released the multiples of 7 they
         // were first to claim (with 8 threads against 4 from the first claim on, some of them).
         assert!(!released.is_empty() && released.iter().all(|id| id % 7 == 0), "{released:?}");
-        let mut conn = db.conn();
-        let ready: i64 = importjobs::table
+        assert_eq!(ready(db), 0, "no row left before a key");
+    }
+
+    /// Rows of `importjobs` still ready.
+    fn ready(db: &TestDb<B>) -> i64 {
+        importjobs::table
             .filter(importjobs::statuscode.eq("JOBEXTRACTED"))
             .count()
-            .get_result(&mut conn)
-            .unwrap();
-        assert_eq!(ready, 0, "no row left before a key");
+            .get_result(&mut db.conn())
+            .unwrap()
     }
 
     fn status(db: &TestDb<B>, id: i64) -> String {
