@@ -30,6 +30,7 @@ backend_suite! {
         a_descending_order_resumes_at_or_below_the_key,
         threads_and_processes_on_cursors_claim_each_row_once_and_find_every_requeued_row,
         a_zero_rescan_period_is_a_typed_error,
+        once_the_rescan_period_has_passed_a_claim_looks_from_the_front,
         guarded_claims_through_a_cursor_resume_at_the_key_and_hand_rows_back,
         waiting_claims_through_a_cursor_find_rows_there_and_rows_inserted_later,
     ];
@@ -253,6 +254,27 @@ backend_suite! {
                 .unwrap();
             assert_eq!(waiter.join().unwrap(), Some(0), "the waiting claim took the row inserted while it waited");
         });
+    }
+
+    /// The timed rescan against a server: a row released before the key, with rows still ready
+    /// after the key, is claimed by the first claim after the rescan period has passed (the test
+    /// sleeps past it, so the verdict does not depend on how fast the claims run), and the claim
+    /// after that resumes at the key it found.
+    pub(crate) fn once_the_rescan_period_has_passed_a_claim_looks_from_the_front(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 6);
+        let mut conn = db.conn();
+        let rescan = Duration::from_millis(300);
+        let cursor = ClaimCursor::<ImportJob>::new(rescan).unwrap();
+        let first = cursor.claim_batch(&mut conn, 3).unwrap();
+        assert_eq!(ids(&first), [1, 2, 3], "the first claim looks from the front");
+        let one = first.iter().find(|j| j.id == 1).unwrap();
+        assert!(one.release(&mut conn).unwrap());
+        std::thread::sleep(rescan + Duration::from_millis(50));
+        let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        assert_eq!(next.id, 1, "rows 4-6 are ready after the key (3), yet the rescan looks from the front");
+        let after = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        assert_eq!(after.id, 4, "then resumes at the key it found (1): 2 and 3 are claimed");
+        assert_eq!(ready(db), 2);
     }
 
     pub(crate) fn a_zero_rescan_period_is_a_typed_error(_db: &TestDb<B>) {

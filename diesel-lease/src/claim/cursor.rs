@@ -92,6 +92,17 @@ where
     }
 }
 
+/// Implemented only for Diesel's marker of a column that cannot be `NULL`: a [`ClaimCursor`]'s
+/// bound on its first order column.
+#[diagnostic::on_unimplemented(
+    message = "the first column of the claim order is nullable, so a `ClaimCursor` cannot resume at it",
+    label = "a nullable first order column",
+    note = "a cursor's claims add `column >= <the last claimed value>`, which a NULL never passes: order by a NOT NULL column first, or claim without a cursor"
+)]
+pub trait NotNullOrder {}
+
+impl NotNullOrder for diesel::sql_types::is_nullable::NotNull {}
+
 fn first_order<M: Claimable>() -> SortOrder {
     M::ORDER.first().map_or(SortOrder::Asc, |(_, dir)| *dir)
 }
@@ -187,7 +198,14 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
     /// A row that becomes claimable before the last claimed key waits at most that long while
     /// the worker keeps claiming. With one second, one claim a second pays the walk over the
     /// front of the index that the others skip.
-    pub fn new(rescan: Duration) -> Result<Self> {
+    ///
+    /// The first order column must not be nullable: the bound is `column >= value`, which a
+    /// `NULL` never passes, so such a cursor is a compile error here.
+    pub fn new(rescan: Duration) -> Result<Self>
+    where
+        <Col<M> as Expression>::SqlType: SqlType,
+        <<Col<M> as Expression>::SqlType as SqlType>::IsNull: NotNullOrder,
+    {
         Ok(ClaimCursor {
             point: Arc::new(Mutex::new(ResumePoint::new(rescan)?)),
         })

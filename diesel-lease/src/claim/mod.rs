@@ -47,7 +47,7 @@ pub use by_key::{
     NullLockConnection, DEFAULT_LOCK_WAIT,
 };
 pub use cancel::{cancel_by_pk, HasCancelState};
-pub use cursor::{ClaimCursor, ClaimOrderKey, CursorConnection};
+pub use cursor::{ClaimCursor, ClaimOrderKey, CursorConnection, NotNullOrder};
 pub use pause::{pause, pause_key, resume, resume_key, HasPauseKey, Pausable, PauseShape};
 
 pub use crate::model::Keyed;
