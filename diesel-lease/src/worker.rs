@@ -128,8 +128,13 @@ where
     _m: PhantomData<fn(&M)>,
 }
 
-/// A worker's claim through a [`ClaimCursor`], its bounds checked where it was set.
-type CursorClaim<M, C> = Arc<dyn Fn(&mut C, usize, &ClaimOptions) -> Result<Vec<M>> + Send + Sync>;
+/// A worker's claim through a [`ClaimCursor`], its bounds checked where it was set: `n` rows,
+/// under the per-key limit (column, max) when there is one.
+type CursorClaim<M, C> = Arc<
+    dyn Fn(&mut C, usize, &ClaimOptions, Option<(&'static str, i64)>) -> Result<Vec<M>>
+        + Send
+        + Sync,
+>;
 
 /// What a [`Worker`] did, counted over its threads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -224,9 +229,10 @@ where
     /// short one's. A row that becomes claimable again before that row (a failure retried, a row
     /// handed back) waits for the next claim that looks from the front: at most the cursor's
     /// rescan period while rows are claimed, at once when none is left from the key on (see
-    /// [`ClaimCursor`]). The worker's threads share the cursor (and so do clones of it). Does
-    /// not combine with [`limit_per_key`](Self::limit_per_key): `run_until` refuses both with
-    /// [`Error::Config`].
+    /// [`ClaimCursor`]). The worker's threads share the cursor (and so do clones of it).
+    /// Combines with [`limit_per_key`](Self::limit_per_key): the cursor's claims skip rows whose
+    /// key is at its limit too, and such a row, once its key has room again, is found by the
+    /// next claim that looks from the front (it lies before the key).
     pub fn claim_cursor(mut self, cursor: ClaimCursor<M>) -> Self
     where
         M: ClaimOrderKey,
@@ -234,8 +240,8 @@ where
         C: CursorConnection<M>,
     {
         self.cursor = Some(Arc::new(
-            move |conn: &mut C, n: usize, options: &ClaimOptions| {
-                cursor.claim_rows(conn, n, options)
+            move |conn: &mut C, n: usize, options: &ClaimOptions, key_limit| {
+                cursor.claim_rows(conn, n, options, key_limit)
             },
         ));
         self
@@ -293,14 +299,6 @@ where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
-        if self.cursor.is_some() && self.key_limit.is_some() {
-            // A cursor's claims would skip the per-key test, or the key test the cursor: refuse
-            // rather than run one of them silently.
-            return Err(Error::Config(
-                "Worker::claim_cursor does not combine with Worker::limit_per_key: use one of them"
-                    .into(),
-            ));
-        }
         let run = Run {
             worker: &self,
             stop,
@@ -504,8 +502,10 @@ where
         let key = w.key_limit.as_ref().map(|k| (k.column, i64::from(k.max)));
         let (batch, cursor) = (w.batch, w.cursor.clone());
         let claim: ClaimFn<M, C> = Arc::new(move |conn: &mut C| match (key, &cursor) {
-            (Some((column, max)), _) => conn.claim_under_key_limit(limit, &options, column, max),
-            (None, Some(cursor)) => cursor(conn, batch, &options),
+            (_, Some(cursor)) => cursor(conn, batch, &options, key),
+            (Some((column, max)), None) => {
+                conn.claim_under_key_limit(limit, &options, column, max, None)
+            }
             (None, None) => {
                 conn.claim_matching::<crate::claim::statements::NoFilter>(limit, &options, None)
             }

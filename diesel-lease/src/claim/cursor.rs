@@ -11,7 +11,6 @@ use diesel::sql_types::{Bool, SqlType};
 use diesel::{Column, ExpressionMethods};
 use lease_core::ResumePoint;
 
-use super::statements::Filter;
 use super::{
     limit, ClaimConnection, ClaimDialect, ClaimGuard, ClaimOptions, Claimable, NoFilter, SortOrder,
 };
@@ -47,13 +46,15 @@ pub trait ClaimOrderKey: Claimable {
     note = "the field's type must convert to the column's SQL type (`AsExpression`), be `Clone + PartialOrd + Send + 'static`, and the column must not be nullable"
 )]
 pub trait CursorConnection<M: ClaimOrderKey>: ClaimConnection<M> {
-    /// Claims up to `limit` rows at or after `key` in the claim order.
+    /// Claims up to `limit` rows at or after `key` in the claim order; with `key_limit`
+    /// (column, max), none whose key column already has `max` claimed rows.
     #[doc(hidden)]
     fn claim_from(
         &mut self,
         limit: i64,
         options: &ClaimOptions,
         key: &M::OrderValue,
+        key_limit: Option<(&'static str, i64)>,
     ) -> Result<Vec<M>>;
 }
 
@@ -76,19 +77,38 @@ where
         limit: i64,
         options: &ClaimOptions,
         key: &M::OrderValue,
+        key_limit: Option<(&'static str, i64)>,
     ) -> Result<Vec<M>> {
         let column = Col::<M>::default();
         // `>=` (`<=` for a descending order), never `>`: rows that share the first column's value
         // with the last claimed row may still come after it in the whole order.
         if first_order::<M>() == SortOrder::Desc {
-            let filter = column.le(key.clone());
-            let filter: Filter<'_, C::Backend> = Some(&filter);
-            self.claim_matching::<diesel::dsl::LtEq<Col<M>, Value<M>>>(limit, options, filter)
+            claim_bounded(self, limit, options, column.le(key.clone()), key_limit)
         } else {
-            let filter = column.ge(key.clone());
-            let filter: Filter<'_, C::Backend> = Some(&filter);
-            self.claim_matching::<diesel::dsl::GtEq<Col<M>, Value<M>>>(limit, options, filter)
+            claim_bounded(self, limit, options, column.ge(key.clone()), key_limit)
         }
+    }
+}
+
+/// A claim of rows that pass `bound` (its type is the statement's cache key), and with
+/// `key_limit`, whose key column has room.
+fn claim_bounded<M, C, F>(
+    conn: &mut C,
+    limit: i64,
+    options: &ClaimOptions,
+    bound: F,
+    key_limit: Option<(&'static str, i64)>,
+) -> Result<Vec<M>>
+where
+    M: Claimable,
+    C: ClaimConnection<M>,
+    F: QueryFragment<C::Backend> + QueryId,
+{
+    match key_limit {
+        Some((column, max)) => {
+            conn.claim_under_key_limit(limit, options, column, max, Some(&bound))
+        }
+        None => conn.claim_matching::<F>(limit, options, Some(&bound)),
     }
 }
 
@@ -259,7 +279,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         C::Conn: CursorConnection<M>,
         M::OrderValue: Clone + PartialOrd,
     {
-        self.claim_rows(conn.borrow_connection(), n, options)
+        self.claim_rows(conn.borrow_connection(), n, options, None)
     }
 
     /// The next row, claimed through `pool` and guarded as
@@ -305,7 +325,9 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         M: Send + Sync,
         M::OrderValue: Clone + PartialOrd,
     {
-        ClaimGuard::claim_and_guard(pool, options, |conn| self.claim_rows(conn, n, options))
+        ClaimGuard::claim_and_guard(pool, options, |conn| {
+            self.claim_rows(conn, n, options, None)
+        })
     }
 
     /// The next row, waited for through `pool` as
@@ -345,17 +367,21 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         }
         let cursor = self.clone();
         super::wait::wait_for_rows(pool, options, timeout, move |conn: &mut C, options| {
-            cursor.claim_rows(conn, n, options)
+            cursor.claim_rows(conn, n, options, None)
         })
     }
 
     /// [`claim_batch_with`](Self::claim_batch_with) on the connection itself (a
     /// [`Worker`](crate::worker::Worker)'s claims).
+    ///
+    /// With `key_limit`, rows whose key column already has `max` claimed rows are skipped, as
+    /// `Worker::limit_per_key`'s claims skip them.
     pub(crate) fn claim_rows<D>(
         &self,
         conn: &mut D,
         n: usize,
         options: &ClaimOptions,
+        key_limit: Option<(&'static str, i64)>,
     ) -> Result<Vec<M>>
     where
         D: CursorConnection<M>,
@@ -365,11 +391,14 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
             return Ok(Vec::new());
         }
         let key = self.lock().bound(Instant::now()).cloned();
-        let from_front = |conn: &mut D| conn.claim_matching::<NoFilter>(limit(n), options, None);
+        let from_front = |conn: &mut D| match key_limit {
+            Some((col, max)) => conn.claim_under_key_limit(limit(n), options, col, max, None),
+            None => conn.claim_matching::<NoFilter>(limit(n), options, None),
+        };
         let (rows, resume) = match key {
             None => (from_front(conn)?, true),
             Some(key) => {
-                let rows = conn.claim_from(limit(n), options, &key)?;
+                let rows = conn.claim_from(limit(n), options, &key, key_limit)?;
                 if rows.is_empty() {
                     // Nothing from the key on: look from the front at once.
                     (from_front(conn)?, true)

@@ -302,7 +302,7 @@ pub trait ClaimConnection<M: Claimable>: ClaimDialect {
     fn install_ready_trigger(&mut self) -> Result<()>;
 
     /// [`claim_matching`](Self::claim_matching) skipping rows whose `key` column already has
-    /// `max` claimed rows (`claim/per_key.rs`).
+    /// `max` claimed rows (`claim/per_key.rs`), and rows that fail `and` when given.
     #[doc(hidden)]
     fn claim_under_key_limit(
         &mut self,
@@ -310,6 +310,7 @@ pub trait ClaimConnection<M: Claimable>: ClaimDialect {
         options: &ClaimOptions,
         key: &'static str,
         max: i64,
+        and: Filter<'_, Self::Backend>,
     ) -> Result<Vec<M>>;
 
     /// Moves the row with key `pk` to `to` if it is ready or claimed (`claim/cancel.rs`).
@@ -399,11 +400,13 @@ where
         options: &ClaimOptions,
         key: &'static str,
         max: i64,
+        and: Filter<'_, C::Backend>,
     ) -> Result<Vec<M>> {
-        let filter = per_key::UnderKeyLimit::<M> {
+        let filter = per_key::UnderKeyLimit::<M, C::Backend> {
             table: M::Table::default(),
             key,
             max,
+            and,
         };
         self.claim_matching::<statements::Dynamic>(limit, options, Some(&filter))
     }

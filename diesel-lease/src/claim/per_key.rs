@@ -8,7 +8,7 @@
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::QueryResult;
 
-use super::statements::ClaimSql;
+use super::statements::{ClaimSql, Filter};
 use super::Claimable;
 use crate::backend::SqlDialect;
 
@@ -16,16 +16,25 @@ use crate::backend::SqlDialect;
 ///   AND dl_running.key = t.key) < $max`. The claimed state is the model's SQL constant, as in
 /// every other claim statement, so a `NULL` claimed state is counted with `IS NULL` (`= NULL`
 /// matches nothing and would lift the limit).
-pub(crate) struct UnderKeyLimit<M: Claimable> {
+///
+/// With `and`, another filter must hold too (`(and) AND (SELECT …) < $max`): a
+/// [`ClaimCursor`](super::ClaimCursor)'s bound on the claim order.
+pub(crate) struct UnderKeyLimit<'a, M: Claimable, DB> {
     pub(crate) table: M::Table,
     pub(crate) key: &'static str,
     pub(crate) max: i64,
+    pub(crate) and: Filter<'a, DB>,
 }
 
 const ALIAS: &str = "dl_running";
 
-impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for UnderKeyLimit<M> {
+impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for UnderKeyLimit<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        if let Some(and) = self.and {
+            out.push_sql("(");
+            and.walk_ast(out.reborrow())?;
+            out.push_sql(") AND ");
+        }
         out.push_sql("(SELECT COUNT(*) FROM ");
         M::push_table(&mut out, &self.table)?;
         out.push_sql(" AS ");
