@@ -20,6 +20,8 @@ backend_suite! {
         a_per_key_rate_limit_holds_with_the_per_key_concurrency_limit,
         rows_over_a_rate_limit_stay_ready,
         a_rate_limit_on_another_table_is_refused,
+        forget_idle_deletes_old_starts_and_idle_keys_and_claims_go_on,
+        a_per_key_limit_holds_while_forget_idle_runs_beside_the_claims,
     ];
 
     const PERIOD: Duration = Duration::from_secs(2);
@@ -52,9 +54,13 @@ backend_suite! {
     /// `period` after the one `max` places before it. That is "never more than `max` in any
     /// window of length `period`".
     fn assert_windows(starts: &[&Start], max: usize, what: &str) {
+        assert_windows_of(starts, max, PERIOD, what);
+    }
+
+    fn assert_windows_of(starts: &[&Start], max: usize, period: Duration, what: &str) {
         let mut times: Vec<i64> = starts.iter().map(|s| s.claimed_at).collect();
         times.sort();
-        let period = i64::try_from(PERIOD.as_micros()).unwrap();
+        let period = i64::try_from(period.as_micros()).unwrap();
         for (i, pair) in times.windows(max + 1).enumerate() {
             let gap = pair[max] - pair[0];
             assert!(
@@ -218,5 +224,107 @@ backend_suite! {
         let zero = ClaimOptions::default().rate_limit(RateLimit::global(0, PERIOD));
         assert!(Task::claim_next_with(&mut conn, &zero).is_err());
         assert_eq!(left(db, "new"), 1, "nothing claimed");
+    }
+
+    /// Rows of diesel-lease's two rate-limit tables: (keys, starts).
+    fn rate_rows(db: &TestDb<B>) -> (i64, i64) {
+        let count = |table: &str| -> i64 {
+            diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!("(SELECT COUNT(*) FROM {table})")))
+                .get_result(&mut db.conn())
+                .unwrap()
+        };
+        (count("diesel_lease_rate_limits"), count("diesel_lease_rate_starts"))
+    }
+
+    /// `RateLimit::forget_idle`: nothing while the starts are in their window; once they are
+    /// older than the period, every start and every key's row of that limit (and only that
+    /// limit's); the next claims create the rows again and the limit still holds. Misuse is a
+    /// typed error.
+    pub(crate) fn forget_idle_deletes_old_starts_and_idle_keys_and_claims_go_on(db: &TestDb<B>) {
+        seed(db, 6, &["a", "b", "c"]);
+        let mut conn = db.conn();
+        let short = Duration::from_millis(400);
+        let per_tenant = RateLimit::per_key(tasks::tenant, 1, short);
+        let global = RateLimit::global(10, short);
+        let options = ClaimOptions::default().rate_limit(per_tenant.clone()).rate_limit(global.clone());
+        assert_eq!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().len(), 3, "one per tenant");
+        assert_eq!(rate_rows(db), (4, 6), "three tenants' rows and the global one; 3 + 3 starts");
+        let none = per_tenant.forget_idle(&mut conn, tasks::table).unwrap();
+        assert_eq!((none.starts, none.keys), (0, 0), "every start is in its window");
+        std::thread::sleep(short + Duration::from_millis(100));
+        let tenants = per_tenant.forget_idle(&mut conn, tasks::table).unwrap();
+        assert_eq!((tenants.starts, tenants.keys), (3, 3));
+        assert_eq!(rate_rows(db), (1, 3), "the global limit's rows are another limit's");
+        let all = global.forget_idle(&mut conn, tasks::table).unwrap();
+        assert_eq!((all.starts, all.keys), (3, 1));
+        assert_eq!(rate_rows(db), (0, 0));
+        assert_eq!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().len(), 3, "the keys come back");
+        assert!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().is_empty(), "and still limit");
+        assert_eq!(rate_rows(db), (4, 6));
+        let err = RateLimit::per_key(crate::models::schema::reminders::status, 1, short)
+            .forget_idle(&mut conn, tasks::table)
+            .unwrap_err();
+        assert!(matches!(err, diesel_lease::Error::Config(_)), "{err}");
+        let err = RateLimit::global(1, Duration::ZERO).forget_idle(&mut conn, tasks::table).unwrap_err();
+        assert!(matches!(err, diesel_lease::Error::InvalidInput(_)), "{err}");
+        assert_eq!(rate_rows(db), (4, 6), "misuse deleted nothing");
+    }
+
+    /// Four threads claim 30 rows of 6 tenants under 1 per 300 ms per tenant while another
+    /// thread runs `forget_idle` over and over, deleting keys' rows as their starts age out:
+    /// from the claimed-at times, no tenant has two starts within 300 ms, and every row runs
+    /// once. At the end, with every start aged out, one more `forget_idle` leaves nothing.
+    pub(crate) fn a_per_key_limit_holds_while_forget_idle_runs_beside_the_claims(db: &TestDb<B>) {
+        let tenants = ["t0", "t1", "t2", "t3", "t4", "t5"];
+        let ids = seed(db, 30, &tenants);
+        let period = Duration::from_millis(300);
+        let limit = RateLimit::per_key(tasks::tenant, 1, period);
+        let options = ClaimOptions::default().rate_limit(limit.clone());
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let mut forgotten = 0;
+        let mut starts: Vec<Start> = Vec::new();
+        std::thread::scope(|s| {
+            let forget = s.spawn(|| {
+                let mut conn = db.conn();
+                let mut keys = 0;
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    keys += limit.forget_idle(&mut conn, tasks::table).unwrap().keys;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                keys
+            });
+            let claimers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut conn = db.conn();
+                        let mut mine = Vec::new();
+                        let started = Instant::now();
+                        while left(db, "done") < 30 && started.elapsed() < Duration::from_secs(120) {
+                            match Task::claim_next_with(&mut conn, &options).unwrap() {
+                                Some(t) => {
+                                    assert!(t.complete(&mut conn).unwrap());
+                                    mine.push(Start { id: t.id, tenant: t.tenant.clone(), claimed_at: micros(&t), run: None });
+                                }
+                                None => std::thread::sleep(Duration::from_millis(5)),
+                            }
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            for c in claimers {
+                starts.extend(c.join().unwrap());
+            }
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            forgotten = forget.join().unwrap();
+        });
+        assert_each_once(db, &starts, &ids);
+        for tenant in tenants {
+            let of: Vec<&Start> = starts.iter().filter(|s| s.tenant == tenant).collect();
+            assert_windows_of(&of, 1, period, tenant);
+        }
+        std::thread::sleep(period + Duration::from_millis(100));
+        let last = limit.forget_idle(&mut db.conn(), tasks::table).unwrap();
+        assert_eq!(rate_rows(db), (0, 0), "after forgetting {forgotten} keys' rows beside the claims and {last:?} at the end");
     }
 }

@@ -55,7 +55,7 @@ pub use dialect::{ClaimDialect, ClaimSqlDialect};
 pub use guard::ClaimGuard;
 pub use lease_core::{ResumePoint, RetryPolicy};
 pub use literal::StateLiteral;
-pub use rate::{RateDialect, RateLimit, RateSqlDialect};
+pub use rate::{Forgotten, RateDialect, RateLimit, RateSqlDialect};
 pub use schedule::{fail_or_retry, retry, RetryOutcome, TimeColumn};
 pub use wait::{
     claim_batch_wait, claim_next_wait, install_ready_trigger, notify_ready, MAX_POLL_INTERVAL,

@@ -31,6 +31,12 @@
 //! clock that does not step back (one server; a multi-primary cluster's nodes each have their
 //! own), and a claimed-at column that keeps microseconds (a whole-second column rounds).
 //!
+//! The key's row holds no state: [`RateLimit::forget_idle`] deletes it once the key has no
+//! start left, and an admission that then finds no row to lock (deleted between its creation and
+//! the lock) ends its transaction before counting and creates the row again. Two admissions of
+//! one key therefore only ever proceed each holding the lock of the one row that exists: a
+//! deletion needs that lock too.
+//!
 //! Rows over the limit are not touched: they stay ready and are claimed once the window has room.
 //! A row claimed and then handed back unstarted (a `Worker` stopping, a key at its concurrency
 //! limit) has used its start: the limit counts claims, never fewer.
@@ -108,6 +114,16 @@ pub struct RateLimit {
     key: Option<KeyColumn>,
 }
 
+/// What [`RateLimit::forget_idle`] deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Forgotten {
+    /// Starts older than the period, of every key.
+    pub starts: u64,
+    /// Keys' rows (`diesel_lease_rate_limits`) that no start was left for.
+    pub keys: u64,
+}
+
 /// The key column of a per-key limit, and the table it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KeyColumn {
@@ -159,16 +175,83 @@ impl RateLimit {
             .into());
         }
         crate::Ttl::new("rate limit period", self.period)?;
-        if let Some(key) = &self.key {
-            let table = crate::observe::table_name::<M::Table>();
-            if key.table != table {
-                return Err(Error::Config(format!(
-                    "RateLimit::per_key names a column of `{}`, but the claim is of `{table}`: give a column of the claimed table",
-                    key.table
-                )));
-            }
+        self.check_table(crate::observe::table_name::<M::Table>(), "the claim")
+    }
+
+    /// A per-key limit's column must be of `table`.
+    fn check_table(&self, table: &str, what: &str) -> Result<()> {
+        match &self.key {
+            Some(key) if key.table != table => Err(Error::Config(format!(
+                "RateLimit::per_key names a column of `{}`, but {what} is of `{table}`: give a column of the claimed table",
+                key.table
+            ))),
+            _ => Ok(()),
         }
-        Ok(())
+    }
+
+    /// Deletes what this limit no longer needs on `table` (the table its claims take rows of):
+    /// every start older than the period, and the row of each key that has no start left. The
+    /// next claim of such a key creates its row again. Run it now and then (e.g. with
+    /// [`every`](crate::lease::schedule::every)) where keys come and go (a tenant, a user), so that
+    /// `diesel_lease_rate_limits` and `diesel_lease_rate_starts` do not keep a row for every key
+    /// value ever limited; it never changes what a claim may take.
+    ///
+    /// Safe beside claims under the same limit: a start older than the period no longer counts
+    /// for any claim, and a claim that finds its key's row gone between creating and locking it
+    /// creates it again before it counts. Checked like a claim: a zero period is
+    /// [`InvalidInput::ZeroDuration`], a per-key limit on a column of another table
+    /// [`Error::Config`].
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// # use std::time::Duration;
+    /// # use diesel::prelude::*;
+    /// # use diesel_lease::claim::{ClaimOptions, RateLimit};
+    /// # use diesel_lease::prelude::*;
+    /// # diesel::table! { calls (id) { id -> BigInt, status -> Text, tenant -> Text, } }
+    /// # #[derive(Debug, Queryable, Selectable, Claimable)]
+    /// # #[diesel(table_name = calls)]
+    /// # #[claimable(state = status, ready = "new", claimed = "calling", done = "called")]
+    /// # struct Call { id: i64, status: String, tenant: String }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// # let mut conn = SqliteConnection::establish(&url).unwrap();
+    /// # diesel_lease::run_migrations(&mut conn).unwrap();
+    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+    /// #     "CREATE TABLE calls (id INTEGER PRIMARY KEY, status TEXT NOT NULL, tenant TEXT NOT NULL);
+    /// #      INSERT INTO calls (status, tenant) VALUES ('new', 'a'), ('new', 'b');").unwrap();
+    /// let limit = RateLimit::per_key(calls::tenant, 1, Duration::from_millis(100));
+    /// let options = ClaimOptions::default().rate_limit(limit.clone());
+    /// assert_eq!(Call::claim_batch_with(&mut conn, 10, &options).unwrap().len(), 2);
+    /// std::thread::sleep(Duration::from_millis(150));
+    /// let forgotten = limit.forget_idle(&mut conn, calls::table).unwrap();
+    /// assert_eq!((forgotten.starts, forgotten.keys), (2, 2)); // tenants a and b
+    /// # }
+    /// ```
+    pub fn forget_idle<T, C>(&self, conn: &mut C, _table: T) -> Result<Forgotten>
+    where
+        T: diesel::Table,
+        C: RateDialect,
+    {
+        crate::Ttl::new("rate limit period", self.period)?;
+        let table = crate::observe::table_name::<T>();
+        self.check_table(table, "forget_idle's table")?;
+        let scope = self.scope(table);
+        let of = StartsOf {
+            scope: &scope,
+            key: "",
+            period: self.period_micros(),
+        };
+        let mut run = |stmt: RateStmt<'_>| -> Result<u64> {
+            crate::backend::retry_conflicts(|| {
+                let n = conn
+                    .single_write(|c| c.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt)))?;
+                Ok(u64::try_from(n).unwrap_or(0))
+            })
+        };
+        let starts = run(RateStmt::ForgetScope(&of))?;
+        let keys = run(RateStmt::DropIdleKeys(&of))?;
+        Ok(Forgotten { starts, keys })
     }
 
     fn period_micros(&self) -> i64 {
@@ -335,6 +418,11 @@ enum RateStmt<'a> {
     Count(&'a StartsOf<'a>),
     /// `INSERT INTO starts (scope, rate_key, started_at) VALUES ($s, $k, <now µs>)`.
     Record(&'a StartsOf<'a>),
+    /// `DELETE FROM starts WHERE scope = $s AND started_at <= now - period`: every key's.
+    ForgetScope(&'a StartsOf<'a>),
+    /// `DELETE FROM limits WHERE scope = $s AND NOT EXISTS (SELECT 1 FROM starts WHERE
+    /// starts.scope = limits.scope AND starts.rate_key = limits.rate_key)`.
+    DropIdleKeys(&'a StartsOf<'a>),
 }
 
 impl<DB: RateSqlDialect> QueryFragment<DB> for RateStmt<'_> {
@@ -395,6 +483,46 @@ impl<DB: RateSqlDialect> QueryFragment<DB> for RateStmt<'_> {
                 DB::bind_str(out, k.key)?;
                 out.push_sql(", ");
                 DB::push_now_micros(out);
+                out.push_sql(")");
+            }
+            RateStmt::ForgetScope(k) => {
+                out.push_sql("DELETE FROM ");
+                starts::table.walk_ast(out.reborrow())?;
+                out.push_sql(" WHERE ");
+                out.push_identifier(starts::scope::NAME)?;
+                out.push_sql(" = ");
+                DB::bind_str(out, k.scope)?;
+                out.push_sql(" AND ");
+                k.push_age(out, " <= ")?;
+            }
+            RateStmt::DropIdleKeys(k) => {
+                out.push_sql("DELETE FROM ");
+                limits::table.walk_ast(out.reborrow())?;
+                out.push_sql(" WHERE ");
+                out.push_identifier(limits::scope::NAME)?;
+                out.push_sql(" = ");
+                DB::bind_str(out, k.scope)?;
+                out.push_sql(" AND NOT EXISTS (SELECT 1 FROM ");
+                starts::table.walk_ast(out.reborrow())?;
+                out.push_sql(" WHERE ");
+                for (i, (start, limit)) in [
+                    (starts::scope::NAME, limits::scope::NAME),
+                    (starts::rate_key::NAME, limits::rate_key::NAME),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    if i > 0 {
+                        out.push_sql(" AND ");
+                    }
+                    starts::table.walk_ast(out.reborrow())?;
+                    out.push_sql(".");
+                    out.push_identifier(start)?;
+                    out.push_sql(" = ");
+                    limits::table.walk_ast(out.reborrow())?;
+                    out.push_sql(".");
+                    out.push_identifier(limit)?;
+                }
                 out.push_sql(")");
             }
         }
@@ -543,75 +671,113 @@ where
         locks.extend(keys.iter().map(|key| (k.scope.as_str(), key.as_str())));
     }
     locks.sort();
-    for &(scope, key) in &locks {
+    // A key's row may be deleted by `RateLimit::forget_idle` between its creation and its lock
+    // (it has no start then): the transaction then ends before it counts, and this creates the
+    // row again. Each pass needs another such deletion in those few milliseconds.
+    for _ in 0..KEY_ROW_PASSES {
+        create_keys(conn, &locks)?;
+        let claimed = conn.write_tx(|c| -> Result<Option<Vec<M>>> {
+            for &(scope, key) in &locks {
+                let of = StartsOf {
+                    scope,
+                    key,
+                    period: 0,
+                };
+                // A locking read that waits: outside the statement cache (see `Uncached`).
+                if c.load_texts(&Uncached(RateStmt::LockKey(&of)))?.is_empty() {
+                    return Ok(None);
+                }
+            }
+            admit::<M, C, F>(c, parts, limit, filter, &global, &keys).map(Some)
+        })?;
+        if let Some(claimed) = claimed {
+            return Ok(claimed);
+        }
+    }
+    Err(Error::Config(format!(
+        "a rate limit's key row was deleted {KEY_ROW_PASSES} times between its creation and its lock: is RateLimit::forget_idle running in a loop?"
+    )))
+}
+
+/// How many times a rate-limited claim creates its keys' rows again after finding one gone.
+const KEY_ROW_PASSES: usize = 16;
+
+/// Creates the rows the admission locks, each in its own statement before the locking
+/// transaction: on MySQL an `INSERT IGNORE` and a `FOR UPDATE` of the same row in one
+/// transaction deadlock with a twin.
+fn create_keys<C: RateDialect>(conn: &mut C, locks: &[(&str, &str)]) -> Result<()> {
+    for &(scope, key) in locks {
         let of = StartsOf {
             scope,
             key,
             period: 0,
         };
-        // Its own statement, before the locking transaction: on MySQL an `INSERT IGNORE` and a
-        // `FOR UPDATE` of the same row in one transaction deadlock with a twin.
         crate::backend::retry_conflicts(|| {
             Ok(conn.single_write(|c| {
                 c.execute_returning_count(&Exec::<_, Dynamic>::new(&RateStmt::CreateKey(&of)))
             })?)
         })?;
     }
-    conn.write_tx(|c| -> Result<Vec<M>> {
-        for &(scope, key) in &locks {
-            let of = StartsOf {
-                scope,
-                key,
-                period: 0,
-            };
-            // A locking read that waits: outside the statement cache (see `Uncached`).
-            c.load_texts(&Uncached(RateStmt::LockKey(&of)))?;
-        }
-        let mut room = limit;
-        if let Some(g) = &global {
-            room = room.min(room_left(c, &g.scope, "", g.limit)?);
-        }
-        let mut claimed: Vec<M> = Vec::new();
-        match &keys {
-            None => {
-                if room > 0 {
-                    claimed =
-                        super::dialect::ClaimDialect::claim_rows::<M, F>(c, parts, room, filter)?;
-                }
-            }
-            Some((k, column, keys)) => {
-                for key in keys {
-                    let left = room - len(&claimed);
-                    if left <= 0 {
-                        break;
-                    }
-                    let n = left.min(room_left(c, &k.scope, key, k.limit)?);
-                    if n <= 0 {
-                        continue;
-                    }
-                    let only = KeyFilter::<M, C::Backend> {
-                        caller: filter,
-                        table: TableOf::new(),
-                        column,
-                        test: KeyTest::Is(key),
-                    };
-                    let rows = super::dialect::ClaimDialect::claim_rows::<M, Dynamic>(
-                        c,
-                        parts,
-                        n,
-                        Some(&only),
-                    )?;
-                    // After the claim: a start's time is never before its row's claimed-at.
-                    record(c, &k.scope, key, rows.len())?;
-                    claimed.extend(rows);
-                }
+    Ok(())
+}
+
+/// Under the keys' locks: counts each limit's window and claims what has room.
+fn admit<M, C, F>(
+    c: &mut C,
+    parts: &ClaimParts<M, C::Backend>,
+    limit: i64,
+    filter: Filter<'_, C::Backend>,
+    global: &Option<Applied<'_>>,
+    keys: &Option<(&Applied<'_>, &'static str, Vec<String>)>,
+) -> Result<Vec<M>>
+where
+    M: ClaimModel<C>,
+    C: RateDialect,
+    F: QueryId,
+{
+    let mut room = limit;
+    if let Some(g) = &global {
+        room = room.min(room_left(c, &g.scope, "", g.limit)?);
+    }
+    let mut claimed: Vec<M> = Vec::new();
+    match &keys {
+        None => {
+            if room > 0 {
+                claimed = super::dialect::ClaimDialect::claim_rows::<M, F>(c, parts, room, filter)?;
             }
         }
-        if let Some(g) = &global {
-            record(c, &g.scope, "", claimed.len())?;
+        Some((k, column, keys)) => {
+            for key in keys {
+                let left = room - len(&claimed);
+                if left <= 0 {
+                    break;
+                }
+                let n = left.min(room_left(c, &k.scope, key, k.limit)?);
+                if n <= 0 {
+                    continue;
+                }
+                let only = KeyFilter::<M, C::Backend> {
+                    caller: filter,
+                    table: TableOf::new(),
+                    column,
+                    test: KeyTest::Is(key),
+                };
+                let rows = super::dialect::ClaimDialect::claim_rows::<M, Dynamic>(
+                    c,
+                    parts,
+                    n,
+                    Some(&only),
+                )?;
+                // After the claim: a start's time is never before its row's claimed-at.
+                record(c, &k.scope, key, rows.len())?;
+                claimed.extend(rows);
+            }
         }
-        Ok(claimed)
-    })
+    }
+    if let Some(g) = &global {
+        record(c, &g.scope, "", claimed.len())?;
+    }
+    Ok(claimed)
 }
 
 fn len<T>(rows: &[T]) -> i64 {
