@@ -163,20 +163,6 @@ fn mysql_a_claim_after_a_failed_pick_returns() {
     diesel::define_sql_function!(fn sleep(seconds: diesel::sql_types::Double) -> diesel::sql_types::BigInt);
     use diesel::connection::SimpleConnection;
     fn body(db: &TestDb<crate::common::Mysql>) {
-        #[derive(QueryableByName)]
-        struct Status {
-            #[diesel(sql_type = diesel::sql_types::Text)]
-            #[diesel(column_name = Value)]
-            value: String,
-        }
-        let prepares = |conn: &mut diesel::MysqlConnection| -> u64 {
-            diesel::sql_query("SHOW SESSION STATUS LIKE 'Com_stmt_prepare'")
-                .get_result::<Status>(conn)
-                .unwrap()
-                .value
-                .parse()
-                .unwrap()
-        };
         // Sleeps `secs` on every row the pick looks at (`id <> SLEEP(secs)`: SLEEP returns 0).
         let claim = |conn: &mut diesel::MysqlConnection, secs: f64| {
             ImportJob::claim_next_where(
@@ -230,6 +216,69 @@ fn mysql_a_claim_after_a_failed_pick_returns() {
         );
     }
     crate::common::run::<crate::common::Mysql>("mysql_a_claim_after_a_failed_pick_returns", body)
+}
+
+/// MySQL: how many statements this session has prepared so far (its own query included).
+#[cfg(feature = "mysql")]
+fn prepares(conn: &mut diesel::MysqlConnection) -> u64 {
+    #[derive(QueryableByName)]
+    struct Status {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        #[diesel(column_name = Value)]
+        value: String,
+    }
+    diesel::sql_query("SHOW SESSION STATUS LIKE 'Com_stmt_prepare'")
+        .get_result::<Status>(conn)
+        .unwrap()
+        .value
+        .parse()
+        .unwrap()
+}
+
+/// MySQL: a `complete_batch` that finds a row no longer its own rolls its first statement back
+/// on purpose (fewer rows changed than it sent) and then moves exactly its rows. No statement
+/// failed, so Diesel's statement cache stays: ten such batches after a first one prepare next to
+/// nothing. (A failed transaction empties the cache, see `backend/mysql.rs`; this rollback used to
+/// count as one, and every statement of the next claim and completion was prepared again.)
+#[cfg(feature = "mysql")]
+#[test]
+fn mysql_a_batch_with_a_lost_row_keeps_the_statement_cache() {
+    fn body(db: &TestDb<crate::common::Mysql>) {
+        crate::claim::basics::mysql::cases::seed_jobs(db, 100);
+        let mut conn = db.conn();
+        let mut other = db.conn();
+        let mut claim_lose_one_complete = |conn: &mut diesel::MysqlConnection| {
+            let rows = ImportJob::claim_batch(conn, 5).unwrap();
+            assert_eq!(rows.len(), 5);
+            diesel::update(importjobs::table.find(rows[2].id))
+                .set(importjobs::worker.eq("someone-else"))
+                .execute(&mut other)
+                .unwrap();
+            let outcome = ImportJob::complete_batch(conn, &rows).unwrap();
+            assert_eq!(outcome, [true, true, false, true, true]);
+        };
+        // Warm Diesel's cache with every statement of a claim and both completion paths.
+        claim_lose_one_complete(&mut conn);
+        let before = prepares(&mut conn);
+        for _ in 0..10 {
+            claim_lose_one_complete(&mut conn);
+        }
+        let fresh = prepares(&mut conn) - before;
+        assert!(
+            fresh <= 2,
+            "{fresh} prepares for 10 batches that each lost a row: the statement cache was emptied"
+        );
+        let done: i64 = importjobs::table
+            .filter(importjobs::statuscode.eq("DONE"))
+            .count()
+            .get_result(&mut conn)
+            .unwrap();
+        assert_eq!(done, 44, "four rows of each of the 11 batches");
+    }
+    crate::common::run::<crate::common::Mysql>(
+        "mysql_a_batch_with_a_lost_row_keeps_the_statement_cache",
+        body,
+    )
 }
 
 /// The farm's deadlock counter counts the library's retry event, written as the library writes

@@ -246,6 +246,17 @@ pub trait Dialect:
         F: FnOnce(&mut Self) -> Result<T, E>,
         E: From<DieselError>;
 
+    /// [`write_tx`](Self::write_tx) whose body asks for its rollback by returning `Ok(None)`:
+    /// nothing failed then, so nothing a failed transaction calls for is done (MySQL keeps its
+    /// statement cache, which a failed transaction empties).
+    #[doc(hidden)]
+    fn write_tx_or_roll_back<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> QueryResult<Option<T>>,
+    ) -> QueryResult<Option<T>> {
+        rolled_back_as_none(self.write_tx(|c| f(c)?.ok_or(DieselError::RollbackTransaction)))
+    }
+
     /// [`Dialect::write_tx`] outside the caller's transaction, with every wait for a lock inside
     /// it bounded by `max_wait` (`None`: the server's own bound): PostgreSQL `SET LOCAL
     /// lock_timeout`, MySQL `innodb_lock_wait_timeout` for the transaction (whole seconds, at
@@ -565,6 +576,16 @@ pub(crate) const CONFLICT_ATTEMPTS: u32 = 16;
 /// ([`Error::Deadlock`]), at most [`CONFLICT_ATTEMPTS`] times, with jittered exponential backoff
 /// between tries. Only for work the database rolled back whole (a transaction, or one
 /// statement), so trying again is safe.
+/// A transaction's result where a deliberate rollback (`RollbackTransaction` from its body) is
+/// `Ok(None)`.
+fn rolled_back_as_none<T>(out: QueryResult<T>) -> QueryResult<Option<T>> {
+    match out {
+        Ok(t) => Ok(Some(t)),
+        Err(DieselError::RollbackTransaction) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 pub(crate) fn retry_conflicts<T>(mut f: impl FnMut() -> crate::Result<T>) -> crate::Result<T> {
     let mut pause = Backoff::new(Duration::from_millis(1), Duration::from_millis(200));
     let mut attempt = 0;

@@ -134,16 +134,21 @@ impl Dialect for MysqlConnection {
         F: FnOnce(&mut Self) -> Result<T, E>,
         E: From<DieselError>,
     {
-        // Coordination statements are locking reads, which see the latest committed rows at any
-        // isolation level; under REPEATABLE READ (InnoDB's default) they also take gap locks, and
-        // `SKIP LOCKED` claims then deadlock on the secondary index they update. Inside the
-        // caller's transaction the level cannot change (error 1568): the caller's level stays and
-        // we run as a savepoint.
-        let out = if super::in_transaction(self)? {
-            self.transaction(f)
-        } else {
-            super::own_transaction(self, f)
-        };
+        let out = read_committed_tx(self, f);
+        if out.is_err() {
+            forget_prepared_statements(self);
+        }
+        out
+    }
+
+    fn write_tx_or_roll_back<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> QueryResult<Option<T>>,
+    ) -> QueryResult<Option<T>> {
+        // A rollback the body asked for failed no statement: the cache stays.
+        let out = super::rolled_back_as_none(read_committed_tx(self, |c| {
+            f(c)?.ok_or(DieselError::RollbackTransaction)
+        }));
         if out.is_err() {
             forget_prepared_statements(self);
         }
@@ -198,6 +203,25 @@ impl Dialect for MysqlConnection {
         let version = diesel::select(diesel::dsl::sql::<diesel::sql_types::Text>("VERSION()"))
             .get_result::<String>(self)?;
         Ok(ServerEngine::from_mysql_version(&version))
+    }
+}
+
+/// [`Dialect::write_tx`]'s transaction. Coordination statements are locking reads, which see
+/// the latest committed rows at any isolation level; under REPEATABLE READ (InnoDB's default)
+/// they also take gap locks, and `SKIP LOCKED` claims then deadlock on the secondary index they
+/// update. Inside the caller's transaction the level cannot change (error 1568): the caller's
+/// level stays and this runs as a savepoint.
+fn read_committed_tx<T, E>(
+    c: &mut MysqlConnection,
+    f: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+) -> Result<T, E>
+where
+    E: From<DieselError>,
+{
+    if super::in_transaction(c)? {
+        c.transaction(f)
+    } else {
+        super::own_transaction(c, f)
     }
 }
 

@@ -386,22 +386,16 @@ where
     C: Dialect,
     M: ClaimModel<C>,
 {
-    use diesel::result::Error::RollbackTransaction;
     let update = BatchFinishStmt::<M, C::Backend>::new(rows, to, BatchStep::Update);
-    let all_ours = conn.write_tx(|c| {
+    let all_ours = conn.write_tx_or_roll_back(|c| {
         let changed = with_id::<_, _, _, UPDATE>(&update, Count(c, &update))?;
         // Each row matches at most once (one key each), so `rows.len()` changes mean every row
         // was ours; a repeated row can never reach it and takes the exact path below.
-        if changed == rows.len() {
-            Ok(())
-        } else {
-            Err(RollbackTransaction)
-        }
-    });
+        Ok((changed == rows.len()).then_some(()))
+    })?;
     match all_ours {
-        Ok(()) => Ok(vec![true; rows.len()]),
-        Err(RollbackTransaction) => exact(conn, rows, to),
-        Err(e) => Err(e),
+        Some(()) => Ok(vec![true; rows.len()]),
+        None => exact(conn, rows, to),
     }
 }
 
