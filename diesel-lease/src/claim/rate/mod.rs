@@ -242,10 +242,12 @@ impl RateLimit {
             key: "",
             period: self.period_micros(),
         };
+        // Each an autocommit statement, on MySQL at READ COMMITTED (`keyed_write`): its reads
+        // then take no gap locks that the claims' inserts of starts would wait on.
         let mut run = |stmt: RateStmt<'_>| -> Result<u64> {
             crate::backend::retry_conflicts(|| {
                 let n = conn
-                    .single_write(|c| c.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt)))?;
+                    .keyed_write(|c| c.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt)))?;
                 Ok(u64::try_from(n).unwrap_or(0))
             })
         };
