@@ -572,10 +572,6 @@ pub(crate) fn lock_wait_millis(max_wait: Duration) -> i64 {
 /// application's own transactions.
 pub(crate) const CONFLICT_ATTEMPTS: u32 = 16;
 
-/// Runs `f` until it does not fail with a deadlock or serialization failure
-/// ([`Error::Deadlock`]), at most [`CONFLICT_ATTEMPTS`] times, with jittered exponential backoff
-/// between tries. Only for work the database rolled back whole (a transaction, or one
-/// statement), so trying again is safe.
 /// A transaction's result where a deliberate rollback (`RollbackTransaction` from its body) is
 /// `Ok(None)`.
 fn rolled_back_as_none<T>(out: QueryResult<T>) -> QueryResult<Option<T>> {
@@ -586,6 +582,10 @@ fn rolled_back_as_none<T>(out: QueryResult<T>) -> QueryResult<Option<T>> {
     }
 }
 
+/// Runs `f` until it does not fail with a deadlock or serialization failure
+/// ([`Error::Deadlock`]), at most [`CONFLICT_ATTEMPTS`] times, with jittered exponential backoff
+/// between tries. Only for work the database rolled back whole (a transaction, or one
+/// statement), so trying again is safe.
 pub(crate) fn retry_conflicts<T>(mut f: impl FnMut() -> crate::Result<T>) -> crate::Result<T> {
     let mut pause = Backoff::new(Duration::from_millis(1), Duration::from_millis(200));
     let mut attempt = 0;
