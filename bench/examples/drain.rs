@@ -5,7 +5,9 @@
 //!
 //! `DRAIN_URL` is a `postgres://…` URL or a SQLite file holding a filled `bench_jobs` (the
 //! benchmark's DDL, `bench/src/model.rs`); `DRAIN_THREADS` threads (default 1), one connection
-//! each. `cargo build --release -p diesel-lease-bench --example drain`.
+//! each. `DRAIN_POOL=1` (PostgreSQL): each thread's connection comes from a pool of its own built
+//! by `diesel_lease::pool::build_pool`, as the benchmark's are (network settings, listener).
+//! `cargo build --release -p diesel-lease-bench --example drain`.
 use chrono::NaiveDateTime;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
@@ -81,7 +83,12 @@ fn main() {
             .map(|_| {
                 let url = url.clone();
                 s.spawn(move || {
-                    if url.starts_with("postgres") {
+                    if url.starts_with("postgres") && std::env::var_os("DRAIN_POOL").is_some() {
+                        let pool =
+                            diesel_lease::pool::build_pool::<PgConnection>(&url, 1).expect("pool");
+                        let mut c = pool.get().expect("get");
+                        drain(&mut *c, batch)
+                    } else if url.starts_with("postgres") {
                         let mut c = PgConnection::establish(&url).expect("connect");
                         drain(&mut c, batch)
                     } else {

@@ -22,6 +22,7 @@ backend_suite! {
         a_rate_limit_on_another_table_is_refused,
         forget_idle_deletes_old_starts_and_idle_keys_and_claims_go_on,
         a_per_key_limit_holds_while_forget_idle_runs_beside_the_claims,
+        a_key_row_forgotten_under_a_waiting_admission_is_created_again,
     ];
 
     const PERIOD: Duration = Duration::from_secs(2);
@@ -326,5 +327,104 @@ backend_suite! {
         std::thread::sleep(period + Duration::from_millis(100));
         let last = limit.forget_idle(&mut db.conn(), tasks::table).unwrap();
         assert_eq!(rate_rows(db), (0, 0), "after forgetting {forgotten} keys' rows beside the claims and {last:?} at the end");
+    }
+
+    /// The admission's retry, forced: another transaction holds the lock of key `a`'s row from
+    /// before the admission starts, and runs `forget_idle` (the key's only start has aged out)
+    /// while the admission waits for that lock. The admission must find no row, end its
+    /// transaction before counting, create the row again and claim: one row, one new start, the
+    /// key's row back. On PostgreSQL the admission's `INSERT … ON CONFLICT DO NOTHING` passes
+    /// the locked row and it waits at its `SELECT … FOR UPDATE`, so the key's row is created
+    /// twice (the retry). On MariaDB its `INSERT IGNORE` already waits (InnoDB locks the
+    /// duplicate key it finds) and inserts once the deletion commits: created once. On SQLite
+    /// the deleter holds the one writer's lock, so the admission's writes wait for the deletion.
+    pub(crate) fn a_key_row_forgotten_under_a_waiting_admission_is_created_again(db: &TestDb<B>) {
+        use diesel::connection::{InstrumentationEvent, SimpleConnection};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+
+        let ids = seed(db, 2, &["a"]);
+        let period = Duration::from_millis(100);
+        let limit = RateLimit::per_key(tasks::tenant, 5, period);
+        let options = ClaimOptions::default().rate_limit(limit.clone());
+        let mut claimer = db.conn();
+        let first = Task::claim_next_with(&mut claimer, &options).unwrap().expect("a ready row");
+        assert!(first.complete(&mut claimer).unwrap());
+        assert_eq!(rate_rows(db), (1, 1), "key a's row and its start");
+        std::thread::sleep(period + Duration::from_millis(100));
+
+        // The claimer's creations of a key's row, from the statements it sends.
+        let creations = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&creations);
+        claimer.set_instrumentation(move |event: InstrumentationEvent<'_>| {
+            if let InstrumentationEvent::StartQuery { query, .. } = event {
+                let text = query.to_string();
+                if text.starts_with("INSERT") && text.contains("diesel_lease_rate_limits") {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+
+        let lock = crate::common::pick::<B>(
+            "SELECT rate_key FROM diesel_lease_rate_limits FOR UPDATE",
+            // Any write takes SQLite's one writer lock for the transaction.
+            "UPDATE diesel_lease_rate_limits SET rate_key = rate_key",
+            "SELECT rate_key FROM diesel_lease_rate_limits FOR UPDATE",
+        );
+        let waiting = crate::common::pick::<B>(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            "",
+            "SELECT COUNT(*) FROM information_schema.INNODB_TRX t \
+             JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id \
+             WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
+        );
+        let blocked = || -> bool {
+            if B::NAME == "mysql" {
+                // InnoDB refreshes INNODB_TRX only when it was last read over 0.1 s ago.
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(&format!("({waiting})")))
+                .get_result::<i64>(&mut db.conn())
+                .unwrap()
+                > 0
+        };
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel::<()>();
+        let (claiming_tx, claiming_rx) = std::sync::mpsc::channel::<()>();
+        let (limit, blocked) = (&limit, &blocked);
+        let (forgotten, claimed) = std::thread::scope(|s| {
+            let deleter = s.spawn(move || {
+                let mut conn = db.conn();
+                conn.transaction(|d| -> diesel_lease::Result<diesel_lease::claim::Forgotten> {
+                    d.batch_execute(lock)?;
+                    locked_tx.send(()).unwrap();
+                    claiming_rx.recv().unwrap();
+                    if !waiting.is_empty() {
+                        let deadline = Instant::now() + Duration::from_secs(30);
+                        while !blocked() {
+                            assert!(Instant::now() < deadline, "the claim never waited for key a's lock");
+                            std::thread::sleep(Duration::from_millis(10));
+                        }
+                    }
+                    limit.forget_idle(d, tasks::table)
+                })
+                .unwrap()
+            });
+            locked_rx.recv().unwrap();
+            let claim = s.spawn(|| {
+                claiming_tx.send(()).unwrap();
+                Task::claim_next_with(&mut claimer, &options).unwrap()
+            });
+            (deleter.join().unwrap(), claim.join().unwrap())
+        });
+        assert_eq!((forgotten.starts, forgotten.keys), (1, 1), "the aged-out start and key a's row");
+        let claimed = claimed.expect("the waiting admission claims once its key's row is back");
+        assert_eq!(claimed.id, ids[1]);
+        assert_eq!(rate_rows(db), (1, 1), "key a's row created again, with the new start");
+        let expected = match B::NAME {
+            "postgres" => 2,
+            _ => 1,
+        };
+        assert_eq!(creations.load(Ordering::SeqCst), expected, "creations of key a's row");
     }
 }
