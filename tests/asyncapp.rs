@@ -37,6 +37,7 @@ backend_suite! {
         a_worker_on_deadpool_runs_what_requests_committed_exactly_once,
         an_exhausted_or_runtimeless_deadpool_is_a_typed_error,
         farm_schedules_on_deadpool_run_each_occurrence_once,
+        waiters_on_deadpool_with_a_listen_url_are_woken_by_notify,
     ];
 
     fn source(db: &TestDb<B>, rt: &tokio::runtime::Runtime, size: usize) -> Deadpool<<B as TestBackend>::Conn> {
@@ -256,5 +257,55 @@ backend_suite! {
         .join()
         .unwrap();
         assert!(matches!(outside, Err(Error::Config(ref m)) if m.contains("Deadpool::new")), "{outside:?}");
+    }
+
+    /// `Deadpool::listen_url`: on PostgreSQL the pool's waiters get one listener connection
+    /// (seen in `pg_stat_activity` once a waiter waits, and not before), and a row made ready by
+    /// the installed trigger (a `NOTIFY` from the server, no call in this process) reaches an
+    /// idle `claim_next_wait` waiter within 300 ms, four times in a row: a waiter that only
+    /// polls (a second apart by then) would do that about once in 100 runs. SQLite and MySQL
+    /// have no notifications: no listener, and the waiter finds the row by polling.
+    pub(crate) fn waiters_on_deadpool_with_a_listen_url_are_woken_by_notify(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
+        db.migrate();
+        diesel_lease::claim::install_ready_trigger::<Task, _>(&mut db.conn()).unwrap();
+        let rt = runtime();
+        let source = source(db, &rt, 4).listen_url(&db.url);
+        let postgres = B::NAME == "postgres";
+        assert_eq!(format!("{source:?}").contains("listener: true"), postgres, "{source:?}");
+        let listeners = || -> i64 {
+            if !postgres {
+                return 0;
+            }
+            diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                "(SELECT COUNT(*) FROM pg_stat_activity \
+                  WHERE datname = current_database() AND application_name = 'diesel-lease listener')",
+            ))
+            .get_result(&mut db.conn())
+            .unwrap()
+        };
+        assert_eq!(listeners(), 0, "nothing starts before a waiter waits");
+        for round in 0..4 {
+            let (task, latency) = std::thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let task = Task::claim_next_wait(&source, Duration::from_secs(20)).unwrap();
+                    (task, Instant::now())
+                });
+                // Idle long enough that the waiter's polls are a second apart.
+                std::thread::sleep(Duration::from_millis(2500));
+                if postgres {
+                    assert_eq!(listeners(), 1, "round {round}: one listener while a waiter waits");
+                }
+                let inserted = Instant::now();
+                let id = fixtures::insert_task(&mut db.conn(), -10, "");
+                let (task, at) = waiter.join().unwrap();
+                assert_eq!(task.as_ref().map(|t| t.id), Some(id), "round {round}");
+                (task.unwrap(), at - inserted)
+            });
+            assert!(task.complete(&mut db.conn()).unwrap());
+            if postgres {
+                assert!(latency < Duration::from_millis(300), "round {round}: woken after {latency:?}");
+            }
+        }
     }
 }

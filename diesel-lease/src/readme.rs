@@ -871,8 +871,9 @@ pub(crate) struct Block16;
 /// # async fn app(url: String, body: String) -> Result<(), Box<dyn std::error::Error>> {
 /// use diesel_lease::pool::{build_deadpool, Deadpool};
 ///
-/// // At start-up, on the runtime: one pool for the application and diesel-lease.
-/// let db = Deadpool::from_current(build_deadpool::<PgConnection>(&url, 16)?)?;
+/// // At start-up, on the runtime: one pool for the application and diesel-lease, whose
+/// // waiters a NOTIFY wakes (one listener connection to `url`).
+/// let db = Deadpool::from_current(build_deadpool::<PgConnection>(&url, 16)?)?.listen_url(&url);
 ///
 /// // Beside the runtime, on a thread of its own: the Worker.
 /// let stop = Arc::new(AtomicBool::new(false));

@@ -2,6 +2,7 @@
 //! (feature `deadpool`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::managed::{Hook, HookError, Object, Pool, PoolError};
@@ -11,6 +12,8 @@ use tokio::runtime::Handle;
 
 use super::{with_network_settings, ConnectionSource, ConnectionTuning};
 use crate::backend::Dialect;
+use crate::notify::listener::Listener;
+use crate::notify::Notifications;
 use crate::{Error, Result};
 
 /// A `deadpool-diesel` pool of `C` connections, lent to diesel-lease's guards, permits, waiters
@@ -29,10 +32,11 @@ use crate::{Error, Result};
 /// [`ConnectionTuning`] (SQLite's busy timeout and WAL, MySQL's idle timeout, the engine check)
 /// and libpq's network settings on every connection; a pool built otherwise works, without them.
 ///
-/// Waiters on this pool (`claim_next_wait`, a `Worker`, a waiting `acquire`) are not woken by
-/// PostgreSQL's `NOTIFY` (r2d2 pools from [`build_pool`](super::build_pool) have a listener that
-/// is): they poll, at most a second apart; a semaphore waiter is also woken at once by a release
-/// in this process.
+/// Waiters on this pool (`claim_next_wait`, a `Worker`, a waiting `acquire`) are woken by
+/// PostgreSQL's `NOTIFY` once it has a listener: [`listen_url`](Self::listen_url) with the URL
+/// the pool connects to gives it one, as [`build_pool`](super::build_pool) gives an r2d2 pool
+/// (deadpool keeps its URL to itself). Without one they poll, at most a second apart; a
+/// semaphore waiter is also woken at once by a release in this process.
 ///
 /// ```no_run
 /// # #[cfg(feature = "postgres")] {
@@ -44,7 +48,7 @@ use crate::{Error, Result};
 /// # async fn app() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 /// // In the application's start-up, on the tokio runtime:
 /// let pool = build_deadpool::<PgConnection>("postgres://app@db/app", 16)?;
-/// let source = Deadpool::from_current(pool.clone())?;
+/// let source = Deadpool::from_current(pool.clone())?.listen_url("postgres://app@db/app");
 ///
 /// // In a request handler: diesel-lease's calls block, so off the runtime's threads.
 /// let token = tokio::task::spawn_blocking(move || {
@@ -66,6 +70,8 @@ where
     /// `None` only while it is dropped (see `Drop`).
     pool: Option<Pool<Manager<C>>>,
     runtime: Handle,
+    /// The waiters' listener ([`listen_url`](Deadpool::listen_url)), shared by every clone.
+    listener: Option<Arc<Listener>>,
 }
 
 impl<C> Clone for Deadpool<C>
@@ -77,6 +83,7 @@ where
         Deadpool {
             pool: self.pool.clone(),
             runtime: self.runtime.clone(),
+            listener: self.listener.clone(),
         }
     }
 }
@@ -89,6 +96,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Deadpool")
             .field("status", &self.pool().status())
+            .field("listener", &self.listener.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +111,7 @@ where
         Deadpool {
             pool: Some(pool),
             runtime,
+            listener: None,
         }
     }
 
@@ -116,6 +125,31 @@ where
             ))
         })?;
         Ok(Deadpool::new(pool, runtime))
+    }
+
+    /// Gives the pool's waiters one listener connection to `url` (PostgreSQL; nothing on SQLite
+    /// and MySQL, which have no notifications): a `NOTIFY` from any process (a row made ready
+    /// through [`notify_ready`](crate::claim::notify_ready) or the
+    /// [installed trigger](crate::claim::install_ready_trigger), a permit given up) wakes them
+    /// within milliseconds instead of at their next poll, as an r2d2 pool's
+    /// [`WaiterWakeups`](super::WaiterWakeups) does. Pass the URL the pool connects to (a
+    /// direct one when that goes through a transaction pooler: `LISTEN` needs a session); it
+    /// gets [`with_network_settings`]. The listener is a background thread with a connection
+    /// of its own, outside the pool, open while anybody waits and for 30 s after (it shows in
+    /// `pg_stat_activity` as `diesel-lease listener`); if it breaks, waiters poll while it
+    /// reconnects. Clones made before this call keep polling.
+    pub fn listen_url(mut self, url: impl AsRef<str>) -> Self
+    where
+        C: Notifications,
+    {
+        self.listener = super::listener::<C>(with_network_settings::<C>(url.as_ref()));
+        self
+    }
+
+    /// Tells this pool from every other alive (see [`ConnectionSource::identity`]): the
+    /// manager lives in the pool's shared state, as long as the pool.
+    fn pool_identity(&self) -> usize {
+        std::ptr::from_ref(self.pool().manager()) as usize
     }
 
     /// The pool, for the application's own `interact` calls.
@@ -155,6 +189,11 @@ where
                 e => Error::Deadpool(e),
             },
         )?;
+        if self.listener.is_some() {
+            // What an r2d2 pool's `WaiterWakeups` does at a checkout: a waiter that lent this
+            // connection finds the listener right after.
+            super::checked_out(self.pool_identity(), self.listener.as_ref());
+        }
         Ok(DeadpoolLent {
             object: Some(object),
             runtime: self.runtime.clone(),
@@ -178,8 +217,7 @@ where
     }
 
     fn identity(&self) -> Option<usize> {
-        // The manager lives in the pool's shared state, as long as the pool.
-        Some(std::ptr::from_ref(self.pool().manager()) as usize)
+        Some(self.pool_identity())
     }
 }
 

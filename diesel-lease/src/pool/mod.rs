@@ -350,10 +350,16 @@ thread_local! {
 impl HandleEvent for WaiterWakeups {
     fn handle_checkout(&self, _event: CheckoutEvent) {
         // r2d2 calls this on the thread that checks out, just before it returns the connection.
-        let listener = self.listener.as_ref().map(Arc::downgrade);
-        let pool = std::ptr::from_ref(self) as usize;
-        CHECKED_OUT.with(|slot| *slot.borrow_mut() = Some((pool, listener)));
+        checked_out(std::ptr::from_ref(self) as usize, self.listener.as_ref());
     }
+}
+
+/// Leaves with this thread what a checkout of `pool` (its identity) tells a waiter: the pool's
+/// `listener`, which [`lend_with_listener`] picks up right after the checkout. An r2d2 pool's
+/// [`WaiterWakeups`] calls it, and a [`Deadpool`] with a listener when it lends.
+pub(crate) fn checked_out(pool: usize, listener: Option<&Arc<Listener>>) {
+    let listener = listener.map(Arc::downgrade);
+    CHECKED_OUT.with(|slot| *slot.borrow_mut() = Some((pool, listener)));
 }
 
 /// What a waiter learns from a checkout: the pool's listener, and an identity of the pool that

@@ -37,8 +37,9 @@ impl From<diesel::result::Error> for Refused {
 }
 
 pub(super) async fn run(url: &str, serve: bool, listen: &str) -> Result<(), BoxError> {
-    // The application's one pool: request handlers and diesel-lease share it.
-    let db = Deadpool::from_current(build_deadpool::<Conn>(url, 8)?)?;
+    // The application's one pool: request handlers and diesel-lease share it. On PostgreSQL
+    // the Worker's waits are woken by NOTIFY through one listener connection.
+    let db = Deadpool::from_current(build_deadpool::<Conn>(url, 8)?)?.listen_url(url);
     let setup = db.pool().get().await?;
     setup
         .interact(|conn| {
