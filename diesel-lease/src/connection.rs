@@ -9,7 +9,7 @@ use diesel::result::Error as DieselError;
 
 use crate::admin::AdminStatements;
 use crate::backend::{BackendKind, Dialect, SqlDialect};
-use crate::claim::ClaimDialect;
+use crate::claim::{ClaimDialect, RateDialect};
 use crate::lease::statements::LeaseStatements;
 use crate::once::InsertOnceDialect;
 use crate::semaphore::SemaphoreDialect;
@@ -22,7 +22,13 @@ use crate::semaphore::SemaphoreDialect;
 /// traits are sealed: the backend-specific SQL of every operation is written and tested for
 /// these three.
 pub trait LeaseConnection:
-    Dialect + ClaimDialect + InsertOnceDialect + LeaseStatements + SemaphoreDialect + AdminStatements
+    Dialect
+    + ClaimDialect
+    + RateDialect
+    + InsertOnceDialect
+    + LeaseStatements
+    + SemaphoreDialect
+    + AdminStatements
 {
     /// Which backend this connection talks to: its Diesel backend's [`SqlDialect::KIND`],
     /// the one place each backend states it.
@@ -46,6 +52,7 @@ pub trait LeaseConnection:
 impl<C> LeaseConnection for C where
     C: Dialect
         + ClaimDialect
+        + RateDialect
         + InsertOnceDialect
         + LeaseStatements
         + SemaphoreDialect

@@ -125,8 +125,13 @@ where
     key_limit: Option<KeyLimit<M>>,
     /// Claims through a [`ClaimCursor`] ([`Worker::claim_cursor`]), as a claim of `n` rows.
     cursor: Option<CursorClaim<M, C>>,
+    /// How often the rate limits' idle keys are forgotten ([`Worker::forget_idle_every`]).
+    forget_idle_every: Duration,
     _m: PhantomData<fn(&M)>,
 }
+
+/// [`Worker::forget_idle_every`]'s default.
+const FORGET_IDLE_EVERY: Duration = Duration::from_secs(60);
 
 /// A worker's claim through a [`ClaimCursor`], its bounds checked where it was set: `n` rows,
 /// under the per-key limit (column, max) when there is one.
@@ -169,6 +174,7 @@ where
                 &self.key_limit.as_ref().map(|k| (k.column, k.max)),
             )
             .field("cursor", &self.cursor.is_some())
+            .field("forget_idle_every", &self.forget_idle_every)
             .finish()
     }
 }
@@ -194,6 +200,7 @@ where
                 .unwrap_or(DEFAULT_POLICY),
             key_limit: None,
             cursor: None,
+            forget_idle_every: FORGET_IDLE_EVERY,
             _m: PhantomData,
         }
     }
@@ -290,6 +297,18 @@ where
         self
     }
 
+    /// How often the worker forgets its rate limits' idle keys
+    /// ([`RateLimit::forget_idle`](crate::claim::RateLimit::forget_idle): the starts older than
+    /// the period, and the rows of keys with none left), so keys that come and go (users, not a
+    /// few tenants) leave no rows behind. Default one minute, never more often than the longest
+    /// limit's period; one thread of the worker does it, between claims, the first time one
+    /// interval after the start. Safe beside every other worker's claims and forgets. Without a
+    /// rate limit it does nothing.
+    pub fn forget_idle_every(mut self, every: Duration) -> Self {
+        self.forget_idle_every = every;
+        self
+    }
+
     /// Runs `handler` on claimed rows until `stop` turns true (see the type's docs), then
     /// returns what was done. The first error that is not worth retrying (a configuration
     /// mistake, a query the database refuses) stops every thread and is returned; lost
@@ -306,6 +325,7 @@ where
             failed: AtomicBool::new(false),
             report: Mutex::new(WorkerReport::default()),
             resource: C::ready_resource()?,
+            next_forget: Mutex::new(Instant::now() + self.forget_interval()),
         };
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..self.concurrency)
@@ -324,6 +344,22 @@ where
             .report
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl<M, C> Worker<M, C>
+where
+    C: LeaseConnection + R2D2Connection,
+{
+    /// [`forget_idle_every`](Self::forget_idle_every), at least the longest limit's period.
+    fn forget_interval(&self) -> Duration {
+        let longest = self
+            .options
+            .rate_limits()
+            .iter()
+            .map(RateLimit::period)
+            .max();
+        self.forget_idle_every.max(longest.unwrap_or_default())
     }
 }
 
@@ -347,6 +383,8 @@ where
     report: Mutex<WorkerReport>,
     /// The table's label, which names the per-key semaphores.
     resource: String,
+    /// When a thread next forgets the rate limits' idle keys.
+    next_forget: Mutex<Instant>,
 }
 
 /// What became of one row.
@@ -479,7 +517,10 @@ where
         };
         let mut pause = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         while !self.stopping() {
-            match self.claim_and_run(&mut calls, handler) {
+            let step = self
+                .forget_idle_if_due(&mut calls)
+                .and_then(|()| self.claim_and_run(&mut calls, handler));
+            match step {
                 Ok(()) => pause.reset(),
                 Err(e) if e.is_retryable() => self.pause(pause.next_delay()),
                 Err(e) => {
@@ -489,6 +530,39 @@ where
             }
         }
         Ok(())
+    }
+
+    /// Forgets the rate limits' idle keys when [`Worker::forget_idle_every`] has passed since
+    /// the last time (one thread at a time: the first to see it due moves the time on).
+    fn forget_idle_if_due(&self, calls: &mut Calls) -> Result<()> {
+        let rates = self.worker.options.rate_limits();
+        if rates.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut next = self
+                .next_forget
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            if now < *next {
+                return Ok(());
+            }
+            *next = now + self.worker.forget_interval();
+        }
+        let (pool, rates) = (self.worker.pool.clone(), rates.to_vec());
+        self.call(
+            calls,
+            move || {
+                pool.with_connection(|conn| {
+                    for rate in &rates {
+                        rate.forget_idle(conn, M::Table::default())?;
+                    }
+                    Ok(())
+                })
+            },
+            |_| {},
+        )
     }
 
     fn claim_and_run<F, E>(&self, calls: &mut Calls, handler: &F) -> Result<()>

@@ -23,6 +23,7 @@ backend_suite! {
         forget_idle_deletes_old_starts_and_idle_keys_and_claims_go_on,
         a_per_key_limit_holds_while_forget_idle_runs_beside_the_claims,
         a_key_row_forgotten_under_a_waiting_admission_is_created_again,
+        a_worker_forgets_its_rate_limits_idle_keys,
     ];
 
     const PERIOD: Duration = Duration::from_secs(2);
@@ -426,5 +427,67 @@ backend_suite! {
             _ => 1,
         };
         assert_eq!(creations.load(Ordering::SeqCst), expected, "creations of key a's row");
+    }
+
+    /// `Worker::forget_idle_every`: a worker under 1 per 100 ms per tenant runs 12 rows of 12
+    /// tenants (keys that come and go), then, idle, one more row of a new tenant; between its
+    /// claims it forgets the limit's idle keys, so the 12 tenants' rows and starts go, leaving at
+    /// most the newest tenant's. Each row ran once.
+    pub(crate) fn a_worker_forgets_its_rate_limits_idle_keys(db: &TestDb<B>) {
+        use diesel_lease::worker::Worker;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let tenants: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+        let mut ids = seed(db, 12, &tenants);
+        let pool = db.pool(4);
+        let limit = RateLimit::per_key(tasks::tenant, 1, Duration::from_millis(100));
+        let worker = Worker::<Task, _>::new(pool)
+            .rate_limit(limit)
+            .forget_idle_every(Duration::from_millis(200));
+        let stop = AtomicBool::new(false);
+        let ran = std::sync::Mutex::new(Vec::new());
+        let report = std::thread::scope(|s| {
+            let run = s.spawn(|| {
+                worker.run_until(&stop, |_conn, task: &Task| {
+                    ran.lock().unwrap().push(task.id);
+                    Ok::<_, diesel::result::Error>(())
+                })
+            });
+            // Stops the worker however this thread leaves the scope, a failed assertion too
+            // (the scope would wait for the worker forever).
+            struct StopOnDrop<'a>(&'a AtomicBool);
+            impl Drop for StopOnDrop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let _stop = StopOnDrop(&stop);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while left(db, "done") < 12 {
+                assert!(Instant::now() < deadline, "the worker did not finish the 12 rows");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // Idle past the period and the forget interval, then a row of a new tenant.
+            std::thread::sleep(Duration::from_millis(400));
+            ids.push(fixtures::insert_task(&mut db.conn(), -10, "late"));
+            while rate_rows(db).0 > 1 {
+                assert!(Instant::now() < deadline, "idle keys still there: {:?}", rate_rows(db));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            while left(db, "done") < 13 {
+                assert!(Instant::now() < deadline, "the worker did not run the last row");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::SeqCst);
+            run.join().unwrap().unwrap()
+        });
+        assert_eq!(report.completed, 13);
+        let mut ran = ran.into_inner().unwrap();
+        ran.sort();
+        ids.sort();
+        assert_eq!(ran, ids, "each row once");
+        let (keys, starts) = rate_rows(db);
+        assert!(keys <= 1 && starts <= 1, "at most the newest tenant's row and start: {keys}, {starts}");
     }
 }

@@ -168,6 +168,13 @@ pub struct ClaimOptions {
     rates: Vec<RateLimit>,
 }
 
+impl ClaimOptions {
+    /// The rate limits these options claim under (at most one global and one per-key).
+    pub(crate) fn rate_limits(&self) -> &[RateLimit] {
+        &self.rates
+    }
+}
+
 impl Default for ClaimOptions {
     fn default() -> Self {
         ClaimOptions {
