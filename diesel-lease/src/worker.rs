@@ -325,7 +325,7 @@ where
             failed: AtomicBool::new(false),
             report: Mutex::new(WorkerReport::default()),
             resource: C::ready_resource()?,
-            next_forget: Mutex::new(Instant::now() + self.forget_interval()),
+            next_forget: Mutex::new(Instant::now().checked_add(self.forget_interval())),
         };
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..self.concurrency)
@@ -383,8 +383,9 @@ where
     report: Mutex<WorkerReport>,
     /// The table's label, which names the per-key semaphores.
     resource: String,
-    /// When a thread next forgets the rate limits' idle keys.
-    next_forget: Mutex<Instant>,
+    /// When a thread next forgets the rate limits' idle keys (`None`: never, an interval past
+    /// what `Instant` holds).
+    next_forget: Mutex<Option<Instant>>,
 }
 
 /// What became of one row.
@@ -545,10 +546,10 @@ where
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let now = Instant::now();
-            if now < *next {
+            if next.is_none_or(|next| now < next) {
                 return Ok(());
             }
-            *next = now + self.worker.forget_interval();
+            *next = now.checked_add(self.worker.forget_interval());
         }
         let (pool, rates) = (self.worker.pool.clone(), rates.to_vec());
         self.call(

@@ -161,12 +161,12 @@ impl RateLimit {
         }
     }
 
-    /// Whether this limit counts each key on its own (a second one of the same kind replaces it).
     /// The limit's period.
     pub(crate) fn period(&self) -> Duration {
         self.period
     }
 
+    /// Whether this limit counts each key on its own (a second one of the same kind replaces it).
     pub(crate) fn is_per_key(&self) -> bool {
         self.key.is_some()
     }
