@@ -259,7 +259,7 @@ backend_suite! {
         assert!(matches!(outside, Err(Error::Config(ref m)) if m.contains("Deadpool::new")), "{outside:?}");
     }
 
-    /// `Deadpool::listen_url`: on PostgreSQL the pool's waiters get one listener connection
+    /// `Deadpool::build` (with `listen_url`): on PostgreSQL the pool's waiters get one listener connection
     /// (seen in `pg_stat_activity` once a waiter waits, and not before), and a row made ready by
     /// the installed trigger (a `NOTIFY` from the server, no call in this process) reaches an
     /// idle `claim_next_wait` waiter within 300 ms, four times in a row: a waiter that only
@@ -270,7 +270,11 @@ backend_suite! {
         db.migrate();
         diesel_lease::claim::install_ready_trigger::<Task, _>(&mut db.conn()).unwrap();
         let rt = runtime();
-        let source = source(db, &rt, 4).listen_url(&db.url);
+        // Deadpool::build: build_deadpool, from_current and listen_url in one call.
+        let source = {
+            let _entered = rt.enter();
+            Deadpool::<<B as TestBackend>::Conn>::build(&db.url, 4).unwrap()
+        };
         let postgres = B::NAME == "postgres";
         assert_eq!(format!("{source:?}").contains("listener: true"), postgres, "{source:?}");
         let listeners = || -> i64 {

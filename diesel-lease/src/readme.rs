@@ -869,11 +869,11 @@ pub(crate) struct Block16;
 /// # fn ship(_: &mut PgConnection, _: &Order) -> Result<(), diesel::result::Error> { Ok(()) }
 /// # fn take_stock(_: &mut PgConnection, _: &str) -> Result<(), diesel::result::Error> { Ok(()) }
 /// # async fn app(url: String, body: String) -> Result<(), Box<dyn std::error::Error>> {
-/// use diesel_lease::pool::{build_deadpool, Deadpool};
+/// use diesel_lease::pool::Deadpool;
 ///
 /// // At start-up, on the runtime: one pool for the application and diesel-lease, whose
 /// // waiters a NOTIFY wakes (one listener connection to `url`).
-/// let db = Deadpool::from_current(build_deadpool::<PgConnection>(&url, 16)?)?.listen_url(&url);
+/// let db = Deadpool::<PgConnection>::build(&url, 16)?;
 ///
 /// // Beside the runtime, on a thread of its own: the Worker.
 /// let stop = Arc::new(AtomicBool::new(false));

@@ -35,7 +35,7 @@ use crate::{Error, Result};
 /// Waiters on this pool (`claim_next_wait`, a `Worker`, a waiting `acquire`) are woken by
 /// PostgreSQL's `NOTIFY` once it has a listener: [`listen_url`](Self::listen_url) with the URL
 /// the pool connects to gives it one, as [`build_pool`](super::build_pool) gives an r2d2 pool
-/// (deadpool keeps its URL to itself). Without one they poll, at most a second apart; a
+/// (deadpool keeps its URL to itself); [`Deadpool::build`] builds the pool with it. Without one they poll, at most a second apart; a
 /// semaphore waiter is also woken at once by a release in this process.
 ///
 /// ```no_run
@@ -125,6 +125,29 @@ where
             ))
         })?;
         Ok(Deadpool::new(pool, runtime))
+    }
+
+    /// [`build_deadpool`]`(url, max_size)`, on the tokio runtime this is called on
+    /// ([`from_current`](Self::from_current)), with [`listen_url`](Self::listen_url)`(url)`:
+    /// the whole set-up of an application's one pool in one call. [`Error::Config`] outside a
+    /// runtime.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "postgres")] {
+    /// # async fn app() -> diesel_lease::Result<()> {
+    /// use diesel_lease::pool::Deadpool;
+    ///
+    /// let db = Deadpool::<diesel::PgConnection>::build("postgres://app@db/app", 16)?;
+    /// # let _ = db;
+    /// # Ok(())
+    /// # }
+    /// # }
+    /// ```
+    pub fn build(url: &str, max_size: usize) -> Result<Self>
+    where
+        C: Notifications,
+    {
+        Ok(Self::from_current(build_deadpool::<C>(url, max_size)?)?.listen_url(url))
     }
 
     /// Gives the pool's waiters one listener connection to `url` (PostgreSQL; nothing on SQLite

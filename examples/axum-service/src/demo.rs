@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use axum::Router;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_lease::pool::{build_deadpool, Deadpool};
+use diesel_lease::pool::Deadpool;
 use diesel_lease::worker::Worker;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -39,7 +39,7 @@ impl From<diesel::result::Error> for Refused {
 pub(super) async fn run(url: &str, serve: bool, listen: &str) -> Result<(), BoxError> {
     // The application's one pool: request handlers and diesel-lease share it. On PostgreSQL
     // the Worker's waits are woken by NOTIFY through one listener connection.
-    let db = Deadpool::from_current(build_deadpool::<Conn>(url, 8)?)?.listen_url(url);
+    let db = Deadpool::<Conn>::build(url, 8)?;
     let setup = db.pool().get().await?;
     setup
         .interact(|conn| {
