@@ -142,42 +142,54 @@ impl PgBench {
         })
     }
 
-    /// pgbench with [`pgbench_script`]: `workers` clients and threads, prepared statements, for
-    /// the measured seconds (pgbench counts whole seconds, at least one). Client CPU is what the
-    /// pgbench process used; latency is pgbench's average (it reports no median).
+    /// pgbench with [`pgbench_script`]: `workers` clients and threads, prepared statements,
+    /// counted as ours is: done rows from the table over the same warm-up and window, and the
+    /// pgbench process's CPU over that window ([`crate::floors::external_window`]); latency is
+    /// pgbench's average over its whole run (it reports no median).
     pub(crate) fn pgbench_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
-        self.pgbench(pg_bin, workers, &pgbench_script(), 1)
-    }
-
-    /// pgbench with [`pgbench_batch_script`]: as [`Self::pgbench_floor`], 50 jobs a transaction.
-    /// Jobs are counted from the table (done rows), which must equal 50 per transaction.
-    pub(crate) fn pgbench_batch_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
         let mut conn = PgConnection::establish(&self.url)?;
         let before = crate::floors::done_rows(&mut conn)?;
-        let s = self.pgbench(pg_bin, workers, &pgbench_batch_script(), 50)?;
+        let (s, transactions) = self.pgbench(pg_bin, workers, &pgbench_script(), 1)?;
         let t = crate::floors::tally(&mut conn)?;
         t.check(
-            &format!("pgbench batch x{workers}"),
-            Some(s.items + u64::try_from(before)?),
+            &format!("pgbench x{workers}"),
+            Some(transactions + u64::try_from(before)?),
             0,
         )?;
         Ok(s)
     }
 
-    /// pgbench running `script` for the window, `per_tx` jobs per transaction.
+    /// pgbench with [`pgbench_batch_script`]: as [`Self::pgbench_floor`], 50 jobs a transaction.
+    /// Every transaction must have completed 50 rows: done rows at the end equal 50 per
+    /// transaction pgbench reports.
+    pub(crate) fn pgbench_batch_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
+        let mut conn = PgConnection::establish(&self.url)?;
+        let before = crate::floors::done_rows(&mut conn)?;
+        let (s, transactions) = self.pgbench(pg_bin, workers, &pgbench_batch_script(), 50)?;
+        let t = crate::floors::tally(&mut conn)?;
+        t.check(
+            &format!("pgbench batch x{workers}"),
+            Some(50 * transactions + u64::try_from(before)?),
+            0,
+        )?;
+        Ok(s)
+    }
+
+    /// pgbench running `script` (`per_tx` jobs per transaction) through the warm-up, the window
+    /// and a second more, measured over the window from the table; also the transactions
+    /// pgbench reports for its whole run.
     fn pgbench(
         &self,
         pg_bin: &Path,
         workers: usize,
         script_text: &str,
         per_tx: u64,
-    ) -> BenchResult<Sample> {
+    ) -> BenchResult<(Sample, u64)> {
         let dir = tempfile::tempdir()?;
         let script = dir.path().join("claim_done.sql");
         std::fs::File::create(&script)?.write_all(script_text.as_bytes())?;
-        let secs = self.window.measure_secs.round().max(1.0) as u64;
-        let cpu_before = measure::stat_cpu_ticks("/proc/self/stat", true);
-        let out = Command::new(pg_bin.join("pgbench"))
+        let secs = (self.window.warmup_secs + self.window.measure_secs).ceil() as u64 + 1;
+        let child = Command::new(pg_bin.join("pgbench"))
             .args(["-n", "-M", "prepared", "-T"])
             .arg(secs.to_string())
             .arg("-c")
@@ -188,8 +200,17 @@ impl PgBench {
             .arg(&script)
             .arg(&self.url)
             .stdin(Stdio::null())
-            .output()?;
-        let cpu_after = measure::stat_cpu_ticks("/proc/self/stat", true);
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let mut children = [child];
+        let mut conn = PgConnection::establish(&self.url)?;
+        let measured = crate::floors::external_window(&mut children, self.window, per_tx, || {
+            crate::floors::done_rows(&mut conn)
+        });
+        let [child] = children;
+        let out = child.wait_with_output()?;
+        let mut sample = measured?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             return Err(format!(
@@ -206,7 +227,7 @@ impl PgBench {
                 .and_then(|rest| rest.split_whitespace().next())
                 .and_then(|v| v.parse().ok())
         };
-        let jobs = field("number of transactions actually processed:")
+        let transactions = field("number of transactions actually processed:")
             .ok_or_else(|| format!("pgbench printed no transaction count: {stdout}"))?;
         let failed = field("number of failed transactions:").unwrap_or(0.0);
         if failed > 0.0 || stdout.contains("aborted") {
@@ -214,24 +235,8 @@ impl PgBench {
                 format!("pgbench clients failed (did the table run dry?): {stdout}").into(),
             );
         }
-        let latency_ms = field("latency average =").unwrap_or(f64::NAN);
-        let ops = jobs as u64;
-        let items = ops * per_tx;
-        Ok(Sample {
-            ops,
-            items,
-            empty_ops: 0,
-            secs: secs as f64,
-            rate: items as f64 / secs as f64,
-            p50_us: latency_ms * 1000.0,
-            p99_us: f64::NAN,
-            client_cpu_us_per_op: match (cpu_before, cpu_after) {
-                (Some(a), Some(b)) if ops > 0 => {
-                    Some(measure::ticks_to_us(b.saturating_sub(a)) / ops as f64)
-                }
-                _ => None,
-            },
-        })
+        sample.p50_us = field("latency average =").unwrap_or(f64::NAN) * 1000.0;
+        Ok((sample, transactions as u64))
     }
 
     /// Recreates fang's table (its own migrations) with `rows` due no-op tasks.
