@@ -147,44 +147,36 @@ impl PgBench {
     /// pgbench process's CPU over that window ([`crate::floors::external_window`]); latency is
     /// pgbench's average over its whole run (it reports no median).
     pub(crate) fn pgbench_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
-        let mut conn = PgConnection::establish(&self.url)?;
-        let before = crate::floors::done_rows(&mut conn)?;
-        let (s, transactions) = self.pgbench(pg_bin, workers, &pgbench_script(), 1)?;
-        let t = crate::floors::tally(&mut conn)?;
-        t.check(
-            &format!("pgbench x{workers}"),
-            Some(transactions + u64::try_from(before)?),
-            0,
-        )?;
-        Ok(s)
+        self.pgbench(pg_bin, workers, &pgbench_script(), 1, "pgbench")
     }
 
     /// pgbench with [`pgbench_batch_script`]: as [`Self::pgbench_floor`], 50 jobs a transaction.
     /// Every transaction must have completed 50 rows: done rows at the end equal 50 per
     /// transaction pgbench reports.
     pub(crate) fn pgbench_batch_floor(&self, pg_bin: &Path, workers: usize) -> BenchResult<Sample> {
-        let mut conn = PgConnection::establish(&self.url)?;
-        let before = crate::floors::done_rows(&mut conn)?;
-        let (s, transactions) = self.pgbench(pg_bin, workers, &pgbench_batch_script(), 50)?;
-        let t = crate::floors::tally(&mut conn)?;
-        t.check(
-            &format!("pgbench batch x{workers}"),
-            Some(50 * transactions + u64::try_from(before)?),
-            0,
-        )?;
-        Ok(s)
+        self.pgbench(
+            pg_bin,
+            workers,
+            &pgbench_batch_script(),
+            50,
+            "pgbench batch",
+        )
     }
 
     /// pgbench running `script` (`per_tx` jobs per transaction) through the warm-up, the window
-    /// and a second more, measured over the window from the table; also the transactions
-    /// pgbench reports for its whole run.
+    /// and a second more, measured over the window from the table. Then the table is checked
+    /// (`label`): every claimed row claimed once, done rows grown by `per_tx` for each
+    /// transaction pgbench reports, none left claimed.
     fn pgbench(
         &self,
         pg_bin: &Path,
         workers: usize,
         script_text: &str,
         per_tx: u64,
-    ) -> BenchResult<(Sample, u64)> {
+        label: &str,
+    ) -> BenchResult<Sample> {
+        let mut conn = PgConnection::establish(&self.url)?;
+        let before = crate::floors::done_rows(&mut conn)?;
         let dir = tempfile::tempdir()?;
         let script = dir.path().join("claim_done.sql");
         std::fs::File::create(&script)?.write_all(script_text.as_bytes())?;
@@ -204,7 +196,6 @@ impl PgBench {
             .stderr(Stdio::piped())
             .spawn()?;
         let mut children = [child];
-        let mut conn = PgConnection::establish(&self.url)?;
         let measured = crate::floors::external_window(&mut children, self.window, per_tx, || {
             crate::floors::done_rows(&mut conn)
         });
@@ -236,7 +227,9 @@ impl PgBench {
             );
         }
         sample.p50_us = field("latency average =").unwrap_or(f64::NAN) * 1000.0;
-        Ok((sample, transactions as u64))
+        let done = per_tx * transactions as u64 + u64::try_from(before)?;
+        crate::floors::tally(&mut conn)?.check(&format!("{label} x{workers}"), Some(done), 0)?;
+        Ok(sample)
     }
 
     /// Recreates fang's table (its own migrations) with `rows` due no-op tasks.
