@@ -6,7 +6,10 @@
 //! `DRAIN_URL` is a `postgres://…` URL or a SQLite file holding a filled `bench_jobs` (the
 //! benchmark's DDL, `bench/src/model.rs`); `DRAIN_THREADS` threads (default 1), one connection
 //! each. `DRAIN_POOL=1` (PostgreSQL): each thread's connection comes from a pool of its own built
-//! by `diesel_lease::pool::build_pool`, as the benchmark's are (network settings, listener).
+//! by `diesel_lease::pool::build_pool` (network settings, listener); `DRAIN_POOL=shared`: from
+//! one such pool of `DRAIN_THREADS` connections, checked out on the main thread and handed to
+//! the threads, as the benchmark's `e2e` section does. `DRAIN_LATENCY=1` also prints the
+//! distribution of each claim + complete's time (each batch's), as pgbench's `-l` log gives it.
 //! `cargo build --release -p diesel-lease-bench --example drain`.
 use chrono::NaiveDateTime;
 use diesel::connection::SimpleConnection;
@@ -42,27 +45,33 @@ struct BenchJob {
     payload: String,
 }
 
-fn drain<C>(conn: &mut C, n: usize) -> usize
+/// Drains the table; with `lat`, each claim + complete (or batch) time in ns goes into it.
+fn drain<C>(conn: &mut C, n: usize, mut lat: Option<&mut Vec<u64>>) -> usize
 where
     C: diesel_lease::claim::ClaimConnection<BenchJob>,
 {
     let mut total = 0;
     loop {
-        if n == 1 {
+        let start = lat.is_some().then(std::time::Instant::now);
+        let done = if n == 1 {
             let Some(job) = BenchJob::claim_next(conn).expect("claim_next") else {
                 return total;
             };
             assert!(job.complete(conn).expect("complete"));
-            total += 1;
-            continue;
+            1
+        } else {
+            let jobs = BenchJob::claim_batch(conn, n).expect("claim_batch");
+            if jobs.is_empty() {
+                return total;
+            }
+            let ok = BenchJob::complete_batch(conn, &jobs).expect("complete_batch");
+            assert!(ok.iter().all(|o| *o));
+            jobs.len()
+        };
+        if let (Some(lat), Some(start)) = (lat.as_deref_mut(), start) {
+            lat.push(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
         }
-        let jobs = BenchJob::claim_batch(conn, n).expect("claim_batch");
-        if jobs.is_empty() {
-            return total;
-        }
-        let ok = BenchJob::complete_batch(conn, &jobs).expect("complete_batch");
-        assert!(ok.iter().all(|o| *o));
-        total += jobs.len();
+        total += done;
     }
 }
 
@@ -77,20 +86,37 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
+    let latency = std::env::var_os("DRAIN_LATENCY").is_some();
+    let shared = std::env::var("DRAIN_POOL").is_ok_and(|v| v == "shared");
+    let shared_pool = shared.then(|| {
+        let size = u32::try_from(threads).expect("DRAIN_THREADS fits in u32");
+        diesel_lease::pool::build_pool::<PgConnection>(&url, size).expect("pool")
+    });
+    let mut shared_conns: Vec<_> = shared_pool
+        .iter()
+        .flat_map(|pool| (0..threads).map(|_| pool.get().expect("get")))
+        .collect();
     let t = std::time::Instant::now();
-    let total: usize = std::thread::scope(|s| {
+    let (total, mut lat) = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|_| {
                 let url = url.clone();
+                let shared_conn = shared_conns.pop();
                 s.spawn(move || {
-                    if url.starts_with("postgres") && std::env::var_os("DRAIN_POOL").is_some() {
+                    let mut lat = Vec::new();
+                    let lat_arg = latency.then_some(&mut lat);
+                    let n = if let Some(mut c) = shared_conn {
+                        drain(&mut *c, batch, lat_arg)
+                    } else if url.starts_with("postgres")
+                        && std::env::var_os("DRAIN_POOL").is_some()
+                    {
                         let pool =
                             diesel_lease::pool::build_pool::<PgConnection>(&url, 1).expect("pool");
                         let mut c = pool.get().expect("get");
-                        drain(&mut *c, batch)
+                        drain(&mut *c, batch, lat_arg)
                     } else if url.starts_with("postgres") {
                         let mut c = PgConnection::establish(&url).expect("connect");
-                        drain(&mut c, batch)
+                        drain(&mut c, batch, lat_arg)
                     } else {
                         let mut c = SqliteConnection::establish(&url).expect("open");
                         // The floor's settings (`bench/floor/sqlite_floor.c`): without
@@ -100,18 +126,35 @@ fn main() {
                              PRAGMA synchronous = NORMAL;",
                         )
                         .expect("pragmas");
-                        drain(&mut c, batch)
-                    }
+                        drain(&mut c, batch, lat_arg)
+                    };
+                    (n, lat)
                 })
             })
             .collect();
         hs.into_iter()
             .map(|h| h.join().expect("a drain thread panicked"))
-            .sum()
+            .fold((0, Vec::new()), |(total, mut all), (n, lat)| {
+                all.extend(lat);
+                (total + n, all)
+            })
     });
     let secs = t.elapsed().as_secs_f64();
     println!(
         "{total} jobs in {secs:.2} s: {:.0} jobs/s",
         total as f64 / secs
     );
+    if latency && !lat.is_empty() {
+        lat.sort_unstable();
+        let at = |q: f64| lat[((lat.len() - 1) as f64 * q) as usize] as f64 / 1e3;
+        let mean = lat.iter().sum::<u64>() as f64 / lat.len() as f64 / 1e3;
+        println!(
+            "per call (µs): mean {mean:.1}, p50 {:.1}, p90 {:.1}, p99 {:.1}, p99.9 {:.1}, max {:.1}",
+            at(0.5),
+            at(0.9),
+            at(0.99),
+            at(0.999),
+            at(1.0)
+        );
+    }
 }
