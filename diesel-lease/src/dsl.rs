@@ -210,7 +210,7 @@ pub trait ClaimDsl: Claimable {
         C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
         Self: Send,
     {
-        claim::claim_batch_wait(pool, n, &ClaimOptions::default(), timeout)
+        claim::claim_batch_wait(pool, n, ClaimOptions::shared_default(), timeout)
     }
 
     /// Claims the next row through `pool` and guards it: the [`ClaimGuard`] heartbeats while

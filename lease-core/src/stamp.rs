@@ -68,6 +68,13 @@ impl ClaimStamp {
     }
 }
 
+impl From<ClaimStamp> for String {
+    /// The stamp as stored in the owner column, without a copy.
+    fn from(stamp: ClaimStamp) -> String {
+        stamp.0
+    }
+}
+
 impl std::fmt::Display for ClaimStamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)

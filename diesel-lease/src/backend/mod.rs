@@ -554,6 +554,11 @@ impl<DB: diesel::backend::Backend, K> QueryFragment<DB> for Exec<'_, DB, K> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.0.walk_ast(out)
     }
+
+    // The statement's own answer, which may know it without a walk (`claim::statements`).
+    fn is_safe_to_cache_prepared(&self, backend: &DB) -> QueryResult<bool> {
+        self.0.is_safe_to_cache_prepared(backend)
+    }
 }
 
 /// `max_wait` in whole milliseconds, rounded up (a wait bounded by the caller's deadline ends at
@@ -587,13 +592,17 @@ fn rolled_back_as_none<T>(out: QueryResult<T>) -> QueryResult<Option<T>> {
 /// between tries. Only for work the database rolled back whole (a transaction, or one
 /// statement), so trying again is safe.
 pub(crate) fn retry_conflicts<T>(mut f: impl FnMut() -> crate::Result<T>) -> crate::Result<T> {
-    let mut pause = Backoff::new(Duration::from_millis(1), Duration::from_millis(200));
+    // Made at the first conflict: nearly every call returns the first time.
+    let mut pause: Option<Backoff> = None;
     let mut attempt = 0;
     loop {
         attempt += 1;
         match f() {
             Err(e @ Error::Deadlock { .. }) if attempt < CONFLICT_ATTEMPTS => {
                 crate::observe::retried_conflict(attempt, &e);
+                let pause = pause.get_or_insert_with(|| {
+                    Backoff::new(Duration::from_millis(1), Duration::from_millis(200))
+                });
                 std::thread::sleep(pause.next_delay());
             }
             Err(Error::Deadlock { source, .. }) => {

@@ -239,7 +239,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         C::Conn: CursorConnection<M>,
         M::OrderValue: Clone + PartialOrd,
     {
-        self.claim_batch_with(conn, 1, &ClaimOptions::default())
+        self.claim_batch_with(conn, 1, ClaimOptions::shared_default())
             .map(|rows| rows.into_iter().next())
     }
 
@@ -251,7 +251,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         C::Conn: CursorConnection<M>,
         M::OrderValue: Clone + PartialOrd,
     {
-        self.claim_batch_with(conn, n, &ClaimOptions::default())
+        self.claim_batch_with(conn, n, ClaimOptions::shared_default())
     }
 
     /// [`claim_next`](Self::claim_next) as `options` say (owner, stale-claim timeout, rate
@@ -294,7 +294,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         M: Send + Sync,
         M::OrderValue: Clone + PartialOrd,
     {
-        self.claim_batch_guarded_with(pool, 1, &ClaimOptions::default())
+        self.claim_batch_guarded_with(pool, 1, ClaimOptions::shared_default())
             .map(|guards| guards.into_iter().next())
     }
 
@@ -310,7 +310,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         M: Send + Sync,
         M::OrderValue: Clone + PartialOrd,
     {
-        self.claim_batch_guarded_with(pool, n, &ClaimOptions::default())
+        self.claim_batch_guarded_with(pool, n, ClaimOptions::shared_default())
     }
 
     /// [`claim_batch_guarded`](Self::claim_batch_guarded) as `options` say.
@@ -344,7 +344,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         M: Send,
         M::OrderValue: Clone + PartialOrd + Send + 'static,
     {
-        self.claim_batch_wait(pool, 1, &ClaimOptions::default(), timeout)
+        self.claim_batch_wait(pool, 1, ClaimOptions::shared_default(), timeout)
             .map(|rows| rows.into_iter().next())
     }
 

@@ -102,7 +102,7 @@ where
     where
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
-        Self::claim_next_with(pool, &ClaimOptions::default())
+        Self::claim_next_with(pool, ClaimOptions::shared_default())
     }
 
     /// [`claim_next`](Self::claim_next) with an explicit owner or claim timeout.
@@ -132,7 +132,7 @@ where
     where
         C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
     {
-        Self::claim_batch_with(pool, n, &ClaimOptions::default())
+        Self::claim_batch_with(pool, n, ClaimOptions::shared_default())
     }
 
     /// [`claim_batch`](Self::claim_batch) with an explicit owner or claim timeout.

@@ -87,27 +87,32 @@ impl StateLiteral {
         col: &str,
     ) -> QueryResult<()> {
         let null = values.iter().any(|v| v.is_null());
-        let mut texts = values.iter().filter_map(|v| v.0).peekable();
-        match (null, texts.peek().is_some()) {
-            (true, false) => return StateLiteral::NULL.push_eq(out, col),
-            (false, false) => {
-                out.push_sql("1 = 0");
-                return Ok(());
+        let mut texts = values.iter().filter_map(|v| v.0);
+        let Some(first) = texts.next() else {
+            if null {
+                return StateLiteral::NULL.push_eq(out, col);
             }
-            (true, true) => {
-                out.push_sql("(");
-                StateLiteral::NULL.push_eq(out, col)?;
-                out.push_sql(" OR ");
-            }
-            (false, true) => {}
+            out.push_sql("1 = 0");
+            return Ok(());
+        };
+        if null {
+            out.push_sql("(");
+            StateLiteral::NULL.push_eq(out, col)?;
+            out.push_sql(" OR ");
         }
-        let texts: Vec<&str> = texts.collect();
-        if let [one] = texts[..] {
-            StateLiteral(Some(one)).push_eq(out, col)?;
+        // Written piece by piece: every claim writes this (twice when Diesel walks the
+        // statement for its cache check), and a collected list cost an allocation each time.
+        let mut rest = texts.peekable();
+        if rest.peek().is_none() {
+            StateLiteral(Some(first)).push_eq(out, col)?;
         } else {
             out.push_identifier(col)?;
             out.push_sql(" IN (");
-            out.push_sql(&texts.join(", "));
+            out.push_sql(first);
+            for text in rest {
+                out.push_sql(", ");
+                out.push_sql(text);
+            }
             out.push_sql(")");
         }
         if null {
@@ -195,5 +200,41 @@ mod tests {
         ] {
             assert!(!is_safe_literal(bad.as_bytes()), "{bad}");
         }
+    }
+
+    /// Every form `push_in` writes, as SQLite's query builder sees it.
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn a_state_list_is_written_in_each_of_its_forms() {
+        use diesel::query_builder::{AstPass, QueryFragment};
+        use diesel::sqlite::Sqlite;
+        use diesel::QueryResult;
+
+        struct In(Vec<StateLiteral>);
+        impl QueryFragment<Sqlite> for In {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+                StateLiteral::push_in(&self.0, &mut out, "state")
+            }
+        }
+        let text = |values: &[StateLiteral]| {
+            diesel::debug_query::<Sqlite, _>(&In(values.to_vec()))
+                .to_string()
+                .replace(" -- binds: []", "")
+        };
+        let (a, b, c) = (
+            StateLiteral(Some("'a'")),
+            StateLiteral(Some("'b'")),
+            StateLiteral(Some("'c'")),
+        );
+        let null = StateLiteral::NULL;
+        assert_eq!(text(&[]), "1 = 0");
+        assert_eq!(text(&[null]), "`state` IS NULL");
+        assert_eq!(text(&[a]), "`state` = 'a'");
+        assert_eq!(text(&[a, b, c]), "`state` IN ('a', 'b', 'c')");
+        assert_eq!(text(&[null, a]), "(`state` IS NULL OR `state` = 'a')");
+        assert_eq!(
+            text(&[a, null, b]),
+            "(`state` IS NULL OR `state` IN ('a', 'b'))"
+        );
     }
 }

@@ -187,6 +187,13 @@ impl Default for ClaimOptions {
 }
 
 impl ClaimOptions {
+    /// The default options, built once: the claims that take no options use these (a fresh
+    /// default copied the process's owner name on every claim).
+    pub(crate) fn shared_default() -> &'static ClaimOptions {
+        static DEFAULT: std::sync::OnceLock<ClaimOptions> = std::sync::OnceLock::new();
+        DEFAULT.get_or_init(ClaimOptions::default)
+    }
+
     /// Claims as `owner` instead of the process default (`host:pid:random`).
     pub fn owner(mut self, owner: OwnerId) -> Self {
         self.owner = owner;
@@ -339,14 +346,14 @@ where
         options.check::<M>()?;
         // Every claim writes its own stamp: a rescue (even by this process) makes it differ.
         let stamp = ClaimStamp::new(&options.owner);
-        let parts = ClaimParts::<M, C::Backend>::new(stamp.as_str(), options.timeout_micros::<M>());
+        let parts = ClaimParts::<M, C::Backend>::new(stamp, options.timeout_micros::<M>());
         let table = table_name::<M::Table>();
         let op = op!(
             Claim,
             table,
             kind_of(self),
             table = table,
-            owner = stamp.as_str(),
+            owner = parts.owner.as_str(),
             limit = limit
         );
         // A deadlock or serialization failure rolled the claim back whole: nothing was
@@ -442,7 +449,7 @@ where
     C: BorrowConnection,
     C::Conn: ClaimConnection<M>,
 {
-    claim_batch_with(conn, 1, &ClaimOptions::default()).map(|rows| rows.into_iter().next())
+    claim_batch_with(conn, 1, ClaimOptions::shared_default()).map(|rows| rows.into_iter().next())
 }
 
 /// Claims up to `n` rows at once; never more than `n`, even under contention.
@@ -454,7 +461,7 @@ where
     C: BorrowConnection,
     C::Conn: ClaimConnection<M>,
 {
-    claim_batch_with(conn, n, &ClaimOptions::default())
+    claim_batch_with(conn, n, ClaimOptions::shared_default())
 }
 
 /// [`claim_batch`] with an explicit owner or stale-claim timeout.

@@ -181,6 +181,10 @@ impl<DB: diesel::backend::Backend, ST, K> QueryFragment<DB> for Column1<'_, DB, 
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.stmt.walk_ast(out)
     }
+
+    fn is_safe_to_cache_prepared(&self, backend: &DB) -> QueryResult<bool> {
+        self.stmt.is_safe_to_cache_prepared(backend)
+    }
 }
 impl<DB, ST, Conn, K> RunQueryDsl<Conn> for Column1<'_, DB, ST, K> {}
 
@@ -204,6 +208,10 @@ impl<M: diesel::Selectable<DB>, DB: diesel::backend::Backend, K> Query for Rows<
 impl<M, DB: diesel::backend::Backend, K> QueryFragment<DB> for Rows<'_, M, DB, K> {
     fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.stmt.walk_ast(out)
+    }
+
+    fn is_safe_to_cache_prepared(&self, backend: &DB) -> QueryResult<bool> {
+        self.stmt.is_safe_to_cache_prepared(backend)
     }
 }
 impl<M, DB: diesel::backend::Backend, Conn, K> RunQueryDsl<Conn> for Rows<'_, M, DB, K> {}
@@ -354,8 +362,8 @@ pub struct ClaimParts<M: ClaimTarget<DB>, DB: SqlDialect> {
 
 impl<M: ClaimSql<DB>, DB: SqlDialect> ClaimParts<M, DB> {
     /// `owner` is what the claim writes into the owner column: a fresh
-    /// [`ClaimStamp`](lease_core::ClaimStamp) per claim.
-    pub(crate) fn new(owner: &str, timeout_micros: Option<i64>) -> Self {
+    /// [`ClaimStamp`](lease_core::ClaimStamp) per claim (moved in, not copied).
+    pub(crate) fn new(owner: impl Into<String>, timeout_micros: Option<i64>) -> Self {
         Self::described(
             M::from(),
             M::select(),
@@ -373,7 +381,7 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> ClaimParts<M, DB> {
         table: M::From,
         select: M::Select,
         shape: ClaimShape,
-        owner: &str,
+        owner: impl Into<String>,
         timeout_micros: Option<i64>,
     ) -> Self {
         let cutoff = match (shape.claimed_at, timeout_micros) {
@@ -386,7 +394,7 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> ClaimParts<M, DB> {
             select,
             shape,
             now: DbNow::new(),
-            owner: owner.to_owned(),
+            owner: owner.into(),
             cutoff,
             max_attempts: shape.max_attempts.filter(|_| shape.attempts.is_some()),
             pause_name,
@@ -821,6 +829,19 @@ impl<M: ClaimTarget<DB>, DB: super::ClaimSqlDialect> QueryFragment<DB> for Claim
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         DB::push_claim(&mut out, self)
     }
+
+    /// Diesel asks this before every execution, by default with a walk of the whole statement.
+    /// Only the parts Diesel types bring can say no (the table, the selection, the caller's
+    /// filter); the rest is this crate's text, with binds fixed in number.
+    fn is_safe_to_cache_prepared(&self, backend: &DB) -> QueryResult<bool> {
+        if !self.parts.table.is_safe_to_cache_prepared(backend)?
+            || !self.parts.select.is_safe_to_cache_prepared(backend)?
+        {
+            return Ok(false);
+        }
+        self.filter
+            .map_or(Ok(true), |filter| filter.is_safe_to_cache_prepared(backend))
+    }
 }
 
 /// `(<pk of row 1>) OR (<pk of row 2>) …` from the model's typed primary-key filters.
@@ -1063,6 +1084,13 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
         out.push_sql(" AND ");
         M::CLAIMED_SQL.push_eq(&mut out, M::STATE)?;
         push_stamp_check::<M, DB>(&mut out, &self.owner, &self.attempts)
+    }
+
+    /// Always: the text is this crate's and the derive's (the table's name, the key's columns
+    /// each compared with one bind), with binds fixed in number. Diesel's default would walk
+    /// the statement before every execution to learn that.
+    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
+        Ok(true)
     }
 }
 

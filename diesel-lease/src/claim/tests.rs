@@ -237,3 +237,58 @@ fn only_the_table_s_batch_sizes_are_written_inline() {
         assert_eq!(inline_limit::<Mysql>(50), None);
     }
 }
+
+/// The claim and the owner-checked change answer Diesel's cache question without the walk
+/// Diesel's default makes: the answer must be the walk's, with no filter, a cacheable filter and
+/// one that is not (an SQL literal), so a statement whose text can vary is never cached.
+#[cfg(feature = "sqlite")]
+#[test]
+fn the_cache_answer_without_a_walk_is_the_walk_s() {
+    use super::statements::ClaimStmt;
+    use diesel::query_builder::{AstPass, QueryFragment};
+    use diesel::sqlite::Sqlite;
+
+    /// The statement's text alone: Diesel's default answer, from a walk.
+    struct Walked<'a>(&'a dyn QueryFragment<Sqlite>);
+    impl QueryFragment<Sqlite> for Walked<'_> {
+        fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, Sqlite>) -> QueryResult<()> {
+            self.0.walk_ast(out)
+        }
+    }
+    let answers = |stmt: &dyn QueryFragment<Sqlite>| {
+        (
+            stmt.is_safe_to_cache_prepared(&Sqlite).unwrap(),
+            Walked(stmt).is_safe_to_cache_prepared(&Sqlite).unwrap(),
+        )
+    };
+    let parts = parts::<Sqlite>();
+    let gt = jobs::id.gt(5_i64);
+    let literal = diesel::dsl::sql::<diesel::sql_types::Bool>("1 = 1");
+    for limit in [1, 7, 50] {
+        assert_eq!(answers(&ClaimStmt::new(&parts, limit, None)), (true, true));
+        assert_eq!(
+            answers(&ClaimStmt::new(&parts, limit, Some(&gt))),
+            (true, true)
+        );
+        assert_eq!(
+            answers(&ClaimStmt::new(&parts, limit, Some(&literal))),
+            (false, false)
+        );
+    }
+    use super::statements::{Change, FinishStmt};
+    use crate::claim::Keyed;
+    for change in [
+        Change::State(super::Finish::Done),
+        Change::State(super::Finish::Ready),
+        Change::Touch(crate::clock::DbNow::new()),
+    ] {
+        let stmt = FinishStmt::<Job> {
+            table: jobs::table,
+            pk: Job::pk_filter(42),
+            change,
+            owner: Some(Some("me".into())),
+            attempts: Some(Some(2)),
+        };
+        assert_eq!(answers(&stmt), (true, true));
+    }
+}

@@ -150,7 +150,8 @@ where
     M: Claimable + Send,
     C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
 {
-    claim_batch_wait(pool, 1, &ClaimOptions::default(), timeout).map(|rows| rows.into_iter().next())
+    claim_batch_wait(pool, 1, ClaimOptions::shared_default(), timeout)
+        .map(|rows| rows.into_iter().next())
 }
 
 /// [`claim_next_wait`] for up to `n` rows at once, with explicit claim options; returns as soon
