@@ -25,6 +25,7 @@ runs=(
     "depth --rounds 1 --depth-layouts before,recommended,server-defaults"
     "depth10m --rounds 2"
     "steady --rounds 2 --duration 20"
+    "instructions"
 )
 wanted=("$@")
 for run in "${runs[@]}"; do

@@ -166,24 +166,38 @@ where
     C::Conn: ClaimConnection<M>,
 {
     measure::timed(conns, window, |conn| {
-        let jobs = match batch {
-            None => M::claim_next(conn)?.into_iter().collect(),
-            Some(n) => M::claim_batch(conn, n)?,
-        };
-        let ours = match jobs.as_slice() {
-            [] => 0,
-            [job] if batch.is_none() => u64::from(job.complete(conn)?),
-            _ => M::complete_batch(conn, &jobs)?
-                .into_iter()
-                .filter(|ok| *ok)
-                .count() as u64,
-        };
-        if ours != jobs.len() as u64 {
-            return Err("a fresh claim was not ours".into());
-        }
+        let ours = claim_and_complete::<M, _>(conn, batch)?;
         completed.fetch_add(ours, Ordering::Relaxed);
         Ok(ours)
     })
+}
+
+/// One call of ours: `claim_next` + `complete` (`batch` = `None`) or `claim_batch(n)` +
+/// `complete_batch`; the jobs it completed (0: the table is empty). A claimed job that could
+/// not be completed as ours is an error.
+pub(crate) fn claim_and_complete<M, C>(conn: &mut C, batch: Option<usize>) -> BenchResult<u64>
+where
+    M: Claimable + diesel_lease::claim::HasDoneState,
+    M::Pk: PartialEq,
+    C: BorrowConnection,
+    C::Conn: ClaimConnection<M>,
+{
+    let jobs = match batch {
+        None => M::claim_next(conn)?.into_iter().collect(),
+        Some(n) => M::claim_batch(conn, n)?,
+    };
+    let ours = match jobs.as_slice() {
+        [] => 0,
+        [job] if batch.is_none() => u64::from(job.complete(conn)?),
+        _ => M::complete_batch(conn, &jobs)?
+            .into_iter()
+            .filter(|ok| *ok)
+            .count() as u64,
+    };
+    if ours != jobs.len() as u64 {
+        return Err("a fresh claim was not ours".into());
+    }
+    Ok(ours)
 }
 
 /// The statements one `claim_next` + `complete` and one `claim_batch(50)` + `complete_batch`
@@ -597,6 +611,11 @@ impl SqliteFloors {
             window,
             program,
         })
+    }
+
+    /// The compiled floor program.
+    pub(crate) fn program(&self) -> &Path {
+        &self.program
     }
 
     /// The SQLite library version the floor links (`sqlite_floor --version`).

@@ -24,6 +24,7 @@ mod depth;
 mod e2e;
 mod floors;
 mod idle;
+mod instructions;
 mod measure;
 mod model;
 mod mysql;
@@ -86,8 +87,9 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     workers: Vec<usize>,
     /// Sections to run (default: all but the long depth, depth10m and steady, which run when
-    /// named here or with --smoke): claim, batch, e2e, e2e-mysql, e2e-sqlite, guard, lease,
-    /// semaphore, wake, scale, sqlite, depth, depth10m, steady, width, idle.
+    /// named here or with --smoke, and instructions, which runs only when named): claim, batch,
+    /// e2e, e2e-mysql, e2e-sqlite, guard, lease, semaphore, wake, scale, sqlite, depth,
+    /// depth10m, steady, width, idle, instructions.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Queue-table layouts of the depth section (default: all): before, recommended,
@@ -121,6 +123,10 @@ struct Args {
     /// on DATABASE_URL (waits for `go` on stdin, prints its counts).
     #[arg(long, hide = true)]
     width_child: Option<usize>,
+    /// Internal: the instructions section's child, `backend:n:model`: drains the table at
+    /// DIESEL_LEASE_BENCH_URL (see bench/src/instructions.rs).
+    #[arg(long, hide = true)]
+    instructions_child: Option<String>,
 }
 
 /// Table sizes and counts for one mode of the program.
@@ -274,6 +280,9 @@ fn run() -> BenchResult<()> {
     if let Some(threads) = args.width_child {
         return width::run_child(threads, window(&args));
     }
+    if let Some(spec) = &args.instructions_child {
+        return instructions::run_child(spec);
+    }
     let plan = Plan::new(&args);
     stop_on_ctrl_c()?;
 
@@ -328,6 +337,7 @@ fn run() -> BenchResult<()> {
         semaphores: Vec::new(),
         idle: Vec::new(),
         floors: Vec::new(),
+        instructions: Vec::new(),
         targets: Vec::new(),
         not_measured: Vec::new(),
         warnings: Vec::new(),
@@ -384,6 +394,16 @@ fn run() -> BenchResult<()> {
     }
     if wants("width") {
         width_section(&pg, &plan, &mut report)?;
+    }
+    // Under valgrind, a few minutes: only when named.
+    if args.only.iter().any(|s| s == "instructions") {
+        let out = output_dir(&args).join("floor");
+        match instructions::run(&pg, &args.pg_bin, &out)? {
+            Some(counts) => report.instructions = counts,
+            None => report
+                .not_measured
+                .push("instructions: valgrind is not installed".into()),
+        }
     }
     pg.drop_tables()?;
 

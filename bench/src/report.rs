@@ -263,6 +263,9 @@ pub(crate) struct Report {
     pub(crate) idle: Vec<crate::idle::IdleRun>,
     /// Issue 23: per backend, our statements next to the floors' and the table checks.
     pub(crate) floors: Vec<crate::floors::FloorRun>,
+    /// Client instructions per job, ours against the floors (section `instructions`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) instructions: Vec<crate::instructions::Count>,
     pub(crate) targets: Vec<TargetCheck>,
     pub(crate) not_measured: Vec<String>,
     pub(crate) warnings: Vec<String>,
@@ -340,6 +343,24 @@ impl Report {
                     dry_note(&m.sample).to_owned()
                 }
             );
+        }
+        if !self.instructions.is_empty() {
+            println!();
+            println!(
+                "{:<9} {:<52} {:>14} {:>14} {:>7}  floor",
+                "backend", "client instructions per job", "ours", "floor", "ratio"
+            );
+            for c in &self.instructions {
+                println!(
+                    "{:<9} {:<52} {:>14.0} {:>14.0} {:>7.2}  {}",
+                    c.backend,
+                    c.shape,
+                    c.ours,
+                    c.floor,
+                    c.ours / c.floor,
+                    c.floor_is
+                );
+            }
         }
         if !self.scale.is_empty() {
             println!();
