@@ -301,9 +301,9 @@ where
     /// ([`RateLimit::forget_idle`](crate::claim::RateLimit::forget_idle): the starts older than
     /// the period, and the rows of keys with none left), so keys that come and go (users, not a
     /// few tenants) leave no rows behind. Default one minute, never more often than the longest
-    /// limit's period; one thread of the worker does it, between claims, the first time one
-    /// interval after the start. Safe beside every other worker's claims and forgets. Without a
-    /// rate limit it does nothing.
+    /// limit's period; one thread of the worker does it, between claims (a worker idle in its
+    /// wait for rows wakes for it), the first time one interval after the start. Safe beside
+    /// every other worker's claims and forgets. Without a rate limit it does nothing.
     pub fn forget_idle_every(mut self, every: Duration) -> Self {
         self.forget_idle_every = every;
         self
@@ -353,14 +353,15 @@ where
 {
     /// [`forget_idle_every`](Self::forget_idle_every), at least the longest limit's period.
     fn forget_interval(&self) -> Duration {
-        let longest = self
-            .options
-            .rate_limits()
-            .iter()
-            .map(RateLimit::period)
-            .max();
-        self.forget_idle_every.max(longest.unwrap_or_default())
+        forget_interval(self.forget_idle_every, self.options.rate_limits())
     }
+}
+
+/// How often a worker forgets `rates`' idle keys when asked for `every`: never more often than
+/// the longest limit's period (a forget any sooner finds nothing new to forget).
+fn forget_interval(every: Duration, rates: &[RateLimit]) -> Duration {
+    let longest = rates.iter().map(RateLimit::period).max();
+    every.max(longest.unwrap_or_default())
 }
 
 /// The retry policy when the model sets no `max_attempts`.
@@ -587,9 +588,19 @@ where
         });
         let claimed_at = Instant::now();
         let quiet = calls.quiet_since;
+        // An idle wait ends when the rate limits' idle keys are next due to be forgotten: the
+        // thread then forgets them (`forget_idle_if_due`) and waits again.
+        let forget_due = if w.options.rate_limits().is_empty() {
+            None
+        } else {
+            *self
+                .next_forget
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
         let rows = calls.waiter.claim(
             &w.pool,
-            None,
+            forget_due,
             &|| self.stopping(),
             &|_| self.give_up_at(quiet),
             claim,
@@ -798,4 +809,24 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(no message)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::forget_interval;
+    use crate::claim::RateLimit;
+    use std::time::Duration;
+
+    #[test]
+    fn idle_keys_are_never_forgotten_more_often_than_the_longest_period() {
+        let secs = Duration::from_secs;
+        let limits = [
+            RateLimit::global(10, secs(5)),
+            RateLimit::global(100, secs(90)),
+        ];
+        assert_eq!(forget_interval(secs(60), &limits), secs(90));
+        assert_eq!(forget_interval(secs(120), &limits), secs(120));
+        assert_eq!(forget_interval(Duration::ZERO, &limits[..1]), secs(5));
+        assert_eq!(forget_interval(secs(1), &[]), secs(1));
+    }
 }

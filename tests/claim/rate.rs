@@ -24,6 +24,7 @@ backend_suite! {
         a_per_key_limit_holds_while_forget_idle_runs_beside_the_claims,
         a_key_row_forgotten_under_a_waiting_admission_is_created_again,
         a_worker_forgets_its_rate_limits_idle_keys,
+        an_idle_worker_forgets_its_rate_limits_idle_keys_while_it_waits,
     ];
 
     const PERIOD: Duration = Duration::from_secs(2);
@@ -429,22 +430,21 @@ backend_suite! {
         assert_eq!(creations.load(Ordering::SeqCst), expected, "creations of key a's row");
     }
 
-    /// `Worker::forget_idle_every`: a worker under 1 per 100 ms per tenant runs 12 rows of 12
-    /// tenants (keys that come and go), then, idle, one more row of a new tenant; between its
-    /// claims it forgets the limit's idle keys, so the 12 tenants' rows and starts go, leaving at
-    /// most the newest tenant's. Each row ran once.
-    pub(crate) fn a_worker_forgets_its_rate_limits_idle_keys(db: &TestDb<B>) {
-        use diesel_lease::worker::Worker;
+    /// Runs `worker` on every row (each row it runs goes into the returned list) while `watch`
+    /// runs on this thread, then stops it; the worker is stopped however `watch` ends, a failed
+    /// assertion too (the scope would wait for the worker forever).
+    fn while_working(
+        worker: diesel_lease::worker::Worker<Task, <B as TestBackend>::Conn>,
+        watch: impl FnOnce(),
+    ) -> (diesel_lease::worker::WorkerReport, Vec<i64>) {
         use std::sync::atomic::{AtomicBool, Ordering};
 
-        let tenants: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
-        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
-        let mut ids = seed(db, 12, &tenants);
-        let pool = db.pool(4);
-        let limit = RateLimit::per_key(tasks::tenant, 1, Duration::from_millis(100));
-        let worker = Worker::<Task, _>::new(pool)
-            .rate_limit(limit)
-            .forget_idle_every(Duration::from_millis(200));
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
         let stop = AtomicBool::new(false);
         let ran = std::sync::Mutex::new(Vec::new());
         let report = std::thread::scope(|s| {
@@ -454,40 +454,75 @@ backend_suite! {
                     Ok::<_, diesel::result::Error>(())
                 })
             });
-            // Stops the worker however this thread leaves the scope, a failed assertion too
-            // (the scope would wait for the worker forever).
-            struct StopOnDrop<'a>(&'a AtomicBool);
-            impl Drop for StopOnDrop<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, Ordering::SeqCst);
-                }
-            }
-            let _stop = StopOnDrop(&stop);
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while left(db, "done") < 12 {
-                assert!(Instant::now() < deadline, "the worker did not finish the 12 rows");
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let stop_on_drop = StopOnDrop(&stop);
+            watch();
+            drop(stop_on_drop);
+            run.join().unwrap().unwrap()
+        });
+        let mut ran = ran.into_inner().unwrap();
+        ran.sort();
+        (report, ran)
+    }
+
+    /// Waits (up to 60 s) until `done()`, failing with `what` and `detail()`.
+    fn wait_until(done: impl Fn() -> bool, what: &str, detail: impl Fn() -> String) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}: {}", detail());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `Worker::forget_idle_every`: a worker under 1 per 100 ms per tenant runs 12 rows of 12
+    /// tenants (keys that come and go), then, idle, one more row of a new tenant; between its
+    /// claims it forgets the limit's idle keys, so the 12 tenants' rows and starts go, leaving at
+    /// most the newest tenant's. Each row ran once.
+    pub(crate) fn a_worker_forgets_its_rate_limits_idle_keys(db: &TestDb<B>) {
+        use diesel_lease::worker::Worker;
+
+        let tenants: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+        let mut ids = seed(db, 12, &tenants);
+        let limit = RateLimit::per_key(tasks::tenant, 1, Duration::from_millis(100));
+        let worker = Worker::<Task, _>::new(db.pool(4))
+            .rate_limit(limit)
+            .forget_idle_every(Duration::from_millis(200));
+        let (report, ran) = while_working(worker, || {
+            wait_until(|| left(db, "done") == 12, "the worker did not finish the 12 rows", String::new);
             // Idle past the period and the forget interval, then a row of a new tenant.
             std::thread::sleep(Duration::from_millis(400));
             ids.push(fixtures::insert_task(&mut db.conn(), -10, "late"));
-            while rate_rows(db).0 > 1 {
-                assert!(Instant::now() < deadline, "idle keys still there: {:?}", rate_rows(db));
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            while left(db, "done") < 13 {
-                assert!(Instant::now() < deadline, "the worker did not run the last row");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            stop.store(true, Ordering::SeqCst);
-            run.join().unwrap().unwrap()
+            wait_until(|| rate_rows(db).0 <= 1, "idle keys still there", || format!("{:?}", rate_rows(db)));
+            wait_until(|| left(db, "done") == 13, "the worker did not run the last row", String::new);
         });
         assert_eq!(report.completed, 13);
-        let mut ran = ran.into_inner().unwrap();
-        ran.sort();
         ids.sort();
         assert_eq!(ran, ids, "each row once");
         let (keys, starts) = rate_rows(db);
         assert!(keys <= 1 && starts <= 1, "at most the newest tenant's row and start: {keys}, {starts}");
+    }
+
+    /// A worker idle in its wait for rows wakes to forget its rate limits' idle keys: 12 rows of
+    /// 12 tenants under 1 per 100 ms per tenant, then no new row at all; the 12 tenants' rows
+    /// and starts go all the same (before, they stayed until the next claim found a row). Each
+    /// row ran once.
+    pub(crate) fn an_idle_worker_forgets_its_rate_limits_idle_keys_while_it_waits(db: &TestDb<B>) {
+        use diesel_lease::worker::Worker;
+
+        let tenants: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+        let mut ids = seed(db, 12, &tenants);
+        let limit = RateLimit::per_key(tasks::tenant, 1, Duration::from_millis(100));
+        // Longer than the 12 rows take: the last forget before the wait finds the keys in use.
+        let worker = Worker::<Task, _>::new(db.pool(4))
+            .rate_limit(limit)
+            .forget_idle_every(Duration::from_secs(1));
+        let (report, ran) = while_working(worker, || {
+            wait_until(|| left(db, "done") == 12, "the worker did not finish the 12 rows", String::new);
+            wait_until(|| rate_rows(db) == (0, 0), "idle keys still there", || format!("{:?}", rate_rows(db)));
+        });
+        assert_eq!(report.completed, 12);
+        ids.sort();
+        assert_eq!(ran, ids, "each row once");
     }
 }
