@@ -473,20 +473,28 @@ backend_suite! {
         }
     }
 
+    /// 12 ready rows of 12 tenants, and a worker of 4 threads for them under 1 per 100 ms per
+    /// tenant that forgets idle keys `every`.
+    fn twelve_tenants(
+        db: &TestDb<B>,
+        every: Duration,
+    ) -> (Vec<i64>, diesel_lease::worker::Worker<Task, <B as TestBackend>::Conn>) {
+        let tenants: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+        let ids = seed(db, 12, &tenants);
+        let limit = RateLimit::per_key(tasks::tenant, 1, Duration::from_millis(100));
+        let worker = diesel_lease::worker::Worker::<Task, _>::new(db.pool(4))
+            .rate_limit(limit)
+            .forget_idle_every(every);
+        (ids, worker)
+    }
+
     /// `Worker::forget_idle_every`: a worker under 1 per 100 ms per tenant runs 12 rows of 12
     /// tenants (keys that come and go), then, idle, one more row of a new tenant; between its
     /// claims it forgets the limit's idle keys, so the 12 tenants' rows and starts go, leaving at
     /// most the newest tenant's. Each row ran once.
     pub(crate) fn a_worker_forgets_its_rate_limits_idle_keys(db: &TestDb<B>) {
-        use diesel_lease::worker::Worker;
-
-        let tenants: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
-        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
-        let mut ids = seed(db, 12, &tenants);
-        let limit = RateLimit::per_key(tasks::tenant, 1, Duration::from_millis(100));
-        let worker = Worker::<Task, _>::new(db.pool(4))
-            .rate_limit(limit)
-            .forget_idle_every(Duration::from_millis(200));
+        let (mut ids, worker) = twelve_tenants(db, Duration::from_millis(200));
         let (report, ran) = while_working(worker, || {
             wait_until(|| left(db, "done") == 12, "the worker did not finish the 12 rows", String::new);
             // Idle past the period and the forget interval, then a row of a new tenant.
@@ -507,16 +515,8 @@ backend_suite! {
     /// and starts go all the same (before, they stayed until the next claim found a row). Each
     /// row ran once.
     pub(crate) fn an_idle_worker_forgets_its_rate_limits_idle_keys_while_it_waits(db: &TestDb<B>) {
-        use diesel_lease::worker::Worker;
-
-        let tenants: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
-        let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
-        let mut ids = seed(db, 12, &tenants);
-        let limit = RateLimit::per_key(tasks::tenant, 1, Duration::from_millis(100));
         // Longer than the 12 rows take: the last forget before the wait finds the keys in use.
-        let worker = Worker::<Task, _>::new(db.pool(4))
-            .rate_limit(limit)
-            .forget_idle_every(Duration::from_secs(1));
+        let (mut ids, worker) = twelve_tenants(db, Duration::from_secs(1));
         let (report, ran) = while_working(worker, || {
             wait_until(|| left(db, "done") == 12, "the worker did not finish the 12 rows", String::new);
             wait_until(|| rate_rows(db) == (0, 0), "idle keys still there", || format!("{:?}", rate_rows(db)));
