@@ -834,13 +834,38 @@ impl<M: ClaimTarget<DB>, DB: super::ClaimSqlDialect> QueryFragment<DB> for Claim
     /// Only the parts Diesel types bring can say no (the table, the selection, the caller's
     /// filter); the rest is this crate's text, with binds fixed in number.
     fn is_safe_to_cache_prepared(&self, backend: &DB) -> QueryResult<bool> {
-        if !self.parts.table.is_safe_to_cache_prepared(backend)?
-            || !self.parts.select.is_safe_to_cache_prepared(backend)?
-        {
-            return Ok(false);
+        let safe = self.parts.table.is_safe_to_cache_prepared(backend)?
+            && self.parts.select.is_safe_to_cache_prepared(backend)?
+            && self
+                .filter
+                .map_or(Ok(true), |filter| filter.is_safe_to_cache_prepared(backend))?;
+        debug_assert_walk_agrees(self, backend, safe);
+        Ok(safe)
+    }
+}
+
+/// In debug builds (the test suites), that Diesel's default answer to the cache question, a walk
+/// of `stmt`'s whole text, is `answer`: the statements that answer without the walk
+/// ([`ClaimStmt`], [`FinishStmt`]) are checked against it on every execution, so a part added
+/// to them that must not be cached cannot go unnoticed.
+fn debug_assert_walk_agrees<DB: diesel::backend::Backend>(
+    stmt: &dyn QueryFragment<DB>,
+    backend: &DB,
+    answer: bool,
+) {
+    /// `stmt`'s text alone, with Diesel's default answer.
+    struct Walked<'a, DB>(&'a dyn QueryFragment<DB>);
+    impl<DB: diesel::backend::Backend> QueryFragment<DB> for Walked<'_, DB> {
+        fn walk_ast<'b>(&'b self, out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+            self.0.walk_ast(out)
         }
-        self.filter
-            .map_or(Ok(true), |filter| filter.is_safe_to_cache_prepared(backend))
+    }
+    if cfg!(debug_assertions) {
+        let walked = Walked(stmt).is_safe_to_cache_prepared(backend);
+        debug_assert!(
+            walked.as_ref().map_or(true, |walked| *walked == answer),
+            "the cache answer without a walk ({answer}) differs from the walk's ({walked:?})"
+        );
     }
 }
 
@@ -1089,7 +1114,8 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for FinishStmt<M> {
     /// Always: the text is this crate's and the derive's (the table's name, the key's columns
     /// each compared with one bind), with binds fixed in number. Diesel's default would walk
     /// the statement before every execution to learn that.
-    fn is_safe_to_cache_prepared(&self, _backend: &DB) -> QueryResult<bool> {
+    fn is_safe_to_cache_prepared(&self, backend: &DB) -> QueryResult<bool> {
+        debug_assert_walk_agrees(self, backend, true);
         Ok(true)
     }
 }
