@@ -301,9 +301,9 @@ where
     /// ([`RateLimit::forget_idle`](crate::claim::RateLimit::forget_idle): the starts older than
     /// the period, and the rows of keys with none left), so keys that come and go (users, not a
     /// few tenants) leave no rows behind. Default one minute, never more often than the longest
-    /// limit's period; one thread of the worker does it, between claims (a worker idle in its
-    /// wait for rows wakes for it), the first time one interval after the start. Safe beside
-    /// every other worker's claims and forgets. Without a rate limit it does nothing.
+    /// limit's period; one thread of the worker does it, between claims (in an idle worker, one
+    /// thread's wait for rows ends for it), the first time one interval after the start. Safe
+    /// beside every other worker's claims and forgets. Without a rate limit it does nothing.
     pub fn forget_idle_every(mut self, every: Duration) -> Self {
         self.forget_idle_every = every;
         self
@@ -326,6 +326,7 @@ where
             report: Mutex::new(WorkerReport::default()),
             resource: C::ready_resource()?,
             next_forget: Mutex::new(Instant::now().checked_add(self.forget_interval())),
+            forget_watch: AtomicBool::new(false),
         };
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..self.concurrency)
@@ -354,6 +355,31 @@ where
     /// [`forget_idle_every`](Self::forget_idle_every), at least the longest limit's period.
     fn forget_interval(&self) -> Duration {
         forget_interval(self.forget_idle_every, self.options.rate_limits())
+    }
+}
+
+/// The one idle thread whose wait ends when idle keys are due to be forgotten (`Run::forget_watch`),
+/// for as long as this lives.
+struct ForgetWatch<'a>(&'a AtomicBool);
+
+impl<'a> ForgetWatch<'a> {
+    /// The watch, when the worker has rate limits and no other thread keeps it.
+    fn take<M, C>(run: &'a Run<'_, M, C>) -> Option<Self>
+    where
+        C: LeaseConnection + R2D2Connection,
+    {
+        let free = !run.worker.options.rate_limits().is_empty()
+            && run
+                .forget_watch
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+        free.then_some(ForgetWatch(&run.forget_watch))
+    }
+}
+
+impl Drop for ForgetWatch<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -387,6 +413,9 @@ where
     /// When a thread next forgets the rate limits' idle keys (`None`: never, an interval past
     /// what `Instant` holds).
     next_forget: Mutex<Option<Instant>>,
+    /// Whether an idle thread's wait ends at `next_forget` already: one does, the others wait
+    /// for rows only (a thousand idle threads wake once, not a thousand times).
+    forget_watch: AtomicBool,
 }
 
 /// What became of one row.
@@ -588,15 +617,15 @@ where
         });
         let claimed_at = Instant::now();
         let quiet = calls.quiet_since;
-        // An idle wait ends when the rate limits' idle keys are next due to be forgotten: the
-        // thread then forgets them (`forget_idle_if_due`) and waits again.
-        let forget_due = if w.options.rate_limits().is_empty() {
-            None
-        } else {
-            *self
+        // One idle thread's wait ends when the rate limits' idle keys are next due to be
+        // forgotten: it then forgets them (`forget_idle_if_due`) and waits again.
+        let watch = ForgetWatch::take(self);
+        let forget_due = match watch {
+            Some(_) => *self
                 .next_forget
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
+                .unwrap_or_else(PoisonError::into_inner),
+            None => None,
         };
         let rows = calls.waiter.claim(
             &w.pool,
@@ -605,6 +634,7 @@ where
             &|_| self.give_up_at(quiet),
             claim,
         )?;
+        drop(watch);
         let mut rows = rows.into_iter();
         let mut first = true;
         while let Some(row) = rows.next() {
