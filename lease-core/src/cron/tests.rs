@@ -221,14 +221,16 @@ proptest! {
         let cron = Cron::parse(expr).unwrap().in_tz(tz).on_missed(policy);
         let (mut now, mut stored) = (start, None::<i64>);
         let mut runs: Vec<i64> = Vec::new();
-        for (step, outage) in steps {
+        for (i, (step, outage)) in steps.into_iter().enumerate() {
             // Now and then the farm is down for up to ten hours.
             let before = now;
             now += if outage == 0 { step * 30 } else { step };
             // The slots owed: from the stored next run (or, never run, the ones since the last
-            // poll) up to now.
+            // poll; at the first poll, which no poll came before, also the start itself and any
+            // slot still within the grace) up to now.
             let mut owed = Vec::new();
-            let mut t = stored.map_or(before, |s| s - 1);
+            let since = if i == 0 { (before - 1).min(now - MINUTE) } else { before };
+            let mut t = stored.map_or(since, |s| s - 1);
             loop {
                 let s = cron.next_after(t).unwrap();
                 if s > now { break; }
