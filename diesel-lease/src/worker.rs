@@ -309,6 +309,27 @@ where
         self
     }
 
+    /// The claim each poll of a run makes: through the cursor, under the key limit, or plain,
+    /// with the worker's batch size and options.
+    fn claim_fn(&self) -> ClaimFn<M, C> {
+        let limit = i64::try_from(self.batch).unwrap_or(i64::MAX);
+        let options = self.options.clone();
+        let key = self
+            .key_limit
+            .as_ref()
+            .map(|k| (k.column, i64::from(k.max)));
+        let (batch, cursor) = (self.batch, self.cursor.clone());
+        Arc::new(move |conn: &mut C| match (key, &cursor) {
+            (_, Some(cursor)) => cursor(conn, batch, &options, key),
+            (Some((column, max)), None) => {
+                conn.claim_under_key_limit(limit, &options, column, max, None)
+            }
+            (None, None) => {
+                conn.claim_matching::<crate::claim::statements::NoFilter>(limit, &options, None)
+            }
+        })
+    }
+
     /// Runs `handler` on claimed rows until `stop` turns true (see the type's docs), then
     /// returns what was done. The first error that is not worth retrying (a configuration
     /// mistake, a query the database refuses) stops every thread and is returned; lost
@@ -327,6 +348,7 @@ where
             resource: C::ready_resource()?,
             next_forget: Mutex::new(Instant::now().checked_add(self.forget_interval())),
             forget_watch: AtomicBool::new(false),
+            claim: self.claim_fn(),
         };
         let results: Vec<Result<()>> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..self.concurrency)
@@ -416,6 +438,9 @@ where
     /// Whether an idle thread's wait ends at `next_forget` already: one does, the others wait
     /// for rows only (a thousand idle threads wake once, not a thousand times).
     forget_watch: AtomicBool,
+    /// The claim every poll makes, built once: each claim call shares it (one reference count),
+    /// not a copy of the options (owner, rate limits) per call.
+    claim: ClaimFn<M, C>,
 }
 
 /// What became of one row.
@@ -602,19 +627,6 @@ where
         E: fmt::Display,
     {
         let w = self.worker;
-        let limit = i64::try_from(w.batch).unwrap_or(i64::MAX);
-        let options = w.options.clone();
-        let key = w.key_limit.as_ref().map(|k| (k.column, i64::from(k.max)));
-        let (batch, cursor) = (w.batch, w.cursor.clone());
-        let claim: ClaimFn<M, C> = Arc::new(move |conn: &mut C| match (key, &cursor) {
-            (_, Some(cursor)) => cursor(conn, batch, &options, key),
-            (Some((column, max)), None) => {
-                conn.claim_under_key_limit(limit, &options, column, max, None)
-            }
-            (None, None) => {
-                conn.claim_matching::<crate::claim::statements::NoFilter>(limit, &options, None)
-            }
-        });
         let claimed_at = Instant::now();
         let quiet = calls.quiet_since;
         // One idle thread's wait ends when the rate limits' idle keys are next due to be
@@ -632,7 +644,7 @@ where
             forget_due,
             &|| self.stopping(),
             &|_| self.give_up_at(quiet),
-            claim,
+            Arc::clone(&self.claim),
         )?;
         drop(watch);
         let mut rows = rows.into_iter();
