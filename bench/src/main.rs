@@ -615,32 +615,31 @@ fn e2e_section(pg: &PgBench, plan: &Plan, args: &Args, report: &mut Report) -> B
     });
     let mut rounds = Rounds::default();
     let unit = "jobs/s";
-    for _ in 0..plan.rounds {
+    for round in 0..plan.rounds {
         for &w in &workers {
-            pg.fresh_jobs(plan.e2e_rows, Index::PartialReady)?;
-            rounds.add("e2e", e2e::CLAIM_NEXT, w, unit, pg.claim_next_complete(w)?);
-            pg.fresh_jobs(plan.e2e_rows, Index::PartialReady)?;
-            rounds.add(
-                "e2e",
-                e2e::PGBENCH,
-                w,
-                unit,
-                pg.pgbench_floor(&args.pg_bin, w)?,
-            );
+            for floor_now in floor_turns(round) {
+                pg.fresh_jobs(plan.e2e_rows, Index::PartialReady)?;
+                if floor_now {
+                    let s = pg.pgbench_floor(&args.pg_bin, w)?;
+                    rounds.add("e2e", e2e::PGBENCH, w, unit, s);
+                } else {
+                    rounds.add("e2e", e2e::CLAIM_NEXT, w, unit, pg.claim_next_complete(w)?);
+                }
+            }
             pg.fresh_fang_tasks(plan.e2e_rows)?;
             rounds.add("e2e", e2e::FANG, w, unit, pg.fang_fetch_remove(w)?);
             pg.fresh_fang_tasks(plan.e2e_rows)?;
             rounds.add("e2e", e2e::FANG_POOL, w, unit, pg.fang_worker_pool(w)?);
-            pg.fresh_jobs(batch_rows, Index::PartialReady)?;
-            rounds.add("e2e", e2e::BATCH, w, unit, pg.batch_complete(w, 50, false)?);
-            pg.fresh_jobs(batch_rows, Index::PartialReady)?;
-            rounds.add(
-                "e2e",
-                e2e::PGBENCH_BATCH,
-                w,
-                unit,
-                pg.pgbench_batch_floor(&args.pg_bin, w)?,
-            );
+            for floor_now in floor_turns(round) {
+                pg.fresh_jobs(batch_rows, Index::PartialReady)?;
+                if floor_now {
+                    let s = pg.pgbench_batch_floor(&args.pg_bin, w)?;
+                    rounds.add("e2e", e2e::PGBENCH_BATCH, w, unit, s);
+                } else {
+                    let s = pg.batch_complete(w, 50, false)?;
+                    rounds.add("e2e", e2e::BATCH, w, unit, s);
+                }
+            }
             pg.fresh_jobs(batch_rows, Index::PartialReady)?;
             rounds.add(
                 "e2e",
@@ -677,6 +676,14 @@ fn floor_workers(args: &Args) -> Vec<usize> {
         return vec![1, 4];
     }
     args.workers.iter().copied().filter(|w| *w <= 8).collect()
+}
+
+/// The order of ours and its floor in round `round` (`true`: the floor's turn): ours first in
+/// even rounds, the floor first in odd ones, so that whatever the run before leaves behind (a
+/// vacuum, a checkpoint, a warm cache) falls on each side equally often.
+fn floor_turns(round: usize) -> [bool; 2] {
+    let floor_first = round % 2 == 1;
+    [floor_first, !floor_first]
 }
 
 /// Issue 23, MariaDB: ours against `mariadb-slap` running the same statements, single jobs and
@@ -726,20 +733,36 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
     };
     let (group, unit, n) = ("e2e-mysql", "jobs/s", floors::BATCH_N);
     let mut rounds = Rounds::default();
-    for _ in 0..plan.rounds {
+    for round in 0..plan.rounds {
         for &w in &floor_workers(args) {
-            let (s, c) = f.ours(plan.e2e_rows, w, None)?;
-            rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
-            run.checks.push(c);
-            let (s, c) = f.slap(plan.e2e_rows, w, false)?;
-            rounds.add(group, floors::SLAP, w, unit, s);
-            run.checks.push(c);
-            let (s, c) = f.ours(batch_rows, w, Some(n))?;
-            rounds.add(group, e2e::BATCH, w, unit, s);
-            run.checks.push(c);
-            let (s, c) = f.slap(batch_rows, w, true)?;
-            rounds.add(group, floors::SLAP_BATCH, w, unit, s);
-            run.checks.push(c);
+            for floor_now in floor_turns(round) {
+                let (s, c) = if floor_now {
+                    f.slap(plan.e2e_rows, w, false)?
+                } else {
+                    f.ours(plan.e2e_rows, w, None)?
+                };
+                let name = if floor_now {
+                    floors::SLAP
+                } else {
+                    e2e::CLAIM_NEXT
+                };
+                rounds.add(group, name, w, unit, s);
+                run.checks.push(c);
+            }
+            for floor_now in floor_turns(round) {
+                let (s, c) = if floor_now {
+                    f.slap(batch_rows, w, true)?
+                } else {
+                    f.ours(batch_rows, w, Some(n))?
+                };
+                let name = if floor_now {
+                    floors::SLAP_BATCH
+                } else {
+                    e2e::BATCH
+                };
+                rounds.add(group, name, w, unit, s);
+                run.checks.push(c);
+            }
         }
     }
     rounds.record_medians_on(report, "mysql");
@@ -792,38 +815,48 @@ fn sqlite_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> Bench
     };
     let (group, unit, n) = ("e2e-sqlite", "jobs/s", floors::BATCH_N);
     let mut rounds = Rounds::default();
-    for _ in 0..plan.rounds {
+    for round in 0..plan.rounds {
         for &w in &floor_workers(args) {
-            let (s, c) = f.ours::<model::BenchJob>(plan.e2e_rows, w, None)?;
-            rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
-            run.checks.push(c);
-            for (shape, name) in [
-                (floors::FloorShape::Processes, floors::C_FLOOR),
-                (floors::FloorShape::Threads, floors::C_FLOOR_THREADS),
-            ] {
-                let (s, c) = f.floor(plan.e2e_rows, w, 1, shape)?;
-                rounds.add(group, name, w, unit, s);
-                run.checks.push(c);
+            for floor_now in floor_turns(round) {
+                if !floor_now {
+                    let (s, c) = f.ours::<model::BenchJob>(plan.e2e_rows, w, None)?;
+                    rounds.add(group, e2e::CLAIM_NEXT, w, unit, s);
+                    run.checks.push(c);
+                    continue;
+                }
+                for (shape, name) in [
+                    (floors::FloorShape::Processes, floors::C_FLOOR),
+                    (floors::FloorShape::Threads, floors::C_FLOOR_THREADS),
+                ] {
+                    let (s, c) = f.floor(plan.e2e_rows, w, 1, shape)?;
+                    rounds.add(group, name, w, unit, s);
+                    run.checks.push(c);
+                }
             }
-            let (s, c) = f.ours::<model::BenchJob>(batch_rows, w, Some(n))?;
-            rounds.add(group, e2e::BATCH, w, unit, s);
-            run.checks.push(c);
-            if args.sqlite_keys_first {
-                let (s, c) = f.keys_first(batch_rows, w, n)?;
-                rounds.add(group, e2e::BATCH_KEYS_FIRST, w, unit, s);
+            for floor_now in floor_turns(round) {
+                if floor_now {
+                    for (shape, name) in [
+                        (floors::FloorShape::Processes, floors::C_BATCH),
+                        (floors::FloorShape::Threads, floors::C_BATCH_THREADS),
+                    ] {
+                        let (s, c) = f.floor(batch_rows, w, n, shape)?;
+                        rounds.add(group, name, w, unit, s);
+                        run.checks.push(c);
+                    }
+                    continue;
+                }
+                let (s, c) = f.ours::<model::BenchJob>(batch_rows, w, Some(n))?;
+                rounds.add(group, e2e::BATCH, w, unit, s);
                 run.checks.push(c);
-            }
-            // Not a target: what the model's claim time and payload cost a batch (the floor
-            // only steps over its columns; ours builds each row as the model).
-            let (s, c) = f.ours::<model::BenchJobNarrow>(batch_rows, w, Some(n))?;
-            rounds.add(group, e2e::BATCH_NARROW, w, unit, s);
-            run.checks.push(c);
-            for (shape, name) in [
-                (floors::FloorShape::Processes, floors::C_BATCH),
-                (floors::FloorShape::Threads, floors::C_BATCH_THREADS),
-            ] {
-                let (s, c) = f.floor(batch_rows, w, n, shape)?;
-                rounds.add(group, name, w, unit, s);
+                if args.sqlite_keys_first {
+                    let (s, c) = f.keys_first(batch_rows, w, n)?;
+                    rounds.add(group, e2e::BATCH_KEYS_FIRST, w, unit, s);
+                    run.checks.push(c);
+                }
+                // Not a target: what the model's claim time and payload cost a batch (the floor
+                // only steps over its columns; ours builds each row as the model).
+                let (s, c) = f.ours::<model::BenchJobNarrow>(batch_rows, w, Some(n))?;
+                rounds.add(group, e2e::BATCH_NARROW, w, unit, s);
                 run.checks.push(c);
             }
         }
