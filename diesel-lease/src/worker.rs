@@ -390,12 +390,18 @@ impl<'a> ForgetWatch<'a> {
     where
         C: LeaseConnection + R2D2Connection,
     {
-        let free = !run.worker.options.rate_limits().is_empty()
-            && run
-                .forget_watch
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok();
-        free.then_some(ForgetWatch(&run.forget_watch))
+        if run.worker.options.rate_limits().is_empty() {
+            return None;
+        }
+        Self::claim(&run.forget_watch)
+    }
+
+    /// The watch kept by `flag`, when no other thread keeps it. The guard is made only once
+    /// the flag is won: one made and dropped on a lost race would clear the winner's flag.
+    fn claim(flag: &'a AtomicBool) -> Option<Self> {
+        flag.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+            .then(|| ForgetWatch(flag))
     }
 }
 
@@ -855,9 +861,54 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::forget_interval;
+    use super::{forget_interval, ForgetWatch};
     use crate::claim::RateLimit;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use std::sync::Barrier;
     use std::time::Duration;
+
+    /// One thread at a time keeps the forget watch, and gives it up when its wait returns: the
+    /// others' waits do not end for the forget (a thousand idle threads wake once).
+    #[test]
+    fn one_thread_at_a_time_keeps_the_forget_watch() {
+        let flag = AtomicBool::new(false);
+        let first = ForgetWatch::claim(&flag).expect("a free watch is taken");
+        assert!(
+            ForgetWatch::claim(&flag).is_none(),
+            "a kept watch is not taken twice"
+        );
+        drop(first);
+        assert!(
+            ForgetWatch::claim(&flag).is_some(),
+            "a watch given up is free again"
+        );
+
+        // Eight threads at once, many times over: never two keepers, and it is kept.
+        let (keepers, most, kept) = (
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
+        let start = Barrier::new(8);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    start.wait();
+                    for _ in 0..5_000 {
+                        if let Some(watch) = ForgetWatch::claim(&flag) {
+                            most.fetch_max(keepers.fetch_add(1, SeqCst) + 1, SeqCst);
+                            kept.fetch_add(1, SeqCst);
+                            keepers.fetch_sub(1, SeqCst);
+                            drop(watch);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(most.load(SeqCst), 1, "two threads kept the watch at once");
+        assert!(kept.load(SeqCst) > 0);
+        assert!(!flag.load(SeqCst), "every watch was given up");
+    }
 
     #[test]
     fn idle_keys_are_never_forgotten_more_often_than_the_longest_period() {
