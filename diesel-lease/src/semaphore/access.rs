@@ -179,19 +179,17 @@ where
             identity: None,
         }
     }
+}
 
-    /// Registers with the pool's listener once it is known (the checkout reveals it), before
-    /// the step that follows looks at the queue.
-    fn register(&mut self, listener: Option<Arc<Listener>>) {
-        if self.registration.is_none() {
-            if let (Some(resource), Some(listener)) = (&self.resource, listener) {
-                self.registration = Some(listener.register(resource));
-            }
-        }
-        if self.mark.is_none() {
-            self.mark = self.registration.as_ref().map(Registration::mark);
-        }
-    }
+/// Registers for `resource` with the checkout's listener, if it has one, and marks what the
+/// listener had seen: on the step's own thread, right before the step looks at the queue.
+fn register_before_look(
+    resource: Option<String>,
+    listener: Option<&Arc<Listener>>,
+) -> Option<(Registration, Mark)> {
+    let registration = listener?.register(&resource?);
+    let mark = registration.mark();
+    Some((registration, mark))
 }
 
 impl<C> Access for FromPool<C>
@@ -213,6 +211,18 @@ where
                 _ => None,
             }
         };
+        // Marked before the step looks at the queue: a change committed after the look (the
+        // release that admits us, right behind our look's lock) is a notification after the
+        // mark, and wakes the sleep that follows the step.
+        if self.mark.is_none() {
+            self.mark = self.registration.as_ref().map(Registration::mark);
+        }
+        // Not registered yet: the first checkout that reveals the pool's listener registers
+        // there, and marks, before its step looks.
+        let register_as = match self.registration {
+            None => self.resource.clone(),
+            Some(_) => None,
+        };
         let (pool, table) = (self.pool.clone(), self.table.clone());
         let done = self.courier.call(
             &|| bound,
@@ -220,8 +230,9 @@ where
                 let Ok((mut conn, checkout)) = crate::pool::lend_with_listener(&pool, wait) else {
                     return Ok(None);
                 };
+                let registered = register_before_look(register_as, checkout.listener.as_ref());
                 AnySource::with_lent(&mut conn, |conn| on_table(table.as_ref(), conn, step))
-                    .map(|value| Some((value, checkout)))
+                    .map(|value| Some((value, checkout.pool, registered)))
             },
             |_| {},
         );
@@ -229,9 +240,12 @@ where
             self.given_up = true;
             return Err(Error::waited(&self.name, started.elapsed()));
         };
-        Ok(done?.map(|(value, checkout)| {
-            self.identity = self.identity.or(checkout.pool);
-            self.register(checkout.listener);
+        Ok(done?.map(|(value, pool, registered)| {
+            self.identity = self.identity.or(pool);
+            if let (None, Some((registration, mark))) = (&self.registration, registered) {
+                self.registration = Some(registration);
+                self.mark = Some(mark);
+            }
             value
         }))
     }
@@ -247,6 +261,7 @@ where
 
     fn unlisten(&mut self) {
         self.registration = None;
+        self.mark = None;
         self.resource = None;
         self.local = None;
     }
@@ -268,5 +283,94 @@ where
 
     fn pool(&self) -> Option<usize> {
         self.identity
+    }
+}
+
+#[cfg(all(test, feature = "postgres"))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use diesel::r2d2::{ConnectionManager, Pool};
+    use diesel::PgConnection;
+    use lease_core::admission::Mode;
+
+    use super::{Access, FromPool};
+    use crate::notify::Notifications;
+    use crate::pool::{lend_with_listener, AnySource, WaiterWakeups};
+    use crate::semaphore::request::Request;
+    use crate::Ttl;
+
+    /// A change committed while a step looks at the queue wakes the sleep after that step: the
+    /// step's mark of the pool's listener is taken before it looks, not when it returns. Here the
+    /// step has another session notify the resource and returns only once the pool's listener
+    /// has counted the notification; the sleep after it must wake at once (`true`) instead of
+    /// sleeping its whole 30 s and returning `false`, the first time (when the step registers)
+    /// and after.
+    #[test]
+    fn a_notification_while_the_step_looks_wakes_the_sleep_after_it() {
+        let Some(url) = std::env::var("DIESEL_LEASE_TEST_PG")
+            .ok()
+            .filter(|u| !u.is_empty())
+        else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs this with DIESEL_LEASE_TEST_PG"
+            );
+            return;
+        };
+        let pool = Pool::builder()
+            .max_size(3)
+            .event_handler(Box::new(WaiterWakeups::new::<PgConnection>(&url)))
+            .build(ConnectionManager::<PgConnection>::new(&url))
+            .unwrap();
+        let resource = format!("access-mark-{}", std::process::id());
+        let req = Request {
+            resource: resource.clone(),
+            permits: 1,
+            owner: "test".to_owned(),
+            mode: Mode::Exclusive,
+            ttl: Ttl::new("ttl", Duration::from_secs(60)).unwrap(),
+            drop_wait: Duration::from_secs(5),
+            table: None,
+            remove_when_idle: false,
+        };
+        let mut access = FromPool::new(AnySource::new(&pool), &req, Duration::from_secs(120));
+        access.listen(&resource).unwrap();
+        let listener = {
+            let (_conn, checkout) = lend_with_listener(&pool, Duration::from_secs(5)).unwrap();
+            checkout.listener.expect("the pool has a listener")
+        };
+        // The listener connected and listening (a mark taken before that wakes on the
+        // connection, not on a notification), and kept so while the test runs.
+        let keeper = listener.register(&resource);
+        let heard = (0..30).any(|_| {
+            let seen = keeper.mark();
+            pool.get().unwrap().notify(&resource).expect("NOTIFY");
+            keeper.sleep(seen, Duration::from_secs(1))
+        });
+        assert!(heard, "the listener never heard a notification");
+        for step in ["the first step, which registers", "a later step"] {
+            let (pool, listener, key) = (pool.clone(), Arc::clone(&listener), resource.clone());
+            let looked = access
+                .step(Duration::from_secs(5), move |_| {
+                    // Another session's change, committed while this step looks: the step
+                    // returns once the pool's listener has counted it.
+                    let watch = listener.register(&key);
+                    let seen = watch.mark();
+                    pool.get().unwrap().notify(&key).expect("NOTIFY");
+                    assert!(
+                        watch.sleep(seen, Duration::from_secs(30)),
+                        "the listener heard nothing"
+                    );
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(looked, Some(()));
+            assert!(
+                access.sleep(&resource, Duration::from_secs(30)).unwrap(),
+                "{step}: a notification sent during the look did not wake the sleep after it"
+            );
+        }
     }
 }
