@@ -64,6 +64,7 @@ backend_suite! {
         resuming_wakes_a_waiting_claimer_which_takes_the_row,
         a_worker_runs_nothing_while_paused_and_everything_after_resume,
         pause_check_cost,
+        pausing_twice_inside_a_transaction_leaves_it_usable,
     ];
 
     /// The table with rows `1..=n`, tenants alternating `acme`, `globex`, and the built-in tables.
@@ -119,6 +120,37 @@ backend_suite! {
         let mut rest: Vec<i64> = PauseJob::claim_batch(&mut conn, 10).unwrap().into_iter().map(|j| j.id).collect();
         rest.sort();
         assert_eq!(rest, [1, 3, 5]);
+    }
+
+    /// Pausing a table paused already, inside the caller's transaction, is an outcome (`false`)
+    /// that leaves the transaction usable: its later statements run and its earlier writes
+    /// commit. (On PostgreSQL the duplicate pause was a unique violation, which aborted the
+    /// caller's transaction while the call returned `Ok(false)`.)
+    pub(crate) fn pausing_twice_inside_a_transaction_leaves_it_usable(db: &TestDb<B>) {
+        jobs(db, 2);
+        let mut conn = db.conn();
+        let (first, again) = conn
+            .transaction::<_, diesel::result::Error, _>(|c| {
+                diesel::update(pause_jobs::table.find(1))
+                    .set(pause_jobs::tenant.eq("initech"))
+                    .execute(c)?;
+                let first = PauseJob::pause(c).unwrap();
+                let again = PauseJob::pause(c).unwrap();
+                // A statement after the duplicate pause, in the same transaction.
+                diesel::update(pause_jobs::table.find(2))
+                    .set(pause_jobs::tenant.eq("initech"))
+                    .execute(c)?;
+                Ok((first, again))
+            })
+            .unwrap();
+        assert_eq!((first, again), (true, false));
+        let tenants: Vec<String> = pause_jobs::table
+            .order(pause_jobs::id)
+            .select(pause_jobs::tenant)
+            .load(&mut db.conn())
+            .unwrap();
+        assert_eq!(tenants, ["initech", "initech"], "both writes committed");
+        assert!(PauseJob::claim_next(&mut db.conn()).unwrap().is_none(), "the pause committed");
     }
 
     /// A waiter sleeps through the pause (the row is still ready when it is resumed) and takes

@@ -149,6 +149,46 @@ backend_suite! {
         assert!(a.is_ok() || b.is_ok(), "the other transaction went through");
     }
 
+    /// A claim inside the caller's REPEATABLE READ transaction whose row another session changed
+    /// after the transaction's snapshot: PostgreSQL fails it with a serialization failure
+    /// (40001), which aborts the caller's transaction. The caller gets `Error::Deadlock` after
+    /// one attempt: the claim is not run again inside the aborted transaction (which turned it
+    /// into "current transaction is aborted", an `Error::Database`, after a backoff).
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn postgres_serialization_failure_in_a_callers_transaction_is_not_retried(
+        db: &TestDb<B>,
+    ) {
+        use crate::models::schema::tasks;
+        use crate::models::{Task, TASKS_DDL};
+        db.migrate();
+        let (pg, sqlite, mysql) = TASKS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        diesel::insert_into(tasks::table)
+            .values(tasks::tenant.eq("acme"))
+            .execute(&mut db.conn())
+            .unwrap();
+        let mut conn = db.conn();
+        let claimed = conn.transaction::<_, Error, _>(|c| {
+                c.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
+                // The snapshot is taken here; the other session's change comes after it.
+                tasks::table.count().get_result::<i64>(c)?;
+                diesel::update(tasks::table)
+                    .set(tasks::tenant.eq("globex"))
+                    .execute(&mut db.conn())?;
+                Task::claim_next(c)
+            });
+        match claimed {
+            Err(Error::Deadlock { attempts: 1, .. }) => {}
+            other => panic!("expected Error::Deadlock after one attempt, got {other:?}"),
+        }
+        // The connection is usable, and the row was never claimed.
+        let t: (String, i32) = tasks::table
+            .select((tasks::status, tasks::attempts))
+            .first(&mut conn)
+            .unwrap();
+        assert_eq!(t, ("new".to_owned(), 0));
+    }
+
     /// MySQL `innodb_lock_wait_timeout` (1205): `Error::Timeout`.
     #[allow(dead_code)] // registered only for the backend whose fault it is
     pub(crate) fn mysql_lock_wait_timeout_is_a_timeout(db: &TestDb<B>) {
@@ -223,6 +263,7 @@ mod on_postgres {
         postgres_statement_timeout_is_a_timeout,
         postgres_terminated_session_is_connection_lost,
         crossed_guards_deadlock,
+        postgres_serialization_failure_in_a_callers_transaction_is_not_retried,
     );
 }
 

@@ -616,6 +616,23 @@ pub(crate) fn retry_conflicts<T>(mut f: impl FnMut() -> crate::Result<T>) -> cra
     }
 }
 
+/// [`retry_conflicts`] for work that may run inside the caller's transaction: there a deadlock
+/// or serialization failure has rolled back (MySQL) or aborted (PostgreSQL) the caller's whole
+/// transaction, which is not ours to run again, so the first [`Error::Deadlock`] goes to the
+/// caller; outside one, `f` is tried again as [`retry_conflicts`] does.
+pub(crate) fn retry_conflicts_on<C, T>(
+    conn: &mut C,
+    mut f: impl FnMut(&mut C) -> crate::Result<T>,
+) -> crate::Result<T>
+where
+    C: Connection<TransactionManager = AnsiTransactionManager>,
+{
+    if in_transaction(conn)? {
+        return f(conn);
+    }
+    retry_conflicts(|| f(conn))
+}
+
 /// What an error means to a caller, whatever the backend said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {

@@ -18,7 +18,7 @@ use diesel::QueryResult;
 
 use super::statements::{ClaimModel, ClaimShape, ClaimSql, Dynamic, Exec, NoFilter, StmtId};
 use super::{about, ClaimConnection, ClaimDialect, Claimable, StateLiteral};
-use crate::backend::{retry_conflicts, SqlDialect};
+use crate::backend::{retry_conflicts_on, SqlDialect};
 use crate::{BorrowConnection, Error, Result};
 
 /// A [`Claimable`] model a row of which can be cancelled: it has a `cancelled = …` state, or
@@ -152,12 +152,13 @@ where
     run::<_, Dynamic>(conn.borrow_connection(), &stmt)
 }
 
-/// Runs a cancel as one write; rolled back whole by a deadlock, so safe to run again.
+/// Runs a cancel as one write; rolled back whole by a deadlock, so safe to run again (outside
+/// the caller's transaction).
 fn run<C: ClaimDialect, Id: QueryId>(
     conn: &mut C,
     stmt: &dyn QueryFragment<C::Backend>,
 ) -> Result<bool> {
-    retry_conflicts(|| {
-        Ok(conn.keyed_write(|c| c.execute_returning_count(&Exec::<_, Id>::new(stmt)))? >= 1)
+    retry_conflicts_on(conn, |c| {
+        Ok(c.keyed_write(|c| c.execute_returning_count(&Exec::<_, Id>::new(stmt)))? >= 1)
     })
 }

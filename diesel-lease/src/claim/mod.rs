@@ -11,7 +11,7 @@ use diesel::sql_types::Bool;
 use diesel::Connection;
 
 use crate::backend::kind_of;
-use crate::backend::{retry_conflicts, Dialect};
+use crate::backend::{retry_conflicts_on, Dialect};
 use crate::observe::{op, table_name};
 use lease_core::ClaimStamp;
 
@@ -357,14 +357,12 @@ where
             limit = limit
         );
         // A deadlock or serialization failure rolled the claim back whole: nothing was
-        // claimed, so trying again is safe.
-        let claimed = retry_conflicts(|| {
+        // claimed, so trying again is safe (outside the caller's transaction, which it ended).
+        let claimed = retry_conflicts_on(self, |c| {
             if !options.rates.is_empty() {
-                return rate::claim_limited::<M, C, F>(self, &parts, limit, filter, &options.rates);
+                return rate::claim_limited::<M, C, F>(c, &parts, limit, filter, &options.rates);
             }
-            Ok(ClaimDialect::claim_rows::<M, F>(
-                self, &parts, limit, filter,
-            )?)
+            Ok(ClaimDialect::claim_rows::<M, F>(c, &parts, limit, filter)?)
         })
         .map_err(about::<M>);
         op.finish(claimed, |rows| ("claimed", rows.len() as u64))
@@ -380,21 +378,15 @@ where
     }
 
     fn finish(&mut self, stmt: &FinishStmt<M>) -> Result<bool> {
-        let write = |c: &mut C| -> Result<bool> { Ok(c.keyed_write(|c| stmt.execute(c))? == 1) };
-        if crate::backend::in_transaction(self)? {
-            // A deadlock rolled back the caller's whole transaction: not ours to retry.
-            return write(self).map_err(about::<M>);
-        }
         // One owner-checked statement, rolled back whole by a deadlock: safe to run again.
-        retry_conflicts(|| write(self)).map_err(about::<M>)
+        retry_conflicts_on(self, |c| Ok(c.keyed_write(|c| stmt.execute(c))? == 1))
+            .map_err(about::<M>)
     }
 
     fn finish_many(&mut self, rows: &[batch::BatchRow<'_, M>], to: Finish) -> Result<Vec<bool>> {
-        if crate::backend::in_transaction(self)? {
-            return ClaimDialect::finish_rows(self, rows, to).map_err(|e| about::<M>(e.into()));
-        }
         // Rolled back whole by a deadlock (MySQL: the whole transaction): safe to run again.
-        retry_conflicts(|| Ok(ClaimDialect::finish_rows(self, rows, to)?)).map_err(about::<M>)
+        retry_conflicts_on(self, |c| Ok(ClaimDialect::finish_rows(c, rows, to)?))
+            .map_err(about::<M>)
     }
 
     fn ready_resource() -> Result<String> {

@@ -27,7 +27,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::QueryResult;
 
 use super::{about, ClaimConnection, ClaimDialect, Claimable};
-use crate::backend::{Dynamic, Exec, SqlDialect};
+use crate::backend::{BackendKind, Dynamic, Exec, SqlDialect};
 use crate::notify::Notifications;
 use crate::{BorrowConnection, Error, Result};
 
@@ -161,6 +161,13 @@ impl<DB: SqlDialect> QueryFragment<DB> for PauseStmt<'_> {
             out.push_sql(", ");
             DB::bind_str(&mut out, t.value())?;
             out.push_sql(")");
+            // A pause already there is an outcome (`false`), and on PostgreSQL a unique
+            // violation would abort the caller's transaction: where the backend has it, the
+            // duplicate is not an error at all. (MySQL has no `ON CONFLICT`; a duplicate key
+            // there fails the statement only, and is read as `false` below.)
+            if DB::KIND != BackendKind::Mysql {
+                out.push_sql(" ON CONFLICT DO NOTHING");
+            }
             return Ok(());
         }
         out.push_sql("DELETE FROM ");

@@ -250,9 +250,9 @@ impl RateLimit {
         // Each an autocommit statement, on MySQL at READ COMMITTED (`keyed_write`): its reads
         // then take no gap locks that the claims' inserts of starts would wait on.
         let mut run = |stmt: RateStmt<'_>| -> Result<u64> {
-            crate::backend::retry_conflicts(|| {
-                let n = conn
-                    .keyed_write(|c| c.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt)))?;
+            crate::backend::retry_conflicts_on(conn, |c| {
+                let n =
+                    c.keyed_write(|c| c.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt)))?;
                 Ok(u64::try_from(n).unwrap_or(0))
             })
         };
@@ -719,7 +719,7 @@ fn create_keys<C: RateDialect>(conn: &mut C, locks: &[(&str, &str)]) -> Result<(
             key,
             period: 0,
         };
-        crate::backend::retry_conflicts(|| {
+        crate::backend::retry_conflicts_on(conn, |conn| {
             Ok(conn.single_write(|c| {
                 c.execute_returning_count(&Exec::<_, Dynamic>::new(&RateStmt::CreateKey(&of)))
             })?)
