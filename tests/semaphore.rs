@@ -184,6 +184,20 @@ fn timeout_zero_tries_once<B: TestBackend>(db: &TestDb<B>) {
     held.release().unwrap();
 }
 
+/// A wait of a month (longer than PostgreSQL's `lock_timeout` takes, an `int` of milliseconds,
+/// about 24.8 days): the acquire works as any other, through a pool and on a connection of
+/// the caller's. (The month used to go to the server as is, and every acquire failed.)
+fn a_wait_of_a_month_is_a_wait<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 4);
+    let month = Duration::from_secs(30 * 24 * 3600);
+    let mutex = Semaphore::mutex("month");
+    let held = mutex.acquire(&pool, month).expect("free: granted");
+    held.release().unwrap();
+    let mut conn = pool.get().unwrap();
+    let held = mutex.acquire_on(&mut conn, month).expect("free: granted");
+    held.release(&mut conn).unwrap();
+}
+
 fn releasing_twice_or_after_loss_is_not_held<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 4);
     let sem = Semaphore::new("reports", 2);
@@ -294,6 +308,7 @@ backend_tests!(
     bad_input_is_refused,
     permits_mismatch_is_refused_while_in_use,
     timeout_zero_tries_once,
+    a_wait_of_a_month_is_a_wait,
     releasing_twice_or_after_loss_is_not_held,
     heartbeat_keeps_a_permit_past_its_ttl,
     drop_releases_and_resources_are_independent,

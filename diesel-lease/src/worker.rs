@@ -633,7 +633,7 @@ where
         E: fmt::Display,
     {
         let w = self.worker;
-        let claimed_at = Instant::now();
+        let waited_from = Instant::now();
         let quiet = calls.quiet_since;
         // One idle thread's wait ends when the rate limits' idle keys are next due to be
         // forgotten: it then forgets them (`forget_idle_if_due`) and waits again.
@@ -653,6 +653,13 @@ where
             Arc::clone(&self.claim),
         )?;
         drop(watch);
+        // The rows' claim deadline runs from the poll that brought them, not from the start of
+        // the wait: an idle wait may be longer than the claim timeout.
+        let claimed_at = calls
+            .waiter
+            .polled_at()
+            .unwrap_or(waited_from)
+            .max(waited_from);
         let mut rows = rows.into_iter();
         let mut first = true;
         while let Some(row) = rows.next() {

@@ -39,6 +39,10 @@ pub struct ResumePoint<K> {
     next_rescan: Option<Instant>,
 }
 
+/// The longest rescan period kept exactly: a longer one (`Duration::MAX` for "never") waits this
+/// long, a hundred years, instead of overflowing the clock.
+const LONGEST_RESCAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 impl<K> ResumePoint<K> {
     /// A point with no key yet, whose claims look from the front at least every `rescan`
     /// (refused when zero: every claim would look from the front, which is a plain claim).
@@ -67,7 +71,9 @@ impl<K> ResumePoint<K> {
         match self.next_rescan {
             Some(due) if now < due => self.key.as_ref(),
             _ => {
-                self.next_rescan = Some(now + self.rescan);
+                // `Duration::MAX` means "never": capped, it is still later than any process lives.
+                let wait = self.rescan.min(LONGEST_RESCAN);
+                self.next_rescan = Some(now.checked_add(wait).unwrap_or(now));
                 None
             }
         }
@@ -100,6 +106,15 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_rescan_period_of_duration_max_means_never() {
+        let t0 = Instant::now();
+        let mut p = ResumePoint::new(Duration::MAX).unwrap();
+        assert_eq!(p.bound(t0), None);
+        p.claimed(10);
+        assert_eq!(p.bound(t0 + 1000 * 24 * 3600 * SEC), Some(&10));
     }
 
     #[test]

@@ -23,6 +23,7 @@ backend_suite! {
         a_panicking_handler_never_loses_its_row,
         failing_rows_are_dead_lettered_after_their_last_attempt,
         a_long_run_is_heartbeated_and_never_rescued,
+        a_long_run_after_an_idle_wait_is_heartbeated_and_never_rescued,
         a_graceful_stop_loses_nothing,
         the_per_key_limit_holds_under_contention,
         the_per_key_limit_holds_across_processes,
@@ -199,6 +200,32 @@ backend_suite! {
         assert_eq!(runs.into_inner(), 1);
         assert_eq!((report.completed, report.lost), (1, 0));
         let t = fixtures::task(&mut db.conn(), 1);
+        assert_eq!((t.status.as_str(), t.attempts), ("done", 1));
+    }
+
+    /// The same after an idle wait longer than the claim timeout: the row's deadline and
+    /// heartbeat run from the poll that claimed it, not from the start of the wait (which put
+    /// the deadline in the past: the heartbeat stopped at once and the row was rescued).
+    pub(crate) fn a_long_run_after_an_idle_wait_is_heartbeated_and_never_rescued(db: &TestDb<B>) {
+        seed(db, 0, &[""]);
+        let runs = AtomicUsize::new(0);
+        let options = ClaimOptions::default().timeout(Duration::from_millis(600));
+        let worker = Worker::new(db.pool(6)).concurrency(2).claim_options(options);
+        let (started, inserted) = (Instant::now(), std::cell::Cell::new(None));
+        let report = run_until_settled(worker, |_, _t: &Task| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_secs(2));
+            Ok(())
+        }, || {
+            // The row comes after 1.5 s of waiting, two and a half timeouts.
+            if inserted.get().is_none() && started.elapsed() >= Duration::from_millis(1500) {
+                inserted.set(Some(fixtures::insert_task(&mut db.conn(), -10, "")));
+            }
+            inserted.get().is_some() && left(db, "done") == 1
+        });
+        assert_eq!(runs.into_inner(), 1);
+        assert_eq!((report.completed, report.lost), (1, 0));
+        let t = fixtures::task(&mut db.conn(), inserted.get().unwrap());
         assert_eq!((t.status.as_str(), t.attempts), ("done", 1));
     }
 

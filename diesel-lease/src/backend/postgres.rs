@@ -143,9 +143,11 @@ impl Dialect for PgConnection {
     }
 }
 
-/// `max_wait` as a `lock_timeout` value: whole milliseconds, at least 1 (0 means "no limit").
+/// `max_wait` as a `lock_timeout` value: whole milliseconds, at least 1 (0 means "no limit"),
+/// at most what the setting takes (an `int` of milliseconds, about 24.8 days; more is an error).
 fn lock_timeout(max_wait: Duration) -> String {
-    format!("{}ms", super::lock_wait_millis(max_wait))
+    let millis = super::lock_wait_millis(max_wait).min(i64::from(i32::MAX));
+    format!("{millis}ms")
 }
 
 /// `lock_timeout` for the rest of the current transaction: `SET LOCAL`, which takes no bind

@@ -227,6 +227,8 @@ pub(crate) struct Waiter {
     local: crate::notify::local::Subscription,
     pause: Backoff,
     courier: Courier,
+    /// When the last poll started ([`Waiter::polled_at`]).
+    polled_at: Option<Instant>,
 }
 
 impl Waiter {
@@ -246,7 +248,14 @@ impl Waiter {
             registration: None,
             pause: Backoff::new(FIRST_POLL_PAUSE, MAX_POLL_INTERVAL),
             courier: Courier::new(),
+            polled_at: None,
         })
+    }
+
+    /// When the last poll started, before its checkout: no later than the database's claim
+    /// time of the rows it brought, so a claim deadline counted from here is never late.
+    pub(crate) fn polled_at(&self) -> Option<Instant> {
+        self.polled_at
     }
 
     fn join(&self) -> Option<Gate> {
@@ -366,6 +375,7 @@ impl Waiter {
         let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);
         let (lender, returner) = (pool.clone(), pool.clone());
         let started = Instant::now();
+        self.polled_at = Some(started);
         let polled = self.courier.call(
             &|| give_up(started),
             move || {
