@@ -167,7 +167,9 @@ impl HolderState {
         }
     }
 
-    /// Records a successful extension by `ttl`, whose request was sent at `sent_at`.
+    /// Records a successful extension by `ttl`, whose request was sent at `sent_at`; its margin
+    /// is [`default_margin`] of that ttl (an extension to a shorter ttl keeps a margin shorter
+    /// than it, one to a longer ttl gets the longer margin).
     ///
     /// The latest request decides, as it does on the server (`expires_at = now + ttl`): a newer
     /// success with a shorter ttl moves the deadline earlier. A success sent before the current
@@ -185,6 +187,7 @@ impl HolderState {
         }
         let before = inner.deadline;
         inner.last_success = sent_at;
+        inner.margin = default_margin(ttl);
         inner.deadline = deadline_of(sent_at, ttl, inner.margin);
         inner.deadline_set_at = Instant::now();
         if inner.deadline_set_at >= inner.deadline {
@@ -762,10 +765,26 @@ mod tests {
         state.record_success(t0 + Duration::from_secs(1), 3 * ttl);
         assert_eq!(state.deadline(), t0 + Duration::from_secs(11));
 
-        // A newer request with a shorter ttl is what the server applied last.
+        // A newer request with a shorter ttl is what the server applied last, with the margin
+        // of that ttl (half a second).
         state.record_success(t0 + Duration::from_secs(3), Duration::from_secs(5));
-        assert_eq!(state.deadline(), t0 + Duration::from_secs(7));
+        assert_eq!(state.deadline(), t0 + Duration::from_millis(7500));
         assert!(!state.is_lost());
+    }
+
+    /// A grant of a minute extended to five seconds: its margin is no longer six seconds (which
+    /// made it lost at once), and an extension back to an hour gets the hour's margin.
+    #[test]
+    fn each_success_has_the_margin_of_its_own_ttl() {
+        let t0 = Instant::now();
+        let minute = Duration::from_secs(60);
+        let state = HolderState::new(t0, minute, default_margin(minute));
+        state.record_success(t0, Duration::from_secs(5));
+        assert!(!state.is_lost(), "extended to 5 s, not lost");
+        assert_eq!(state.deadline(), t0 + Duration::from_millis(4500));
+        let hour = Duration::from_secs(3600);
+        state.record_success(t0 + MS, hour);
+        assert_eq!(state.deadline(), t0 + MS + hour - default_margin(hour));
     }
 
     #[test]
@@ -781,8 +800,9 @@ mod tests {
         let sent_at = Instant::now();
         state.record_success(sent_at, 50 * MS);
         assert!(waiter.join().unwrap(), "woke at the new deadline");
+        // 50 ms less its margin, 5 ms.
         let woke = sent_at.elapsed();
-        assert!(woke >= 49 * MS && woke < 49 * MS + SLACK, "{woke:?}");
+        assert!(woke >= 45 * MS && woke < 45 * MS + SLACK, "{woke:?}");
     }
 
     #[test]

@@ -55,4 +55,25 @@ fn late_write_of_an_expired_holder_is_rejected<B: TestBackend>(db: &TestDb<B>) {
     next.release(&mut b).unwrap();
 }
 
-backend_tests!(late_write_of_an_expired_holder_is_rejected);
+/// A lease of a minute extended to five seconds is still held (its safety margin is that of the
+/// new ttl, half a second, not the minute's six seconds, which made it lost at once), and the
+/// database agrees; extended back to a minute it is held too.
+fn a_lease_extended_to_a_shorter_ttl_is_still_held<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let mut conn = db.conn();
+    let mut held = lease::try_acquire(&mut conn, "shorter", &opts(60_000))
+        .unwrap()
+        .expect("free");
+    held.extend(&mut conn, ms(5_000)).unwrap();
+    held.ensure_held().expect("held after extending to 5 s");
+    assert!(held.confirm_held(&mut conn).unwrap());
+    held.extend(&mut conn, ms(60_000)).unwrap();
+    held.ensure_held()
+        .expect("held after extending back to a minute");
+    assert!(held.release(&mut conn).unwrap());
+}
+
+backend_tests!(
+    late_write_of_an_expired_holder_is_rejected,
+    a_lease_extended_to_a_shorter_ttl_is_still_held
+);
