@@ -735,33 +735,19 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
     let mut rounds = Rounds::default();
     for round in 0..plan.rounds {
         for &w in &floor_workers(args) {
-            for floor_now in floor_turns(round) {
-                let (s, c) = if floor_now {
-                    f.slap(plan.e2e_rows, w, false)?
-                } else {
-                    f.ours(plan.e2e_rows, w, None)?
-                };
-                let name = if floor_now {
-                    floors::SLAP
-                } else {
-                    e2e::CLAIM_NEXT
-                };
-                rounds.add(group, name, w, unit, s);
-                run.checks.push(c);
-            }
-            for floor_now in floor_turns(round) {
-                let (s, c) = if floor_now {
-                    f.slap(batch_rows, w, true)?
-                } else {
-                    f.ours(batch_rows, w, Some(n))?
-                };
-                let name = if floor_now {
-                    floors::SLAP_BATCH
-                } else {
-                    e2e::BATCH
-                };
-                rounds.add(group, name, w, unit, s);
-                run.checks.push(c);
+            for (rows, batch, ours, floor) in [
+                (plan.e2e_rows, None, e2e::CLAIM_NEXT, floors::SLAP),
+                (batch_rows, Some(n), e2e::BATCH, floors::SLAP_BATCH),
+            ] {
+                for floor_now in floor_turns(round) {
+                    let (s, c) = if floor_now {
+                        f.slap(rows, w, batch.is_some())?
+                    } else {
+                        f.ours(rows, w, batch)?
+                    };
+                    rounds.add(group, if floor_now { floor } else { ours }, w, unit, s);
+                    run.checks.push(c);
+                }
             }
         }
     }
