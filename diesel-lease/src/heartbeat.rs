@@ -106,7 +106,6 @@ type Callback = Box<dyn FnOnce(LostReason) + Send>;
 
 struct Inner {
     last_success: Instant,
-    margin: Duration,
     deadline: Instant,
     /// When `deadline` was set: a deadline that had already passed then (a grant or a success
     /// that came back too late) made the state lost only at this instant.
@@ -155,7 +154,6 @@ impl HolderState {
             shared: Arc::new(Shared {
                 inner: Mutex::new(Inner {
                     last_success: granted_at,
-                    margin,
                     deadline: deadline_of(granted_at, ttl, margin),
                     deadline_set_at: Instant::now(),
                     lost: None,
@@ -187,8 +185,7 @@ impl HolderState {
         }
         let before = inner.deadline;
         inner.last_success = sent_at;
-        inner.margin = default_margin(ttl);
-        inner.deadline = deadline_of(sent_at, ttl, inner.margin);
+        inner.deadline = deadline_of(sent_at, ttl, default_margin(ttl));
         inner.deadline_set_at = Instant::now();
         if inner.deadline_set_at >= inner.deadline {
             self.shared.settle(inner, LostReason::Expired);
