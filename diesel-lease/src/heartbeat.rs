@@ -104,8 +104,13 @@ struct Shared {
 
 type Callback = Box<dyn FnOnce(LostReason) + Send>;
 
+/// Called each time a success moves the deadline earlier (a shorter ttl), while the state lives.
+type Nudge = Arc<dyn Fn() + Send + Sync>;
+
 struct Inner {
     last_success: Instant,
+    /// The ttl of the grant or success sent at `last_success`.
+    ttl: Duration,
     deadline: Instant,
     /// When `deadline` was set: a deadline that had already passed then (a grant or a success
     /// that came back too late) made the state lost only at this instant.
@@ -114,6 +119,7 @@ struct Inner {
     /// When it became lost, once `lost` is set.
     lost_at: Option<Instant>,
     callbacks: Vec<Callback>,
+    nudges: Vec<Nudge>,
 }
 
 impl Inner {
@@ -154,11 +160,13 @@ impl HolderState {
             shared: Arc::new(Shared {
                 inner: Mutex::new(Inner {
                     last_success: granted_at,
+                    ttl,
                     deadline: deadline_of(granted_at, ttl, margin),
                     deadline_set_at: Instant::now(),
                     lost: None,
                     lost_at: None,
                     callbacks: Vec::new(),
+                    nudges: Vec::new(),
                 }),
                 changed: Condvar::new(),
             }),
@@ -173,7 +181,8 @@ impl HolderState {
     /// success with a shorter ttl moves the deadline earlier. A success sent before the current
     /// one is ignored (it proves nothing newer, and the server may have applied it first), so it
     /// never moves the deadline backwards. A lost state stays lost, including one whose deadline
-    /// passed while this request was under way.
+    /// passed while this request was under way. A deadline moved earlier wakes the waiters and
+    /// the running [`Heartbeat`], which then paces its beats by the new ttl.
     pub(crate) fn record_success(&self, sent_at: Instant, ttl: Duration) {
         let mut inner = lock(&self.shared.inner);
         if inner.reason_at(Instant::now()).is_some() {
@@ -185,14 +194,17 @@ impl HolderState {
         }
         let before = inner.deadline;
         inner.last_success = sent_at;
+        inner.ttl = ttl;
         inner.deadline = deadline_of(sent_at, ttl, default_margin(ttl));
         inner.deadline_set_at = Instant::now();
         if inner.deadline_set_at >= inner.deadline {
             self.shared.settle(inner, LostReason::Expired);
         } else if inner.deadline < before {
             // Waiters sleep until the deadline they saw; an earlier one must wake them.
+            let nudges = inner.nudges.clone();
             drop(inner);
             self.shared.changed.notify_all();
+            nudges.iter().for_each(|nudge| nudge());
         }
     }
 
@@ -210,6 +222,18 @@ impl HolderState {
     /// Why it is lost, or `None` while held. Once `Some`, it never changes.
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
         self.shared.reason()
+    }
+
+    /// When the latest success (or the grant) was sent, and its ttl.
+    fn latest_success(&self) -> (Instant, Duration) {
+        let inner = lock(&self.shared.inner);
+        (inner.last_success, inner.ttl)
+    }
+
+    /// Calls `nudge` each time a success moves the deadline earlier, for as long as the state
+    /// lives (outside its lock, in the thread that recorded the success).
+    fn on_sooner_deadline(&self, nudge: impl Fn() + Send + Sync + 'static) {
+        lock(&self.shared.inner).nudges.push(Arc::new(nudge));
     }
 
     /// The local instant at which it counts as lost unless extended before.
@@ -419,9 +443,11 @@ impl BeatBudget {
 
 /// The background thread that keeps a [`HolderState`] held.
 ///
-/// Every `period` it calls the beat closure and records the outcome: [`Beat::Held`] extends
-/// the state, [`Beat::Lost`] marks it [`LostReason::Gone`] and ends the thread,
-/// [`Beat::Failed`] is retried after a quarter period. It wakes at the state's deadline whatever
+/// A period after the latest success (its own or anybody's recorded on the state) and after its
+/// latest beat, it calls the beat closure and records the outcome: [`Beat::Held`] extends the
+/// state, [`Beat::Lost`] marks it [`LostReason::Gone`] and ends the thread, [`Beat::Failed`] is
+/// retried after a quarter period. The period is fixed, or a third of the latest success's ttl
+/// ([`every_third_of_ttl`](Heartbeat::every_third_of_ttl)). It wakes at the state's deadline whatever
 /// the period, and then marks it [`LostReason::Expired`] and ends. It also ends as soon as the
 /// state is marked lost by anybody else. A beat that panics is not called again; the thread
 /// then only waits for the deadline to mark the state expired.
@@ -444,6 +470,31 @@ struct Control {
 struct Flags {
     stop: bool,
     exited: bool,
+    /// The state's deadline moved earlier: the sleeper looks at it again.
+    nudged: bool,
+}
+
+/// How far apart a [`Heartbeat`]'s beats are.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// A fixed period, whatever the ttl (the unit tests' pace).
+    #[cfg(test)]
+    Every(Duration),
+    /// A third of the ttl of the latest success, so two beats in a row may fail before the
+    /// local deadline whatever ttl the holder extends to.
+    ThirdOfTtl,
+}
+
+impl Pace {
+    /// The pause between two beats while grants last `ttl`: at least 1 ms.
+    fn period(self, ttl: Duration) -> Duration {
+        match self {
+            #[cfg(test)]
+            Pace::Every(period) => period,
+            Pace::ThirdOfTtl => ttl / 3,
+        }
+        .clamp(MIN_PAUSE, MAX_SPAN)
+    }
 }
 
 impl Control {
@@ -456,7 +507,12 @@ impl Control {
         lock(&self.flags).stop
     }
 
-    /// Sleeps until `until`; `false` if a stop was requested first.
+    fn nudge(&self) {
+        lock(&self.flags).nudged = true;
+        self.changed.notify_all();
+    }
+
+    /// Sleeps until `until`, or until nudged; `false` if a stop was requested first.
     fn sleep_until(&self, until: Instant) -> bool {
         let mut flags = lock(&self.flags);
         loop {
@@ -464,7 +520,7 @@ impl Control {
                 return false;
             }
             let now = Instant::now();
-            if now >= until {
+            if now >= until || mem::take(&mut flags.nudged) {
                 return true;
             }
             flags = self
@@ -509,12 +565,20 @@ impl Drop for ExitNotice {
 impl<E: fmt::Debug + Send + Sync + 'static> Heartbeat<E> {
     /// Starts the thread `name`, which keeps `state` held by calling `beat` every `period`
     /// (at least 1 ms). Fails only if the thread cannot be spawned.
+    #[cfg(test)]
     pub(crate) fn start<F>(
         name: &str,
         state: HolderState,
         period: Duration,
         beat: F,
     ) -> io::Result<Self>
+    where
+        F: FnMut(BeatBudget) -> Beat<E> + Send + 'static,
+    {
+        Self::spawn(name, state, Pace::Every(period), beat)
+    }
+
+    fn spawn<F>(name: &str, state: HolderState, pace: Pace, beat: F) -> io::Result<Self>
     where
         F: FnMut(BeatBudget) -> Beat<E> + Send + 'static,
     {
@@ -532,8 +596,7 @@ impl<E: fmt::Debug + Send + Sync + 'static> Heartbeat<E> {
                 .name(name.replace('\0', "?"))
                 .spawn(move || {
                     let _exit = ExitNotice(Arc::clone(&control));
-                    let period = period.clamp(MIN_PAUSE, MAX_SPAN);
-                    run(&state, &control, &last_error, period, beat);
+                    run(&state, &control, &last_error, pace, beat);
                     // Whatever ended the loop: a loss is worth a warning, a stop is not.
                     if let Some(reason @ (LostReason::Expired | LostReason::Gone)) =
                         state.lost_reason()
@@ -545,6 +608,9 @@ impl<E: fmt::Debug + Send + Sync + 'static> Heartbeat<E> {
         // Whoever marks the state lost (a release, an explicit extension) ends the thread.
         let stopper = Arc::clone(&control);
         state.on_lost(move |_| stopper.request_stop());
+        // Whoever extends it to a shorter ttl brings the next beat forward.
+        let nudger = Arc::clone(&control);
+        state.on_sooner_deadline(move || nudger.nudge());
         Ok(Heartbeat {
             control,
             last_error,
@@ -554,19 +620,18 @@ impl<E: fmt::Debug + Send + Sync + 'static> Heartbeat<E> {
 }
 
 impl Heartbeat<crate::Error> {
-    /// The heartbeat of a holder whose grants last `ttl`: a beat every ttl/3, so two beats in a
-    /// row may fail before the local deadline. [`Error::Heartbeat`](crate::Error::Heartbeat) if
-    /// the thread cannot be started.
+    /// The heartbeat of a holder: a beat a third of the latest success's ttl after it, so two
+    /// beats in a row may fail before the local deadline, also after an extension to another
+    /// ttl. [`Error::Heartbeat`](crate::Error::Heartbeat) if the thread cannot be started.
     pub(crate) fn every_third_of_ttl<F>(
         name: &str,
         state: HolderState,
-        ttl: Duration,
         beat: F,
     ) -> crate::Result<Self>
     where
         F: FnMut(BeatBudget) -> Beat<crate::Error> + Send + 'static,
     {
-        Self::start(name, state, ttl / 3, beat).map_err(crate::Error::Heartbeat)
+        Self::spawn(name, state, Pace::ThirdOfTtl, beat).map_err(crate::Error::Heartbeat)
     }
 }
 
@@ -618,19 +683,28 @@ fn run<E: fmt::Debug, F>(
     state: &HolderState,
     control: &Control,
     last_error: &Mutex<Option<Arc<E>>>,
-    period: Duration,
+    pace: Pace,
     mut beat: F,
 ) where
     F: FnMut(BeatBudget) -> Beat<E>,
 {
-    let retry = (period / 4).max(MIN_PAUSE);
-    let mut next = add_capped(Instant::now(), period);
+    // When the latest beat ended (the thread's start before the first), and whether it failed.
+    let mut beat_ended = Instant::now();
+    let mut failed = false;
     loop {
-        // Sleep until the next beat, waking at the deadline if it comes first.
+        // Sleep until the next beat, waking at the deadline if it comes first. Both are read
+        // again after each wake: an extension by somebody else may have moved them.
         loop {
             if state.settle_expiry() || control.stop_requested() {
                 return;
             }
+            let (last_success, ttl) = state.latest_success();
+            let period = pace.period(ttl);
+            let next = if failed && last_success < beat_ended {
+                add_capped(beat_ended, (period / 4).max(MIN_PAUSE))
+            } else {
+                add_capped(beat_ended.max(last_success), period)
+            };
             if Instant::now() >= next {
                 break;
             }
@@ -642,11 +716,11 @@ fn run<E: fmt::Debug, F>(
         let budget = BeatBudget {
             until: state.deadline(),
         };
-        let pause = match panic::catch_unwind(AssertUnwindSafe(|| beat(budget))) {
+        failed = match panic::catch_unwind(AssertUnwindSafe(|| beat(budget))) {
             Ok(Beat::Held { ttl }) => {
                 *lock(last_error) = None;
                 state.record_success(sent_at, ttl);
-                period
+                false
             }
             Ok(Beat::Lost) => {
                 *lock(last_error) = None;
@@ -656,7 +730,7 @@ fn run<E: fmt::Debug, F>(
             Ok(Beat::Failed(error)) => {
                 crate::observe::heartbeat_failed(thread::current().name().unwrap_or(""), &error);
                 *lock(last_error) = Some(Arc::new(error));
-                retry
+                true
             }
             Err(_) => {
                 // The panic was reported by the hook; the beat may be broken, so it is not
@@ -665,7 +739,7 @@ fn run<E: fmt::Debug, F>(
                 return;
             }
         };
-        next = add_capped(Instant::now(), pause);
+        beat_ended = Instant::now();
     }
 }
 
@@ -996,6 +1070,31 @@ mod tests {
             0,
             "the deadline came before the first beat"
         );
+    }
+
+    #[test]
+    fn a_success_with_a_shorter_ttl_paces_the_beats_by_it() {
+        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
+        let ttl = 300 * MS;
+        let (beats, seen) = counter();
+        let heartbeat = Heartbeat::spawn("test-shorter", state.clone(), Pace::ThirdOfTtl, {
+            move |_| {
+                beats.fetch_add(1, Ordering::SeqCst);
+                Beat::<()>::Held { ttl }
+            }
+        })
+        .unwrap();
+        // Once the thread sleeps towards its first beat, 20 s away (the pause lets it get
+        // there), an extension elsewhere (as `LeaseGuard::extend` makes) leaves 270 ms.
+        thread::sleep(100 * MS);
+        state.record_success(Instant::now(), ttl);
+        assert!(
+            !state.lost_signal().wait_timeout(4 * ttl),
+            "held for four of the new ttls"
+        );
+        assert!(heartbeat.stop(SLACK));
+        // A beat every 100 ms for 1.2 s.
+        assert!(seen.load(Ordering::SeqCst) >= 4);
     }
 
     #[test]

@@ -53,6 +53,34 @@ fn keep_alive_holds_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
     guard.release().unwrap();
 }
 
+/// `extend` to a shorter ttl paces the keep-alive by the new ttl: beats a third of the first
+/// ttl (20 s) apart would let the 1.5 s lease expire after its first 1.35 s.
+fn keep_alive_follows_an_extension_to_a_shorter_ttl<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(4);
+    let guard = LeaseGuard::try_acquire(&pool, "job", &opts(60_000).keep_alive(true))
+        .unwrap()
+        .expect("free");
+    // Once the keep-alive sleeps towards its first beat, 20 s away (the pause lets its thread
+    // get there; an extension before that is paced right from the start).
+    std::thread::sleep(ms(200));
+    guard.extend(ms(1_500)).unwrap();
+    let start = Instant::now();
+    while start.elapsed() < ms(4_500) {
+        assert!(
+            LeaseGuard::try_acquire(&pool, "job", &opts(900))
+                .unwrap()
+                .is_none(),
+            "taken after {:?}",
+            start.elapsed()
+        );
+        std::thread::sleep(ms(100));
+    }
+    guard.ensure_held().expect("held for three of the new ttls");
+    assert!(guard.confirm_held().unwrap());
+    assert!(guard.release().unwrap());
+}
+
 fn keep_alive_marks_the_guard_lost_when_taken_over<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let pool = db.pool(4);
@@ -365,6 +393,7 @@ backend_tests!(
     keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool,
     guard_releases_on_drop,
     keep_alive_holds_past_its_ttl,
+    keep_alive_follows_an_extension_to_a_shorter_ttl,
     keep_alive_marks_the_guard_lost_when_taken_over,
     run_exclusive_skips_when_held,
     a_failing_job_returns_its_error_and_releases,

@@ -208,7 +208,6 @@ where
             guard.heartbeat = Some(Heartbeat::every_third_of_ttl(
                 M::STATE,
                 guard.local.clone(),
-                timeout,
                 beat,
             )?);
         }

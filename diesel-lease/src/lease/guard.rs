@@ -159,15 +159,9 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
             drop_wait: options.drop_wait_limit(),
         };
         if keep_alive {
-            let ttl = lock(&guard.lease).ttl();
             let beat = extend_beat(guard.pool.clone(), Arc::clone(&guard.lease));
             // On error, dropping the guard releases the lease: nothing stays held.
-            guard.heartbeat = Some(Heartbeat::every_third_of_ttl(
-                &guard.name,
-                local,
-                ttl,
-                beat,
-            )?);
+            guard.heartbeat = Some(Heartbeat::every_third_of_ttl(&guard.name, local, beat)?);
         }
         Ok(guard)
     }
@@ -190,7 +184,7 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     }
 
     /// Moves the expiry to `ttl` from now (see [`Lease::extend`]); later keep-alive extensions
-    /// use this ttl too.
+    /// use this ttl too, and come a third of it apart.
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         self.pool
             .with_connection(|conn| lock(&self.lease).extend(conn, ttl))

@@ -62,7 +62,6 @@ where
         permit.heartbeat = Some(Heartbeat::every_third_of_ttl(
             permit.resource(),
             permit.local.clone(),
-            ttl,
             beat,
         )?);
         Ok(permit)
