@@ -26,6 +26,7 @@ backend_suite! {
         seed_002_the_wait_is_bounded_and_a_timeout_is_typed,
         seed_002_each_row_is_sent_once_by_many_workers,
         a_claimable_row_waits_then_sees_none,
+        seed_002_inside_the_callers_transaction_is_a_savepoint,
     ];
 
     fn seed_002_table(db: &TestDb<B>, rows: i64) {
@@ -156,6 +157,30 @@ backend_suite! {
         assert_eq!(counts, vec![1; ROWS as usize]);
         let unsent = table1::table.filter(table1::col1.is_null()).count().get_result::<i64>(&mut db.conn()).unwrap();
         assert_eq!(unsent, 0);
+    }
+
+    /// `with_locked_if_null` inside the caller's transaction runs as a savepoint of it on every
+    /// backend: its change commits and rolls back with the caller's transaction, and a second
+    /// call in the same transaction sees the row no longer qualify.
+    pub(crate) fn seed_002_inside_the_callers_transaction_is_a_savepoint(db: &TestDb<B>) {
+        seed_002_table(db, 2);
+        let mut conn = db.conn();
+        let mark = |conn: &mut <B as crate::common::TestBackend>::Conn, id: i64| {
+            Table1::with_locked_if_null(conn, id, |conn, row| {
+                diesel::update(table1::table.find(row.id)).set(table1::col1.eq("sent")).execute(conn)?;
+                Ok::<_, Error>(row.id)
+            })
+        };
+        let rolled_back = conn.transaction::<(), Error, _>(|c| {
+            assert_eq!(mark(c, 1)?, Some(1));
+            assert_eq!(mark(c, 1)?, None, "the savepoint's change is the transaction's");
+            Err(Error::Database(diesel::result::Error::RollbackTransaction))
+        });
+        assert!(rolled_back.is_err());
+        let committed = conn.transaction(|c| Ok::<_, Error>((mark(c, 1)?, mark(c, 2)?))).unwrap();
+        assert_eq!(committed, (Some(1), Some(2)), "the rollback undid the first change");
+        let unsent = table1::table.filter(table1::col1.is_null()).count().get_result::<i64>(&mut conn).unwrap();
+        assert_eq!(unsent, 0, "both changes committed with the caller's transaction");
     }
 
     /// The same waiting lock on a state column (seed 004's `processed`): the generated

@@ -226,6 +226,45 @@ backend_suite! {
         }
     }
 
+    /// A keyed write (an owner-checked `complete`) runs at READ COMMITTED through a
+    /// `SET TRANSACTION` for the next transaction only. When it fails before it touches a table
+    /// (here the table is gone: error 1146), that level must not stay pending for the caller's
+    /// next transaction, which runs at its session's REPEATABLE READ: its reads share one
+    /// snapshot.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn mysql_a_failed_keyed_write_leaves_the_next_transaction_at_its_level(
+        db: &TestDb<B>,
+    ) {
+        use crate::models::schema::tasks;
+        use crate::models::{Task, TASKS_DDL};
+        db.migrate();
+        let (pg, sqlite, mysql) = TASKS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        let add = || {
+            diesel::insert_into(tasks::table)
+                .values(tasks::tenant.eq("acme"))
+                .execute(&mut db.conn())
+        };
+        add().unwrap();
+        let mut conn = db.conn();
+        conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            .unwrap();
+        let task = Task::claim_next(&mut conn).unwrap().expect("one row");
+        db.conn().batch_execute("RENAME TABLE tasks TO tasks_gone").unwrap();
+        let completed = task.complete(&mut conn);
+        assert!(matches!(completed, Err(Error::Database(_))), "{completed:?}");
+        db.conn().batch_execute("RENAME TABLE tasks_gone TO tasks").unwrap();
+        let counts = conn
+            .transaction::<_, diesel::result::Error, _>(|c| {
+                let before = tasks::table.count().get_result::<i64>(c)?;
+                add()?;
+                let after = tasks::table.count().get_result::<i64>(c)?;
+                Ok((before, after))
+            })
+            .unwrap();
+        assert_eq!(counts, (1, 1), "one snapshot: the transaction ran at REPEATABLE READ");
+    }
+
     /// A SQLite file another connection holds the write lock of, past the busy timeout
     /// (`SQLITE_BUSY`): `Error::Timeout`.
     #[allow(dead_code)] // registered only for the backend whose fault it is
@@ -272,6 +311,7 @@ mod on_mysql {
     on!(mysql, Mysql:
         mysql_lock_wait_timeout_is_a_timeout,
         mysql_killed_connection_is_connection_lost,
+        mysql_a_failed_keyed_write_leaves_the_next_transaction_at_its_level,
         crossed_guards_deadlock,
     );
 }

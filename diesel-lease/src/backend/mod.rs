@@ -39,6 +39,20 @@ mod server;
 mod sqlite;
 
 pub(crate) use server::{check as check_engine, check_url};
+
+/// The PostgreSQL server `scripts/test.sh` starts (`DIESEL_LEASE_TEST_PG`), for the unit tests
+/// that need one; `None` without it, which CI never allows.
+#[cfg(test)]
+pub(crate) fn test_server_url() -> Option<String> {
+    let url = std::env::var("DIESEL_LEASE_TEST_PG")
+        .ok()
+        .filter(|u| !u.is_empty());
+    assert!(
+        url.is_some() || std::env::var_os("CI").is_none(),
+        "CI runs this with DIESEL_LEASE_TEST_PG"
+    );
+    url
+}
 pub use server::{check_server, ServerEngine};
 
 pub(crate) mod sealed {

@@ -170,11 +170,18 @@ impl Dialect for MysqlConnection {
     }
 
     fn keyed_write<T>(&mut self, mut f: impl FnMut(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
-        if !super::in_transaction(self)? {
-            // Applies to the next transaction only: the autocommit statement `f` runs.
-            read_committed_next(self)?;
+        if super::in_transaction(self)? {
+            return f(self);
         }
-        f(self)
+        // Applies to the next transaction only: the autocommit statement `f` runs.
+        read_committed_next(self)?;
+        f(self).inspect_err(|_| {
+            // A statement that failed before it touched a table (one that does not exist, one
+            // that did not prepare, or none sent) leaves the level pending for the caller's next
+            // transaction; a `ROLLBACK` with no transaction open drops it. Its own failure (the
+            // connection is gone) adds nothing to `f`'s.
+            let _ = self.rollback();
+        })
     }
 
     fn tune(&mut self, _: Duration, mysql_idle_timeout: Option<Duration>) -> QueryResult<()> {

@@ -119,10 +119,14 @@ impl Dialect for PgConnection {
             .get_result::<Setting>(self)?
             .value;
         set_lock_timeout(self, &lock_timeout(wait))?;
-        // A failure (the timeout included) aborts the transaction, and the local setting ends
-        // with it (or with the savepoint it was made in).
-        let value = f(self)?;
-        set_lock_timeout(self, &previous)?;
+        let result = f(self);
+        // Put back after a failure too: one on our side (a row that does not decode) leaves the
+        // transaction going. A database error (the timeout included) aborted it, so the local
+        // setting ends with it (or with the savepoint it was made in); putting it back then fails
+        // too, and the first error stands.
+        let restored = set_lock_timeout(self, &previous);
+        let value = result?;
+        restored?;
         Ok(value)
     }
 
@@ -200,4 +204,56 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
         ("prepared statement \"__diesel_stmt_", Kind::Pooler),
     ];
     super::first_match(PATTERNS, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::connection::SimpleConnection;
+
+    use super::*;
+
+    fn lock_timeout_now(c: &mut PgConnection) -> String {
+        diesel::select(diesel::dsl::sql::<Text>("current_setting('lock_timeout')"))
+            .get_result(c)
+            .unwrap()
+    }
+
+    /// The caller's `lock_timeout` is back after `f`, whether `f` succeeded or failed on the
+    /// Rust side; after a database error the transaction is aborted, and that error stands.
+    #[test]
+    fn bounded_lock_wait_puts_the_callers_lock_timeout_back() {
+        let Some(url) = super::super::test_server_url() else {
+            return;
+        };
+        let mut conn = PgConnection::establish(&url).unwrap();
+        conn.begin_test_transaction().unwrap();
+        conn.batch_execute("SET LOCAL lock_timeout = '7s'").unwrap();
+        let wait = Duration::from_millis(250);
+        let seen = conn
+            .bounded_lock_wait(wait, |c| Ok(lock_timeout_now(c)))
+            .unwrap();
+        assert_eq!(seen, "250ms", "the bound applies inside");
+        assert_eq!(lock_timeout_now(&mut conn), "7s", "after a success");
+        let failed = conn.bounded_lock_wait(wait, |_| -> QueryResult<()> {
+            Err(DieselError::DeserializationError(
+                "a row that does not decode".into(),
+            ))
+        });
+        assert!(matches!(failed, Err(DieselError::DeserializationError(_))));
+        assert_eq!(
+            lock_timeout_now(&mut conn),
+            "7s",
+            "after a Rust-side failure"
+        );
+        let aborted =
+            conn.bounded_lock_wait(wait, |c| diesel::sql_query("SELECT 1 / 0").execute(c));
+        let Err(DieselError::DatabaseError(_, info)) = aborted else {
+            panic!("the statement's own error: {aborted:?}");
+        };
+        assert!(
+            info.message().contains("division by zero"),
+            "{}",
+            info.message()
+        );
+    }
 }

@@ -158,6 +158,11 @@ impl Dialect for SqliteConnection {
         F: FnOnce(&mut Self) -> Result<T, E>,
         E: From<DieselError>,
     {
+        if super::in_transaction(self)? {
+            // A savepoint of the caller's transaction, as on the other backends; the lock
+            // statement bounds its own wait (`bounded_lock_wait`).
+            return self.transaction(f);
+        }
         immediate_within(self, wait, f)
     }
 

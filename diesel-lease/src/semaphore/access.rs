@@ -309,14 +309,7 @@ mod tests {
     /// and after.
     #[test]
     fn a_notification_while_the_step_looks_wakes_the_sleep_after_it() {
-        let Some(url) = std::env::var("DIESEL_LEASE_TEST_PG")
-            .ok()
-            .filter(|u| !u.is_empty())
-        else {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI runs this with DIESEL_LEASE_TEST_PG"
-            );
+        let Some(url) = crate::backend::test_server_url() else {
             return;
         };
         let pool = Pool::builder()
