@@ -39,6 +39,10 @@ pub(crate) const CLAIMED_AT: &str = "claimed_at";
 pub(crate) const ATTEMPTS: &str = "attempts";
 pub(crate) const MAX_ATTEMPTS: &str = "max_attempts";
 pub(crate) const TIMEOUT_SECS: &str = "timeout_secs";
+
+/// The longest claim timeout, in milliseconds: `lease_core::MAX_TTL` (1000 years), which every
+/// ttl and timeout at run time is checked against (a test in diesel-lease keeps the two equal).
+pub(crate) const MAX_TIMEOUT_MS: u64 = 1_000 * 365 * 24 * 60 * 60 * 1_000;
 pub(crate) const TIMEOUT_MS: &str = "timeout_ms";
 pub(crate) const ORDER_BY: &str = "order_by";
 pub(crate) const AVAILABLE_AT: &str = "available_at";
@@ -412,6 +416,12 @@ impl ClaimableAttrs {
                 } else {
                     n
                 };
+                if ms > MAX_TIMEOUT_MS {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!("`{name}` is longer than the longest ttl diesel-lease takes (1000 years)\nhelp: a claim that must never be rescued needs no `claimed_at` timeout"),
+                    ));
+                }
                 if self.timeout_ms.is_some() {
                     return Err(syn::Error::new(
                         key.span(),

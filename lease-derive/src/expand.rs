@@ -222,7 +222,8 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             .collect()
     };
     let timeout = option(c.timeout_ms.map(|ms| {
-        let us = (ms as i64).saturating_mul(1000);
+        // At most `MAX_TIMEOUT_MS` (checked when parsed): fits an i64 of microseconds.
+        let us = ms as i64 * 1000;
         quote!(#us)
     }));
     let max_attempts = option(c.max_attempts.map(i64::from));

@@ -292,3 +292,31 @@ fn the_cache_answer_without_a_walk_is_the_walk_s() {
         assert_eq!(answers(&stmt), (true, true));
     }
 }
+
+/// The derive's longest claim timeout (checked when it expands) is the runtime's [`MAX_TTL`]:
+/// one more second is a compile error (`tests/ui/fail/timeout_too_long.rs`).
+///
+/// [`MAX_TTL`]: crate::MAX_TTL
+#[test]
+fn the_longest_derive_timeout_is_max_ttl() {
+    #[derive(Queryable, Selectable, crate::Claimable)]
+    #[diesel(table_name = jobs)]
+    #[claimable(
+        state = status,
+        ready = "new",
+        claimed = "running",
+        owner = owner,
+        claimed_at = claimed_at,
+        timeout_secs = 31_536_000_000
+    )]
+    #[allow(dead_code)]
+    struct Longest {
+        id: i64,
+        status: String,
+        owner: Option<String>,
+        claimed_at: Option<chrono::NaiveDateTime>,
+        attempts: i32,
+    }
+    let max = i64::try_from(crate::MAX_TTL.as_micros()).unwrap();
+    assert_eq!(Longest::CLAIM_TIMEOUT_MICROS, Some(max));
+}

@@ -1,0 +1,27 @@
+use diesel::prelude::*;
+use diesel_lease::prelude::*;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+        worker -> Nullable<Text>,
+        claimed_at -> Nullable<Timestamp>,
+        attempts -> Integer,
+        notified -> Nullable<Timestamp>,
+    }
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready = "new", claimed = "running", claimed_at = claimed_at, owner = worker, timeout_secs = 31_536_000_001)]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+    pub worker: Option<String>,
+    pub claimed_at: Option<chrono::NaiveDateTime>,
+    pub attempts: i32,
+    pub notified: Option<chrono::NaiveDateTime>,
+}
+
+fn main() {}
