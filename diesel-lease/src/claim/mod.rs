@@ -202,6 +202,13 @@ impl ClaimOptions {
 
     /// Treats claims older than `timeout` (database clock) as abandoned.
     ///
+    /// The timeout belongs to the claim that *takes over*, not to the one it takes over from:
+    /// the row stores when it was claimed, not for how long. A worker that claims with a
+    /// 10-minute timeout is rescued after 30 s by another process that claims the same table
+    /// with a 30 s one (the work then runs twice; the owner check fences the first run's
+    /// finish), and a heartbeat paced by the longer timeout does not touch the row often enough
+    /// for the shorter one. Give every process of a queue the same timeout.
+    ///
     /// Checked when a claim uses the options: zero is refused then with
     /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration), and so is a timeout on a
     /// model without a `claimed_at` column ([`Error::Config`]).
