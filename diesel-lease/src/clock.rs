@@ -108,14 +108,22 @@ pub use crate::backend::Offset;
 /// The database's current time as a value to write: `row.claim_if_null(conn, db_now)` sets a
 /// `claim_if_null` column to it.
 ///
-/// Works for nullable `Timestamp` columns (and `Timestamptz` on PostgreSQL, `Datetime` on MySQL).
+/// Works for `Timestamp` columns, nullable or not (and `Timestamptz` on PostgreSQL, `Datetime` on
+/// MySQL).
 #[derive(Debug, Clone, Copy, Default)]
 #[allow(non_camel_case_types)]
 pub struct db_now;
 
 macro_rules! db_now_as {
-    ($($feature:literal => $st:ty),*) => {$(
-        #[cfg(feature = $feature)]
+    ($($(#[$cfg:meta])* $st:ty),*) => {$(
+        $(#[$cfg])*
+        impl diesel::expression::AsExpression<$st> for db_now {
+            type Expression = DbNow<$st>;
+            fn as_expression(self) -> Self::Expression {
+                DbNow::new()
+            }
+        }
+        $(#[$cfg])*
         impl diesel::expression::AsExpression<diesel::sql_types::Nullable<$st>> for db_now {
             type Expression = DbNow<diesel::sql_types::Nullable<$st>>;
             fn as_expression(self) -> Self::Expression {
@@ -124,15 +132,13 @@ macro_rules! db_now_as {
         }
     )*};
 }
-impl diesel::expression::AsExpression<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>>
-    for db_now
-{
-    type Expression = DbNow<diesel::sql_types::Nullable<diesel::sql_types::Timestamp>>;
-    fn as_expression(self) -> Self::Expression {
-        DbNow::new()
-    }
-}
-db_now_as!("postgres" => diesel::sql_types::Timestamptz, "mysql" => diesel::sql_types::Datetime);
+db_now_as!(
+    diesel::sql_types::Timestamp,
+    #[cfg(feature = "postgres")]
+    diesel::sql_types::Timestamptz,
+    #[cfg(feature = "mysql")]
+    diesel::sql_types::Datetime
+);
 
 impl<ST> DbNow<ST> {
     /// The current database time.

@@ -189,5 +189,12 @@ impl ExpiresAtColumn for BigInt {}
     label = "diesel-lease sets this column only while it is NULL",
     note = "declare the column `Nullable<…>` in `table!` (and NULL-able in the database), e.g. `notified -> Nullable<Timestamp>`"
 )]
-pub trait NullableColumn {}
-impl<T> NullableColumn for Nullable<T> {}
+pub trait NullableColumn {
+    /// The column's type without `Nullable`: what a guard is set to (never `NULL`).
+    type NotNull: diesel::sql_types::SqlType + diesel::sql_types::SingleValue;
+}
+impl<T: diesel::sql_types::SqlType + diesel::sql_types::SingleValue> NullableColumn
+    for Nullable<T>
+{
+    type NotNull = T;
+}

@@ -20,6 +20,7 @@ backend_suite! {
         a_per_key_rate_limit_holds_with_the_per_key_concurrency_limit,
         rows_over_a_rate_limit_stay_ready,
         a_rate_limit_on_another_table_is_refused,
+        a_rate_limited_claim_inside_a_transaction_is_refused,
         forget_idle_deletes_old_starts_and_idle_keys_and_claims_go_on,
         a_per_key_limit_holds_while_forget_idle_runs_beside_the_claims,
         a_key_row_forgotten_under_a_waiting_admission_is_created_again,
@@ -215,6 +216,22 @@ backend_suite! {
         assert_eq!(Task::claim_batch_with(&mut conn, 10, &tight).unwrap().len(), 1);
         assert!(Task::claim_next_with(&mut conn, &tight).unwrap().is_none());
         assert_eq!(left(db, "new"), 1);
+    }
+
+    /// Inside the caller's transaction the admission's count could read the caller's snapshot
+    /// (MySQL's REPEATABLE READ) and admit more than the limit: refused, claiming nothing.
+    pub(crate) fn a_rate_limited_claim_inside_a_transaction_is_refused(db: &TestDb<B>) {
+        seed(db, 2, &["a"]);
+        let mut conn = db.conn();
+        let options = ClaimOptions::default().rate_limit(RateLimit::global(1, Duration::from_secs(60)));
+        let inside = conn.transaction(|c| Task::claim_next_with(c, &options));
+        assert!(
+            matches!(inside, Err(diesel_lease::Error::Database(diesel::result::Error::AlreadyInTransaction))),
+            "{inside:?}"
+        );
+        assert_eq!(left(db, "new"), 2, "nothing claimed");
+        assert!(Task::claim_next_with(&mut conn, &options).unwrap().is_some());
+        assert!(Task::claim_next_with(&mut conn, &options).unwrap().is_none(), "the limit holds");
     }
 
     pub(crate) fn a_rate_limit_on_another_table_is_refused(db: &TestDb<B>) {

@@ -1,6 +1,7 @@
 //! Issue 24.6: retention and redrive on the user's own table. A purge deletes exactly the done
 //! and dead rows older than the period (by the database clock), in batches of its size; a
-//! redrive moves exactly the dead rows chosen back to ready, attempts reset.
+//! redrive moves exactly the dead rows chosen back to ready, attempts reset (kept counting on a
+//! model fenced by its attempts alone).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -20,6 +21,7 @@ backend_suite! {
         a_purge_deletes_exactly_the_old_done_and_dead_rows_in_batches,
         a_purge_can_keep_the_dead_rows,
         a_redrive_resets_exactly_the_dead_rows_chosen,
+        a_redrive_keeps_the_attempts_fence_of_a_model_without_owner,
     ];
 
     /// A task in `status` whose `claimed_at` is `secs_ago` seconds before the database's now
@@ -141,5 +143,35 @@ backend_suite! {
         assert_eq!(claimed.attempts, 1);
         assert_eq!(Task::redrive_dead(&mut conn, 10).unwrap(), 1);
         assert_eq!(Task::redrive_dead(&mut conn, 10).unwrap(), 0);
+    }
+
+    /// A model fenced by `attempts` alone (no owner column): a redrive keeps its attempts
+    /// counting, so the worker of a claim that was given up and redriven cannot finish the row's
+    /// next claim (with attempts reset, both claims had number 1).
+    pub(crate) fn a_redrive_keeps_the_attempts_fence_of_a_model_without_owner(db: &TestDb<B>) {
+        #[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+            attempts = attempts, claimed_at = claimed_at, timeout_secs = 60)]
+        #[allow(dead_code)] // read by the derive's statements, not here
+        struct Fenced {
+            id: i64,
+            status: String,
+            attempts: i32,
+            claimed_at: Option<chrono::NaiveDateTime>,
+        }
+        fixtures::tasks_table(db);
+        let mut conn = db.conn();
+        let id = insert(&mut conn, "new", None, "a");
+        diesel::update(tasks::table.find(id)).set(tasks::attempts.eq(0)).execute(&mut conn).unwrap();
+        let first = Fenced::claim_next(&mut conn).unwrap().expect("ready");
+        // Given up (an operator's cancel, a reap), then redriven, then claimed by another worker.
+        diesel::update(tasks::table.find(id)).set(tasks::status.eq("dead")).execute(&mut conn).unwrap();
+        assert_eq!(Fenced::redrive_dead(&mut conn, 10).unwrap(), 1);
+        let second = Fenced::claim_next(&mut conn).unwrap().expect("ready again");
+        assert_eq!((first.id, second.id), (id, id));
+        assert_eq!((first.attempts, second.attempts), (1, 2), "the attempts go on counting");
+        assert!(!first.complete(&mut conn).unwrap(), "the first claim's worker is fenced off");
+        assert!(second.complete(&mut conn).unwrap());
     }
 }

@@ -256,7 +256,9 @@ impl ClaimOptions {
     /// Claims at most `limit`'s number of rows per period (see [`RateLimit`]): of the table
     /// ([`RateLimit::global`]) or of each key ([`RateLimit::per_key`]). One of each kind may be
     /// set (both then hold); a second of the same kind replaces the first. Rows over the limit
-    /// stay ready for a later claim.
+    /// stay ready for a later claim. A claim with a rate limit commits its own transaction: it
+    /// is refused inside yours (`Error::Database(AlreadyInTransaction)`), whose snapshot could
+    /// hide the starts it must count.
     pub fn rate_limit(mut self, limit: RateLimit) -> Self {
         self.rates.retain(|r| r.is_per_key() != limit.is_per_key());
         self.rates.push(limit);

@@ -1,9 +1,10 @@
 //! Retention and redrive on a user's table: delete done and dead rows older than a period, in
 //! small batches, and move dead letters back to ready.
 //!
-//! Every batch is one statement in a transaction of its own (`DELETE`/`UPDATE` of at most
-//! `batch` rows picked by key, skipping rows other transactions hold on PostgreSQL and MySQL),
-//! so a purge never holds many locks for long, whatever the backlog: claims and completions
+//! Every batch is one statement in a transaction of its own: a `DELETE`/`UPDATE` of at most
+//! `batch` rows, picked by key and skipping rows other transactions hold on PostgreSQL; on
+//! MySQL a single-table `DELETE … LIMIT` / `UPDATE … LIMIT` (MySQL takes no `LIMIT` in the
+//! subquery), which waits for a row another transaction holds. So a purge never holds many locks for long, whatever the backlog: claims and completions
 //! go on between batches. The statements read the table's names and states from a [`RowShape`]:
 //! a model's ([`RowShape::of`]), or a table the operator's CLI describes at run time, which then
 //! runs the very same statements.
@@ -212,10 +213,14 @@ impl<'a, DB: SqlDialect> BatchStmt<'a, DB> {
                 out.push_identifier(shape.state)?;
                 out.push_sql(" = ");
                 ready.push(out);
+                // Without an owner column the attempts number is what fences a stale worker off
+                // (its finish names the number it claimed with): it keeps counting, so no later
+                // claim reuses a number an earlier one had.
+                let attempts = shape.attempts.filter(|_| shape.owner.is_some());
                 for (column, value) in [
                     (shape.owner, "NULL"),
                     (shape.error, "NULL"),
-                    (shape.attempts, "0"),
+                    (attempts, "0"),
                 ] {
                     if let Some(column) = column {
                         out.push_sql(", ");

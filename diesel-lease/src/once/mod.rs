@@ -99,18 +99,29 @@ where
 }
 
 /// The bounds under which a connection can set model `M`'s guard to `V`; you never implement it.
+///
+/// `V` is a value of the column's type *without* `Nullable`: setting the guard to `NULL` would
+/// leave it unset and let every caller win, so an `Option` does not compile.
+#[diagnostic::on_unimplemented(
+    message = "`{V}` cannot set the guard column of `{M}`",
+    label = "not a value of the guard column's type",
+    note = "pass a value of the column's type, not an `Option` (`NULL` would let every caller win), or `diesel_lease::db_now` for the database clock"
+)]
 pub trait ClaimIfNullConnection<M: ClaimIfNull, V>: Dialect {
     /// Runs the guard update; `true` when this caller changed the row.
     #[doc(hidden)]
     fn set_if_null(&mut self, pk: M::Pk, value: V) -> QueryResult<bool>;
 }
 
+/// The SQL type of the values `M`'s guard is set to: the column's, without `Nullable`.
+type GuardSql<M> = <<M as ClaimIfNull>::NullColumnSql as crate::__private::NullableColumn>::NotNull;
+
 impl<M, V, C> ClaimIfNullConnection<M, V> for C
 where
-    M: ClaimIfNull,
+    M: ClaimIfNull<NullColumnSql: crate::__private::NullableColumn>,
     C: Dialect,
-    V: AsExpression<M::NullColumnSql>,
-    V::Expression: Expression<SqlType = M::NullColumnSql> + QueryId,
+    V: AsExpression<GuardSql<M>>,
+    V::Expression: Expression<SqlType = GuardSql<M>> + QueryId,
     IfNullStmt<M, V::Expression>: QueryFragment<C::Backend>,
 {
     fn set_if_null(&mut self, pk: M::Pk, value: V) -> QueryResult<bool> {
@@ -128,7 +139,8 @@ where
 /// Returns `true` for exactly one caller however many race
 /// (`UPDATE action SET notified = now WHERE id = … AND notified IS NULL`); `false` when the guard
 /// was already set, including when it was set to the same value. `value` is [`db_now`](crate::db_now) for the
-/// database's clock, or any value of the column's type.
+/// database's clock, or any value of the column's type; not an `Option` (a `NULL` guard would
+/// stay unset, and every caller would win).
 pub fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> Result<bool>
 where
     M: ClaimIfNull,

@@ -37,6 +37,11 @@
 //! one key therefore only ever proceed each holding the lock of the one row that exists: a
 //! deletion needs that lock too.
 //!
+//! The proof needs each admission's count to see every start committed before its lock, and its
+//! own starts committed when it ends: a rate-limited claim is refused inside the caller's
+//! transaction (`Error::Database(AlreadyInTransaction)`), where a snapshot taken earlier (MySQL's
+//! REPEATABLE READ) would count too few.
+//!
 //! Rows over the limit are not touched: they stay ready and are claimed once the window has room.
 //! A row claimed and then handed back unstarted (a `Worker` stopping, a key at its concurrency
 //! limit) has used its start: the limit counts claims, never fewer.
@@ -626,6 +631,10 @@ where
     C: RateDialect,
     F: QueryId,
 {
+    // The admission counts the starts other claims committed, after its lock: inside the
+    // caller's transaction its reads may come from the caller's snapshot (MySQL's REPEATABLE
+    // READ, PostgreSQL's), and its own starts stay invisible until the caller commits.
+    crate::backend::refuse_nested(conn)?;
     let table = crate::observe::table_name::<M::Table>();
     let applied = |per_key: bool| {
         rates
