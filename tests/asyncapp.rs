@@ -249,6 +249,12 @@ backend_suite! {
             Err(Error::Config(message)) => assert!(message.contains("runtime"), "{message}"),
             other => panic!("expected a configuration error, got {other:?}"),
         }
+        // A waiting claim says so too, instead of polling in a loop until its timeout.
+        fixtures::tasks_table(db);
+        match Task::claim_next_wait(&bare, Duration::from_secs(5)) {
+            Err(Error::Config(message)) => assert!(message.contains("runtime"), "{message}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
         drop(_entered);
         // Outside a runtime, `from_current` says what to do instead of panicking.
         let outside = std::thread::spawn(move || {

@@ -20,7 +20,7 @@ use crate::claim::{
     RateLimit, RetryOutcome,
 };
 use crate::pool::{AnySource, ConnectionSource};
-use crate::semaphore::Semaphore;
+use crate::semaphore::{Semaphore, MAX_RESOURCE_LEN};
 use crate::{Error, LeaseConnection, Result};
 
 /// How long a row whose key is at its limit waits before it can be claimed again (with an
@@ -263,7 +263,8 @@ where
     /// Runs at most `max` rows with the same value of `column` at once (e.g. per tenant), across
     /// every worker on the database: claims skip rows whose key has `max` claimed rows, and a row
     /// starts only with one of `max` permits of a [`Semaphore`] named after its key, so the limit
-    /// holds even when two claims race. `key` reads the column's value from a row.
+    /// holds even when two claims race. `key` reads the column's value from a row; a value too
+    /// long for a semaphore name (or with a NUL byte) is named by its start and a 64-bit hash.
     ///
     /// The semaphores live in diesel-lease's tables: run [`run_migrations`](crate::run_migrations)
     /// first. A key's semaphore row is deleted when its last permit is released (the next row of
@@ -749,14 +750,24 @@ where
         let permit = match &w.key_limit {
             None => None,
             Some(k) => {
-                let name = format!("{}:{}={}", self.resource, k.column, (k.key)(&row));
+                // A key of any length or content names a semaphore (a long one by its hash).
+                let name = lease_core::bounded_name(
+                    &format!("{}:{}=", self.resource, k.column),
+                    &(k.key)(&row),
+                    MAX_RESOURCE_LEN,
+                );
                 // One semaphore per key value: its row goes when the key's last permit does.
                 let semaphore = Semaphore::new(name, k.max).removed_when_idle();
                 let pool = w.pool.clone();
                 // A permit got after the thread gave up is dropped there: released.
-                match self.call(calls, move || semaphore.try_acquire(&pool), drop)? {
-                    Some(permit) => Some(permit),
-                    None => {
+                match self.call(calls, move || semaphore.try_acquire(&pool), drop) {
+                    Ok(Some(permit)) => Some(permit),
+                    Err(e) => {
+                        // Not started: the row goes back before the error surfaces.
+                        let _ = self.release(calls, row);
+                        return Err(e);
+                    }
+                    Ok(None) => {
                         // Another worker's row of this key got the last permit: hand it back.
                         let pool = w.pool.clone();
                         let back = self.call(

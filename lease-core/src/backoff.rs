@@ -40,13 +40,14 @@ impl Backoff {
     /// The next delay: uniformly random in `[current/2, current]`, after which `current` doubles.
     pub fn next_delay(&mut self) -> Duration {
         let upper = self.current;
-        self.current = (self.current * 2).min(self.max);
+        // Saturating: a `max` near `Duration::MAX` must not overflow the doubling.
+        self.current = self.current.saturating_mul(2).min(self.max);
         let lower = upper / 2;
         let span = upper.saturating_sub(lower).as_micros() as u64;
         let jitter = if span == 0 {
             0
         } else {
-            rand::random::<u64>() % (span + 1)
+            rand::random::<u64>() % span.saturating_add(1)
         };
         lower + Duration::from_micros(jitter)
     }
@@ -56,14 +57,14 @@ impl Backoff {
     /// `max`), after which `current` doubles.
     pub fn next_delay_at_least(&mut self) -> Duration {
         let lower = self.current;
-        self.current = (self.current * 2).min(self.max);
+        self.current = self.current.saturating_mul(2).min(self.max);
         let span = (lower / 4).as_micros() as u64;
         let jitter = if span == 0 {
             0
         } else {
-            rand::random::<u64>() % (span + 1)
+            rand::random::<u64>() % span.saturating_add(1)
         };
-        lower + Duration::from_micros(jitter)
+        lower.saturating_add(Duration::from_micros(jitter))
     }
 
     /// Starts over from the minimum delay (after progress was made).
@@ -76,6 +77,17 @@ impl Backoff {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn delays_near_duration_max_do_not_overflow() {
+        for min in [Duration::from_millis(5), Duration::MAX / 2, Duration::MAX] {
+            let mut b = Backoff::new(min, Duration::MAX);
+            for _ in 0..4 {
+                assert!(b.next_delay() >= min / 2);
+                assert!(b.next_delay_at_least() >= min);
+            }
+        }
+    }
 
     proptest! {
         #[test]

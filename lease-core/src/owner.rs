@@ -102,9 +102,60 @@ pub fn validate_name(what: &'static str, name: &str, max: usize) -> Result<(), I
     Ok(())
 }
 
+/// `prefix` followed by `value`, as a name that passes [`validate_name`] with `max` (at least
+/// 17 bytes more than `prefix`): `value` as it is when that fits and holds no NUL byte, else the
+/// longest clean start of it that leaves room for `#` and the 16 hex digits of its 64-bit FNV-1a
+/// hash. The same value gives the same name in every process and build, so names made from
+/// data (a key column's value) stay shared across a farm; two long values that share their start
+/// are told apart by the hash (a collision only makes them share a name).
+pub fn bounded_name(prefix: &str, value: &str, max: usize) -> String {
+    let whole = prefix.len() + value.len();
+    if whole <= max && !value.contains('\0') {
+        return format!("{prefix}{value}");
+    }
+    let hash = value.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let room = max.saturating_sub(prefix.len() + 17);
+    let mut start = String::with_capacity(room);
+    for c in value.chars().filter(|&c| c != '\0') {
+        if start.len() + c.len_utf8() > room {
+            break;
+        }
+        start.push(c);
+    }
+    format!("{prefix}{start}#{hash:016x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn bounded_names_are_valid_stable_and_keep_short_values(
+            prefix in "[a-z:=\"]{1,40}",
+            value in any::<String>(),
+        ) {
+            let name = bounded_name(&prefix, &value, 255);
+            prop_assert!(validate_name("n", &name, 255).is_ok(), "{name:?}");
+            prop_assert!(name.starts_with(&prefix));
+            prop_assert_eq!(&name, &bounded_name(&prefix, &value, 255));
+            if prefix.len() + value.len() <= 255 && !value.contains('\0') {
+                prop_assert_eq!(name, format!("{prefix}{value}"));
+            }
+        }
+    }
+
+    #[test]
+    fn long_values_with_one_start_get_names_of_their_own() {
+        let (a, b) = ("x".repeat(300) + "a", "x".repeat(300) + "b");
+        let (na, nb) = (bounded_name("k=", &a, 255), bounded_name("k=", &b, 255));
+        assert_ne!(na, nb);
+        assert_eq!(na.len(), 255);
+        assert!(bounded_name("k=", "a\0b", 255).starts_with("k=ab#"));
+    }
 
     #[test]
     fn generated_ids_differ_and_fit() {

@@ -28,6 +28,7 @@ backend_suite! {
         the_per_key_limit_holds_under_contention,
         the_per_key_limit_holds_across_processes,
         per_key_semaphores_are_removed_once_their_keys_are_idle,
+        keys_of_any_length_get_their_limit,
         a_worker_claiming_through_a_cursor_runs_every_row_and_every_retry,
         a_cursor_under_a_per_key_limit_keeps_the_limit_and_runs_every_row,
     ];
@@ -360,6 +361,51 @@ backend_suite! {
         let report = run_until_settled(worker, |_, _t: &Task| Ok(()), || left(db, "done") == 40);
         assert_eq!(report.completed, 40, "{report:?}");
         assert_eq!(semaphore_rows(db), (vec![], 0), "semaphore rows (and requests) left behind");
+    }
+
+    /// Keys too long to name a semaphore as they are (two of 250 bytes with the same start): each
+    /// gets one named by its hash, so every row runs, one at a time per key (limit 1), and nothing is left claimed.
+    /// A key that could not name its semaphore used to stop the worker with the row claimed.
+    pub(crate) fn keys_of_any_length_get_their_limit(db: &TestDb<B>) {
+        db.migrate();
+        // 250 bytes: too long with the semaphore name's prefix (MySQL's column is widened to take it).
+        let long = "t".repeat(249);
+        let (a, b) = (format!("{long}a"), format!("{long}b"));
+        fixtures::tasks_table(db);
+        db.ddl("SELECT 1", "SELECT 1", "ALTER TABLE tasks MODIFY tenant VARCHAR(255) NOT NULL DEFAULT ''");
+        let mut conn = db.conn();
+        for tenant in [&a, &b, "short"].iter().cycle().take(6) {
+            fixtures::insert_task(&mut conn, -10, tenant);
+        }
+        let running: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
+        let peak: Mutex<HashMap<String, usize>> = Mutex::new(HashMap::new());
+        let worker = Worker::new(db.pool(8))
+            .concurrency(4)
+            .limit_per_key(tasks::tenant, 1, |t: &Task| t.tenant.clone());
+        let report = run_until_settled(
+            worker,
+            |_, t: &Task| {
+                let now = {
+                    let mut running = running.lock().unwrap();
+                    let n = running.entry(t.tenant.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                let mut peak = peak.lock().unwrap();
+                let p = peak.entry(t.tenant.clone()).or_default();
+                *p = (*p).max(now);
+                drop(peak);
+                std::thread::sleep(Duration::from_millis(50));
+                *running.lock().unwrap().get_mut(&t.tenant).unwrap() -= 1;
+                Ok(())
+            },
+            || left(db, "done") == 6,
+        );
+        assert_eq!(report.completed, 6, "{report:?}");
+        let peak = peak.into_inner().unwrap();
+        assert_eq!(peak.len(), 3, "{peak:?}");
+        assert!(peak.values().all(|p| *p == 1), "two rows of one key ran at once: {peak:?}");
+        assert_eq!(semaphore_rows(db), (vec![], 0));
     }
 
     /// Three worker processes of 3 threads each, limit 2 per tenant: the runs' intervals (on

@@ -9,6 +9,7 @@
 //! rows handed back by an update nobody announced, and — on SQLite and MySQL — every row.
 
 use std::sync::Arc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use diesel::query_builder::{AstPass, QueryBuilder, QueryFragment, QueryId};
@@ -358,7 +359,8 @@ impl Waiter {
 
     /// One poll on the courier: the claimed rows and what the checkout told, or `None` when the
     /// pool had no connection to spare (a missed poll, not a failure; the wait for one is
-    /// bounded so that a stop is still seen). A poll given up on is [`Error::Timeout`] with the
+    /// bounded so that a stop is still seen, and taken whole). A source that cannot lend at all
+    /// is [`Error::Config`]. A poll given up on is [`Error::Timeout`] with the
     /// time waited since `began`.
     fn poll<M, C, S>(
         &mut self,
@@ -379,9 +381,18 @@ impl Waiter {
         let polled = self.courier.call(
             &|| give_up(started),
             move || {
-                let Ok((mut conn, checkout)) = crate::pool::lend_with_listener(&lender, wait)
-                else {
-                    return Ok(None);
+                let (mut conn, checkout) = match crate::pool::lend_with_listener(&lender, wait) {
+                    Ok(lent) => lent,
+                    // A source that can never lend (a deadpool pool without a runtime) is a
+                    // mistake to report, not a poll to miss.
+                    Err(e @ Error::Config(_)) => return Err(e),
+                    Err(_) => {
+                        // No connection this time: a missed poll, which takes its whole wait
+                        // also when the source said no at once (a server refusing connections),
+                        // so that it is not asked again in a loop.
+                        thread::sleep(wait.saturating_sub(started.elapsed()));
+                        return Ok(None);
+                    }
                 };
                 Ok(Some((
                     S::with_lent(&mut conn, |conn| claim(conn))?,
