@@ -189,13 +189,17 @@ fn timeout_zero_tries_once<B: TestBackend>(db: &TestDb<B>) {
 /// the caller's. (The month used to go to the server as is, and every acquire failed.)
 fn a_wait_of_a_month_is_a_wait<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 4);
-    let month = Duration::from_secs(30 * 24 * 3600);
     let mutex = Semaphore::mutex("month");
-    let held = mutex.acquire(&pool, month).expect("free: granted");
-    held.release().unwrap();
-    let mut conn = pool.get().unwrap();
-    let held = mutex.acquire_on(&mut conn, month).expect("free: granted");
-    held.release(&mut conn).unwrap();
+    // A month, and the "forever" idioms: a lock-wait bound past what the server takes (MySQL:
+    // about 34 years; PostgreSQL: 24.8 days) is capped, never overflowed.
+    let month = Duration::from_secs(30 * 24 * 3600);
+    for wait in [month, Duration::from_millis(u64::MAX), Duration::MAX] {
+        let held = mutex.acquire(&pool, wait).expect("free: granted");
+        held.release().unwrap();
+        let mut conn = pool.get().unwrap();
+        let held = mutex.acquire_on(&mut conn, wait).expect("free: granted");
+        held.release(&mut conn).unwrap();
+    }
 }
 
 fn releasing_twice_or_after_loss_is_not_held<B: TestBackend>(db: &TestDb<B>) {
@@ -204,6 +208,15 @@ fn releasing_twice_or_after_loss_is_not_held<B: TestBackend>(db: &TestDb<B>) {
     let mut conn = db.conn();
     let manual = sem.acquire_on(&mut conn, LONG).unwrap();
     manual.heartbeat(&mut conn).unwrap();
+    // Inside the caller's transaction, whose rollback would undo it: refused.
+    let inside = diesel::Connection::transaction(&mut conn, |c| manual.heartbeat(c));
+    assert!(
+        matches!(
+            inside,
+            Err(Error::Database(diesel::result::Error::AlreadyInTransaction))
+        ),
+        "{inside:?}"
+    );
     assert!(manual.release(&mut conn).unwrap());
     assert!(
         !manual.release(&mut conn).unwrap(),

@@ -261,7 +261,9 @@ fn with_lock_wait<T, E>(
 where
     E: From<DieselError>,
 {
-    let secs = (super::lock_wait_millis(max_wait) + 999) / 1000;
+    // Whole seconds rounded up, at most the server's maximum (a year's wait and "forever" alike).
+    let secs =
+        (super::lock_wait_millis(max_wait).saturating_add(999) / 1000).min(MAX_LOCK_WAIT_SECS);
     diesel::sql_query(
         "SET @diesel_lease_lock_wait = @@SESSION.innodb_lock_wait_timeout, \
          SESSION innodb_lock_wait_timeout = ?",
@@ -275,6 +277,9 @@ where
     restored?;
     Ok(out)
 }
+
+/// The largest `innodb_lock_wait_timeout` MySQL and MariaDB take, in seconds (about 34 years).
+const MAX_LOCK_WAIT_SECS: i64 = 1_073_741_824;
 
 /// The auto-increment value the connection's last insert generated.
 pub(crate) fn inserted_id(conn: &mut MysqlConnection) -> QueryResult<i64> {

@@ -236,9 +236,12 @@ impl Permit {
         &self,
         conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
     ) -> Result<()> {
-        let held = self.req.on(conn.borrow_connection(), |sql| {
-            protocol::heartbeat(sql, &self.req, self.ticket)
-        })?;
+        let conn = conn.borrow_connection();
+        // As every call here: the caller's rollback would undo an extension reported as done.
+        crate::backend::refuse_nested(conn)?;
+        let held = self
+            .req
+            .on(conn, |sql| protocol::heartbeat(sql, &self.req, self.ticket))?;
         if !held {
             crate::observe::lost(
                 "permit",
