@@ -199,8 +199,12 @@ start_mariadb() {
 CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
 SQL
+    # A temporary directory of its own: a MariaDB server deletes every `#sql*` file in its tmpdir
+    # when it starts, so servers sharing /tmp (a Galera node restarted by a test, another suite on
+    # the machine) would delete each other's live temporary tables.
+    mkdir -p "$MYSQL_DIR/tmp" || return 1
     if [ "$(id -u)" -eq 0 ]; then
-        chown "$user": "$MYSQL_DIR/init.sql"
+        chown "$user": "$MYSQL_DIR/init.sql" "$MYSQL_DIR/tmp"
     fi
     # --no-defaults: ignore /etc/mysql/*.cnf so the machine's configuration cannot change the test
     # server. 'normal' root authentication: root@localhost has no password (no unix_socket plugin,
@@ -220,6 +224,7 @@ SQL
     # The isolation level is the server default (REPEATABLE READ) unless ARGS say otherwise.
     as_user "$user" "$(mariadbd_bin)" --no-defaults \
         --datadir="$MYSQL_DIR/data" \
+        --tmpdir="$MYSQL_DIR/tmp" \
         --socket="$MYSQL_DIR/mysqld.sock" \
         --pid-file="$MYSQL_DIR/mysqld.pid" \
         --log-error="$MYSQL_DIR/server.log" \
@@ -488,8 +493,8 @@ start_galera() {
             echo "#!/usr/bin/env bash"
             [ "$(id -u)" -eq 0 ] && printf '%q ' runuser -u "$(stat -c %U "$MYSQL_DIR")" --
             printf '%q ' "$(mariadbd_bin)" --no-defaults \
-                --datadir="$MYSQL_DIR/data" --socket="$MYSQL_DIR/mysqld.sock" \
-                --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/server.log" \
+                --datadir="$MYSQL_DIR/data" --tmpdir="$MYSQL_DIR/tmp" \
+                --socket="$MYSQL_DIR/mysqld.sock" --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/server.log" \
                 --port="$MYSQL_PORT" --bind-address=127.0.0.1 --skip-name-resolve \
                 --max-connections=300 --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
                 --innodb-buffer-pool-size=128M --performance-schema=OFF \
