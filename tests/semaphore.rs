@@ -316,7 +316,32 @@ fn refused_inside_a_transaction<B: TestBackend>(db: &TestDb<B>) {
         .unwrap();
 }
 
+/// A mutex handed over between two plain connections (no busy timeout: `establish`, as the
+/// `Permit` docs do), 20 times: the release wakes the waiter of this process before its commit,
+/// so on SQLite the waiter's first write can find the database still locked. It must wait, as
+/// every other write of the library does, and get the permit, not fail with a timeout.
+fn plain_connections_hand_a_mutex_over<B: TestBackend>(db: &TestDb<B>) {
+    use diesel::Connection;
+    setup(db, 1);
+    let mutex = Semaphore::mutex("plain");
+    let plain = || <B::Conn as Connection>::establish(&db.url).unwrap();
+    let (mut holder, mut waiter) = (plain(), plain());
+    for round in 0..20 {
+        let held = mutex.acquire_on(&mut holder, LONG).unwrap();
+        let got = std::thread::scope(|s| {
+            let waiting = s.spawn(|| mutex.acquire_on(&mut waiter, Duration::from_secs(20)));
+            // Ordering only: the waiter queued before the release, or it finds the mutex free.
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(held.release(&mut holder).unwrap());
+            waiting.join().unwrap()
+        });
+        let got = got.unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        assert!(got.release(&mut waiter).unwrap());
+    }
+}
+
 backend_tests!(
+    plain_connections_hand_a_mutex_over,
     refused_inside_a_transaction,
     bad_input_is_refused,
     permits_mismatch_is_refused_while_in_use,

@@ -46,6 +46,17 @@ where
     let b = etl.acquire(&pool, LONG).unwrap();
     assert!(etl.try_acquire(&pool).unwrap().is_none(), "two permits");
     assert_eq!(a.resource(), "process_control#etl");
+    // The table's name and `#` count towards the name's 255 bytes: refused before any SQL.
+    let long = ProcessControl::semaphore("x".repeat(250), 1);
+    assert!(
+        matches!(
+            long.try_acquire(&pool),
+            Err(diesel_lease::Error::InvalidInput(
+                diesel_lease::InvalidInput::NameTooLong { len: 266, .. }
+            ))
+        ),
+        "a 250-byte resource of process_control"
+    );
     let mut conn = db.conn();
     let mine = "requesting_id = 'Process A' AND resource = 'etl' AND access_type = 'R'";
     assert_eq!(

@@ -39,6 +39,8 @@ mod server;
 mod sqlite;
 
 pub(crate) use server::{check as check_engine, check_url};
+#[cfg(feature = "sqlite")]
+pub(crate) use sqlite::waits_after as sqlite_waits_after;
 
 /// The PostgreSQL server `scripts/test.sh` starts (`DIESEL_LEASE_TEST_PG`), for the unit tests
 /// that need one; `None` without it, which CI never allows.

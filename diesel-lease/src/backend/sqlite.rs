@@ -258,6 +258,12 @@ fn gave_a_busy_timeout(c: &mut SqliteConnection) -> bool {
         && set_busy_timeout(c, super::lock_wait_millis(super::DEFAULT_BUSY_TIMEOUT)).is_ok()
 }
 
+/// Whether a write that failed with `e` should run again: the database was locked and the
+/// connection, which had no busy timeout, now waits (see [`gave_a_busy_timeout`]).
+pub(crate) fn waits_after(c: &mut SqliteConnection, e: &DieselError) -> bool {
+    is_locked(e) && gave_a_busy_timeout(c)
+}
+
 /// Whether `e` is SQLite's "the database is locked" (`SQLITE_BUSY` / `SQLITE_LOCKED`).
 fn is_locked(e: &DieselError) -> bool {
     matches!(e, DieselError::DatabaseError(_, info) if classify_message(info.message()) == Some(Kind::Timeout))

@@ -272,6 +272,10 @@ where
         self.conn.notify(key)
     }
 
+    fn wait_when_busy(&mut self, error: &diesel::result::Error) -> bool {
+        self.conn.wait_when_busy(error)
+    }
+
     fn remove_expired(&mut self, _key: &str) -> QueryResult<usize> {
         RemoveExpired::<T> {
             table: T::Table::default(),

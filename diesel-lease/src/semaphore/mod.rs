@@ -344,10 +344,16 @@ impl Semaphore {
 
     /// The request this semaphore makes, once its settings are checked: the one place they are.
     fn request(&self, mode: Mode) -> Result<Request> {
-        match self.table.as_ref().and_then(|t| t.resource.as_deref()) {
-            Some(resource) => lease_core::validate_name("resource", resource, MAX_RESOURCE_LEN)?,
-            None => lease_core::validate_name("resource", &self.resource, MAX_RESOURCE_LEN)?,
+        if let Some(resource) = self.table.as_ref().and_then(|t| t.resource.as_deref()) {
+            lease_core::validate_name("resource", resource, MAX_RESOURCE_LEN)?;
         }
+        // The name of the row that serializes the queue: for a control table `<table>#<resource>`,
+        // which must fit the row's column too (MySQL would cut it short and never find it).
+        let what = match &self.table {
+            Some(_) => "control table and resource (`<table>#<resource>`)",
+            None => "resource",
+        };
+        lease_core::validate_name(what, &self.resource, MAX_RESOURCE_LEN)?;
         Ttl::new("max poll interval", self.max_poll)?;
         Ok(Request {
             resource: self.resource.clone(),

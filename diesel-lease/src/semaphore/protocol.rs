@@ -139,7 +139,11 @@ fn locked(
         // Twins recreating a row that a release just deleted can still deadlock on MySQL (both
         // wait for the delete's commit, then both insert): the statement is rolled back whole
         // and the insert does nothing twice, so it is retried.
-        crate::backend::retry_conflicts(|| Ok(sql.create_resource(&req.resource, req.permits)?))?;
+        crate::backend::retry_conflicts(|| {
+            Ok(waiting_write(sql, |s| {
+                s.create_resource(&req.resource, req.permits)
+            })?)
+        })?;
     }
 }
 
@@ -551,7 +555,11 @@ fn look_step<A: Access>(
     let (req, mut queued, mut seen) = (req.clone(), *pending, *place);
     let looked = access.step(checkout, move |sql| {
         for chunk in others.chunks(TOUCHED_AT_ONCE) {
-            crate::backend::retry_conflicts(|| Ok(sql.touch_many(chunk, &req.owner, req.ttl)?))?;
+            crate::backend::retry_conflicts(|| {
+                Ok(waiting_write(sql, |s| {
+                    s.touch_many(chunk, &req.owner, req.ttl)
+                })?)
+            })?;
         }
         let granted = look(sql, &req, &mut queued, woken, lock_wait, &mut seen);
         Ok((granted, queued, seen))
@@ -628,7 +636,24 @@ enum Pause {
 /// transaction on another node that wrote the same row (a grant, a removal), and is rolled back
 /// whole.
 fn touch(sql: &mut dyn SemaphoreStatements, ticket: i64, req: &Request) -> Result<usize> {
-    crate::backend::retry_conflicts(|| Ok(sql.touch(ticket, &req.owner, req.ttl)?))
+    crate::backend::retry_conflicts(|| {
+        Ok(waiting_write(sql, |s| {
+            s.touch(ticket, &req.owner, req.ttl)
+        })?)
+    })
+}
+
+/// One autocommit write, run once more when it found the database busy on a connection that
+/// only now waits for it ([`SemaphoreStatements::wait_when_busy`]), as the library's other
+/// writes are.
+fn waiting_write<T>(
+    sql: &mut dyn SemaphoreStatements,
+    mut write: impl FnMut(&mut dyn SemaphoreStatements) -> diesel::QueryResult<T>,
+) -> diesel::QueryResult<T> {
+    match write(sql) {
+        Err(e) if sql.wait_when_busy(&e) => write(sql),
+        other => other,
+    }
 }
 
 /// [`touch`] of a granted row only (see [`SemaphoreStatements::touch_granted`]).
@@ -643,7 +668,9 @@ fn touch_granted_as(
     owner: &str,
     ttl: lease_core::Ttl,
 ) -> Result<usize> {
-    crate::backend::retry_conflicts(|| Ok(sql.touch_granted(ticket, owner, ttl)?))
+    crate::backend::retry_conflicts(|| {
+        Ok(waiting_write(sql, |s| s.touch_granted(ticket, owner, ttl))?)
+    })
 }
 
 /// Sleeps up to `delay`. With `watch` (the waiter's ticket, when it is at the head of the queue

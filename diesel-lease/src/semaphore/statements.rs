@@ -115,6 +115,14 @@ pub trait SemaphoreStatements {
     /// [`Notifications::notify`](crate::notify::Notifications::notify) on the connection.
     #[doc(hidden)]
     fn notify(&mut self, resource: &str) -> QueryResult<()>;
+    /// After `error` from a one-statement write outside the locked transaction: whether to run
+    /// it once more because the connection now waits for a busy database (SQLite: it had no
+    /// busy timeout and was given diesel-lease's default, as every other write of the library
+    /// is). `false` elsewhere.
+    #[doc(hidden)]
+    fn wait_when_busy(&mut self, _error: &diesel::result::Error) -> bool {
+        false
+    }
 }
 
 /// The values of a new waiting request (everything but the ticket).
@@ -338,4 +346,8 @@ impl SemaphoreStatements for diesel::SqliteConnection {
     semaphore_statements!();
 
     insert_returning_statements!();
+
+    fn wait_when_busy(&mut self, error: &diesel::result::Error) -> bool {
+        crate::backend::sqlite_waits_after(self, error)
+    }
 }
