@@ -390,7 +390,11 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         if n == 0 {
             return Ok(Vec::new());
         }
-        let key = self.lock().bound(Instant::now()).cloned();
+        let (pass, key) = {
+            let mut point = self.lock();
+            let (pass, key) = point.bound(Instant::now());
+            (pass, key.cloned())
+        };
         let from_front = |conn: &mut D| match key_limit {
             Some((col, max)) => conn.claim_under_key_limit(limit(n), options, col, max, None),
             None => conn.claim_matching::<NoFilter>(limit(n), options, None),
@@ -412,8 +416,8 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         };
         let mut point = self.lock();
         match furthest(&rows) {
-            Some(key) if resume => point.claimed(key.clone()),
-            _ => point.found_nothing(),
+            Some(key) if resume => point.claimed(pass, key.clone()),
+            _ => point.found_nothing(pass),
         }
         drop(point);
         Ok(rows)
