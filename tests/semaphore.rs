@@ -340,8 +340,28 @@ fn plain_connections_hand_a_mutex_over<B: TestBackend>(db: &TestDb<B>) {
     }
 }
 
+/// `try_acquire` never waits, also for a connection: on a pool with none to spare it gives up
+/// after the semaphore's drop wait (200 ms here), not the pool's connection timeout (r2d2's
+/// 30 s), and says so with a retryable error.
+fn try_acquire_on_an_exhausted_pool_gives_up_after_the_drop_wait<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 1);
+    let taken = pool.get().unwrap();
+    let mutex = Semaphore::mutex("exhausted").with_drop_wait(Duration::from_millis(200));
+    let started = Instant::now();
+    let tried = mutex.try_acquire(&pool);
+    let waited = started.elapsed();
+    assert!(matches!(&tried, Err(e) if e.is_retryable()), "{tried:?}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "waited {waited:?}, as for the pool's timeout"
+    );
+    drop(taken);
+    assert!(mutex.try_acquire(&pool).unwrap().is_some());
+}
+
 backend_tests!(
     plain_connections_hand_a_mutex_over,
+    try_acquire_on_an_exhausted_pool_gives_up_after_the_drop_wait,
     refused_inside_a_transaction,
     bad_input_is_refused,
     permits_mismatch_is_refused_while_in_use,

@@ -246,8 +246,10 @@ impl Semaphore {
     /// How long dropping a [`PermitGuard`] waits at most, in all, for its heartbeat to stop, for
     /// a pool connection and for the release (default [`DROP_WAIT`]), whatever the network does.
     /// The same bound applies to what must not hang on a cut-off database:
-    /// [`try_acquire`](Self::try_acquire), a release, and taking a request back at the deadline
-    /// (waits for a connection and for the resource's lock); a waiting
+    /// [`try_acquire`](Self::try_acquire) and taking a request back at the deadline (waits for a
+    /// connection and for the resource's lock), and a release's lock wait (an explicit
+    /// [`PermitGuard`] release waits for its connection up to the pool's connection timeout, as
+    /// [`Held::release`](crate::Held::release) says); a waiting
     /// [`acquire`](Self::acquire) returns within its timeout plus this. A permit that cannot be
     /// released in time expires after its ttl. Zero is refused when used.
     pub fn with_drop_wait(mut self, wait: Duration) -> Self {
@@ -382,15 +384,19 @@ fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
     })
 }
 
-fn pooled_try<C>(
-    pool: &impl ConnectionSource<Connection = C>,
-    req: Request,
-) -> Result<Option<PermitGuard<C>>>
+fn pooled_try<S, C>(pool: &S, req: Request) -> Result<Option<PermitGuard<C>>>
 where
+    S: ConnectionSource<Connection = C>,
     C: SemaphoreDialect + R2D2Connection,
 {
     let op = acquire_op(crate::backend::kind::<C>(), &req);
-    let granted = pool.with_connection(|conn| req.on(conn, |sql| protocol::try_once(sql, &req)));
+    // "Never waits": for a connection too, no longer than the drop wait (not the pool's
+    // connection timeout, 30 s by default).
+    let granted = pool.lend(req.drop_wait).and_then(|mut lent| {
+        S::with_lent(&mut lent, |conn| {
+            req.on(conn, |sql| protocol::try_once(sql, &req))
+        })
+    });
     match op.finish(granted, granted_outcome)? {
         Some(granted) => PermitGuard::start(AnySource::new(pool), req, granted).map(Some),
         None => Ok(None),
