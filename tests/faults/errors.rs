@@ -265,6 +265,32 @@ backend_suite! {
         assert_eq!(counts, (1, 1), "one snapshot: the transaction ran at REPEATABLE READ");
     }
 
+    /// `insert_once` inside the caller's REPEATABLE READ transaction, when the equal row was
+    /// committed by another session after the transaction's snapshot: PostgreSQL's
+    /// `ON CONFLICT DO NOTHING` cannot do nothing about a row the snapshot does not see, and
+    /// fails with a serialization failure (40001). As documented, the caller gets
+    /// `Error::Deadlock` (retry the whole transaction), and the other session's row stands.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn postgres_insert_once_at_repeatable_read_after_a_newer_row_is_a_conflict(
+        db: &TestDb<B>,
+    ) {
+        use crate::models::schema::notification;
+        use crate::models::NewNotification;
+        guard_table(db);
+        let next = NewNotification { user_id: 5, previous_notification: 1, body: "day 2".into() };
+        let mut conn = db.conn();
+        let inserted = conn.transaction::<_, Error, _>(|c| {
+            c.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
+            // The snapshot is taken here; the other session's row comes after it.
+            notification::table.count().get_result::<i64>(c)?;
+            next.clone().insert_once(&mut db.conn())?;
+            Ok(next.clone().insert_once(c)?)
+        });
+        assert!(matches!(inserted, Err(Error::Deadlock { .. })), "{inserted:?}");
+        let rows: i64 = notification::table.count().get_result(&mut conn).unwrap();
+        assert_eq!(rows, 1, "the other session's row, and no second one");
+    }
+
     /// A SQLite file another connection holds the write lock of, past the busy timeout
     /// (`SQLITE_BUSY`): `Error::Timeout`.
     #[allow(dead_code)] // registered only for the backend whose fault it is
@@ -303,6 +329,7 @@ mod on_postgres {
         postgres_terminated_session_is_connection_lost,
         crossed_guards_deadlock,
         postgres_serialization_failure_in_a_callers_transaction_is_not_retried,
+        postgres_insert_once_at_repeatable_read_after_a_newer_row_is_a_conflict,
     );
 }
 

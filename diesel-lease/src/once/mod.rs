@@ -368,7 +368,11 @@ where
 /// Inserts `values` into `table` unless a unique constraint already holds an equal row.
 ///
 /// - PostgreSQL, SQLite: `INSERT … ON CONFLICT DO NOTHING RETURNING …`. No error is raised, so a
-///   duplicate never aborts the caller's surrounding PostgreSQL transaction.
+///   duplicate never aborts the caller's surrounding PostgreSQL transaction at READ COMMITTED
+///   (the default). At REPEATABLE READ or SERIALIZABLE, PostgreSQL raises a serialization failure
+///   when the equal row was committed after the transaction's snapshot (it cannot tell "do
+///   nothing" from a row it may not see): that aborts the transaction, and comes back as
+///   [`Error::Deadlock`](crate::Error::Deadlock), to retry the whole transaction.
 /// - MySQL: a plain `INSERT`; the duplicate-key error is mapped to `AlreadyExists` (MySQL keeps the
 ///   transaction usable after it). MySQL has no `RETURNING`, so with [`Returning`] the row is read
 ///   back in the transaction that inserted it (the caller's, or a short one of diesel-lease's when
