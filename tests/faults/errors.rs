@@ -284,7 +284,7 @@ backend_suite! {
             // The snapshot is taken here; the other session's row comes after it.
             notification::table.count().get_result::<i64>(c)?;
             next.clone().insert_once(&mut db.conn())?;
-            Ok(next.clone().insert_once(c)?)
+            next.clone().insert_once(c)
         });
         assert!(matches!(inserted, Err(Error::Deadlock { .. })), "{inserted:?}");
         let rows: i64 = notification::table.count().get_result(&mut conn).unwrap();
