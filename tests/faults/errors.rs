@@ -283,7 +283,8 @@ backend_suite! {
             c.batch_execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")?;
             // The snapshot is taken here; the other session's row comes after it.
             notification::table.count().get_result::<i64>(c)?;
-            next.clone().insert_once(&mut db.conn())?;
+            let other = next.clone().insert_once(&mut db.conn())?;
+            assert!(matches!(other, diesel_lease::InsertOutcome::Inserted(_)), "{other:?}");
             next.clone().insert_once(c)
         });
         assert!(matches!(inserted, Err(Error::Deadlock { .. })), "{inserted:?}");
