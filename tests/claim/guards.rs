@@ -14,6 +14,7 @@ use crate::models::*;
 
 backend_suite! {
     tests: [
+        guards_on_a_plain_connection_wait_for_another_writer,
         claim_if_null_has_exactly_one_winner_among_16,
         claim_if_null_on_a_composite_key_with_a_value,
         insert_once_inserts_once_among_16_and_keeps_transactions_usable,
@@ -26,6 +27,24 @@ backend_suite! {
     fn guard_tables(db: &TestDb<B>) {
         let (pg, sqlite, mysql) = GUARD_DDL;
         db.ddl(pg, sqlite, mysql);
+    }
+
+    /// On a plain connection (no busy timeout), behind another writer, the guard and the
+    /// follow-up insert wait and win, as every other write of the library does; on SQLite they
+    /// failed at once with "database is locked" (`Error::Timeout`).
+    pub(crate) fn guards_on_a_plain_connection_wait_for_another_writer(db: &TestDb<B>) {
+        guard_tables(db);
+        diesel::insert_into(action::table).values(action::id.eq(1)).execute(&mut db.conn()).unwrap();
+        let lock = "UPDATE action SET notified = NULL WHERE id = 1";
+        let won = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| {
+            Action::claim_if_null_by_pk(c, 1, db_now)
+        });
+        assert!(won.unwrap(), "the guard waited and won");
+        let next = NewNotification { user_id: 5, previous_notification: 1, body: "day 2".into() };
+        let inserted = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| {
+            next.clone().insert_once(c)
+        });
+        assert!(matches!(inserted, Ok(InsertOutcome::Inserted(_))), "{inserted:?}");
     }
 
     /// 16 concurrent callers race to notify the same action: exactly one wins. A later call,

@@ -65,6 +65,7 @@ backend_suite! {
         a_worker_runs_nothing_while_paused_and_everything_after_resume,
         pause_check_cost,
         pausing_twice_inside_a_transaction_leaves_it_usable,
+        a_pause_on_a_plain_connection_waits_for_another_writer,
     ];
 
     /// The table with rows `1..=n`, tenants alternating `acme`, `globex`, and the built-in tables.
@@ -151,6 +152,16 @@ backend_suite! {
             .unwrap();
         assert_eq!(tenants, ["initech", "initech"], "both writes committed");
         assert!(PauseJob::claim_next(&mut db.conn()).unwrap().is_none(), "the pause committed");
+    }
+
+    /// On a plain connection (no busy timeout), behind another writer, a pause waits and takes
+    /// effect; on SQLite it failed at once with "database is locked" (`Error::Timeout`).
+    pub(crate) fn a_pause_on_a_plain_connection_waits_for_another_writer(db: &TestDb<B>) {
+        jobs(db, 1);
+        let lock = "UPDATE pause_jobs SET tenant = tenant WHERE id = 1";
+        let paused = crate::common::on_a_plain_connection_behind_a_writer(db, lock, PauseJob::pause);
+        assert!(paused.unwrap(), "the pause waited and took effect");
+        assert!(PauseJob::claim_next(&mut db.conn()).unwrap().is_none(), "paused");
     }
 
     /// A waiter sleeps through the pause (the row is still ready when it is resumed) and takes

@@ -117,6 +117,31 @@ pub fn pick<'a, B: TestBackend>(postgres: &'a str, sqlite: &'a str, mysql: &'a s
     }
 }
 
+/// Runs `write` on a plain connection (`establish`: no busy timeout, no tuning) while another
+/// connection holds, for 300 ms, the lock that write needs: on SQLite the file's write lock
+/// (`BEGIN IMMEDIATE`), elsewhere the row lock `lock` takes in an open transaction. The write
+/// must wait for it rather than fail with SQLite's "database is locked".
+pub fn on_a_plain_connection_behind_a_writer<B: TestBackend, T>(
+    db: &TestDb<B>,
+    lock: &str,
+    write: impl FnOnce(&mut B::Conn) -> T,
+) -> T {
+    let mut plain = <B::Conn as Connection>::establish(&db.url).expect("plain connection");
+    let mut writer = db.conn();
+    let take = match B::KIND {
+        BackendKind::Sqlite => "BEGIN IMMEDIATE".to_owned(),
+        _ => format!("BEGIN; {lock}"),
+    };
+    writer.batch_execute(&take).expect("take the lock");
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            writer.batch_execute("ROLLBACK").expect("let go");
+        });
+        write(&mut plain)
+    })
+}
+
 impl<B: TestBackend> Drop for TestDb<B> {
     fn drop(&mut self) {
         if let Cleanup::Drop {

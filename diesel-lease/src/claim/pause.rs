@@ -215,7 +215,11 @@ where
         target,
         insert: true,
     };
-    match conn.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt)) {
+    // One write that waits for a busy SQLite file like every other (`single_write`).
+    let inserted = crate::backend::Dialect::single_write(conn, |c| {
+        c.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt))
+    });
+    match inserted {
         Ok(n) => Ok(n > 0),
         Err(DieselError::DatabaseError(DatabaseErrorKind::UniqueViolation, _)) => Ok(false),
         Err(e) => Err(e.into()),

@@ -28,5 +28,15 @@ pub trait InsertOnceDialect: Dialect {
 #[cfg(feature = "postgres")]
 impl InsertOnceDialect for diesel::PgConnection {}
 
+/// The insert as one write that waits for a busy file (`single_write`), as every other write
+/// of the library does, also on a connection without a busy timeout.
 #[cfg(feature = "sqlite")]
-impl InsertOnceDialect for diesel::SqliteConnection {}
+impl InsertOnceDialect for diesel::SqliteConnection {
+    fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
+    where
+        I: QueryFragment<Self::Backend> + QueryId,
+        R: RunInsertOnce<Self, I>,
+    {
+        self.single_write(|c| R::run(c, insert))
+    }
+}

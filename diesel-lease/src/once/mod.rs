@@ -130,7 +130,8 @@ where
             pk: M::pk_filter(pk),
             value: value.as_expression(),
         };
-        Ok(self.execute_returning_count(&stmt)? == 1)
+        // One write that waits for a busy SQLite file like every other (`single_write`).
+        Ok(self.single_write(|c| c.execute_returning_count(&stmt))? == 1)
     }
 }
 
@@ -372,7 +373,7 @@ where
 ///   (the default). At REPEATABLE READ or SERIALIZABLE, PostgreSQL raises a serialization failure
 ///   when the equal row was committed after the transaction's snapshot (it cannot tell "do
 ///   nothing" from a row it may not see): that aborts the transaction, and comes back as
-///   [`Error::Deadlock`](crate::Error::Deadlock), to retry the whole transaction.
+///   [`Error::Deadlock`], to retry the whole transaction.
 /// - MySQL: a plain `INSERT`; the duplicate-key error is mapped to `AlreadyExists` (MySQL keeps the
 ///   transaction usable after it). MySQL has no `RETURNING`, so with [`Returning`] the row is read
 ///   back in the transaction that inserted it (the caller's, or a short one of diesel-lease's when
