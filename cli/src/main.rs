@@ -83,7 +83,8 @@ enum Command {
     Resume(PauseArgs),
     /// Delete done and dead rows older than a period, in batches (each its own transaction).
     Purge(PurgeArgs),
-    /// Move dead-letter rows back to ready: attempts reset, owner and error cleared.
+    /// Move dead-letter rows back to ready: owner and error cleared, attempts reset (kept
+    /// counting when no owner column is given: they fence the claims then).
     Redrive(RedriveArgs),
 }
 
@@ -286,7 +287,8 @@ struct ResetColumns {
     /// `owner = …`: cleared.
     #[arg(long)]
     owner_column: Option<String>,
-    /// `attempts = …`: reset to 0.
+    /// `attempts = …`: reset to 0 when the owner column is given too; without it the attempts
+    /// number is the claims' fence, and it keeps counting.
     #[arg(long)]
     attempts_column: Option<String>,
     /// `error = …`: cleared.

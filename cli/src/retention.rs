@@ -1,7 +1,7 @@
 //! `purge` and `redrive`: retention and dead-letter redrive on a claimable table described on
 //! the command line, with the library's own statements (`claim::retention`): a purge deletes
 //! done and dead rows older than a period in batches, each its own transaction; a redrive moves
-//! dead rows back to ready, attempts reset.
+//! dead rows back to ready, attempts reset (kept counting without an owner column).
 
 use diesel_lease::claim::retention::{purge_table, redrive_table, Retention, RowShape};
 use diesel_lease::claim::{StateLiteral, TimeColumn};

@@ -744,5 +744,7 @@ fn the_page_pauses_resumes_and_cancels_rows() {
     .a
     .parse()
     .expect("a number");
-    assert_eq!(attempts, 0, "attempts reset");
+    // The table has no owner column: the attempts number fences a stale worker, so a redrive
+    // keeps it counting (it resets it only next to an owner column).
+    assert_eq!(attempts, 10, "attempts kept");
 }

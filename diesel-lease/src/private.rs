@@ -5,7 +5,7 @@
 //! The derive only implements traits: the capability traits, the markers of optional columns and
 //! states, and the column-type checks below.
 
-use diesel::sql_types::{BigInt, Integer, Nullable, SmallInt, Text};
+use diesel::sql_types::{BigInt, Integer, Nullable, SingleValue, SmallInt, SqlType, Text};
 
 pub use crate::claim::{
     ClaimOrderKey, Claimable, HasAttempts, HasCancelState, HasClaimedAt, HasDoneState,
@@ -191,10 +191,8 @@ impl ExpiresAtColumn for BigInt {}
 )]
 pub trait NullableColumn {
     /// The column's type without `Nullable`: what a guard is set to (never `NULL`).
-    type NotNull: diesel::sql_types::SqlType + diesel::sql_types::SingleValue;
+    type NotNull: SqlType + SingleValue;
 }
-impl<T: diesel::sql_types::SqlType + diesel::sql_types::SingleValue> NullableColumn
-    for Nullable<T>
-{
+impl<T: SqlType + SingleValue> NullableColumn for Nullable<T> {
     type NotNull = T;
 }

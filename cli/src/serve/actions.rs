@@ -109,8 +109,14 @@ where
     };
     let moved =
         crate::retention::redrive_rows(conn, &rows, None, RETRY_BATCH).map_err(Refusal::Failed)?;
+    // Without an owner column the attempts number fences stale workers: it keeps counting.
+    let attempts = if rows.reset.owner_column.is_some() {
+        "attempts reset"
+    } else {
+        "attempts kept"
+    };
     Ok(format!(
-        "Moved {} dead rows of `{}` from {} back to {} (attempts reset), in {} transactions.",
+        "Moved {} dead rows of `{}` from {} back to {} ({attempts}), in {} transactions.",
         moved.deleted, rows.table, rows.failed, rows.ready, moved.batches
     ))
 }

@@ -4,7 +4,8 @@
 /// Where actions are posted: `/actions/<name>`.
 pub(super) const PREFIX: &str = "/actions/";
 
-/// Moves every dead row of a `--table` back to ready (attempts reset), in batches.
+/// Moves every dead row of a `--table` back to ready (attempts reset next to an owner column),
+/// in batches.
 pub(super) const RETRY_DEAD: &str = "retry-dead";
 
 /// Pauses claims of a `--table` (or of its rows of one key).
