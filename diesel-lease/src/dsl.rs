@@ -878,25 +878,29 @@ impl<T: ControlTable + OneResource> OneResourceControlTableDsl for T {}
 /// use diesel_lease::prelude::*;
 ///
 /// diesel::table! {
-///     mails (id) { id -> BigInt, status -> Text, attempts -> Integer, last_error -> Nullable<Text>, }
+///     mails (id) {
+///         id -> BigInt, status -> Text, owner -> Nullable<Text>, attempts -> Integer,
+///         last_error -> Nullable<Text>,
+///     }
 /// }
 ///
 /// #[derive(Debug, Queryable, Selectable, Claimable)]
 /// #[diesel(table_name = mails)]
 /// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent", failed = "dead",
-///             attempts = attempts, error = last_error)]
+///             owner = owner, attempts = attempts, error = last_error)]
 /// struct Mail {
 ///     id: i64,
 ///     status: String,
+///     owner: Option<String>,
 ///     attempts: i32,
 ///     last_error: Option<String>,
 /// }
 ///
 /// # let mut conn = SqliteConnection::establish(":memory:").unwrap();
 /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-/// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, attempts INTEGER NOT NULL,
-/// #          last_error TEXT);
-/// #      INSERT INTO mails VALUES (1, 'dead', 5, 'smtp down'), (2, 'dead', 5, 'smtp down');").unwrap();
+/// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, owner TEXT,
+/// #          attempts INTEGER NOT NULL, last_error TEXT);
+/// #      INSERT INTO mails VALUES (1, 'dead', 'w1', 5, 'smtp down'), (2, 'dead', 'w1', 5, 'smtp down');").unwrap();
 /// // The mail server is back: both dead letters are new mails again, with no attempt used.
 /// assert_eq!(Mail::redrive_dead(&mut conn, 100).unwrap(), 2);
 /// let mail = Mail::claim_next(&mut conn).unwrap().expect("ready again");
@@ -918,7 +922,8 @@ pub trait RetentionDsl: Claimable {
         retention::purge_finished::<Self, C, Col>(conn, column, retention)
     }
 
-    /// Moves up to `limit` dead rows back to ready, attempts reset; see
+    /// Moves up to `limit` dead rows back to ready, attempts reset (kept counting on a model
+    /// without an owner column, where they fence the claims); see
     /// [`claim::retention::redrive_dead`](crate::claim::retention::redrive_dead()).
     fn redrive_dead<C>(conn: &mut C, limit: u64) -> Result<u64>
     where

@@ -4,7 +4,7 @@
 #![allow(unused_imports)]
 
 // The paths a user writes; this file must name each of lease-core's public items (checked below).
-use diesel_lease::claim::{ResumePoint, RetryPolicy};
+use diesel_lease::claim::{Pass, ResumePoint, RetryPolicy};
 use diesel_lease::lease::schedule::{Cron, Missed, Plan, Schedule, DEFAULT_GRACE};
 use diesel_lease::prelude::InsertOutcome as _;
 use diesel_lease::semaphore::{Mode, QueueEntry};

@@ -23,7 +23,7 @@ pub use backoff::Backoff;
 pub use cron::{Cron, Missed, Plan, Schedule, Tz};
 pub use error::InvalidInput;
 pub use owner::{bounded_name, validate_name, OwnerId, MAX_OWNER_LEN};
-pub use resume::ResumePoint;
+pub use resume::{Pass, ResumePoint};
 pub use retry::RetryPolicy;
 pub use stamp::ClaimStamp;
 pub use token::FencingToken;

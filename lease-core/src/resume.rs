@@ -49,7 +49,7 @@ pub struct ResumePoint<K> {
     pass: Pass,
 }
 
-/// Which rescan a claim's bound came from (see the [module docs](self)): a claim reports with
+/// Which rescan a claim's bound came from (see [`ResumePoint::bound`]): a claim reports with
 /// the pass it was given.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pass(u64);

@@ -53,7 +53,7 @@ pub use pause::{pause, pause_key, resume, resume_key, HasPauseKey, Pausable, Pau
 pub use crate::model::Keyed;
 pub use dialect::{ClaimDialect, ClaimSqlDialect};
 pub use guard::ClaimGuard;
-pub use lease_core::{ResumePoint, RetryPolicy};
+pub use lease_core::{Pass, ResumePoint, RetryPolicy};
 pub use literal::StateLiteral;
 pub use rate::{Forgotten, RateDialect, RateLimit, RateSqlDialect};
 pub use schedule::{fail_or_retry, retry, RetryOutcome, TimeColumn};

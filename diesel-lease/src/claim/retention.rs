@@ -181,7 +181,8 @@ enum Change {
         column: TimeColumn,
         cutoff: Offset,
     },
-    /// Failed rows back to ready: owner and error cleared, attempts 0, not-before now.
+    /// Failed rows back to ready: owner and error cleared, attempts 0 (next to an owner column),
+    /// not-before now.
     Redrive,
 }
 
@@ -488,7 +489,8 @@ where
 
 /// Moves up to `limit` dead-letter rows of `M` (the failed state) back to the first ready state,
 /// as if new: attempts reset to 0, owner and last error cleared, not-before set to now, where
-/// the model maps those columns. [`DEFAULT_BATCH`] rows per transaction. Returns how many moved.
+/// the model maps those columns; a model without an owner column keeps its attempts counting
+/// (they fence its claims). [`DEFAULT_BATCH`] rows per transaction. Returns how many moved.
 ///
 /// [`Error::Config`] without a failed state. What
 /// [`RetentionDsl::redrive_dead`](crate::dsl::RetentionDsl::redrive_dead) calls.
