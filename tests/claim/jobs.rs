@@ -24,6 +24,7 @@ backend_suite! {
         next_run_keeps_the_job_idle_until_due,
         a_cron_job_runs_each_slot_on_one_node,
         a_cron_start_that_reaches_the_database_after_the_next_slot_is_refused,
+        a_run_on_a_plain_connection_waits_for_another_writer,
     ];
 
     fn job_table(db: &TestDb<B>) {
@@ -224,5 +225,25 @@ backend_suite! {
         };
         assert!(run.due_at_micros().unwrap() >= next_slot, "the old slot ran twice: {run:?}");
         assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+    }
+
+    /// On a plain connection (no busy timeout), behind another writer, starting and finishing a
+    /// run each wait and take effect; on SQLite they failed at once with "database is locked".
+    pub(crate) fn a_run_on_a_plain_connection_waits_for_another_writer(db: &TestDb<B>) {
+        job_table(db);
+        let lock = "UPDATE job_status SET job_id = job_id WHERE job_id = 'stock-prices'";
+        let me = node("plain", Duration::from_secs(60));
+        let run = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| {
+            JobStatus::try_start_run(c, "stock-prices".into(), &me)
+        });
+        let run = run.unwrap().expect("the start waited and took the run");
+        let other = node("other", Duration::from_secs(60));
+        assert!(JobStatus::try_start_run(&mut db.conn(), "stock-prices".into(), &other).unwrap().is_none(), "started");
+        let finished = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| {
+            JobStatus::finish_run(c, "stock-prices".into(), &run)
+        });
+        assert!(finished.unwrap(), "the finish waited and ended the run");
+        let row: JobStatus = job_status::table.find("stock-prices").select(JobStatus::as_select()).first(&mut db.conn()).unwrap();
+        assert!(row.running_at.is_none(), "the run ended: {row:?}");
     }
 }

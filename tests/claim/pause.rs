@@ -154,14 +154,18 @@ backend_suite! {
         assert!(PauseJob::claim_next(&mut db.conn()).unwrap().is_none(), "the pause committed");
     }
 
-    /// On a plain connection (no busy timeout), behind another writer, a pause waits and takes
-    /// effect; on SQLite it failed at once with "database is locked" (`Error::Timeout`).
+    /// On a plain connection (no busy timeout), behind another writer, a pause and then a resume
+    /// each wait and take effect; on SQLite they failed at once with "database is locked"
+    /// (`Error::Timeout`).
     pub(crate) fn a_pause_on_a_plain_connection_waits_for_another_writer(db: &TestDb<B>) {
         jobs(db, 1);
         let lock = "UPDATE pause_jobs SET tenant = tenant WHERE id = 1";
         let paused = crate::common::on_a_plain_connection_behind_a_writer(db, lock, PauseJob::pause);
         assert!(paused.unwrap(), "the pause waited and took effect");
         assert!(PauseJob::claim_next(&mut db.conn()).unwrap().is_none(), "paused");
+        let resumed = crate::common::on_a_plain_connection_behind_a_writer(db, lock, PauseJob::resume);
+        assert!(resumed.unwrap(), "the resume waited and took effect");
+        assert_eq!(PauseJob::claim_next(&mut db.conn()).unwrap().map(|j| j.id), Some(1), "resumed");
     }
 
     /// A waiter sleeps through the pause (the row is still ready when it is resumed) and takes

@@ -238,7 +238,10 @@ where
         target,
         insert: false,
     };
-    let resumed = conn.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt))? > 0;
+    // One write that waits for a busy SQLite file, as the pause does.
+    let resumed = crate::backend::Dialect::single_write(conn, |c| {
+        c.execute_returning_count(&Exec::<_, Dynamic>::new(&stmt))
+    })? > 0;
     if resumed {
         let resource = ready_resource::<<C::Conn as Connection>::Backend>(&target.table);
         // PostgreSQL: sent when the caller's transaction commits, if it is in one.

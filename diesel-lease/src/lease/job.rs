@@ -236,11 +236,12 @@ where
     FinishRunStmt<M>: QueryFragment<C::Backend>,
     C::Backend: Backend,
 {
+    // Each one write that waits for a busy SQLite file like every other (`single_write`).
     fn start_run(&mut self, stmt: StartRunStmt<M>) -> QueryResult<bool> {
-        Ok(self.execute_returning_count(&stmt)? == 1)
+        Ok(self.single_write(|c| c.execute_returning_count(&stmt))? == 1)
     }
     fn finish_run(&mut self, stmt: FinishRunStmt<M>) -> QueryResult<bool> {
-        Ok(self.execute_returning_count(&stmt)? == 1)
+        Ok(self.single_write(|c| c.execute_returning_count(&stmt))? == 1)
     }
 }
 
