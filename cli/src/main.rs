@@ -288,7 +288,8 @@ struct ResetColumns {
     #[arg(long)]
     owner_column: Option<String>,
     /// `attempts = …`: reset to 0 when the owner column is given too; without it the attempts
-    /// number is the claims' fence, and it keeps counting.
+    /// number is the claims' fence, and it keeps counting (a row that had used its
+    /// `max_attempts` then gets one try and no retry).
     #[arg(long)]
     attempts_column: Option<String>,
     /// `error = …`: cleared.

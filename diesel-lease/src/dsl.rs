@@ -923,7 +923,8 @@ pub trait RetentionDsl: Claimable {
     }
 
     /// Moves up to `limit` dead rows back to ready, attempts reset (kept counting on a model
-    /// without an owner column, where they fence the claims); see
+    /// without an owner column, where they fence the claims: such a row that had used its
+    /// `max_attempts` gets one try and no retry); see
     /// [`claim::retention::redrive_dead`](crate::claim::retention::redrive_dead()).
     fn redrive_dead<C>(conn: &mut C, limit: u64) -> Result<u64>
     where

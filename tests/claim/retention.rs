@@ -22,6 +22,7 @@ backend_suite! {
         a_purge_can_keep_the_dead_rows,
         a_redrive_resets_exactly_the_dead_rows_chosen,
         a_redrive_keeps_the_attempts_fence_of_a_model_without_owner,
+        a_redriven_row_without_owner_gets_one_try_past_its_attempts,
     ];
 
     /// A task in `status` whose `claimed_at` is `secs_ago` seconds before the database's now
@@ -173,5 +174,33 @@ backend_suite! {
         assert_eq!((first.attempts, second.attempts), (1, 2), "the attempts go on counting");
         assert!(!first.complete(&mut conn).unwrap(), "the first claim's worker is fenced off");
         assert!(second.complete(&mut conn).unwrap());
+    }
+
+    /// The price of that fence, as documented: a redriven row that had used its `max_attempts`
+    /// gets one more try and no retry; failing it again makes it dead at once.
+    pub(crate) fn a_redriven_row_without_owner_gets_one_try_past_its_attempts(db: &TestDb<B>) {
+        #[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+            attempts = attempts, max_attempts = 5, claimed_at = claimed_at, timeout_secs = 60)]
+        #[allow(dead_code)] // read by the derive's statements, not here
+        struct Limited {
+            id: i64,
+            status: String,
+            attempts: i32,
+            claimed_at: Option<chrono::NaiveDateTime>,
+        }
+        fixtures::tasks_table(db);
+        let mut conn = db.conn();
+        // Dead after its fifth attempt.
+        let id = insert(&mut conn, "dead", None, "a");
+        assert_eq!(Limited::redrive_dead(&mut conn, 10).unwrap(), 1);
+        let row = Limited::claim_next(&mut conn).unwrap().expect("ready again");
+        assert_eq!((row.id, row.attempts), (id, 6), "one more try, counted on");
+        let policy = diesel_lease::claim::RetryPolicy::new(5).unwrap();
+        let outcome = row.fail_or_retry(&mut conn, &policy).unwrap();
+        assert!(matches!(outcome, diesel_lease::claim::RetryOutcome::Failed { .. }), "{outcome:?}");
+        let status: String = tasks::table.find(id).select(tasks::status).first(&mut conn).unwrap();
+        assert_eq!(status, "dead", "no retry after the redrive");
     }
 }

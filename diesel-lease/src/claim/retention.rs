@@ -487,10 +487,16 @@ where
     )
 }
 
-/// Moves up to `limit` dead-letter rows of `M` (the failed state) back to the first ready state,
-/// as if new: attempts reset to 0, owner and last error cleared, not-before set to now, where
-/// the model maps those columns; a model without an owner column keeps its attempts counting
-/// (they fence its claims). [`DEFAULT_BATCH`] rows per transaction. Returns how many moved.
+/// Moves up to `limit` dead-letter rows of `M` (the failed state) back to the first ready state:
+/// attempts reset to 0, owner and last error cleared, not-before set to now, where the model
+/// maps those columns. [`DEFAULT_BATCH`] rows per transaction. Returns how many moved.
+///
+/// A model with an attempts column but no owner column keeps its attempts counting: the number
+/// is what fences the worker of an earlier claim off, and one used again would let that worker
+/// finish the new claim. The price, with `max_attempts` or a
+/// [`RetryPolicy`](crate::claim::RetryPolicy): a redriven row that had used its attempts gets
+/// one more try and no retry (a failure, or a stale claim, makes it dead again at once). Map an
+/// owner column for a redrive that starts the row's attempts over.
 ///
 /// [`Error::Config`] without a failed state. What
 /// [`RetentionDsl::redrive_dead`](crate::dsl::RetentionDsl::redrive_dead) calls.
