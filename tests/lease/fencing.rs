@@ -73,7 +73,100 @@ fn a_lease_extended_to_a_shorter_ttl_is_still_held<B: TestBackend>(db: &TestDb<B
     assert!(held.release(&mut conn).unwrap());
 }
 
+/// Moves the database's expiry of lease `name` a minute later than granted, so the window
+/// between the holder's local deadline and the database's expiry (the safety margin, a tenth of
+/// the ttl) is wide enough for a test to act in.
+fn widen_database_expiry<C: diesel_lease::LeaseConnection>(c: &mut C, name: &str) {
+    assert_eq!(name, "late", "the statement names the lease");
+    let moved = exec(
+        c,
+        "UPDATE diesel_lease_leases SET expires_at = expires_at + 60000000 WHERE name = 'late'",
+        &[],
+    );
+    assert_eq!(moved, 1);
+}
+
+fn expires_at<C: diesel_lease::LeaseConnection>(c: &mut C) -> i64 {
+    let row = rows(
+        c,
+        "SELECT expires_at AS a, token AS b, token AS c FROM diesel_lease_leases WHERE name = 'late'",
+        &[],
+    );
+    row[0].a
+}
+
+/// A holder past its local deadline counts itself lost, and an `extend` does not take that
+/// back: it is refused with `LeaseLost` and writes nothing, although the database would still
+/// have extended the grant (it returned `Ok` while `is_lost()` stayed true).
+fn a_holder_past_its_local_deadline_cannot_extend<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let mut conn = db.conn();
+    let mut held = lease::try_acquire(&mut conn, "late", &opts(500))
+        .unwrap()
+        .expect("free");
+    widen_database_expiry(&mut conn, "late");
+    let before = expires_at(&mut conn);
+    assert!(
+        held.lost_signal().wait_timeout(ms(10_000)),
+        "the local deadline passed"
+    );
+    let extended = held.extend(&mut conn, ms(60_000));
+    assert!(
+        matches!(extended, Err(diesel_lease::Error::LeaseLost { .. })),
+        "{extended:?}"
+    );
+    assert!(held.is_lost());
+    assert_eq!(
+        expires_at(&mut conn),
+        before,
+        "the refused extension wrote nothing"
+    );
+}
+
+/// An extension that reaches the database only after the holder's local deadline (here it
+/// waits for another transaction's lock on the lease row) extends the grant there, but the
+/// holder counts itself lost: it gets `LeaseLost`, and the grant goes back at once instead of
+/// being held for the new ttl by a holder that stopped.
+fn an_extension_that_lands_after_the_local_deadline_is_lost_and_gives_the_grant_back<
+    B: TestBackend,
+>(
+    db: &TestDb<B>,
+) {
+    use diesel::connection::SimpleConnection;
+    db.migrate();
+    let mut conn = db.conn();
+    let mut held = lease::try_acquire(&mut conn, "late", &opts(500))
+        .unwrap()
+        .expect("free");
+    widen_database_expiry(&mut conn, "late");
+    let mut blocker = db.conn();
+    let take = match B::KIND {
+        diesel_lease::BackendKind::Sqlite => "BEGIN IMMEDIATE",
+        _ => "BEGIN; SELECT name FROM diesel_lease_leases WHERE name = 'late' FOR UPDATE",
+    };
+    blocker.batch_execute(take).unwrap();
+    let signal = held.lost_signal();
+    let extended = std::thread::scope(|s| {
+        s.spawn(move || {
+            // Let go of the row only once the holder's local deadline has passed.
+            assert!(signal.wait_timeout(ms(10_000)), "the local deadline passed");
+            blocker.batch_execute("ROLLBACK").unwrap();
+        });
+        held.extend(&mut conn, ms(60_000))
+    });
+    assert!(
+        matches!(extended, Err(diesel_lease::Error::LeaseLost { .. })),
+        "{extended:?}"
+    );
+    assert!(held.is_lost());
+    let next = lease::try_acquire(&mut conn, "late", &opts(10_000)).unwrap();
+    let next = next.expect("the extended grant was given back");
+    assert!(next.token() > held.token());
+}
+
 backend_tests!(
     late_write_of_an_expired_holder_is_rejected,
-    a_lease_extended_to_a_shorter_ttl_is_still_held
+    a_lease_extended_to_a_shorter_ttl_is_still_held,
+    a_holder_past_its_local_deadline_cannot_extend,
+    an_extension_that_lands_after_the_local_deadline_is_lost_and_gives_the_grant_back
 );

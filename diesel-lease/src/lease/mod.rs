@@ -482,8 +482,10 @@ impl Lease {
     }
 
     /// Moves the expiry to `ttl` from now (database clock). Only a valid grant can be extended:
-    /// [`Error::LeaseLost`] if it expired or was taken over (the lease is then marked lost),
-    /// [`Error::LeaseNotHeld`] after release.
+    /// [`Error::LeaseLost`] if it expired or was taken over (the lease is then marked lost), or
+    /// once this holder counts it lost ([`is_lost`](Self::is_lost): its local deadline passed,
+    /// before or while the extension was under way; the database's grant is then left to expire,
+    /// or given back if the extension reached it), [`Error::LeaseNotHeld`] after release.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {
@@ -510,6 +512,11 @@ impl Lease {
         let ttl = Ttl::new("ttl", ttl)?;
         self.check_held()?;
         let conn = conn.borrow_connection();
+        if self.is_lost() {
+            // A holder past its local deadline stays lost (see `is_lost`): nothing is extended,
+            // and the error says who holds the lease now, if anybody took it over.
+            return Err(self.mark_lost(conn));
+        }
         let sent_at = Instant::now();
         let op = op!(
             LeaseExtend,
@@ -524,6 +531,19 @@ impl Lease {
             (if held { "extended" } else { "lost" }, 0)
         })? {
             self.local.record_success(sent_at, ttl.as_duration());
+            if self.is_lost() {
+                // The local deadline passed while the extension was under way: this holder
+                // counts itself lost, so the grant it just extended goes back rather than
+                // outlive the work (best effort: otherwise it expires by itself).
+                let _ = statements::release(
+                    conn,
+                    &self.name,
+                    self.token.get(),
+                    self.at_least_for_micros,
+                );
+                self.state = State::Lost(None);
+                return Err(self.lost_error(None));
+            }
             self.ttl = ttl;
             Ok(())
         } else {
