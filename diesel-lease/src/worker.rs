@@ -265,6 +265,8 @@ where
     /// starts only with one of `max` permits of a [`Semaphore`] named after its key, so the limit
     /// holds even when two claims race. `key` reads the column's value from a row; a value too
     /// long for a semaphore name (or with a NUL byte) is named by its start and a 64-bit hash.
+    /// A panic in `key` fails the row (or retries it, by the retry policy) as a panicking handler
+    /// does, and the worker goes on.
     ///
     /// The semaphores live in diesel-lease's tables: run [`run_migrations`](crate::run_migrations)
     /// first. A key's semaphore row is deleted when its last permit is released (the next row of
@@ -684,6 +686,27 @@ where
         Ok(())
     }
 
+    /// Fails (or retries, by the retry policy) a row that was not started because of the user's
+    /// code panicking (`error`), counted as a panicking handler's row.
+    fn fail_unstarted(&self, calls: &mut Calls, row: M, error: String) -> Result<()> {
+        let (pool, policy) = (self.worker.pool.clone(), self.worker.policy);
+        let done = self.call(
+            calls,
+            move || {
+                pool.with_connection(|conn| {
+                    Ok(match fail_or_retry(conn, &row, &policy, Some(&error))? {
+                        RetryOutcome::Retried { .. } => Done::Retried { panicked: true },
+                        RetryOutcome::Failed { .. } => Done::Failed { panicked: true },
+                        RetryOutcome::Lost => Done::Lost,
+                    })
+                })
+            },
+            |_| {},
+        )?;
+        self.count(done);
+        Ok(())
+    }
+
     /// Hands back a row that was not started.
     fn release(&self, calls: &mut Calls, row: M) -> Result<()> {
         let pool = self.worker.pool.clone();
@@ -750,10 +773,22 @@ where
         let permit = match &w.key_limit {
             None => None,
             Some(k) => {
+                // The key function is the user's code, as the handler is: a panic in it fails
+                // (or retries) this row as a panicking handler does, and the thread goes on.
+                let key = match catch_unwind(AssertUnwindSafe(|| (k.key)(&row))) {
+                    Ok(key) => key,
+                    Err(panic) => {
+                        let error = format!(
+                            "the limit_per_key key function panicked: {}",
+                            panic_message(&*panic)
+                        );
+                        return self.fail_unstarted(calls, row, error);
+                    }
+                };
                 // A key of any length or content names a semaphore (a long one by its hash).
                 let name = lease_core::bounded_name(
                     &format!("{}:{}=", self.resource, k.column),
-                    &(k.key)(&row),
+                    &key,
                     MAX_RESOURCE_LEN,
                 );
                 // One semaphore per key value: its row goes when the key's last permit does.

@@ -29,6 +29,7 @@ backend_suite! {
         the_per_key_limit_holds_across_processes,
         per_key_semaphores_are_removed_once_their_keys_are_idle,
         keys_of_any_length_get_their_limit,
+        a_panicking_key_function_fails_its_row_and_the_worker_goes_on,
         a_worker_claiming_through_a_cursor_runs_every_row_and_every_retry,
         a_cursor_under_a_per_key_limit_keeps_the_limit_and_runs_every_row,
     ];
@@ -406,6 +407,34 @@ backend_suite! {
         assert_eq!(peak.len(), 3, "{peak:?}");
         assert!(peak.values().all(|p| *p == 1), "two rows of one key ran at once: {peak:?}");
         assert_eq!(semaphore_rows(db), (vec![], 0));
+    }
+
+    /// A `limit_per_key` key function that panics on a row fails that row like a panicking
+    /// handler (retried, then dead with the panic as its error); the worker goes on with the
+    /// other rows. Before, the panic ended the worker thread, and `run_until` panicked.
+    pub(crate) fn a_panicking_key_function_fails_its_row_and_the_worker_goes_on(db: &TestDb<B>) {
+        db.migrate();
+        seed(db, 6, &["acme", "boom"]);
+        let ran = Mutex::new(Vec::new());
+        let worker = Worker::new(db.pool(6))
+            .concurrency(2)
+            .retry_policy(quick_retries(2))
+            .limit_per_key(tasks::tenant, 2, |t: &Task| {
+                assert_ne!(t.tenant, "boom", "no key for this tenant");
+                t.tenant.clone()
+            });
+        let report = run_until_settled(worker, |_, t: &Task| {
+            ran.lock().unwrap().push(t.tenant.clone());
+            Ok(())
+        }, || left(db, "done") == 3 && left(db, "dead") == 3);
+        assert_eq!(ran.into_inner().unwrap(), ["acme"; 3], "only rows with a key ran");
+        assert_eq!((report.completed, report.retried, report.failed, report.panicked), (3, 3, 3, 6));
+        let rows: Vec<Task> = tasks::table.filter(tasks::tenant.eq("boom")).select(Task::as_select()).load(&mut db.conn()).unwrap();
+        for t in rows {
+            assert_eq!((t.status.as_str(), t.attempts), ("dead", 2));
+            let error = t.last_error.unwrap();
+            assert!(error.contains("key function panicked") && error.contains("no key for this tenant"), "{error}");
+        }
     }
 
     /// Three worker processes of 3 threads each, limit 2 per tenant: the runs' intervals (on
