@@ -359,6 +359,137 @@ fn try_acquire_on_an_exhausted_pool_gives_up_after_the_drop_wait<B: TestBackend>
     assert!(mutex.try_acquire(&pool).unwrap().is_some());
 }
 
+/// SQLite: a waiter at the head of the queue that finds itself granted confirms it with a write
+/// (`touch_granted`). Behind another writer that holds the database, that write waited SQLite's
+/// busy timeout (30 s), far past the waiter's deadline; it now gives up at the deadline with
+/// `Error::Timeout`, while the other writer still holds the database.
+fn a_granted_waiter_behind_a_frozen_writer_gives_up_at_its_deadline(
+    db: &TestDb<crate::common::Sqlite>,
+) {
+    use diesel::connection::SimpleConnection;
+    let pool = setup(db, 4);
+    // Polls far apart once the waiter has waited a while (its backoff grows towards 10 s),
+    // while the head of the queue reads its own row every 50 ms or so.
+    let mutex = Semaphore::mutex("frozen")
+        .with_ttl(Duration::from_secs(60))
+        .with_max_poll_interval(Duration::from_secs(10))
+        .with_drop_wait(Duration::from_millis(500));
+    for round in 0.. {
+        let mut holder = pool.get().unwrap();
+        let held = mutex.acquire_on(&mut holder, LONG).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let outcome = std::thread::scope(|s| {
+            let mut conn = pool.get().unwrap();
+            let mutex = &mutex;
+            s.spawn(move || {
+                let got = mutex.acquire_on(&mut conn, Duration::from_secs(8));
+                tx.send(got.map(|permit| (permit, conn))).unwrap();
+            });
+            wait_until("the waiter is queued", || {
+                queue::<crate::common::Sqlite>(&pool, "frozen").len() == 2
+            });
+            let waiter = queue::<crate::common::Sqlite>(&pool, "frozen")[1].ticket;
+            // Long enough at the head for its next poll to be a second or more away: what
+            // finds the grant is the head's read of its own row.
+            std::thread::sleep(Duration::from_secs(3));
+            // Grant the waiter, then hold the database at once (the integer is the database's own).
+            let mut blocker = db.conn();
+            blocker
+                .batch_execute(&format!(
+                    "BEGIN IMMEDIATE; \
+                     UPDATE diesel_lease_semaphore_tickets SET granted = 1 WHERE ticket = {waiter}; \
+                     COMMIT; BEGIN IMMEDIATE;"
+                ))
+                .unwrap();
+            // The waiter's answer while the database is still held, or none within 20 s.
+            let outcome = rx.recv_timeout(Duration::from_secs(20));
+            blocker.batch_execute("ROLLBACK").unwrap();
+            outcome
+        });
+        let outcome = outcome.expect("the waiter was still waiting 20 s later, behind the writer");
+        match outcome {
+            Err(Error::Timeout {
+                waited: Some(waited),
+                ..
+            }) => {
+                assert!(waited < Duration::from_secs(20), "{waited:?}");
+                break;
+            }
+            // Rare: the waiter confirmed its grant between the blocker's two transactions.
+            Ok((permit, mut conn)) if round < 3 => {
+                permit.release(&mut conn).unwrap();
+                held.release(&mut holder).unwrap();
+            }
+            other => panic!("round {round}: {:?}", other.map(drop)),
+        }
+    }
+}
+
+/// SQLite: a waiter whose deadline comes while another writer holds the database returns
+/// within its timeout plus the drop wait, as `with_drop_wait` promises. Its give-up (taking its
+/// request back) waits the drop wait for the database and fails; a release was then tried too,
+/// for another drop wait (1 s + 2 × 3 s here, instead of 1 s + 3 s).
+fn a_waiter_behind_a_frozen_writer_returns_within_timeout_plus_drop_wait(
+    db: &TestDb<crate::common::Sqlite>,
+) {
+    use diesel::connection::SimpleConnection;
+    const TIMEOUT: Duration = Duration::from_secs(1);
+    const DROP_WAIT: Duration = Duration::from_secs(3);
+    let pool = setup(db, 6);
+    let mutex = Semaphore::mutex("frozen-deadline").with_ttl(Duration::from_secs(60));
+    let held = mutex.acquire(&pool, LONG).unwrap();
+    let mut blocker = db.conn();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        // The first waiter polls for this process's waiters of the resource; the second waits
+        // for its turn, and gives up at its deadline.
+        let first = s.spawn(|| mutex.acquire(&pool, LONG).map(drop));
+        wait_until("the first waiter is queued", || {
+            queue::<crate::common::Sqlite>(&pool, "frozen-deadline").len() == 2
+        });
+        let second = mutex.clone().with_drop_wait(DROP_WAIT);
+        let pool2 = pool.clone();
+        s.spawn(move || {
+            let started = Instant::now();
+            let got = second.acquire(&pool2, TIMEOUT).map(drop);
+            tx.send((got, started.elapsed())).unwrap();
+        });
+        wait_until("the second waiter is queued", || {
+            queue::<crate::common::Sqlite>(&pool, "frozen-deadline").len() == 3
+        });
+        blocker.batch_execute("BEGIN IMMEDIATE").unwrap();
+        let outcome = rx.recv_timeout(Duration::from_secs(30));
+        blocker.batch_execute("ROLLBACK").unwrap();
+        let (got, returned_after) = outcome.expect("the second waiter returned");
+        assert!(matches!(got, Err(Error::Timeout { .. })), "{got:?}");
+        // Half a drop wait of slack over the promise, half a drop wait under the old wait.
+        assert!(
+            returned_after < TIMEOUT + DROP_WAIT + DROP_WAIT / 2,
+            "returned after {returned_after:?}"
+        );
+        drop(held);
+        first.join().unwrap().unwrap();
+    });
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_a_waiter_behind_a_frozen_writer_returns_within_timeout_plus_drop_wait() {
+    crate::common::run::<crate::common::Sqlite>(
+        "sqlite_a_waiter_behind_a_frozen_writer_returns_within_timeout_plus_drop_wait",
+        a_waiter_behind_a_frozen_writer_returns_within_timeout_plus_drop_wait,
+    )
+}
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_a_granted_waiter_behind_a_frozen_writer_gives_up_at_its_deadline() {
+    crate::common::run::<crate::common::Sqlite>(
+        "sqlite_a_granted_waiter_behind_a_frozen_writer_gives_up_at_its_deadline",
+        a_granted_waiter_behind_a_frozen_writer_gives_up_at_its_deadline,
+    )
+}
+
 backend_tests!(
     plain_connections_hand_a_mutex_over,
     try_acquire_on_an_exhausted_pool_gives_up_after_the_drop_wait,

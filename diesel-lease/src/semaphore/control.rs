@@ -276,6 +276,23 @@ where
         self.conn.wait_when_busy(error)
     }
 
+    fn within_wait(
+        &mut self,
+        max_wait: Option<Duration>,
+        write: &mut dyn FnMut(&mut dyn SemaphoreStatements) -> QueryResult<usize>,
+    ) -> QueryResult<usize> {
+        match max_wait {
+            // As the built-in tables' statements do (see the trait).
+            Some(wait) if <C::Backend as SqlDialect>::KIND == crate::BackendKind::Sqlite => {
+                let resource = self.resource;
+                self.conn.bounded_lock_wait(wait, |conn| {
+                    write(&mut OnControlTable::<T, C>::new(conn, resource))
+                })
+            }
+            _ => write(self),
+        }
+    }
+
     fn remove_expired(&mut self, _key: &str) -> QueryResult<usize> {
         RemoveExpired::<T> {
             table: T::Table::default(),

@@ -515,7 +515,7 @@ fn wait<A: Access>(
         if watch.is_none() {
             head_since = None;
         }
-        let woken = match pause(access, req, watch, delay, &checkout)? {
+        let woken = match pause(access, req, watch, delay, &checkout, &lock_wait)? {
             Pause::Granted(granted) => return Ok(granted),
             Pause::Slept { woken } => woken,
         };
@@ -636,9 +636,20 @@ enum Pause {
 /// transaction on another node that wrote the same row (a grant, a removal), and is rolled back
 /// whole.
 fn touch(sql: &mut dyn SemaphoreStatements, ticket: i64, req: &Request) -> Result<usize> {
+    touch_within(sql, ticket, req, None)
+}
+
+/// [`touch`] waiting at most `max_wait` for a busy database
+/// ([`SemaphoreStatements::within_wait`]): a waiter's, bounded by its deadline.
+fn touch_within(
+    sql: &mut dyn SemaphoreStatements,
+    ticket: i64,
+    req: &Request,
+    max_wait: Option<Duration>,
+) -> Result<usize> {
     crate::backend::retry_conflicts(|| {
-        Ok(waiting_write(sql, |s| {
-            s.touch(ticket, &req.owner, req.ttl)
+        Ok(sql.within_wait(max_wait, &mut |s| {
+            waiting_write(s, |s| s.touch(ticket, &req.owner, req.ttl))
         })?)
     })
 }
@@ -656,9 +667,14 @@ fn waiting_write<T>(
     }
 }
 
-/// [`touch`] of a granted row only (see [`SemaphoreStatements::touch_granted`]).
-fn touch_granted(sql: &mut dyn SemaphoreStatements, ticket: i64, req: &Request) -> Result<usize> {
-    touch_granted_as(sql, ticket, &req.owner, req.ttl)
+/// [`touch_within`] of a granted row only (see [`SemaphoreStatements::touch_granted`]).
+fn touch_granted(
+    sql: &mut dyn SemaphoreStatements,
+    ticket: i64,
+    req: &Request,
+    max_wait: Option<Duration>,
+) -> Result<usize> {
+    touch_granted_as(sql, ticket, &req.owner, req.ttl, max_wait)
 }
 
 /// [`touch_granted`] for a step that owns what it needs of the request.
@@ -667,9 +683,12 @@ fn touch_granted_as(
     ticket: i64,
     owner: &str,
     ttl: lease_core::Ttl,
+    max_wait: Option<Duration>,
 ) -> Result<usize> {
     crate::backend::retry_conflicts(|| {
-        Ok(waiting_write(sql, |s| s.touch_granted(ticket, owner, ttl))?)
+        Ok(sql.within_wait(max_wait, &mut |s| {
+            waiting_write(s, |s| s.touch_granted(ticket, owner, ttl))
+        })?)
     })
 }
 
@@ -682,6 +701,7 @@ fn pause<A: Access>(
     watch: Option<(i64, Duration)>,
     delay: Duration,
     checkout: &dyn Fn(Instant) -> Duration,
+    lock_wait: &dyn Fn() -> Option<Duration>,
 ) -> Result<Pause> {
     let Some((ticket, every)) = watch else {
         let woken = access.sleep(&req.resource, delay)?;
@@ -703,9 +723,10 @@ fn pause<A: Access>(
         let sent_at = Instant::now();
         // A grant found by the read is confirmed (and the expiry pushed) as a notified waiter
         // confirms it: by an update of its own row that only succeeds while it is granted.
-        let (owner, ttl) = (req.owner.clone(), req.ttl);
+        let (owner, ttl, max_wait) = (req.owner.clone(), req.ttl, lock_wait());
         let granted = access.step(checkout(sent_at), move |sql| {
-            Ok(sql.is_granted(ticket, &owner)? && touch_granted_as(sql, ticket, &owner, ttl)? > 0)
+            Ok(sql.is_granted(ticket, &owner)?
+                && touch_granted_as(sql, ticket, &owner, ttl, max_wait)? > 0)
         })?;
         if granted == Some(true) {
             return Ok(Pause::Granted(Granted { ticket, sent_at }));
@@ -743,11 +764,11 @@ fn look(
         // removal on the row: "1 row" means granted (or waiting) and still alive, and the
         // waiter's expiry is pushed as a full poll would. A row that is gone falls through
         // to the full poll, which reports it lost.
-        if touch_granted(sql, ticket, req)? > 0 {
+        if touch_granted(sql, ticket, req, lock_wait)? > 0 {
             return Ok(Some(Granted { ticket, sent_at }));
         }
         sent_at = Instant::now();
-        if touch(sql, ticket, req)? > 0 {
+        if touch_within(sql, ticket, req, lock_wait)? > 0 {
             return Ok(None);
         }
     }
@@ -786,7 +807,9 @@ fn give_up_at_deadline<A: Access>(
     started: Instant,
     pending: &mut Option<i64>,
 ) -> Result<Granted> {
-    if let Some(ticket) = *pending {
+    // Taken now: a give-up that fails (its own wait for the lock ran out) is not followed by a
+    // release, which would wait as long again.
+    if let Some(ticket) = pending.take() {
         let giving_up = req.clone();
         let kept = access.step(req.drop_wait, move |sql| {
             let sent_at = Instant::now();

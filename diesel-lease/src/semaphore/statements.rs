@@ -123,6 +123,17 @@ pub trait SemaphoreStatements {
     fn wait_when_busy(&mut self, _error: &diesel::result::Error) -> bool {
         false
     }
+    /// Runs `write`, a one-statement write of a waiter's own row outside the locked
+    /// transaction, waiting at most `max_wait` for a busy database (`None`: as the connection
+    /// waits). SQLite bounds its busy timeout, which otherwise keeps a waiter past its deadline
+    /// for as long as another writer holds the file (30 s by default); a row lock elsewhere is
+    /// held only for a queue's short transaction, so it runs as it is there.
+    #[doc(hidden)]
+    fn within_wait(
+        &mut self,
+        max_wait: Option<std::time::Duration>,
+        write: &mut dyn FnMut(&mut dyn SemaphoreStatements) -> diesel::QueryResult<usize>,
+    ) -> diesel::QueryResult<usize>;
 }
 
 /// The values of a new waiting request (everything but the ticket).
@@ -154,6 +165,25 @@ macro_rules! semaphore_statements {
             body: &mut crate::semaphore::statements::Body<'_>,
         ) -> crate::Result<()> {
             crate::backend::Dialect::write_tx_within(self, max_wait, |c| body(c))
+        }
+
+        fn within_wait(
+            &mut self,
+            max_wait: Option<std::time::Duration>,
+            write: &mut dyn FnMut(
+                &mut dyn crate::semaphore::statements::SemaphoreStatements,
+            ) -> diesel::QueryResult<usize>,
+        ) -> diesel::QueryResult<usize> {
+            use crate::backend::SqlDialect;
+            match max_wait {
+                Some(wait)
+                    if <<Self as diesel::Connection>::Backend as SqlDialect>::KIND
+                        == crate::BackendKind::Sqlite =>
+                {
+                    crate::backend::Dialect::bounded_lock_wait(self, wait, |c| write(c))
+                }
+                _ => write(self),
+            }
         }
 
         fn notify(&mut self, resource: &str) -> diesel::QueryResult<()> {
