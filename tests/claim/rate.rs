@@ -18,6 +18,7 @@ backend_suite! {
     tests: [
         a_global_rate_limit_holds_in_every_window_across_processes_and_threads,
         a_per_key_rate_limit_holds_with_the_per_key_concurrency_limit,
+        keys_longer_than_255_characters_are_limited_by_their_start,
         rows_over_a_rate_limit_stay_ready,
         a_rate_limit_on_another_table_is_refused,
         a_rate_limited_claim_inside_a_transaction_is_refused,
@@ -232,6 +233,32 @@ backend_suite! {
         assert_eq!(left(db, "new"), 2, "nothing claimed");
         assert!(Task::claim_next_with(&mut conn, &options).unwrap().is_some());
         assert!(Task::claim_next_with(&mut conn, &options).unwrap().is_none(), "the limit holds");
+    }
+
+    /// A key value longer than the rate-key columns (255 characters) made every rate-limited
+    /// claim of the table fail (PostgreSQL: "value too long"; MySQL: an error, or a cut key that
+    /// was never found again). Keys are now compared by their first 255 characters: two values
+    /// that share them share one limit, and other keys keep their own.
+    pub(crate) fn keys_longer_than_255_characters_are_limited_by_their_start(db: &TestDb<B>) {
+        let start = "k".repeat(255);
+        let (a, b) = (format!("{start}-a"), format!("{start}-b"));
+        db.migrate();
+        fixtures::tasks_table(db);
+        db.ddl("SELECT 1", "SELECT 1", "ALTER TABLE tasks MODIFY tenant VARCHAR(300) NOT NULL DEFAULT ''");
+        let mut conn = db.conn();
+        for tenant in [a.as_str(), b.as_str(), "short"] {
+            fixtures::insert_task(&mut conn, -10, tenant);
+        }
+        let options = ClaimOptions::default().rate_limit(RateLimit::per_key(tasks::tenant, 1, Duration::from_secs(60)));
+        let mut claimed = Vec::new();
+        while let Some(task) = Task::claim_next_with(&mut conn, &options).unwrap() {
+            claimed.push(task.tenant);
+        }
+        claimed.sort();
+        assert_eq!(claimed.len(), 2, "one of the two long keys, and the short one");
+        assert!(claimed.contains(&"short".to_string()));
+        assert!(claimed[0] == a || claimed[0] == b, "{:?}", claimed[0].len());
+        assert_eq!(left(db, "new"), 1, "the other long key waits for the shared limit");
     }
 
     pub(crate) fn a_rate_limit_on_another_table_is_refused(db: &TestDb<B>) {

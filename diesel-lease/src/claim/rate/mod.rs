@@ -150,8 +150,9 @@ impl RateLimit {
     }
 
     /// At most `max` claims per `period` for each value of `column` (e.g. per tenant). The
-    /// value is compared as text (SQL `CAST(… AS TEXT)`; `NULL` as the empty text), and a key's
-    /// text is at most 255 bytes.
+    /// value is compared as text (SQL `CAST(… AS TEXT)`; `NULL` as the empty text), by its first
+    /// 255 characters: values longer than that which share them share one limit (the limit is
+    /// then stricter, never looser).
     ///
     /// Checked when a claim uses it, like [`global`](Self::global); a column of another
     /// table than the claimed one is [`Error::Config`].
@@ -287,19 +288,27 @@ pub trait RateSqlDialect: SqlDialect {
     #[doc(hidden)]
     const INSERT_IGNORE: (&'static str, &'static str) = ("INSERT INTO ", " ON CONFLICT DO NOTHING");
 
-    /// `column` as text, as the key of a start: `COALESCE(CAST(col AS TEXT), '')`.
+    /// `column` as text, as the key of a start, cut to the keys' 255 characters:
+    /// `SUBSTR(COALESCE(CAST(col AS TEXT), ''), 1, 255)`.
     #[doc(hidden)]
     fn push_key_text<'b>(
         out: &mut AstPass<'_, 'b, Self>,
         qualifier: Option<&'b dyn QueryFragment<Self>>,
         column: &str,
     ) -> QueryResult<()> {
-        out.push_sql("COALESCE(CAST(");
+        out.push_sql("SUBSTR(COALESCE(CAST(");
         push_column(out, qualifier, column)?;
-        out.push_sql(" AS TEXT), '')");
+        out.push_sql(" AS TEXT), ''), 1, ");
+        out.push_sql(KEY_CHARS);
+        out.push_sql(")");
         Ok(())
     }
 }
+
+/// How many characters of a key value count (the `rate_key` columns are `VARCHAR(255)`): a
+/// longer value is cut to them, so values that share their first 255 characters share a limit
+/// (never more starts than the limit for any of them), and no value is too long to record.
+const KEY_CHARS: &str = "255";
 
 /// `[<qualifier>.]<column>`.
 fn push_column<'b, DB: SqlDialect>(
@@ -367,9 +376,11 @@ impl RateSqlDialect for diesel::mysql::Mysql {
         qualifier: Option<&'b dyn QueryFragment<Self>>,
         column: &str,
     ) -> QueryResult<()> {
-        out.push_sql("COALESCE(CAST(");
+        out.push_sql("SUBSTR(COALESCE(CAST(");
         push_column(out, qualifier, column)?;
-        out.push_sql(" AS CHAR CHARACTER SET utf8mb4), '') COLLATE utf8mb4_bin");
+        out.push_sql(" AS CHAR CHARACTER SET utf8mb4), ''), 1, ");
+        out.push_sql(KEY_CHARS);
+        out.push_sql(") COLLATE utf8mb4_bin");
         Ok(())
     }
 }
