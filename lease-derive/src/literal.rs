@@ -8,7 +8,7 @@ use quote::quote;
 use syn::spanned::Spanned as _;
 use syn::{Expr, Lit, UnOp};
 
-use crate::attrs::{ClaimableAttrs, Errors};
+use crate::attrs::{self, ClaimableAttrs, Errors};
 
 /// A state value as written: its literal, and what the literal is wrapped in.
 pub(crate) struct StateValue<'e> {
@@ -163,6 +163,44 @@ pub(crate) fn check(a: &ClaimableAttrs, errors: &mut Errors) {
         if let Err(err) = sql(e) {
             errors.push(err);
         }
+    }
+    check_distinct(a, errors);
+}
+
+/// Reports a state that claims would mistake for another: a claimed state that is also a
+/// ready state (a claim would pick the claimed row again, so two workers run it), or a done,
+/// failed or cancelled state that is the claimed one (a finished row would look claimed, and be
+/// rescued and run again once stale). A done or failed state may be a ready state on purpose:
+/// the row is then ready again (a recurring row, a retry). Values that are not literals are
+/// reported by [`check`] already.
+fn check_distinct(a: &ClaimableAttrs, errors: &mut Errors) {
+    let ready: Vec<Option<String>> = a
+        .ready
+        .iter()
+        .flat_map(|r| r.value.iter())
+        .filter_map(|e| sql(e).ok())
+        .collect();
+    let claimed = a.claimed.as_ref().and_then(|c| sql(&c.value).ok());
+    let states = [
+        (attrs::CLAIMED, &a.claimed),
+        (attrs::DONE, &a.done),
+        (attrs::FAILED, &a.failed),
+        (attrs::CANCELLED, &a.cancelled),
+    ];
+    for (key, state) in states {
+        let Some(state) = state else { continue };
+        let Ok(value) = sql(&state.value) else { continue };
+        let why = if key == attrs::CLAIMED && ready.contains(&value) {
+            "is also a ready state: a claim would pick a row in it again, and two workers would run it"
+        } else if key != attrs::CLAIMED && claimed.as_ref() == Some(&value) {
+            "is the claimed state: a finished row would look claimed, and be rescued and run again once stale"
+        } else {
+            continue;
+        };
+        errors.push(syn::Error::new(
+            state.value.span(),
+            format!("`{key}` {why}\nhelp: give `{key}` a state of its own, e.g. `#[claimable(ready = \"new\", claimed = \"running\", done = \"done\")]`"),
+        ));
     }
 }
 

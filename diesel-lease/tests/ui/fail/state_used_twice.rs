@@ -1,0 +1,29 @@
+//! A claimed state that is also a ready state lets a claim pick a claimed row again (two workers
+//! run it); a done state equal to the claimed one makes a finished row look claimed.
+use diesel::prelude::*;
+use diesel_lease::prelude::*;
+
+diesel::table! {
+    jobs (id) {
+        id -> BigInt,
+        status -> Text,
+    }
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready("new", "retry"), claimed = "retry", done = "done")]
+pub struct Job {
+    pub id: i64,
+    pub status: String,
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready = "new", claimed = "running", done = "running")]
+pub struct Finished {
+    pub id: i64,
+    pub status: String,
+}
+
+fn main() {}
