@@ -189,7 +189,9 @@ fn check_distinct(a: &ClaimableAttrs, errors: &mut Errors) {
     ];
     for (key, state) in states {
         let Some(state) = state else { continue };
-        let Ok(value) = sql(&state.value) else { continue };
+        let Ok(value) = sql(&state.value) else {
+            continue;
+        };
         let why = if key == attrs::CLAIMED && ready.contains(&value) {
             "is also a ready state: a claim would pick a row in it again, and two workers would run it"
         } else if key != attrs::CLAIMED && claimed.as_ref() == Some(&value) {

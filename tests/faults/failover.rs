@@ -20,6 +20,8 @@
 //! - **asynchronous replication** (PostgreSQL's default): an acknowledged grant can be lost, and
 //!   the new primary grants the same token again. The test asserts that it does: it documents
 //!   why the README asks for synchronous replication.
+//! - **a listener URL naming a standby**, which refuses `LISTEN`: the pool's listener reconnects
+//!   at its backoff's pace, not in a loop, and waiters get their permits by polling.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -577,5 +579,55 @@ fn a_semaphore_never_over_grants_across_a_promotion() {
     assert!(
         after.iter().all(|&n| n >= 2),
         "threads that did not go on after the promotion: {after:?}"
+    );
+}
+
+/// The sessions the server on `port` has had so far (`pg_stat_database.sessions`, counted by
+/// each server itself, a hot standby included).
+fn sessions(port: u16) -> i64 {
+    let url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+    let mut conn = PgConnection::establish(&url).expect("connect");
+    diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+        "(SELECT sessions FROM pg_stat_database WHERE datname = current_database())",
+    ))
+    .get_result(&mut conn)
+    .expect("pg_stat_database.sessions")
+}
+
+/// A pool whose listener URL names a hot standby, which takes the connection but refuses
+/// `LISTEN`: the listener reconnects at its backoff's pace (50 ms doubling to 5 s: about 7
+/// connections in 4 s), not every 50 ms (about 80), since the backoff starts over only once
+/// `LISTEN` works. The waiter, woken by nobody, still gets its permit by polling.
+#[test]
+fn a_listener_that_cannot_listen_backs_off() {
+    let Some(pair) = Pair::start(
+        "a_listener_that_cannot_listen_backs_off",
+        Replication::Async,
+    ) else {
+        return;
+    };
+    let standby = format!("postgres://postgres@127.0.0.1:{}/postgres", pair.standby);
+    let pool = diesel_lease::pool::build_pool_with::<PgConnection>(
+        &pair.url(),
+        4,
+        &diesel_lease::pool::PoolOptions::default().listen_url(standby),
+    )
+    .unwrap();
+    diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
+    let mutex = diesel_lease::semaphore::Semaphore::mutex("standby-listener");
+    let held = mutex.acquire(&pool, Duration::from_secs(10)).unwrap();
+    let before = sessions(pair.standby);
+    let got = std::thread::scope(|s| {
+        let waiter = s.spawn(|| mutex.acquire(&pool, Duration::from_secs(30)).map(drop));
+        std::thread::sleep(Duration::from_secs(4));
+        drop(held);
+        waiter.join().unwrap()
+    });
+    // Our own count's session is one of them.
+    let listener_sessions = sessions(pair.standby) - before - 1;
+    got.expect("the waiter got the permit by polling");
+    assert!(
+        (1..=15).contains(&listener_sessions),
+        "the listener connected to the standby {listener_sessions} times in 4 s"
     );
 }

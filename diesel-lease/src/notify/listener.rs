@@ -38,9 +38,11 @@
 //! max poll interval, at most one query per second by default), which is also how its row stays
 //! alive, so a broken listener costs hand-over latency, never correctness. When its connection
 //! breaks (reading notifications or the periodic liveness check fails), the listener reconnects
-//! with backoff ([`RECONNECT_MIN`] to [`RECONNECT_MAX`]) for as long as anybody waits. Each
-//! successful `LISTEN` starts a new *session*: the waiters wake and poll once, since
-//! notifications sent while nobody listened are lost.
+//! with backoff ([`RECONNECT_MIN`] to [`RECONNECT_MAX`]) for as long as anybody waits; the
+//! backoff starts over only once `LISTEN` works, so a server that takes connections but refuses
+//! `LISTEN` (a hot standby) is not reconnected to in a loop. Each successful `LISTEN` starts a
+//! new *session*: the waiters wake and poll once, since notifications sent while nobody
+//! listened are lost.
 
 use std::collections::HashMap;
 use std::io;
@@ -334,8 +336,9 @@ fn run<C: Notifications + R2D2Connection>(shared: Arc<Shared>) {
             if now < next_connect {
                 shared.nap(next_connect - now);
             } else if let Some(c) = connect::<C>(&shared.url) {
+                // The backoff starts over only once `LISTEN` works: a server that takes the
+                // connection but refuses `LISTEN` (a hot standby) is retried at its pace.
                 conn = Some(c);
-                reconnect.reset();
                 next_check = now + LIVENESS_CHECK;
             } else {
                 next_connect = Instant::now() + reconnect.next_delay();
@@ -353,6 +356,7 @@ fn run<C: Notifications + R2D2Connection>(shared: Arc<Shared>) {
         } else {
             c.listen(true).map(|()| {
                 listening = true;
+                reconnect.reset();
                 shared.listening();
                 Vec::new()
             })
