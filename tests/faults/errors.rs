@@ -265,6 +265,37 @@ backend_suite! {
         assert_eq!(counts, (1, 1), "one snapshot: the transaction ran at REPEATABLE READ");
     }
 
+    /// A bounded lock wait (here a semaphore's, on the caller's connection) sets the session's
+    /// `innodb_lock_wait_timeout` and puts it back; the user variable it kept the old value in
+    /// is cleared too, so the caller's session is left as it was.
+    #[allow(dead_code)] // registered only for the backend whose fault it is
+    pub(crate) fn mysql_a_bounded_lock_wait_leaves_the_session_as_it_was(db: &TestDb<B>) {
+        #[derive(diesel::QueryableByName)]
+        struct Session {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            wait: i64,
+            #[diesel(sql_type = diesel::sql_types::Bool)]
+            var_unset: bool,
+        }
+        let read = |c: &mut <B as crate::common::TestBackend>::Conn| {
+            diesel::sql_query(
+                "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS wait, \
+                 @diesel_lease_lock_wait IS NULL AS var_unset",
+            )
+            .get_result::<Session>(c)
+            .unwrap()
+        };
+        db.migrate();
+        let mut conn = db.conn();
+        conn.batch_execute("SET SESSION innodb_lock_wait_timeout = 7").unwrap();
+        let mutex = diesel_lease::semaphore::Semaphore::mutex("session-vars");
+        let permit = mutex.acquire_on(&mut conn, Duration::from_secs(3)).unwrap();
+        permit.release(&mut conn).unwrap();
+        let after = read(&mut conn);
+        assert_eq!(after.wait, 7, "the session's lock wait is back");
+        assert!(after.var_unset, "@diesel_lease_lock_wait is left in the caller's session");
+    }
+
     /// `insert_once` inside the caller's REPEATABLE READ transaction, when the equal row was
     /// committed by another session after the transaction's snapshot: PostgreSQL's
     /// `ON CONFLICT DO NOTHING` cannot do nothing about a row the snapshot does not see, and
@@ -340,6 +371,7 @@ mod on_mysql {
         mysql_lock_wait_timeout_is_a_timeout,
         mysql_killed_connection_is_connection_lost,
         mysql_a_failed_keyed_write_leaves_the_next_transaction_at_its_level,
+        mysql_a_bounded_lock_wait_leaves_the_session_as_it_was,
         crossed_guards_deadlock,
     );
 }

@@ -271,8 +271,11 @@ where
     .bind::<diesel::sql_types::BigInt, _>(secs)
     .execute(c)?;
     let out = f(c);
-    let restored =
-        c.batch_execute("SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait");
+    // The user variable goes too (assignments run left to right): the session is the caller's.
+    let restored = c.batch_execute(
+        "SET SESSION innodb_lock_wait_timeout = @diesel_lease_lock_wait, \
+         @diesel_lease_lock_wait = NULL",
+    );
     let out = out?;
     restored?;
     Ok(out)
