@@ -21,7 +21,7 @@ use crate::claim::{
 };
 use crate::pool::{AnySource, ConnectionSource};
 use crate::semaphore::{Semaphore, MAX_RESOURCE_LEN};
-use crate::{Error, LeaseConnection, Result};
+use crate::{Error, Held, LeaseConnection, Result};
 
 /// How long a row whose key is at its limit waits before it can be claimed again (with an
 /// `available_at` column; without one it is claimable again at once).
@@ -153,7 +153,9 @@ pub struct WorkerReport {
     pub failed: u64,
     /// Rows whose handler panicked (counted also as retried or failed).
     pub panicked: u64,
-    /// Rows whose claim was rescued by another worker before this one finished them.
+    /// Rows whose claim was rescued by another worker before this one finished them, and rows
+    /// whose claim was lost (its deadline passed) before their handler got a connection: those
+    /// are not run, since another worker may run them already.
     pub lost: u64,
     /// Rows claimed but handed back unstarted: at stop, or because their key was at its limit.
     pub released: u64,
@@ -832,6 +834,16 @@ where
                 return Err(e);
             }
         };
+        if guard.is_lost() {
+            // The claim was lost while the handler waited for its connection (a pool starved
+            // past the claim's deadline): another worker may run the row already, so this one
+            // does not. The guard's drop hands it back if it is still ours.
+            drop(conn);
+            self.drop_on_courier(calls, guard);
+            self.drop_on_courier(calls, permit);
+            self.count(Done::Lost);
+            return Ok(());
+        }
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             let mut conn = conn;
             AnySource::with_lent(&mut conn, |conn| Ok(handler(conn, &guard)))

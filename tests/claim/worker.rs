@@ -32,6 +32,7 @@ backend_suite! {
         a_panicking_key_function_fails_its_row_and_the_worker_goes_on,
         a_worker_claiming_through_a_cursor_runs_every_row_and_every_retry,
         a_cursor_under_a_per_key_limit_keeps_the_limit_and_runs_every_row,
+        a_claim_lost_before_the_handler_gets_a_connection_is_not_run,
     ];
 
     /// The semaphore rows left in diesel-lease's table, and how many requests.
@@ -435,6 +436,58 @@ backend_suite! {
             let error = t.last_error.unwrap();
             assert!(error.contains("key function panicked") && error.contains("no key for this tenant"), "{error}");
         }
+    }
+
+    /// A pool whose every checkout takes 300 ms (a starved pool, injected with an r2d2 event
+    /// handler) and claims that time out after 200 ms: by the time the handler's connection
+    /// arrives, the claim's local deadline (180 ms after it was sent) has passed, and another
+    /// worker may be running the row. The handler is not called; the claim counts as lost and
+    /// the row goes back. Before, the handler ran on the lost claim.
+    pub(crate) fn a_claim_lost_before_the_handler_gets_a_connection_is_not_run(db: &TestDb<B>) {
+        #[derive(Debug)]
+        struct SlowCheckout;
+        impl diesel::r2d2::HandleEvent for SlowCheckout {
+            fn handle_checkout(&self, _: diesel::r2d2::event::CheckoutEvent) {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+        #[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+            owner = owner, claimed_at = claimed_at, attempts = attempts, timeout_ms = 200)]
+        #[allow(dead_code)] // read by the derive's statements, not here
+        struct Short {
+            id: i64,
+            status: String,
+            owner: Option<String>,
+            claimed_at: Option<chrono::NaiveDateTime>,
+            attempts: i32,
+        }
+        seed(db, 2, &[""]);
+        let pool = diesel::r2d2::Pool::builder()
+            .max_size(4)
+            .connection_customizer(Box::new(diesel_lease::pool::ConnectionTuning::default()))
+            .event_handler(Box::new(SlowCheckout))
+            .build(diesel::r2d2::ConnectionManager::<<B as TestBackend>::Conn>::new(&db.url))
+            .unwrap();
+        let ran = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let report = std::thread::scope(|s| {
+            let worker = Worker::<Short, _>::new(pool);
+            let run = s.spawn(|| {
+                worker.run_until(&stop, &|_: &mut <B as TestBackend>::Conn, _: &Short| {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), String>(())
+                })
+            });
+            std::thread::sleep(Duration::from_secs(3));
+            stop.store(true, Ordering::SeqCst);
+            run.join().unwrap().unwrap()
+        });
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "a handler ran on a lost claim");
+        assert!(report.lost >= 1, "{report:?}");
+        assert_eq!(report.completed, 0, "{report:?}");
+        assert_eq!(left(db, "done"), 0);
     }
 
     /// Three worker processes of 3 threads each, limit 2 per tenant: the runs' intervals (on
