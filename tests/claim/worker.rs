@@ -475,7 +475,7 @@ backend_suite! {
         let report = std::thread::scope(|s| {
             let worker = Worker::<Short, _>::new(pool);
             let run = s.spawn(|| {
-                worker.run_until(&stop, &|_: &mut <B as TestBackend>::Conn, _: &Short| {
+                worker.run_until(&stop, |_: &mut <B as TestBackend>::Conn, _: &Short| {
                     ran.fetch_add(1, Ordering::SeqCst);
                     Ok::<(), String>(())
                 })
