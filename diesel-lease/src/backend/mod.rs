@@ -44,7 +44,7 @@ pub(crate) use sqlite::waits_after as sqlite_waits_after;
 
 /// The PostgreSQL server `scripts/test.sh` starts (`DIESEL_LEASE_TEST_PG`), for the unit tests
 /// that need one; `None` without it, which CI never allows.
-#[cfg(test)]
+#[cfg(all(test, feature = "postgres"))]
 pub(crate) fn test_server_url() -> Option<String> {
     let url = std::env::var("DIESEL_LEASE_TEST_PG")
         .ok()

@@ -188,12 +188,19 @@ impl<DB: SqlDialect> QueryFragment<DB> for PauseStmt<'_> {
 }
 
 /// The name waiters of the table register under (`claim:<table as SQL>`, as `wait.rs` names
-/// a model's), for the wake-up on resume.
+/// a model's), for the wake-up on resume. `schema.table` is two identifiers, as Diesel writes a
+/// table of another schema (`"schema"."table"`).
 fn ready_resource<DB: SqlDialect>(table: &str) -> String {
     struct Table<'a>(&'a str);
     impl<DB: SqlDialect> QueryFragment<DB> for Table<'_> {
         fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
-            out.push_identifier(self.0)
+            for (i, part) in self.0.splitn(2, '.').enumerate() {
+                if i > 0 {
+                    out.push_sql(".");
+                }
+                out.push_identifier(part)?;
+            }
+            Ok(())
         }
     }
     let mut sql = DB::QueryBuilder::default();
@@ -317,4 +324,54 @@ where
 {
     let target = target_of::<M, C::Conn>(Some(key))?;
     resume_described(conn, &target).map_err(about::<M>)
+}
+
+#[cfg(all(test, feature = "postgres", feature = "sqlite"))]
+mod tests {
+    use super::*;
+
+    diesel::table! { jobs (id) { id -> BigInt, status -> Text, } }
+    diesel::table! { queue.queued_jobs (id) { id -> BigInt, status -> Text, } }
+
+    #[derive(diesel::Queryable, diesel::Selectable, crate::Claimable)]
+    #[diesel(table_name = jobs)]
+    #[claimable(state = status, ready = "new", claimed = "running", pausable)]
+    #[allow(dead_code)]
+    struct Plain {
+        id: i64,
+        status: String,
+    }
+
+    #[derive(diesel::Queryable, diesel::Selectable, crate::Claimable)]
+    #[diesel(table_name = queued_jobs)]
+    #[claimable(state = status, ready = "new", claimed = "running", pausable)]
+    #[allow(dead_code)]
+    struct InSchema {
+        id: i64,
+        status: String,
+    }
+
+    /// The resource a resume wakes, and the one `M`'s waiters register under on `C`.
+    fn resumed<M: Claimable, C: ClaimConnection<M>>() -> (String, String) {
+        let target = target_of::<M, C>(None).expect("a model's pause target");
+        (
+            ready_resource::<<C as Connection>::Backend>(&target.table),
+            C::ready_resource().expect("the waiters' resource"),
+        )
+    }
+
+    /// A resume wakes the waiters under the name they registered with, for a table of another
+    /// schema too: it named `"queue.queued_jobs"` instead of `"queue"."queued_jobs"`, and woke
+    /// nobody (PostgreSQL's notification carried the same wrong name).
+    #[test]
+    fn a_resume_names_the_waiters_resource_of_any_table() {
+        for (named, registered) in [
+            resumed::<Plain, diesel::PgConnection>(),
+            resumed::<Plain, diesel::SqliteConnection>(),
+            resumed::<InSchema, diesel::PgConnection>(),
+            resumed::<InSchema, diesel::SqliteConnection>(),
+        ] {
+            assert_eq!(named, registered);
+        }
+    }
 }
