@@ -73,17 +73,23 @@ fn a_lease_extended_to_a_shorter_ttl_is_still_held<B: TestBackend>(db: &TestDb<B
     assert!(held.release(&mut conn).unwrap());
 }
 
-/// Moves the database's expiry of lease `name` a minute later than granted, so the window
-/// between the holder's local deadline and the database's expiry (the safety margin, a tenth of
-/// the ttl) is wide enough for a test to act in.
-fn widen_database_expiry<C: diesel_lease::LeaseConnection>(c: &mut C, name: &str) {
-    assert_eq!(name, "late", "the statement names the lease");
+/// A grant of lease `late` for 500 ms whose expiry in the database is then moved a minute
+/// later, so the window between the holder's local deadline and the database's expiry (the
+/// safety margin, a tenth of the ttl) is wide enough for a test to act in; with the connection
+/// it was granted on.
+fn late_holder<B: TestBackend>(db: &TestDb<B>) -> (B::Conn, lease::Lease) {
+    db.migrate();
+    let mut conn = db.conn();
+    let held = lease::try_acquire(&mut conn, "late", &opts(500))
+        .unwrap()
+        .expect("free");
     let moved = exec(
-        c,
+        &mut conn,
         "UPDATE diesel_lease_leases SET expires_at = expires_at + 60000000 WHERE name = 'late'",
         &[],
     );
     assert_eq!(moved, 1);
+    (conn, held)
 }
 
 fn expires_at<C: diesel_lease::LeaseConnection>(c: &mut C) -> i64 {
@@ -99,12 +105,7 @@ fn expires_at<C: diesel_lease::LeaseConnection>(c: &mut C) -> i64 {
 /// back: it is refused with `LeaseLost` and writes nothing, although the database would still
 /// have extended the grant (it returned `Ok` while `is_lost()` stayed true).
 fn a_holder_past_its_local_deadline_cannot_extend<B: TestBackend>(db: &TestDb<B>) {
-    db.migrate();
-    let mut conn = db.conn();
-    let mut held = lease::try_acquire(&mut conn, "late", &opts(500))
-        .unwrap()
-        .expect("free");
-    widen_database_expiry(&mut conn, "late");
+    let (mut conn, mut held) = late_holder(db);
     let before = expires_at(&mut conn);
     assert!(
         held.lost_signal().wait_timeout(ms(10_000)),
@@ -133,12 +134,7 @@ fn an_extension_that_lands_after_the_local_deadline_is_lost_and_gives_the_grant_
     db: &TestDb<B>,
 ) {
     use diesel::connection::SimpleConnection;
-    db.migrate();
-    let mut conn = db.conn();
-    let mut held = lease::try_acquire(&mut conn, "late", &opts(500))
-        .unwrap()
-        .expect("free");
-    widen_database_expiry(&mut conn, "late");
+    let (mut conn, mut held) = late_holder(db);
     let mut blocker = db.conn();
     let take = match B::KIND {
         diesel_lease::BackendKind::Sqlite => "BEGIN IMMEDIATE",
