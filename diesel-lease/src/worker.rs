@@ -463,6 +463,17 @@ enum Done {
     Released,
 }
 
+impl Done {
+    /// What a failed row became by the retry policy (`panicked`: the user's code panicked).
+    fn of_failure(outcome: RetryOutcome, panicked: bool) -> Self {
+        match outcome {
+            RetryOutcome::Retried { .. } => Done::Retried { panicked },
+            RetryOutcome::Failed { .. } => Done::Failed { panicked },
+            RetryOutcome::Lost => Done::Lost,
+        }
+    }
+}
+
 impl<M, C> Run<'_, M, C>
 where
     M: Claimable + HasDoneState + HasFailedState + HasAttempts + Send + Sync,
@@ -696,11 +707,8 @@ where
             calls,
             move || {
                 pool.with_connection(|conn| {
-                    Ok(match fail_or_retry(conn, &row, &policy, Some(&error))? {
-                        RetryOutcome::Retried { .. } => Done::Retried { panicked: true },
-                        RetryOutcome::Failed { .. } => Done::Failed { panicked: true },
-                        RetryOutcome::Lost => Done::Lost,
-                    })
+                    let outcome = fail_or_retry(conn, &row, &policy, Some(&error))?;
+                    Ok(Done::of_failure(outcome, true))
                 })
             },
             |_| {},
@@ -875,11 +883,10 @@ where
                     Ok(match error {
                         None if finish(conn, &*row, Finish::Done)? => Done::Completed,
                         None => Done::Lost,
-                        Some(error) => match fail_or_retry(conn, &*row, &policy, Some(&error))? {
-                            RetryOutcome::Retried { .. } => Done::Retried { panicked },
-                            RetryOutcome::Failed { .. } => Done::Failed { panicked },
-                            RetryOutcome::Lost => Done::Lost,
-                        },
+                        Some(error) => Done::of_failure(
+                            fail_or_retry(conn, &*row, &policy, Some(&error))?,
+                            panicked,
+                        ),
                     })
                 })
             },

@@ -15,6 +15,19 @@ use crate::common::{pick, TestBackend, TestDb};
 use crate::models::schema::tasks;
 use crate::models::*;
 
+/// A task fenced by its attempts alone (no owner column), dead after five.
+#[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
+#[diesel(table_name = tasks)]
+#[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+    attempts = attempts, max_attempts = 5, claimed_at = claimed_at, timeout_secs = 60)]
+#[allow(dead_code)] // read by the derive's statements, not here
+struct FencedByAttempts {
+    id: i64,
+    status: String,
+    attempts: i32,
+    claimed_at: Option<chrono::NaiveDateTime>,
+}
+
 backend_suite! {
     fixtures: crate::claim::schedule;
     tests: [
@@ -150,26 +163,15 @@ backend_suite! {
     /// counting, so the worker of a claim that was given up and redriven cannot finish the row's
     /// next claim (with attempts reset, both claims had number 1).
     pub(crate) fn a_redrive_keeps_the_attempts_fence_of_a_model_without_owner(db: &TestDb<B>) {
-        #[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
-        #[diesel(table_name = tasks)]
-        #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
-            attempts = attempts, claimed_at = claimed_at, timeout_secs = 60)]
-        #[allow(dead_code)] // read by the derive's statements, not here
-        struct Fenced {
-            id: i64,
-            status: String,
-            attempts: i32,
-            claimed_at: Option<chrono::NaiveDateTime>,
-        }
         fixtures::tasks_table(db);
         let mut conn = db.conn();
         let id = insert(&mut conn, "new", None, "a");
         diesel::update(tasks::table.find(id)).set(tasks::attempts.eq(0)).execute(&mut conn).unwrap();
-        let first = Fenced::claim_next(&mut conn).unwrap().expect("ready");
+        let first = FencedByAttempts::claim_next(&mut conn).unwrap().expect("ready");
         // Given up (an operator's cancel, a reap), then redriven, then claimed by another worker.
         diesel::update(tasks::table.find(id)).set(tasks::status.eq("dead")).execute(&mut conn).unwrap();
-        assert_eq!(Fenced::redrive_dead(&mut conn, 10).unwrap(), 1);
-        let second = Fenced::claim_next(&mut conn).unwrap().expect("ready again");
+        assert_eq!(FencedByAttempts::redrive_dead(&mut conn, 10).unwrap(), 1);
+        let second = FencedByAttempts::claim_next(&mut conn).unwrap().expect("ready again");
         assert_eq!((first.id, second.id), (id, id));
         assert_eq!((first.attempts, second.attempts), (1, 2), "the attempts go on counting");
         assert!(!first.complete(&mut conn).unwrap(), "the first claim's worker is fenced off");
@@ -179,23 +181,12 @@ backend_suite! {
     /// The price of that fence, as documented: a redriven row that had used its `max_attempts`
     /// gets one more try and no retry; failing it again makes it dead at once.
     pub(crate) fn a_redriven_row_without_owner_gets_one_try_past_its_attempts(db: &TestDb<B>) {
-        #[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
-        #[diesel(table_name = tasks)]
-        #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
-            attempts = attempts, max_attempts = 5, claimed_at = claimed_at, timeout_secs = 60)]
-        #[allow(dead_code)] // read by the derive's statements, not here
-        struct Limited {
-            id: i64,
-            status: String,
-            attempts: i32,
-            claimed_at: Option<chrono::NaiveDateTime>,
-        }
         fixtures::tasks_table(db);
         let mut conn = db.conn();
         // Dead after its fifth attempt.
         let id = insert(&mut conn, "dead", None, "a");
-        assert_eq!(Limited::redrive_dead(&mut conn, 10).unwrap(), 1);
-        let row = Limited::claim_next(&mut conn).unwrap().expect("ready again");
+        assert_eq!(FencedByAttempts::redrive_dead(&mut conn, 10).unwrap(), 1);
+        let row = FencedByAttempts::claim_next(&mut conn).unwrap().expect("ready again");
         assert_eq!((row.id, row.attempts), (id, 6), "one more try, counted on");
         let policy = diesel_lease::claim::RetryPolicy::new(5).unwrap();
         let outcome = row.fail_or_retry(&mut conn, &policy).unwrap();

@@ -334,6 +334,21 @@ pub trait Dialect:
         f: impl FnOnce(&mut Self) -> QueryResult<T>,
     ) -> QueryResult<T>;
 
+    /// Runs `f`, a one-statement write of rows only the caller writes (a semaphore waiter's own
+    /// row), waiting at most `wait` for a busy database where a writer holds the whole file:
+    /// SQLite bounds its busy timeout ([`bounded_lock_wait`](Dialect::bounded_lock_wait)), which
+    /// otherwise keeps the caller waiting for as long as another writer holds the file (30 s by
+    /// default). On backends with row locks it runs as it is: a row lock is held only for
+    /// another transaction's short work on that row.
+    #[doc(hidden)]
+    fn bounded_busy_wait<T>(
+        &mut self,
+        _wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        f(self)
+    }
+
     /// The server behind this connection, from its version string (PostgreSQL `version()`,
     /// MySQL `VERSION()`, in a statement Diesel does not cache); SQLite is always SQLite.
     #[doc(hidden)]

@@ -148,6 +148,14 @@ impl Dialect for SqliteConnection {
         Ok(value)
     }
 
+    fn bounded_busy_wait<T>(
+        &mut self,
+        wait: Duration,
+        f: impl FnOnce(&mut Self) -> QueryResult<T>,
+    ) -> QueryResult<T> {
+        self.bounded_lock_wait(wait, f)
+    }
+
     fn take_write_lock(&mut self, write_nothing: &dyn QueryFragment<Sqlite>) -> QueryResult<()> {
         self.execute_returning_count(&Exec::<_, Dynamic>::new(write_nothing))
             .map(drop)

@@ -283,13 +283,13 @@ where
     ) -> QueryResult<usize> {
         match max_wait {
             // As the built-in tables' statements do (see the trait).
-            Some(wait) if <C::Backend as SqlDialect>::KIND == crate::BackendKind::Sqlite => {
+            Some(wait) => {
                 let resource = self.resource;
-                self.conn.bounded_lock_wait(wait, |conn| {
+                self.conn.bounded_busy_wait(wait, |conn| {
                     write(&mut OnControlTable::<T, C>::new(conn, resource))
                 })
             }
-            _ => write(self),
+            None => write(self),
         }
     }
 

@@ -125,9 +125,8 @@ pub trait SemaphoreStatements {
     }
     /// Runs `write`, a one-statement write of a waiter's own row outside the locked
     /// transaction, waiting at most `max_wait` for a busy database (`None`: as the connection
-    /// waits). SQLite bounds its busy timeout, which otherwise keeps a waiter past its deadline
-    /// for as long as another writer holds the file (30 s by default); a row lock elsewhere is
-    /// held only for a queue's short transaction, so it runs as it is there.
+    /// waits), as [`Dialect::bounded_busy_wait`](crate::backend::Dialect::bounded_busy_wait)
+    /// bounds it: on SQLite, where a busy file would otherwise keep a waiter past its deadline.
     #[doc(hidden)]
     fn within_wait(
         &mut self,
@@ -174,15 +173,9 @@ macro_rules! semaphore_statements {
                 &mut dyn crate::semaphore::statements::SemaphoreStatements,
             ) -> diesel::QueryResult<usize>,
         ) -> diesel::QueryResult<usize> {
-            use crate::backend::SqlDialect;
             match max_wait {
-                Some(wait)
-                    if <<Self as diesel::Connection>::Backend as SqlDialect>::KIND
-                        == crate::BackendKind::Sqlite =>
-                {
-                    crate::backend::Dialect::bounded_lock_wait(self, wait, |c| write(c))
-                }
-                _ => write(self),
+                Some(wait) => crate::backend::Dialect::bounded_busy_wait(self, wait, |c| write(c)),
+                None => write(self),
             }
         }
 
