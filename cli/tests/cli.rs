@@ -171,6 +171,16 @@ fn cancel_moves_ready_and_claimed_rows_only() {
     assert!(String::from_utf8_lossy(&unconfirmed.stderr).contains("pass --yes"));
     let bad_key = run(&[CANCEL, &["two"]].concat(), Some(&path));
     assert!(String::from_utf8_lossy(&bad_key.stderr).contains("is not an integer"));
+    // A state claims would take for a live row is refused: the row would run again.
+    for (to, kind) in [("new", "a ready state"), ("running", "a claimed state")] {
+        let mut args = CANCEL.to_vec();
+        let at = args.iter().position(|a| *a == "cancelled").expect("--to");
+        args[at] = to;
+        let refused = run(&[&args[..], &["2"]].concat(), Some(&path));
+        assert_eq!(refused.status.code(), Some(1), "--to {to}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(kind), "--to {to}: {stderr}");
+    }
     assert_eq!(statuses(&path)[1].1, "new");
     let _ = std::fs::remove_file(&path);
 }

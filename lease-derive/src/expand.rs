@@ -302,7 +302,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         (c.claimed_at.is_some(), "HasClaimedAt"),
         (c.attempts.is_some(), "HasAttempts"),
         (
-            c.cancelled.is_some() || c.failed.is_some(),
+            c.cancelled.is_some() || crate::literal::cancels_to_failed(&c.ready, c.failed.as_ref()),
             "HasCancelState",
         ),
         (c.pausable.is_some(), "Pausable"),

@@ -167,12 +167,13 @@ pub(crate) fn check(a: &ClaimableAttrs, errors: &mut Errors) {
     check_distinct(a, errors);
 }
 
-/// Reports a state that claims would mistake for another: a claimed state that is also a
-/// ready state (a claim would pick the claimed row again, so two workers run it), or a done,
-/// failed or cancelled state that is the claimed one (a finished row would look claimed, and be
-/// rescued and run again once stale). A done or failed state may be a ready state on purpose:
-/// the row is then ready again (a recurring row, a retry). Values that are not literals are
-/// reported by [`check`] already.
+/// Reports a state that claims would mistake for another: a claimed or cancelled state that is
+/// also a ready state (a claim would pick the row again: two workers run it, or a cancelled row
+/// runs), or a done, failed or cancelled state that is the claimed one (a finished row would
+/// look claimed, and be rescued and run again once stale). A done or failed state may be a
+/// ready state on purpose: the row is then ready again (a recurring row, a retry); such a
+/// failed state is then no state for cancelled rows ([`cancels_to_failed`]). Values that are
+/// not literals are reported by [`check`] already.
 fn check_distinct(a: &ClaimableAttrs, errors: &mut Errors) {
     let ready: Vec<Option<String>> = a
         .ready
@@ -194,16 +195,33 @@ fn check_distinct(a: &ClaimableAttrs, errors: &mut Errors) {
         };
         let why = if key == attrs::CLAIMED && ready.contains(&value) {
             "is also a ready state: a claim would pick a row in it again, and two workers would run it"
+        } else if key == attrs::CANCELLED && ready.contains(&value) {
+            "is also a ready state: a cancelled row would be claimed and run again"
         } else if key != attrs::CLAIMED && claimed.as_ref() == Some(&value) {
             "is the claimed state: a finished row would look claimed, and be rescued and run again once stale"
         } else {
             continue;
         };
+        let example = if key == attrs::CANCELLED {
+            r#"#[claimable(ready = "new", claimed = "running", cancelled = "cancelled")]"#
+        } else {
+            r#"#[claimable(ready = "new", claimed = "running", done = "done")]"#
+        };
         errors.push(syn::Error::new(
             state.value.span(),
-            format!("`{key}` {why}\nhelp: give `{key}` a state of its own, e.g. `#[claimable(ready = \"new\", claimed = \"running\", done = \"done\")]`"),
+            format!("`{key}` {why}\nhelp: give `{key}` a state of its own, e.g. `{example}`"),
         ));
     }
+}
+
+/// Whether cancelled rows of a model with these states can go to its failed state, as they do
+/// when it has no cancelled state: it has one, and it is not a ready state (else a cancel would
+/// put the row back in the queue).
+pub(crate) fn cancels_to_failed(ready: &[Expr], failed: Option<&Expr>) -> bool {
+    let Some(Ok(failed)) = failed.map(sql) else {
+        return false;
+    };
+    !ready.iter().any(|r| sql(r).ok() == Some(failed.clone()))
 }
 
 /// `::diesel_lease::__private::StateLiteral` for a checked value.

@@ -22,17 +22,37 @@ use crate::backend::{retry_conflicts_on, SqlDialect};
 use crate::{BorrowConnection, Error, Result};
 
 /// A [`Claimable`] model a row of which can be cancelled: it has a `cancelled = …` state, or
-/// a failed state (`failed = …`) that cancelled rows go to.
+/// a failed state (`failed = …`) that cancelled rows go to. A failed state that is also a ready
+/// state (failed rows are retried) is not one: the derive then leaves this trait out, as a
+/// cancel would put the row back in the queue.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no state for cancelled rows",
-    label = "`cancel_by_pk` needs a cancelled or a failed state",
-    note = "add `cancelled = \"<state>\"` (or `failed = \"<state>\"`) to `#[claimable(...)]` on `{Self}`"
+    label = "`cancel_by_pk` needs a cancelled state, or a failed state that is not a ready state",
+    note = "add `cancelled = \"<state>\"` (or a `failed = \"<state>\"` that is not a ready state) to `#[claimable(...)]` on `{Self}`"
 )]
 pub trait HasCancelState: Claimable {}
 
-/// The state a cancel moves a row of `M` to: `cancelled = …`, else `failed = …`.
+/// The state a cancel moves a row of `M` to: `cancelled = …`, else `failed = …` when that is
+/// not a ready state (a retrying model's: a cancel would put the row back in the queue).
 pub fn cancel_target<M: Claimable>() -> Option<StateLiteral> {
-    M::CANCELLED_SQL.or(M::FAILED_SQL)
+    M::CANCELLED_SQL.or(M::FAILED_SQL.filter(|failed| !M::READY_SQL.contains(failed)))
+}
+
+/// Refuses a cancel into a state claims would take for a live row: a ready state (the row would
+/// be claimed and run again) or the claimed state (it would look claimed, and be rescued and run).
+fn check_target(shape: &ClaimShape, to: StateLiteral) -> Result<()> {
+    if shape.ready.contains(&to) || shape.claimed == to {
+        return Err(Error::Config(format!(
+            "cancelled rows cannot go to {}: it is a {} state, so a cancelled row would run again",
+            to.as_sql().unwrap_or("NULL"),
+            if shape.claimed == to {
+                "claimed"
+            } else {
+                "ready"
+            },
+        )));
+    }
+    Ok(())
 }
 
 /// `UPDATE <table> SET <state> = <to> WHERE (<key>) AND <state> IN (<ready…>, <claimed>)`.
@@ -89,7 +109,10 @@ where
     C::Conn: ClaimConnection<M>,
 {
     let to = cancel_target::<M>().ok_or_else(|| {
-        Error::Config("cancelling needs a `cancelled = …` or `failed = …` state".into())
+        Error::Config(
+            "cancelling needs a `cancelled = …` state, or a `failed = …` state that is not a ready state"
+                .into(),
+        )
     })?;
     conn.borrow_connection().cancel_row(pk, to)
 }
@@ -100,10 +123,12 @@ where
     M: ClaimModel<C>,
     C: ClaimDialect,
 {
+    let shape = ClaimShape::of::<M>();
+    check_target(&shape, to).map_err(about::<M>)?;
     let stmt = CancelStmt {
         table: ModelTable::<M>(M::Table::default()),
         key: ModelKey::<M>(M::pk_filter(pk)),
-        shape: ClaimShape::of::<M>(),
+        shape,
         to,
     };
     run::<_, StmtId<M, Cancel, NoFilter, false, false>>(conn, &stmt).map_err(about::<M>)
@@ -129,7 +154,8 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ModelKey<M> {
 
 /// [`cancel_by_pk`] on a table described at run time (the operator's tool): `table` and
 /// `key` as fragments (quoted identifiers, the key value a bind parameter), the state column
-/// and states in `shape`, cancelled rows going to `to`.
+/// and states in `shape`, cancelled rows going to `to`. A `to` that is one of the shape's ready
+/// states or its claimed state is refused with [`Error::Config`]: the row would run again.
 pub fn cancel_described<C, T, K>(
     conn: &mut C,
     table: T,
@@ -143,6 +169,7 @@ where
     T: QueryFragment<<C::Conn as diesel::Connection>::Backend>,
     K: QueryFragment<<C::Conn as diesel::Connection>::Backend>,
 {
+    check_target(&shape, to)?;
     let stmt = CancelStmt {
         table,
         key,

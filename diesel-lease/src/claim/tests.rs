@@ -320,3 +320,22 @@ fn the_longest_derive_timeout_is_max_ttl() {
     let max = i64::try_from(crate::MAX_TTL.as_micros()).unwrap();
     assert_eq!(Longest::CLAIM_TIMEOUT_MICROS, Some(max));
 }
+
+/// A cancel goes to the cancelled state, else to the failed state unless failed rows are
+/// retried (a failed state that is a ready state: the row would be queued again, so there is
+/// no state to cancel to, and `cancel_by_pk` does not compile).
+#[test]
+fn a_cancel_never_goes_to_a_ready_state() {
+    use super::cancel::cancel_target;
+    use super::StateLiteral;
+    #[derive(Queryable, Selectable, crate::Claimable)]
+    #[diesel(table_name = jobs)]
+    #[claimable(state = status, ready("new", "retry"), claimed = "running", failed = "retry")]
+    #[allow(dead_code)]
+    struct Retrying {
+        id: i64,
+        status: String,
+    }
+    assert_eq!(cancel_target::<Job>(), Some(StateLiteral::sql("'failed'")));
+    assert_eq!(cancel_target::<Retrying>(), None);
+}

@@ -24,9 +24,20 @@ pub struct Job {
     pub notified: Option<chrono::NaiveDateTime>,
 }
 
+/// Failed rows are retried (the failed state is a ready state), so they are no place for
+/// cancelled rows: a cancel would put the row back in the queue.
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready("new", "retry"), claimed = "running", failed = "retry")]
+pub struct Retrying {
+    pub id: i64,
+    pub status: String,
+}
+
 fn cancel(conn: &mut diesel::SqliteConnection) {
     let _ = Job::cancel_by_pk(conn, 1);
     let _ = Job::pause(conn);
+    let _ = Retrying::cancel_by_pk(conn, 1);
 }
 
 fn main() {}

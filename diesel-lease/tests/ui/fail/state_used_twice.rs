@@ -1,5 +1,6 @@
 //! A claimed state that is also a ready state lets a claim pick a claimed row again (two workers
-//! run it); a done state equal to the claimed one makes a finished row look claimed.
+//! run it); a done state equal to the claimed one makes a finished row look claimed; a cancelled
+//! state that is also a ready state puts a cancelled row back in the queue.
 use diesel::prelude::*;
 use diesel_lease::prelude::*;
 
@@ -22,6 +23,14 @@ pub struct Job {
 #[diesel(table_name = jobs)]
 #[claimable(state = status, ready = "new", claimed = "running", done = "running")]
 pub struct Finished {
+    pub id: i64,
+    pub status: String,
+}
+
+#[derive(Queryable, Selectable, Claimable)]
+#[diesel(table_name = jobs)]
+#[claimable(state = status, ready("new", "held"), claimed = "running", cancelled = "held")]
+pub struct Cancelled {
     pub id: i64,
     pub status: String,
 }
