@@ -10,7 +10,7 @@ use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::{Error, OwnerId};
 
-use super::support::exec;
+use super::support::{exec, rows};
 use super::{ms, opts};
 use crate::common::{TestBackend, TestDb};
 
@@ -387,6 +387,106 @@ fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend
     let tokens = tokens.into_inner().unwrap();
     let expected: Vec<i64> = (1..=WAITERS as i64).map(|n| held_token + n).collect();
     assert_eq!(tokens, expected, "one grant each, in token order");
+}
+
+/// Statements of this test's database that wait for a row lock now (on MySQL: the lease
+/// extensions under way, which in this test only the lock on the lease row holds up).
+fn lock_waiters<B: TestBackend>(conn: &mut B::Conn) -> i64 {
+    let sql = match B::KIND {
+        diesel_lease::BackendKind::Postgres => {
+            "SELECT COUNT(*) AS a, 0::bigint AS b, 0::bigint AS c FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        }
+        // An autocommit statement waiting for a row lock is not listed in `innodb_trx` by
+        // MariaDB; the process list shows it under way (here, only a lock keeps it so).
+        _ => {
+            "SELECT CAST(COUNT(*) AS SIGNED) AS a, CAST(0 AS SIGNED) AS b, CAST(0 AS SIGNED) AS c \
+             FROM information_schema.processlist WHERE db = DATABASE() \
+             AND info LIKE 'UPDATE `diesel_lease_leases`%'"
+        }
+    };
+    rows(conn, sql, &[])[0].a
+}
+
+/// A user's `extend` does not cross a keep-alive extension under way: it is sent only once the
+/// beat has its answer. Crossed, a beat sent first (with the old, shorter ttl) could reach the
+/// database last, which would keep the short expiry while the holder counted from the long one.
+/// Here the beat waits for another transaction's lock on the lease row, and the statements
+/// waiting for that lock are counted: the extension is never among them. Then the database
+/// keeps the extension's expiry. (PostgreSQL and MySQL: a SQLite writer waits in its own
+/// process, where nothing outside can count it.)
+fn an_extend_waits_for_a_keep_alive_extension_under_way<B: TestBackend>(db: &TestDb<B>) {
+    use diesel::connection::SimpleConnection;
+    db.migrate();
+    let pool = db.pool(4);
+    // The first beat comes 4 s in; the holder's local deadline is about 11 s in.
+    let guard = LeaseGuard::try_acquire(&pool, "turn", &opts(12_000).keep_alive(true))
+        .unwrap()
+        .expect("free");
+    let expiry = |c: &mut B::Conn| {
+        rows(c, "SELECT expires_at AS a, token AS b, token AS c FROM diesel_lease_leases WHERE name = 'turn'", &[])[0].a
+    };
+    let mut watcher = db.conn();
+    let granted_until = expiry(&mut watcher);
+    let mut blocker = db.conn();
+    blocker
+        .batch_execute("BEGIN; SELECT name FROM diesel_lease_leases WHERE name = 'turn' FOR UPDATE")
+        .unwrap();
+    let waiting_for = |n: i64, c: &mut B::Conn, within: std::time::Duration| {
+        let start = Instant::now();
+        loop {
+            if lock_waiters::<B>(c) >= n {
+                return true;
+            }
+            if start.elapsed() >= within {
+                return false;
+            }
+            std::thread::sleep(ms(20));
+        }
+    };
+    assert!(
+        waiting_for(1, &mut watcher, ms(15_000)),
+        "the keep-alive's beat never came"
+    );
+    std::thread::scope(|s| {
+        let extension = s.spawn(|| guard.extend(ms(60_000)));
+        let crossed = waiting_for(2, &mut watcher, ms(1_000));
+        blocker.batch_execute("ROLLBACK").unwrap();
+        assert!(
+            !crossed,
+            "the extension was sent while the keep-alive's beat was under way"
+        );
+        extension.join().unwrap().expect("extended");
+    });
+    let kept = expiry(&mut watcher) - granted_until;
+    assert!(
+        kept > 40_000_000,
+        "the database kept the extension's expiry: {kept} µs later than the grant's"
+    );
+    guard.ensure_held().expect("held");
+    assert!(guard.release().unwrap());
+}
+
+#[cfg(feature = "postgres")]
+mod postgres_turn {
+    #[test]
+    fn an_extend_waits_for_a_keep_alive_extension_under_way() {
+        crate::common::run::<crate::common::Postgres>(
+            "an_extend_waits_for_a_keep_alive_extension_under_way",
+            super::an_extend_waits_for_a_keep_alive_extension_under_way::<crate::common::Postgres>,
+        )
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql_turn {
+    #[test]
+    fn an_extend_waits_for_a_keep_alive_extension_under_way() {
+        crate::common::run::<crate::common::Mysql>(
+            "an_extend_waits_for_a_keep_alive_extension_under_way",
+            super::an_extend_waits_for_a_keep_alive_extension_under_way::<crate::common::Mysql>,
+        )
+    }
 }
 
 backend_tests!(

@@ -50,6 +50,11 @@ use crate::{Error, Held, Result};
 pub struct LeaseGuard<C: LeaseStatements + R2D2Connection> {
     pool: AnySource<C>,
     lease: Arc<Mutex<Lease>>,
+    /// Taken for the whole of an extension, the keep-alive's and [`extend`](Self::extend)'s:
+    /// one extension is under way at a time, so they reach the database in the order they were
+    /// sent, and the expiry the database keeps is the one the holder counts from (see
+    /// `extend_beat`).
+    extending: Arc<Mutex<()>>,
     token: FencingToken,
     name: String,
     signal: LostSignal,
@@ -151,6 +156,7 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
         let mut guard = LeaseGuard {
             pool,
             lease,
+            extending: Arc::default(),
             token,
             name,
             signal: local.lost_signal(),
@@ -159,7 +165,11 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
             drop_wait: options.drop_wait_limit(),
         };
         if keep_alive {
-            let beat = extend_beat(guard.pool.clone(), Arc::clone(&guard.lease));
+            let beat = extend_beat(
+                guard.pool.clone(),
+                Arc::clone(&guard.lease),
+                Arc::clone(&guard.extending),
+            );
             // On error, dropping the guard releases the lease: nothing stays held.
             guard.heartbeat = Some(Heartbeat::every_third_of_ttl(&guard.name, local, beat)?);
         }
@@ -184,10 +194,13 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     }
 
     /// Moves the expiry to `ttl` from now (see [`Lease::extend`]); later keep-alive extensions
-    /// use this ttl too, and come a third of it apart.
+    /// use this ttl too, and come a third of it apart. A keep-alive extension under way is
+    /// waited for first, so the two never cross on their way to the database.
     pub fn extend(&self, ttl: Duration) -> Result<()> {
-        self.pool
-            .with_connection(|conn| lock(&self.lease).extend(conn, ttl))
+        self.pool.with_connection(|conn| {
+            let _turn = turn(&self.extending);
+            lock(&self.lease).extend(conn, ttl)
+        })
     }
 
     /// Stops the heartbeat and releases the lease, within `wait` in all whatever the database
@@ -229,18 +242,32 @@ impl<C: LeaseStatements + R2D2Connection> Held for LeaseGuard<C> {
     }
 }
 
+/// The guard's extension turn (`LeaseGuard::extending`); nothing it guards can be left half
+/// done by a panic.
+fn turn(extending: &Mutex<()>) -> MutexGuard<'_, ()> {
+    extending.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The heartbeat's beat: extend by the current ttl with a connection lent within the budget.
 /// It extends a copy of the grant, so the guard's lock is not held while the database answers
 /// (or does not): `is_lost` and `ensure_held` never wait for a beat.
+///
+/// It holds the extension turn from before it reads the ttl until it has recorded the answer.
+/// Without it, a beat sent just before a user's [`LeaseGuard::extend`] with a longer ttl could
+/// reach the database after it: the database would keep the beat's shorter expiry while the
+/// holder, counting from its latest send, believed the longer one, and could go on believing
+/// it holds after another node was granted the lease.
 fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
     source: S,
     lease: Arc<Mutex<Lease>>,
+    extending: Arc<Mutex<()>>,
 ) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
     move |budget| {
         let mut conn = match source.lend(budget.remaining()) {
             Ok(conn) => conn,
             Err(e) => return Beat::Failed(e),
         };
+        let _turn = turn(&extending);
         let mut copy = lock(&lease).copy();
         let ttl = copy.ttl();
         let extended = S::with_lent(&mut conn, |conn| copy.extend(conn, ttl));
