@@ -139,4 +139,109 @@ backend_suite! {
         ids.sort();
         assert_eq!(ids, (1..=1010).collect::<Vec<_>>(), "each row claimed exactly once");
     }
+
+    /// The waiters of one pool share a poller; here the poller's claim hangs (a trigger makes
+    /// the update of row 1 sleep, as a connection that stopped answering would keep it), and
+    /// row 2, inserted then, must still reach the other waiter: it polls in the hung poller's
+    /// place a poll interval later. Without that, it waited for the poller until its own
+    /// timeout. (PostgreSQL and MariaDB: SQLite has no sleep to put in a trigger.)
+    #[allow(dead_code)] // registered for the backends with a sleep function
+    pub(crate) fn a_hung_poll_does_not_keep_the_other_waiters_from_new_rows(db: &TestDb<B>) {
+        use diesel::connection::SimpleConnection;
+        let (pg, sqlite, mysql) = IDLE_JOBS_DDL;
+        db.ddl(pg, sqlite, mysql);
+        db.ddl(
+            "CREATE FUNCTION idle_jobs_hang() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+               IF NEW.id = 1 AND NEW.status = 'running' THEN PERFORM pg_sleep(120); END IF; \
+               RETURN NEW; END $$; \
+             CREATE TRIGGER idle_jobs_hang BEFORE UPDATE ON idle_jobs \
+               FOR EACH ROW EXECUTE FUNCTION idle_jobs_hang();",
+            "",
+            "CREATE TRIGGER idle_jobs_hang BEFORE UPDATE ON idle_jobs FOR EACH ROW \
+               BEGIN IF NEW.id = 1 AND NEW.status = 'running' THEN DO SLEEP(120); END IF; END",
+        );
+        let pool = db.pool(6);
+        let (got, rx) = mpsc::channel();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (pool, got) = (pool.clone(), got.clone());
+                std::thread::spawn(move || {
+                    let job = IdleJob::claim_next_wait(&pool, Duration::from_secs(40));
+                    let _ = got.send(job.map(|j| j.map(|j| j.id)).map_err(|e| e.to_string()));
+                })
+            })
+            .collect();
+        // Once they have looked at the empty queue and settled behind one poller.
+        std::thread::sleep(Duration::from_millis(1_500));
+        insert(db, 1..=1);
+        let mut watch = db.conn();
+        // The claims sleeping in the trigger now.
+        let sleeping = crate::common::pick::<B>(
+            "SELECT COUNT(*) AS n FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event = 'PgSleep'",
+            "",
+            "SELECT COUNT(*) AS n FROM information_schema.processlist \
+             WHERE db = DATABASE() AND state = 'User sleep'",
+        );
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let hung = (0..300).any(|_| {
+            let n = diesel::sql_query(sleeping).get_result::<Count>(&mut watch).unwrap().n;
+            n == 1 || { std::thread::sleep(Duration::from_millis(100)); false }
+        });
+        assert!(hung, "the poller never took row 1");
+        insert(db, 2..=2);
+        let second = rx.recv_timeout(Duration::from_secs(30));
+        assert_eq!(second, Ok(Ok(Some(2))), "row 2 reached the other waiter");
+        // End the hung claim; its waiter returns (an error, or row 1 once the sleep is cut).
+        match <B as crate::common::TestBackend>::KIND {
+            diesel_lease::BackendKind::Postgres => {
+                watch.batch_execute(
+                    "SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event = 'PgSleep'",
+                ).unwrap();
+            }
+            _ => {
+                #[derive(QueryableByName)]
+                struct Id {
+                    #[diesel(sql_type = diesel::sql_types::BigInt)]
+                    id: i64,
+                }
+                let ids = diesel::sql_query(
+                    "SELECT CAST(id AS SIGNED) AS id FROM information_schema.processlist \
+                     WHERE db = DATABASE() AND state = 'User sleep'",
+                )
+                .load::<Id>(&mut watch)
+                .unwrap();
+                for Id { id } in ids {
+                    watch.batch_execute(&format!("KILL QUERY {id}")).unwrap();
+                }
+            }
+        }
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+    }
+}
+
+/// Registers the named cases for one backend.
+macro_rules! on {
+    ($backend:ident, $ty:ident: $($name:ident),* $(,)?) => {
+        $( #[test] fn $name() {
+            crate::common::run::<crate::common::$ty>(stringify!($name), super::$backend::cases::$name)
+        } )*
+    };
+}
+
+#[cfg(feature = "postgres")]
+mod on_postgres {
+    on!(postgres, Postgres: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
+}
+
+#[cfg(feature = "mysql")]
+mod on_mysql {
+    on!(mysql, Mysql: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
 }

@@ -10,6 +10,10 @@
 //! find work, so a burst of rows reaches as many waiters as it has rows while an empty queue
 //! costs one poll per interval whatever the number of waiters.
 //!
+//! A poller whose poll has not come back a whole max poll interval after it was due (it waits
+//! on a connection that stopped answering, or for a lock) does not keep the others waiting: one
+//! of them polls in its place ([`Turn::Extra`]), once per interval for as long as it is overdue.
+//!
 //! A waiter's own poll still decides what it gets (it claims for itself): the gate only decides
 //! when it looks, so whatever a claim guarantees holds unchanged.
 //!
@@ -57,7 +61,7 @@ struct State {
 pub(crate) enum Turn {
     /// It is the poller now: it sleeps until [`Gate::due`] (or a wake-up), then polls.
     Poller,
-    /// A poll found work: it polls once, at once.
+    /// A poll found work, or the poller is overdue: it polls once, at once.
     Extra,
     /// The wait is over (`stop`, or the deadline).
     Over,
@@ -159,8 +163,8 @@ impl Gate {
     }
 
     /// Waits for this member's turn: [`Turn::Poller`] at once if it is the poller or nobody
-    /// is, [`Turn::Extra`] when a poll found work, [`Turn::Over`] once `stop()` or `deadline`.
-    /// Looks at `stop` every `stop_check`.
+    /// is, [`Turn::Extra`] when a poll found work or the poller's poll is a whole max interval
+    /// overdue, [`Turn::Over`] once `stop()` or `deadline`. Looks at `stop` every `stop_check`.
     pub(crate) fn turn(
         &mut self,
         deadline: Option<Instant>,
@@ -185,7 +189,17 @@ impl Gate {
             if stop() || deadline.is_some_and(|d| now >= d) {
                 return Turn::Over;
             }
-            let slice = deadline.map_or(stop_check, |d| (d - now).min(stop_check));
+            let overdue_at = state.next_poll + state.max;
+            if now >= overdue_at {
+                // The poller has not recorded a poll for a whole interval past its due time:
+                // this member polls in its place, and the next one an interval later if the
+                // poller is still out (`polled` puts the schedule back once it returns).
+                state.next_poll = now;
+                return Turn::Extra;
+            }
+            let slice = deadline
+                .map_or(stop_check, |d| (d - now).min(stop_check))
+                .min(overdue_at - now);
             state = self
                 .shared
                 .changed
@@ -271,6 +285,26 @@ mod tests {
         assert!(gates()
             .as_ref()
             .is_none_or(|g| !g.keys().any(|k| k.0 == 3 || k.0 == 4)));
+    }
+
+    #[test]
+    fn a_member_polls_in_place_of_an_overdue_poller() {
+        let (mut a, mut b) = (join(6), join(6));
+        assert_eq!(a.turn(None, &|| false, SLICE), Turn::Poller);
+        a.polled(false);
+        let due = a.due();
+        // The poller's next poll never records (it hangs): a whole interval past its due time,
+        // the other member polls instead, and not before.
+        let until = Instant::now() + 5 * MAX;
+        assert_eq!(b.turn(Some(until), &|| false, SLICE), Turn::Extra);
+        assert!(
+            Instant::now() >= due + MAX,
+            "taken over before the poller was overdue"
+        );
+        b.polled(false);
+        // Once per interval: at once again only when a poll found work.
+        let soon = Instant::now() + MAX / 2;
+        assert_eq!(b.turn(Some(soon), &|| false, SLICE), Turn::Over);
     }
 
     #[test]
