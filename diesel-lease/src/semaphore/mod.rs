@@ -321,9 +321,12 @@ impl Semaphore {
     }
 
     /// Like [`acquire`](Self::acquire), on a connection you own, which it uses for the whole
-    /// wait (on PostgreSQL it `LISTEN`s on it). The [`Permit`] does not heartbeat or
-    /// release itself; call [`Permit::heartbeat`] within every ttl and
-    /// [`Permit::release`] when done.
+    /// wait. The [`Permit`] does not heartbeat or release itself; call [`Permit::heartbeat`]
+    /// within every ttl and [`Permit::release`] when done.
+    ///
+    /// On PostgreSQL it `LISTEN`s on the connection while it waits and `UNLISTEN`s its channel
+    /// after. The notifications the connection receives meanwhile are read and those of other
+    /// channels dropped: wait on a connection that does not `LISTEN` for anything of yours.
     pub fn acquire_on(
         &self,
         conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
