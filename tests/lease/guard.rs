@@ -271,6 +271,49 @@ fn every_runs_once_per_interval_in_process<B: TestBackend>(db: &TestDb<B>) {
     }
 }
 
+/// A run whose release fails (here it waits for another transaction's lock on the lease row
+/// past the pool's connection timeout) goes to `on_error`, and `run_until` still counts it:
+/// the job ran.
+fn every_counts_a_run_whose_release_failed<B: TestBackend>(db: &TestDb<B>) {
+    use diesel::connection::SimpleConnection;
+    use diesel::r2d2::{ConnectionManager, Pool};
+    use std::sync::atomic::AtomicBool;
+    db.migrate();
+    let pool = Pool::builder()
+        .max_size(3)
+        .connection_timeout(ms(1_000))
+        .connection_customizer(Box::new(diesel_lease::pool::ConnectionTuning::default()))
+        .build(ConnectionManager::<B::Conn>::new(db.url.as_str()))
+        .unwrap();
+    let take = match B::KIND {
+        diesel_lease::BackendKind::Sqlite => "BEGIN IMMEDIATE",
+        _ => "BEGIN; SELECT name FROM diesel_lease_leases WHERE name = 'nightly' FOR UPDATE",
+    };
+    let blocker = Mutex::new(db.conn());
+    let errors = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let (reported, stopping) = (std::sync::Arc::clone(&errors), std::sync::Arc::clone(&stop));
+    let runs = every(ms(3_600_000))
+        .lease(LeaseOptions::new(ms(60_000)))
+        .poll_every(ms(20))
+        .on_error(move |e: &Error| {
+            reported.lock().unwrap().push(e.to_string());
+            stopping.store(true, Ordering::SeqCst);
+        })
+        .run_until(
+            &pool,
+            "nightly",
+            || stop.load(Ordering::SeqCst),
+            // The lease row is locked until the release has given up.
+            |_| blocker.lock().unwrap().batch_execute(take).unwrap(),
+        )
+        .unwrap();
+    blocker.lock().unwrap().batch_execute("ROLLBACK").unwrap();
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 1, "the release failed: {errors:?}");
+    assert_eq!(runs, 1, "the run counts: {errors:?}");
+}
+
 /// One pooled connection grants a plain lease, an interval job, a cron job and plain leases
 /// again, each first by insert and then by takeover. A grant's SQL depends on its kind
 /// (`next_run` NULL, `now + interval` or the next slot; the cron slot's still-due test), so
@@ -500,5 +543,6 @@ backend_tests!(
     with_lock_is_mutually_exclusive,
     with_lock_waits_for_an_expiring_holder,
     every_runs_once_per_interval_in_process,
+    every_counts_a_run_whose_release_failed,
     leases_interval_and_cron_jobs_share_one_connection,
 );

@@ -439,7 +439,8 @@ impl Every {
     }
 
     /// The node loop: until `stop()` returns true, polls and runs `job` whenever it is due here.
-    /// Returns how many occurrences this node ran.
+    /// Returns how many occurrences this node ran (a run whose release failed after it counts:
+    /// the job ran).
     ///
     /// Only a lost lease ends the loop ([`Error::LeaseLost`]: the job
     /// ran, partly, unprotected — the caller must know), and so does bad input, checked once
@@ -491,9 +492,15 @@ impl Every {
         let mut after_error = Backoff::new(poll, MAX_ERROR_BACKOFF.max(poll));
         let mut runs = 0;
         while !stop() {
-            let pause = match self.run_if_due(pool, name, &mut job) {
-                Ok(ran) => {
-                    runs += u64::from(ran.is_some());
+            // Counted when the job ran, whatever its release says after it.
+            let mut ran = false;
+            let polled = self.run_if_due(pool, name, |occurrence| {
+                ran = true;
+                job(occurrence)
+            });
+            runs += u64::from(ran);
+            let pause = match polled {
+                Ok(_) => {
                     after_error = Backoff::new(poll, MAX_ERROR_BACKOFF.max(poll));
                     jitter.next_delay()
                 }
