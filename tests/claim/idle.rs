@@ -227,21 +227,12 @@ backend_suite! {
     }
 }
 
-/// Registers the named cases for one backend.
-macro_rules! on {
-    ($backend:ident, $ty:ident: $($name:ident),* $(,)?) => {
-        $( #[test] fn $name() {
-            crate::common::run::<crate::common::$ty>(stringify!($name), super::$backend::cases::$name)
-        } )*
-    };
-}
-
 #[cfg(feature = "postgres")]
 mod on_postgres {
-    on!(postgres, Postgres: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
+    crate::backend_cases!(postgres, Postgres: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
 }
 
 #[cfg(feature = "mysql")]
 mod on_mysql {
-    on!(mysql, Mysql: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
+    crate::backend_cases!(mysql, Mysql: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
 }

@@ -326,6 +326,24 @@ macro_rules! backend_tests {
     };
 }
 
+/// Registers cases of a [`backend_suite!`] file for one backend only (a fault, a server feature
+/// or a limitation that exists there alone), in a module next to the suite:
+///
+/// ```ignore
+/// #[cfg(feature = "postgres")]
+/// mod on_postgres {
+///     backend_cases!(postgres, Postgres: postgres_lock_timeout_is_a_timeout);
+/// }
+/// ```
+#[macro_export]
+macro_rules! backend_cases {
+    ($backend:ident, $ty:ident: $($name:ident),* $(,)?) => {
+        $( #[test] fn $name() {
+            $crate::common::run::<$crate::common::$ty>(stringify!($name), super::$backend::cases::$name)
+        } )*
+    };
+}
+
 /// A pooled connection of backend `B`.
 pub type Pooled<B> = PooledConnection<ConnectionManager<<B as TestBackend>::Conn>>;
 

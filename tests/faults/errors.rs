@@ -344,18 +344,9 @@ backend_suite! {
     }
 }
 
-/// Registers the named cases for one backend (each fault exists only on its server).
-macro_rules! on {
-    ($backend:ident, $ty:ident: $($name:ident),* $(,)?) => {
-        $( #[test] fn $name() {
-            crate::common::run::<crate::common::$ty>(stringify!($name), super::$backend::cases::$name)
-        } )*
-    };
-}
-
 #[cfg(feature = "postgres")]
 mod on_postgres {
-    on!(postgres, Postgres:
+    crate::backend_cases!(postgres, Postgres:
         postgres_lock_timeout_is_a_timeout,
         postgres_statement_timeout_is_a_timeout,
         postgres_terminated_session_is_connection_lost,
@@ -367,7 +358,7 @@ mod on_postgres {
 
 #[cfg(feature = "mysql")]
 mod on_mysql {
-    on!(mysql, Mysql:
+    crate::backend_cases!(mysql, Mysql:
         mysql_lock_wait_timeout_is_a_timeout,
         mysql_killed_connection_is_connection_lost,
         mysql_a_failed_keyed_write_leaves_the_next_transaction_at_its_level,
@@ -378,5 +369,5 @@ mod on_mysql {
 
 #[cfg(feature = "sqlite")]
 mod on_sqlite {
-    on!(sqlite, Sqlite: sqlite_busy_file_is_a_timeout);
+    crate::backend_cases!(sqlite, Sqlite: sqlite_busy_file_is_a_timeout);
 }
