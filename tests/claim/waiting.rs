@@ -29,7 +29,7 @@ backend_suite! {
         seed_002_inside_the_callers_transaction_is_a_savepoint,
     ];
 
-    fn seed_002_table(db: &TestDb<B>, rows: i64) {
+    pub(crate) fn seed_002_table(db: &TestDb<B>, rows: i64) {
         let (pg, sqlite, mysql) = TABLE1_DDL;
         db.ddl(pg, sqlite, mysql);
         let values: Vec<_> = (1..=rows).map(|id| table1::id.eq(id)).collect();
@@ -214,4 +214,40 @@ backend_suite! {
         let done = conn.transaction(|c| lock_by_pk_if_claimable_within::<Test, _>(c, 1, Duration::from_secs(1))).unwrap();
         assert_eq!(done, None);
     }
+}
+
+/// SQLite: a transaction of yours that read before the waiting lock cannot become a writer once
+/// another writer committed after its read: SQLite refuses at once, whatever the busy timeout.
+/// Opened with `immediate_transaction`, it holds the write lock from its start, so the lock is
+/// taken. (README, "SQLite has no row locks".)
+#[cfg(feature = "sqlite")]
+#[test]
+fn sqlite_a_transaction_that_read_first_cannot_take_the_lock() {
+    use diesel::connection::SimpleConnection;
+    crate::common::run::<crate::common::Sqlite>(
+        "sqlite_a_transaction_that_read_first_cannot_take_the_lock",
+        |db| {
+            sqlite::cases::seed_002_table(db, 2);
+            let (mut conn, mut other) = (db.conn(), db.conn());
+            let deferred = conn.transaction(|c| {
+                table1::table.count().get_result::<i64>(c)?;
+                other.batch_execute("UPDATE table1 SET col1 = 'other' WHERE id = 2")?;
+                let asked = Instant::now();
+                let locked = Table1::with_locked_if_null(c, 1, |_, row| Ok::<_, Error>(row.id));
+                Ok::<_, Error>((locked, asked.elapsed()))
+            });
+            let (locked, took) = deferred.unwrap();
+            assert!(
+                matches!(locked, Err(Error::Timeout { .. })),
+                "SQLITE_BUSY, a timeout: {locked:?}"
+            );
+            // Not the connection's 30 s busy timeout: SQLite does not wait here.
+            assert!(took < Duration::from_secs(10), "it waited {took:?}");
+            let immediate = conn.immediate_transaction(|c| {
+                table1::table.count().get_result::<i64>(c)?;
+                Table1::with_locked_if_null(c, 1, |_, row| Ok::<_, Error>(row.id))
+            });
+            assert_eq!(immediate.unwrap(), Some(1));
+        },
+    );
 }
