@@ -189,8 +189,8 @@ impl Gate {
             if stop() || deadline.is_some_and(|d| now >= d) {
                 return Turn::Over;
             }
-            let overdue_at = state.next_poll + state.max;
-            if now >= overdue_at {
+            let overdue_at = state.next_poll.checked_add(state.max);
+            if overdue_at.is_some_and(|at| now >= at) {
                 // The poller has not recorded a poll for a whole interval past its due time:
                 // this member polls in its place, and the next one an interval later if the
                 // poller is still out (`polled` puts the schedule back once it returns).
@@ -199,7 +199,7 @@ impl Gate {
             }
             let slice = deadline
                 .map_or(stop_check, |d| (d - now).min(stop_check))
-                .min(overdue_at - now);
+                .min(overdue_at.map_or(stop_check, |at| at - now));
             state = self
                 .shared
                 .changed
