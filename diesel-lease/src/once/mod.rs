@@ -379,7 +379,8 @@ where
 ///   back in the transaction that inserted it (the caller's, or a short one of diesel-lease's when
 ///   there is none), by the value the insert generated for the table's `AUTO_INCREMENT` column
 ///   (`LAST_INSERT_ID()`, which is reset first so that a value left by an earlier insert is never
-///   taken for this one; the column's name comes from `information_schema.columns`).
+///   taken for this one: after `AlreadyExists` or `Inserted(None)` the session's
+///   `LAST_INSERT_ID()` reads 0; the column's name comes from `information_schema.columns`).
 ///   `Inserted(None)` exactly when the insert generated no such value: the table has no
 ///   `AUTO_INCREMENT` column (its key came from the insert or a default), or the insert gave the
 ///   column a value itself. The caller then knows the key and can load the row by it.
