@@ -1,7 +1,8 @@
 //! Leases, the farm scheduler and the expiring mutex, on every backend.
 //!
 //! `shedlock`: the cases of ShedLock's shared provider suite; `guard`: pools, drop, keep-alive,
-//! `run_exclusive`, `with_lock`, `every`; `cron`: cron schedules of `every`; `bad_input`: typed errors; `fencing`: a late write of a
+//! `run_exclusive`, `with_lock`, `every`; `late_beat`: a keep-alive extension
+//! landing after the release; `cron`: cron schedules of `every`; `bad_input`: typed errors; `fencing`: a late write of a
 //! paused holder is rejected; `clock`: only the database clock is used; `processes`: SIGKILLed
 //! holders and 1,000 contended grants across processes; `farm`: seed 000's farm of 5 processes.
 
@@ -13,6 +14,7 @@ mod cron;
 mod farm;
 mod fencing;
 mod guard;
+mod late_beat;
 mod processes;
 mod shedlock;
 

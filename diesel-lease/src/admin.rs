@@ -110,7 +110,8 @@ macro_rules! admin_statements {
                 &mut self,
             ) -> diesel::QueryResult<Vec<(String, crate::lease::statements::Row)>> {
                 use crate::lease::statements::dsl::*;
-                let rows: Vec<(String, String, i64, i64, i64, Option<i64>, i64)> = l::table
+                type Listed = (String, String, i64, i64, i64, Option<i64>, Option<i64>, i64);
+                let rows: Vec<Listed> = l::table
                     .select((
                         l::name,
                         l::holder,
@@ -118,13 +119,14 @@ macro_rules! admin_statements {
                         l::acquired_at,
                         l::expires_at,
                         l::next_run,
+                        l::released_at,
                         DbNowMicros,
                     ))
                     .order(l::name)
                     .load(self)?;
                 Ok(rows
                     .into_iter()
-                    .map(|(n, h, t, a, e, r, now)| (n, (h, t, a, e, r, now)))
+                    .map(|(n, h, t, a, e, r, x, now)| (n, (h, t, a, e, r, x, now)))
                     .collect())
             }
 
@@ -187,13 +189,14 @@ admin_statements!(diesel::SqliteConnection);
 admin_statements!(diesel::MysqlConnection);
 
 fn record(row: crate::lease::statements::Row) -> LeaseRecord {
-    let (holder, token, acquired_at, expires_at, next_run, now) = row;
+    let (holder, token, acquired_at, expires_at, next_run, released_at, now) = row;
     LeaseRecord {
         holder,
         token: FencingToken(token),
         acquired_at_micros: acquired_at,
         expires_at_micros: expires_at,
         next_run_micros: next_run,
+        released_at_micros: released_at,
         read_at_micros: now,
     }
 }

@@ -308,21 +308,48 @@ pub fn run<B: TestBackend>(test: &str, body: fn(&TestDb<B>)) {
 
 /// Instantiates generic test functions `fn name<B: TestBackend>(db: &TestDb<B>)` once per
 /// enabled backend, as `postgres::name`, `sqlite::name` and `mysql::name`.
+///
+/// Cases that exist on some backends only (a server feature, or what only a server can show)
+/// go in a group of their own, registered for the backends named, as `group::postgres::name`…:
+///
+/// ```ignore
+/// backend_tests!(mod locking on [postgres, mysql]: an_extend_waits_for_a_keep_alive_extension_under_way);
+/// ```
 #[macro_export]
 macro_rules! backend_tests {
-    ($($name:ident),* $(,)?) => {
+    (mod $group:ident on [$($backend:ident),+ $(,)?]: $($name:ident),* $(,)?) => {
+        mod $group {
+            // The cases, for the backend modules below (`super::name`).
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::backend_tests!(@each [$($backend),+] [$($name),*]);
+        }
+    };
+    (@each [$backend:ident $(, $rest:ident)*] [$($name:ident),*]) => {
+        $crate::backend_tests!(@one $backend [$($name),*]);
+        $crate::backend_tests!(@each [$($rest),*] [$($name),*]);
+    };
+    (@each [] [$($name:ident),*]) => {};
+    (@one postgres [$($name:ident),*]) => {
         #[cfg(feature = "postgres")]
         mod postgres {
             $( #[test] fn $name() { $crate::common::run::<$crate::common::Postgres>(stringify!($name), super::$name::<$crate::common::Postgres>) } )*
         }
+    };
+    (@one sqlite [$($name:ident),*]) => {
         #[cfg(feature = "sqlite")]
         mod sqlite {
             $( #[test] fn $name() { $crate::common::run::<$crate::common::Sqlite>(stringify!($name), super::$name::<$crate::common::Sqlite>) } )*
         }
+    };
+    (@one mysql [$($name:ident),*]) => {
         #[cfg(feature = "mysql")]
         mod mysql {
             $( #[test] fn $name() { $crate::common::run::<$crate::common::Mysql>(stringify!($name), super::$name::<$crate::common::Mysql>) } )*
         }
+    };
+    ($($name:ident),* $(,)?) => {
+        $crate::backend_tests!(@each [postgres, sqlite, mysql] [$($name),*]);
     };
 }
 

@@ -510,27 +510,7 @@ fn an_extend_waits_for_a_keep_alive_extension_under_way<B: TestBackend>(db: &Tes
     assert!(guard.release().unwrap());
 }
 
-#[cfg(feature = "postgres")]
-mod postgres_turn {
-    #[test]
-    fn an_extend_waits_for_a_keep_alive_extension_under_way() {
-        crate::common::run::<crate::common::Postgres>(
-            "an_extend_waits_for_a_keep_alive_extension_under_way",
-            super::an_extend_waits_for_a_keep_alive_extension_under_way::<crate::common::Postgres>,
-        )
-    }
-}
-
-#[cfg(feature = "mysql")]
-mod mysql_turn {
-    #[test]
-    fn an_extend_waits_for_a_keep_alive_extension_under_way() {
-        crate::common::run::<crate::common::Mysql>(
-            "an_extend_waits_for_a_keep_alive_extension_under_way",
-            super::an_extend_waits_for_a_keep_alive_extension_under_way::<crate::common::Mysql>,
-        )
-    }
-}
+backend_tests!(mod locking on [postgres, mysql]: an_extend_waits_for_a_keep_alive_extension_under_way);
 
 backend_tests!(
     keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool,

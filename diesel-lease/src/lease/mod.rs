@@ -553,7 +553,9 @@ impl Lease {
 
     /// Releases the lease. It becomes free at once, or at `acquired_at + at_least_for` when that
     /// is later ([`LeaseOptions::at_least_for`]). The row and its token stay, so the next grant
-    /// gets a larger token.
+    /// gets a larger token; the row records the release (`released_at`), and no extension
+    /// matches a released grant, not even one sent before the release that reaches the database
+    /// after it.
     ///
     /// `true` when the grant was still held; `false` when it had expired or was taken over —
     /// the protected work ran (partly) unprotected. [`Error::LeaseNotHeld`] if it was already
@@ -651,9 +653,14 @@ impl Lease {
             _ => None,
         };
         self.state = State::Lost(now.clone());
+        // A keep-alive beat that lands after the guard's release finds the grant gone: that is
+        // no loss to report (the holder's state stays released).
+        let released = self.local.lost_reason() == Some(LostReason::Released);
         self.local.mark_lost(LostReason::Gone);
         let error = self.lost_error(now);
-        crate::observe::lost("lease", &self.name, Some(self.token.get()), &error);
+        if !released {
+            crate::observe::lost("lease", &self.name, Some(self.token.get()), &error);
+        }
         error
     }
 }
@@ -672,6 +679,11 @@ pub struct LeaseRecord {
     pub expires_at_micros: i64,
     /// For a periodic job: when its next occurrence is due (µs, database clock).
     pub next_run_micros: Option<i64>,
+    /// When the last grant was released (µs, database clock); `None` while it is held, or when
+    /// it expired without a release. A grant released before its
+    /// [`at_least_for`](LeaseOptions::at_least_for) ran out stays [held](Self::is_held) until
+    /// then, released or not.
+    pub released_at_micros: Option<i64>,
     /// The database clock when this record was read (µs since 1970).
     pub read_at_micros: i64,
 }
@@ -715,12 +727,13 @@ pub fn inspect(
 
 fn record<C: LeaseStatements>(conn: &mut C, name: &str) -> Result<Option<LeaseRecord>> {
     Ok(statements::inspect(conn, name)?.map(
-        |(holder, token, acquired_at, expires_at, next_run, now)| LeaseRecord {
+        |(holder, token, acquired_at, expires_at, next_run, released_at, now)| LeaseRecord {
             holder,
             token: FencingToken(token),
             acquired_at_micros: acquired_at,
             expires_at_micros: expires_at,
             next_run_micros: next_run,
+            released_at_micros: released_at,
             read_at_micros: now,
         },
     ))

@@ -34,6 +34,7 @@ macro_rules! takeover {
             l::acquired_at.eq(DbNowMicros),
             l::expires_at.eq(NowPlus($g.ttl_micros)),
             l::next_run.eq(NextRunAfterGrant($g.periodic)),
+            l::released_at.eq(None::<i64>),
         ))
     }};
 }

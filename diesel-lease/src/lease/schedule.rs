@@ -386,7 +386,7 @@ impl Every {
             Schedule::Cron(cron) => cron,
         };
         let (expected, now) = match crate::lease::statements::inspect(conn, name)? {
-            Some((_, _, _, _, next_run, now)) => (next_run, now),
+            Some((_, _, _, _, next_run, _, now)) => (next_run, now),
             None => (None, crate::lease::statements::now(conn)?),
         };
         Ok(match cron.plan(expected, now)? {

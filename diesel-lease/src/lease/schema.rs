@@ -16,5 +16,9 @@ diesel::table! {
         expires_at -> BigInt,
         /// For periodic jobs: when the next occurrence is due (µs, database clock).
         next_run -> Nullable<BigInt>,
+        /// When the last grant was released (µs, database clock); NULL while it is held, or
+        /// once it expired without a release. Extensions and checks match only a grant not yet
+        /// released, so an extension that reaches the database after the release changes nothing.
+        released_at -> Nullable<BigInt>,
     }
 }

@@ -223,6 +223,7 @@ macro_rules! first_grant {
             l::acquired_at.eq(DbNowMicros),
             l::expires_at.eq(NowPlus($g.ttl_micros)),
             l::next_run.eq(FirstNextRun($g.periodic)),
+            l::released_at.eq(None::<i64>),
         )
     };
 }
@@ -245,6 +246,7 @@ macro_rules! upsert {
                     l::acquired_at.eq(excluded(l::acquired_at)),
                     l::expires_at.eq(excluded(l::expires_at)),
                     l::next_run.eq(NextRunAfterGrant($g.periodic)),
+                    l::released_at.eq(None::<i64>),
                 )),
             crate::lease::statements::grantable!($g),
         )
@@ -254,13 +256,16 @@ macro_rules! upsert {
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use upsert;
 
-/// The rows of one grant (`name`, `token`) while it is still valid.
+/// The rows of one grant (`name`, `token`) while it is still valid: not expired, not released.
+/// A released grant can stay unexpired (`at_least_for`); an extension sent before the release
+/// that reaches the database after it (a keep-alive beat on another connection) must not match.
 macro_rules! held {
     ($name:expr, $token:expr) => {
         l::table
             .filter(l::name.eq($name))
             .filter(l::token.eq($token))
             .filter(l::expires_at.gt(DbNowMicros))
+            .filter(l::released_at.is_null())
     };
 }
 pub(crate) use held;
@@ -291,8 +296,9 @@ pub trait LeaseStatements: Dialect {
     /// Moves the expiry of a valid grant to `now + ttl`; whether the grant was still valid.
     #[doc(hidden)]
     fn lease_extend(&mut self, name: &str, token: i64, ttl_micros: i64) -> QueryResult<bool>;
-    /// Ends a valid grant: it expires now, or at `acquired_at + at_least_for` if that is later.
-    /// The row (and its token) stays. Whether the grant was still valid.
+    /// Ends a valid grant: it expires now, or at `acquired_at + at_least_for` if that is later,
+    /// and `released_at` records when (no extension matches it after that). The row (and its
+    /// token) stays. Whether the grant was still valid.
     #[doc(hidden)]
     fn lease_release(
         &mut self,
@@ -311,8 +317,9 @@ pub trait LeaseStatements: Dialect {
     fn lease_now(&mut self) -> QueryResult<i64>;
 }
 
-/// The row of a lease as the database holds it, with the database's time of the read.
-pub type Row = (String, i64, i64, i64, Option<i64>, i64);
+/// The row of a lease as the database holds it (holder, token, acquired at, expires at, next
+/// run, released at), with the database's time of the read.
+pub type Row = (String, i64, i64, i64, Option<i64>, Option<i64>, i64);
 
 /// The lease statements that read the same on every backend.
 macro_rules! lease_statements {
@@ -338,13 +345,14 @@ macro_rules! lease_statements {
         ) -> diesel::QueryResult<bool> {
             use crate::lease::statements::dsl::*;
             Ok(diesel::update(crate::lease::statements::held!(name, token))
-                .set(
+                .set((
                     l::expires_at.eq(case_when(
                         (l::acquired_at + at_least_for_micros).gt(DbNowMicros),
                         l::acquired_at + at_least_for_micros,
                     )
                     .otherwise(DbNowMicros)),
-                )
+                    l::released_at.eq(DbNowMicros.nullable()),
+                ))
                 .execute(self)?
                 == 1)
         }
@@ -370,6 +378,7 @@ macro_rules! lease_statements {
                     l::acquired_at,
                     l::expires_at,
                     l::next_run,
+                    l::released_at,
                     DbNowMicros,
                 ))
                 .first(self)

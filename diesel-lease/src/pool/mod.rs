@@ -419,8 +419,9 @@ where
 {
     let started = std::time::Instant::now();
     if let Some(heartbeat) = heartbeat {
-        // A beat still under way changes nothing an ending cannot: whatever it extends is
-        // checked against the grant the ending gives back.
+        // A beat still under way changes nothing once the ending has run: every extension
+        // matches only a grant that is still held (a lease: not released; a claim: still
+        // claimed by this owner; a permit: its row still there).
         heartbeat.stop(wait.min(DROP_WAIT));
     }
     let left = wait.saturating_sub(started.elapsed());

@@ -1,0 +1,1 @@
+ALTER TABLE diesel_lease_leases DROP COLUMN released_at;
