@@ -38,6 +38,7 @@ backend_suite! {
         an_exhausted_or_runtimeless_deadpool_is_a_typed_error,
         farm_schedules_on_deadpool_run_each_occurrence_once,
         waiters_on_deadpool_with_a_listen_url_are_woken_by_notify,
+        clones_made_before_listen_url_wait_apart_from_those_after,
     ];
 
     fn source(db: &TestDb<B>, rt: &tokio::runtime::Runtime, size: usize) -> Deadpool<<B as TestBackend>::Conn> {
@@ -263,6 +264,25 @@ backend_suite! {
         .join()
         .unwrap();
         assert!(matches!(outside, Err(Error::Config(ref m)) if m.contains("Deadpool::new")), "{outside:?}");
+    }
+
+    /// Waiters of one pool share a poller by the source's identity. On PostgreSQL a clone made
+    /// before `listen_url` has no listener: its waiters share one apart from the waiters a
+    /// `NOTIFY` wakes (a shared poller without the listener would sleep through the
+    /// notifications meant for the others), while every clone made after shares the listener's.
+    /// Elsewhere `listen_url` adds nothing: one pool, one identity. Another pool never shares.
+    pub(crate) fn clones_made_before_listen_url_wait_apart_from_those_after(db: &TestDb<B>) {
+        let rt = runtime();
+        let before = source(db, &rt, 2);
+        let after = before.clone().listen_url(&db.url);
+        let (before, after_clone) = (before.clone(), after.clone());
+        let identity = |s: &Deadpool<<B as TestBackend>::Conn>| ConnectionSource::identity(s).unwrap();
+        assert_eq!(identity(&after), identity(&after_clone));
+        let postgres = B::NAME == "postgres";
+        assert_eq!(identity(&before) != identity(&after), postgres, "{before:?} {after:?}");
+        let other = source(db, &rt, 2);
+        assert_ne!(identity(&other), identity(&before));
+        assert_ne!(identity(&other), identity(&after));
     }
 
     /// `Deadpool::build` (with `listen_url`): on PostgreSQL the pool's waiters get one listener connection

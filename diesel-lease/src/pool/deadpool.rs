@@ -160,7 +160,7 @@ where
     /// gets [`with_network_settings`]. The listener is a background thread with a connection
     /// of its own, outside the pool, open while anybody waits and for 30 s after (it shows in
     /// `pg_stat_activity` as `diesel-lease listener`); if it breaks, waiters poll while it
-    /// reconnects. Clones made before this call keep polling.
+    /// reconnects. Clones made before this call keep polling, as a pool of their own would.
     pub fn listen_url(mut self, url: impl AsRef<str>) -> Self
     where
         C: Notifications,
@@ -169,10 +169,17 @@ where
         self
     }
 
-    /// Tells this pool from every other alive (see [`ConnectionSource::identity`]): the
-    /// manager lives in the pool's shared state, as long as the pool.
+    /// Tells this pool's waiters from every other pool's (see [`ConnectionSource::identity`]),
+    /// the same for all clones made after the same [`listen_url`](Self::listen_url): its
+    /// listener when it has one (alive as long as a clone keeps it), else the manager, which
+    /// lives in the pool's shared state as long as the pool. Waiters share a poller by it
+    /// (`notify::gate`): the clones made before `listen_url`, which have no listener, get one
+    /// of their own, and never poll for the waiters a `NOTIFY` wakes, nor those for them.
     fn pool_identity(&self) -> usize {
-        std::ptr::from_ref(self.pool().manager()) as usize
+        match &self.listener {
+            Some(listener) => Arc::as_ptr(listener) as usize,
+            None => std::ptr::from_ref(self.pool().manager()) as usize,
+        }
     }
 
     /// The pool, for the application's own `interact` calls.
