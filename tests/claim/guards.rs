@@ -151,13 +151,25 @@ backend_suite! {
             .unwrap();
         assert_eq!(outcome, InsertOutcome::Inserted(Some(stored)));
         assert_eq!(first.insert_once(&mut conn).unwrap(), InsertOutcome::AlreadyExists);
+        let mysql = <B as crate::common::TestBackend>::KIND == diesel_lease::BackendKind::Mysql;
+        // MySQL: the session's `LAST_INSERT_ID()` is reset before each insert (as documented),
+        // so after a duplicate it reads 0, not the id of the row inserted before.
+        let last_insert_id = |conn: &mut <B as crate::common::TestBackend>::Conn| -> i64 {
+            diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>("CAST(LAST_INSERT_ID() AS SIGNED)"))
+                .get_result(conn)
+                .unwrap()
+        };
+        if mysql {
+            assert_eq!(last_insert_id(&mut conn), 0, "after AlreadyExists");
+        }
 
         let numbered = NumberedNotification { id: 100, user_id: 5, previous_notification: 2, body: "day 3".into() };
         let outcome = numbered.clone().insert_once(&mut conn).unwrap();
         let stored: Notification = notification::table.find(100).select(Notification::as_select()).first(&mut conn).unwrap();
-        if <B as crate::common::TestBackend>::KIND == diesel_lease::BackendKind::Mysql {
+        if mysql {
             // The insert generated no AUTO_INCREMENT value: MySQL has nothing to find the row by.
             assert_eq!(outcome, InsertOutcome::Inserted(None));
+            assert_eq!(last_insert_id(&mut conn), 0, "after Inserted(None)");
         } else {
             assert_eq!(outcome, InsertOutcome::Inserted(Some(stored)));
         }

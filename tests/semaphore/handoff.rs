@@ -85,3 +85,52 @@ backend_tests!(
     a_waiter_in_another_process_notices_a_release_at_once,
     a_waiter_in_the_same_process_notices_a_release_at_once
 );
+
+/// `acquire_on` on PostgreSQL `LISTEN`s on the caller's connection while it waits and reads what
+/// arrives there: a notification of another channel that arrives during the wait is dropped, as
+/// its docs say, while the caller's own `LISTEN` stays (a notification sent after the wait
+/// arrives).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_acquire_on_drops_other_channels_notifications_that_arrive_while_it_waits() {
+    use diesel::connection::SimpleConnection;
+    crate::common::run::<crate::common::Postgres>(
+        "postgres_acquire_on_drops_other_channels_notifications_that_arrive_while_it_waits",
+        |db| {
+            let pool = setup(db, 3);
+            let sem = mutex("listen-on");
+            let held = sem.acquire(&pool, TTL).unwrap();
+            let mut conn = db.conn();
+            conn.batch_execute("LISTEN mine").unwrap();
+            std::thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let permit = sem.acquire_on(&mut conn, TTL).unwrap();
+                    assert!(permit.release(&mut conn).unwrap());
+                });
+                wait_until("the waiter is queued", || {
+                    queue::<crate::common::Postgres>(&pool, "listen-on").len() == 2
+                });
+                // Committed before the release: it reaches the waiting connection first.
+                db.conn().batch_execute("NOTIFY mine, 'during'").unwrap();
+                held.release().unwrap();
+                waiter.join().unwrap();
+            });
+            db.conn().batch_execute("NOTIFY mine, 'after'").unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut seen = Vec::new();
+            while !seen.iter().any(|p| p == "after") && Instant::now() < deadline {
+                for n in conn.notifications_iter() {
+                    let n = n.unwrap();
+                    seen.push(n.payload);
+                    assert_eq!(n.channel, "mine");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            assert_eq!(
+                seen,
+                ["after"],
+                "the wait dropped 'during' and kept the LISTEN"
+            );
+        },
+    );
+}
