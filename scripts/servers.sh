@@ -199,7 +199,8 @@ start_mariadb() {
 CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';
 GRANT ALL PRIVILEGES ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;
 SQL
-    # A temporary directory of its own: a MariaDB server deletes every `#sql*` file in its tmpdir
+    # A temporary directory of its own, for the bootstrap (mariadb-install-db passes the option on
+    # to its mariadbd) and the server: a MariaDB server deletes every `#sql*` file in its tmpdir
     # when it starts, so servers sharing /tmp (a Galera node restarted by a test, another suite on
     # the machine) would delete each other's live temporary tables.
     mkdir -p "$MYSQL_DIR/tmp" || return 1
@@ -212,7 +213,7 @@ SQL
     local install_user=()
     [ "$(id -u)" -eq 0 ] && install_user=(--user=mysql)
     if ! as_user "$user" mariadb-install-db --no-defaults --datadir="$MYSQL_DIR/data" \
-        "${install_user[@]}" --auth-root-authentication-method=normal --skip-test-db \
+        --tmpdir="$MYSQL_DIR/tmp" "${install_user[@]}" --auth-root-authentication-method=normal --skip-test-db \
         --skip-name-resolve >"$MYSQL_DIR/install.log" 2>&1; then
         cat "$MYSQL_DIR/install.log" >&2
         server_error "start_mariadb: mariadb-install-db failed (its output is above)"

@@ -56,6 +56,10 @@ impl TempMaria {
                  CREATE DATABASE IF NOT EXISTS {DB};\n"
             ),
         )?;
+        // A tmpdir of its own, for the bootstrap and the server: a MariaDB server deletes every
+        // `#sql*` file in its tmpdir when it starts, another server's live temporary tables too.
+        let tmp = d.join("tmp");
+        std::fs::create_dir(&tmp)?;
         if as_mysql {
             let status = Command::new("chown")
                 .arg("-R")
@@ -71,6 +75,7 @@ impl TempMaria {
         install
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .args([
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
@@ -94,6 +99,7 @@ impl TempMaria {
         let child = as_user(as_mysql, MARIADBD)
             .arg("--no-defaults")
             .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg(format!("--socket={}", d.join("mysqld.sock").display()))
             .arg(format!("--pid-file={}", pid_file.display()))
             .arg(format!("--log-error={}", log.display()))
