@@ -8,6 +8,7 @@ use diesel::prelude::*;
 use diesel_lease::claim::{ClaimGuard, ClaimOptions};
 use diesel_lease::prelude::*;
 
+use crate::common::holdback::{Holdback, Phase};
 use crate::common::TestDb;
 use crate::models::schema::importjobs;
 use crate::models::*;
@@ -39,6 +40,7 @@ backend_suite! {
         a_starved_guard_knows_it_lost_before_the_database_would_rescue,
         heartbeat_of_a_rescued_claim_is_false,
         every_claim_variant_exists_for_one_row_and_a_batch,
+        a_heartbeat_landing_after_the_row_was_claimed_again_changes_nothing,
     ];
 
     fn seed(db: &TestDb<B>, rows: i64) {
@@ -148,6 +150,32 @@ backend_suite! {
         assert_eq!(status(db, 1), "JOBEXTRACTED");
         let again = ImportJob::claim_next(&mut db.conn()).unwrap().expect("claimable at once");
         assert_eq!(again.attempts, 3, "three claims in all");
+    }
+
+    /// A guard's heartbeat, held back between the pool and the database (`common::holdback`),
+    /// reaches it after the guard handed the row back and another worker claimed it again: it
+    /// changes nothing. The touch matches the claimed state and this claim's stamp, which the new
+    /// claim replaced; one that matched would refresh the new claim's `claimed_at` and put off
+    /// its rescue, should that worker die. (`StampOnly`: no attempts column, the stamp alone.)
+    pub(crate) fn a_heartbeat_landing_after_the_row_was_claimed_again_changes_nothing(db: &TestDb<B>) {
+        seed(db, 1);
+        let source = Holdback::new(db.pool(4));
+        // A heartbeat a second in.
+        let guard = ClaimGuard::<StampOnly>::claim_next_with(&source, &timeout(Duration::from_secs(3)))
+            .unwrap()
+            .expect("a row");
+        source.set(Phase::Armed);
+        assert_eq!(source.wait_for(Duration::from_secs(10), |p| p == Phase::Held), Some(Phase::Held), "no heartbeat came");
+        // The release stops the heartbeat (its wait for the held beat runs out) and hands the row
+        // back on another connection.
+        assert!(guard.release().unwrap(), "it was still claimed");
+        assert_eq!(status(db, 1), "JOBEXTRACTED");
+        let mut conn = db.conn();
+        let again = StampOnly::claim_next(&mut conn).unwrap().expect("claimable at once");
+        source.set(Phase::Let);
+        assert_eq!(source.wait_for(Duration::from_secs(30), |p| p == Phase::Landed), Some(Phase::Landed), "the held heartbeat never ran");
+        let now: StampOnly = importjobs::table.find(1).select(StampOnly::as_select()).first(&mut conn).unwrap();
+        assert_eq!(now, again, "the late heartbeat touched the new claim");
     }
 
     /// A guard whose heartbeats cannot get a connection (its pool is exhausted) knows it lost
