@@ -80,6 +80,7 @@ fn leases<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: boo
                 "expires_at_micros": r.expires_at_micros,
                 "expires_in_ms": (r.expires_at_micros - r.read_at_micros) / 1000,
                 "next_run_micros": r.next_run_micros,
+                "released_at_micros": r.released_at_micros,
                 "read_at_micros": r.read_at_micros,
             })
         })
@@ -92,7 +93,7 @@ fn leases<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: boo
                 l.name.clone(),
                 r.holder.clone(),
                 r.token.get().to_string(),
-                if r.is_held() { "held" } else { "free" }.into(),
+                LeaseState::of(r).as_str().into(),
                 relative(r.expires_at_micros, r.read_at_micros),
                 r.next_run_micros
                     .map_or("-".into(), |n| relative(n, r.read_at_micros)),
@@ -199,7 +200,7 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
     let before = diesel_lease::lease::inspect(conn, name)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no lease named `{name}`"))?;
-    let state = format!(
+    let described = format!(
         "lease `{name}`: {}, token {}, {} {}",
         holding(&before),
         before.token,
@@ -210,7 +211,7 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
         },
         relative(before.expires_at_micros, before.read_at_micros)
     );
-    confirm(&state, &format!("force release of lease `{name}`"), yes)?;
+    confirm(&described, &format!("force release of lease `{name}`"), yes)?;
     let after = admin::force_release_lease(conn, name)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no lease named `{name}`"))?;
@@ -224,23 +225,53 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
                 holding(&before),
                 before.token,
                 after.token,
-                if before.is_held() {
-                    "the holder's next extend or release fails with LeaseLost"
-                } else {
-                    "a holder that still thinks it holds it fails with LeaseLost on its next extend or release"
+                match LeaseState::of(&before) {
+                    LeaseState::Held => "the holder's next extend or release fails with LeaseLost",
+                    LeaseState::Kept => "other nodes can take it now",
+                    LeaseState::Free => "a holder that still thinks it holds it fails with LeaseLost on its next extend or release",
                 }
             )
         },
     )
 }
 
-/// Who has a lease, as a forced release finds it: `held by `h``, or `free; last held by `h``
-/// (its holder released it or let it expire: the table keeps the last holder's name).
+/// A lease's STATE in the listing, the page and a forced release's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseState {
+    /// A holder has it.
+    Held,
+    /// Its holder released it, but its at-least-for keeps it from other nodes until it expires.
+    Kept,
+    /// Any node can take it.
+    Free,
+}
+
+impl LeaseState {
+    pub(crate) fn of(lease: &diesel_lease::lease::LeaseRecord) -> Self {
+        match (lease.is_held(), lease.released_at_micros) {
+            (true, None) => LeaseState::Held,
+            (true, Some(_)) => LeaseState::Kept,
+            (false, _) => LeaseState::Free,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Held => "held",
+            LeaseState::Kept => "kept",
+            LeaseState::Free => "free",
+        }
+    }
+}
+
+/// Who has a lease, as a forced release finds it: `held by `h``, `released by `h`, kept for
+/// its at-least-for`, or `free; last held by `h`` (its holder released it or let it expire: the
+/// table keeps the last holder's name).
 fn holding(lease: &diesel_lease::lease::LeaseRecord) -> String {
-    if lease.is_held() {
-        format!("held by `{}`", lease.holder)
-    } else {
-        format!("free; last held by `{}`", lease.holder)
+    match LeaseState::of(lease) {
+        LeaseState::Held => format!("held by `{}`", lease.holder),
+        LeaseState::Kept => format!("released by `{}`, kept for its at-least-for", lease.holder),
+        LeaseState::Free => format!("free; last held by `{}`", lease.holder),
     }
 }
 

@@ -417,7 +417,50 @@ fn control_table_queues_are_listed_when_described<B: TestBackend>(db: &TestDb<B>
     drop(writer);
 }
 
+/// A lease released before its at-least-for ran out is listed as `kept` (held by its at-least-for,
+/// not by a holder), with when it was released; a forced release of it says that other nodes can
+/// take it now, and they can.
+fn a_released_lease_kept_by_its_at_least_for_is_listed_as_kept<B: TestBackend>(db: &TestDb<B>) {
+    assert!(ok(db, &["migrate"]).contains("up to date"));
+    let mut conn = db.conn();
+    let options = diesel_lease::lease::LeaseOptions::new(std::time::Duration::from_secs(60))
+        .at_least_for(std::time::Duration::from_secs(60));
+    let mut held = diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
+        .unwrap()
+        .expect("free");
+    assert!(held.release(&mut conn).unwrap());
+    let table = ok(db, &["leases"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("weekly "))
+        .expect(&table);
+    assert!(row.contains(" kept "), "{row}");
+    let entry = &json(db, &["leases"])[0];
+    assert_eq!(entry["held"], true, "{entry}");
+    assert!(entry["released_at_micros"].as_i64().is_some(), "{entry}");
+    assert!(
+        diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
+            .unwrap()
+            .is_none()
+    );
+
+    let released = ok(db, &["release", "lease", "weekly", "--yes"]);
+    assert!(
+        released.contains(&format!(
+            "(released by `{}`, kept for its at-least-for)",
+            held.holder()
+        )) && released.ends_with("; other nodes can take it now\n"),
+        "{released}"
+    );
+    assert!(
+        diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
+            .unwrap()
+            .is_some()
+    );
+}
+
 backend_tests!(
+    a_released_lease_kept_by_its_at_least_for_is_listed_as_kept,
     a_workers_lease_is_listed_and_a_forced_release_fences_it,
     a_forced_ticket_release_takes_the_permit_away,
     claims_are_counted_and_names_stay_identifiers,

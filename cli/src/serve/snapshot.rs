@@ -125,13 +125,17 @@ pub(super) struct Holdings {
     pub(super) permits: Vec<String>,
 }
 
-/// Who holds what: held leases and granted tickets by holder.
+/// Who holds what: held leases (not those a holder released and only an at-least-for keeps)
+/// and granted tickets by holder.
 pub(super) fn holders(
     leases: &[LeaseEntry],
     semaphores: &[SemaphoreView],
 ) -> BTreeMap<String, Holdings> {
     let mut by_holder: BTreeMap<String, Holdings> = BTreeMap::new();
-    for l in leases.iter().filter(|l| l.record.is_held()) {
+    for l in leases
+        .iter()
+        .filter(|l| crate::commands::LeaseState::of(&l.record) == crate::commands::LeaseState::Held)
+    {
         by_holder
             .entry(l.record.holder.clone())
             .or_default()
