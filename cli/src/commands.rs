@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use crate::backend::{connect, CliConnection};
 use crate::queues::{semaphores_with_queues, ControlTablesArgs, Requests};
-use crate::report::{confirm, duration, relative, say, Outcome, Table};
+use crate::report::{confirm, duration, relative, say, LeaseState, Outcome, Table};
 use crate::{Cli, Command, ReleaseWhat};
 
 /// Connects as the URL says and runs the command.
@@ -233,35 +233,6 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
             )
         },
     )
-}
-
-/// A lease's STATE in the listing, the page and a forced release's message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LeaseState {
-    /// A holder has it.
-    Held,
-    /// Its holder released it, but its at-least-for keeps it from other nodes until it expires.
-    Kept,
-    /// Any node can take it.
-    Free,
-}
-
-impl LeaseState {
-    pub(crate) fn of(lease: &diesel_lease::lease::LeaseRecord) -> Self {
-        match (lease.is_held(), lease.released_at_micros) {
-            (true, None) => LeaseState::Held,
-            (true, Some(_)) => LeaseState::Kept,
-            (false, _) => LeaseState::Free,
-        }
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            LeaseState::Held => "held",
-            LeaseState::Kept => "kept",
-            LeaseState::Free => "free",
-        }
-    }
 }
 
 /// Who has a lease, as a forced release finds it: `held by `h``, `released by `h`, kept for

@@ -120,6 +120,35 @@ pub(crate) fn relative(at: i64, now: i64) -> String {
     }
 }
 
+/// A lease's STATE in the listing, the page and a forced release's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseState {
+    /// A holder has it.
+    Held,
+    /// Its holder released it, but its at-least-for keeps it from other nodes until it expires.
+    Kept,
+    /// Any node can take it.
+    Free,
+}
+
+impl LeaseState {
+    pub(crate) fn of(lease: &diesel_lease::lease::LeaseRecord) -> Self {
+        match (lease.is_held(), lease.released_at_micros) {
+            (true, None) => LeaseState::Held,
+            (true, Some(_)) => LeaseState::Kept,
+            (false, _) => LeaseState::Free,
+        }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Held => "held",
+            LeaseState::Kept => "kept",
+            LeaseState::Free => "free",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,7 +138,7 @@ fn lease_table(leases: &[diesel_lease::admin::LeaseEntry], state: &State) -> Mar
                     @let r = &l.record;
                     tr data-lease=(l.name) {
                         td { (l.name) } td { (r.holder) } td { (r.token.get()) }
-                        td { @let st = crate::commands::LeaseState::of(r); @if st == crate::commands::LeaseState::Held { span .ok { (st.as_str()) } } @else { span .muted { (st.as_str()) } } }
+                        td { @let st = crate::report::LeaseState::of(r); @if st == crate::report::LeaseState::Held { span .ok { (st.as_str()) } } @else { span .muted { (st.as_str()) } } }
                         td { (relative(r.expires_at_micros, r.read_at_micros)) }
                         td { (r.next_run_micros.map_or("-".into(), |n| relative(n, r.read_at_micros))) }
                         @if state.token.is_some() {

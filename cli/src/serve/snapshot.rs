@@ -134,7 +134,7 @@ pub(super) fn holders(
     let mut by_holder: BTreeMap<String, Holdings> = BTreeMap::new();
     for l in leases
         .iter()
-        .filter(|l| crate::commands::LeaseState::of(&l.record) == crate::commands::LeaseState::Held)
+        .filter(|l| crate::report::LeaseState::of(&l.record) == crate::report::LeaseState::Held)
     {
         by_holder
             .entry(l.record.holder.clone())
