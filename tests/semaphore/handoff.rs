@@ -87,15 +87,17 @@ backend_tests!(
 );
 
 /// `acquire_on` on PostgreSQL `LISTEN`s on the caller's connection while it waits and reads what
-/// arrives there: a notification of another channel that arrives during the wait is dropped, as
-/// its docs say, while the caller's own `LISTEN` stays (a notification sent after the wait
-/// arrives).
+/// arrives there. The caller's own `LISTEN` stays (a notification sent after the wait arrives),
+/// and nothing of diesel-lease's channel is left for the caller (PostgreSQL delivers no
+/// notification of a channel after its `UNLISTEN`). A notification of the caller's channel sent
+/// during the wait is dropped when the wait reads it and left when the server delivers it later
+/// (the docs say so; the CI machine saw both), so this does not assert which.
 #[cfg(feature = "postgres")]
 #[test]
-fn postgres_acquire_on_drops_other_channels_notifications_that_arrive_while_it_waits() {
+fn postgres_acquire_on_keeps_the_callers_listen() {
     use diesel::connection::SimpleConnection;
     crate::common::run::<crate::common::Postgres>(
-        "postgres_acquire_on_drops_other_channels_notifications_that_arrive_while_it_waits",
+        "postgres_acquire_on_keeps_the_callers_listen",
         |db| {
             let pool = setup(db, 3);
             let sem = mutex("listen-on");
@@ -110,7 +112,7 @@ fn postgres_acquire_on_drops_other_channels_notifications_that_arrive_while_it_w
                 wait_until("the waiter is queued", || {
                     queue::<crate::common::Postgres>(&pool, "listen-on").len() == 2
                 });
-                // Committed before the release: it reaches the waiting connection first.
+                // Sent while the waiter waits.
                 db.conn().batch_execute("NOTIFY mine, 'during'").unwrap();
                 held.release().unwrap();
                 waiter.join().unwrap();
@@ -126,10 +128,9 @@ fn postgres_acquire_on_drops_other_channels_notifications_that_arrive_while_it_w
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            assert_eq!(
-                seen,
-                ["after"],
-                "the wait dropped 'during' and kept the LISTEN"
+            assert!(
+                seen == ["after"] || seen == ["during", "after"],
+                "the caller's LISTEN stays, and each notification comes once: {seen:?}"
             );
         },
     );

@@ -325,8 +325,10 @@ impl Semaphore {
     /// within every ttl and [`Permit::release`] when done.
     ///
     /// On PostgreSQL it `LISTEN`s on the connection while it waits and `UNLISTEN`s its channel
-    /// after. The notifications the connection receives meanwhile are read and those of other
-    /// channels dropped: wait on a connection that does not `LISTEN` for anything of yours.
+    /// after; your own `LISTEN`s stay. It reads the notifications the connection receives while
+    /// it waits, and drops those of other channels among them (whether one sent during the wait
+    /// is read then, or left for you, depends on when the server delivers it): wait on a
+    /// connection that does not `LISTEN` for anything of yours.
     pub fn acquire_on(
         &self,
         conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
