@@ -275,8 +275,9 @@ backend_suite! {
         let rt = runtime();
         let before = source(db, &rt, 2);
         let after = before.clone().listen_url(&db.url);
-        let (before, after_clone) = (before.clone(), after.clone());
+        let (before_clone, after_clone) = (before.clone(), after.clone());
         let identity = |s: &Deadpool<<B as TestBackend>::Conn>| ConnectionSource::identity(s).unwrap();
+        assert_eq!(identity(&before), identity(&before_clone));
         assert_eq!(identity(&after), identity(&after_clone));
         let postgres = B::NAME == "postgres";
         assert_eq!(identity(&before) != identity(&after), postgres, "{before:?} {after:?}");
