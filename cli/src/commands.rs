@@ -76,6 +76,7 @@ fn leases<C: CliConnection + BorrowConnection<Conn = C>>(conn: &mut C, json: boo
                 "holder": r.holder,
                 "token": r.token.get(),
                 "held": r.is_held(),
+                "state": LeaseState::of(r).as_str(),
                 "acquired_at_micros": r.acquired_at_micros,
                 "expires_at_micros": r.expires_at_micros,
                 "expires_in_ms": (r.expires_at_micros - r.read_at_micros) / 1000,

@@ -133,9 +133,9 @@ pub(crate) enum LeaseState {
 
 impl LeaseState {
     pub(crate) fn of(lease: &diesel_lease::lease::LeaseRecord) -> Self {
-        match (lease.is_held(), lease.released_at_micros) {
-            (true, None) => LeaseState::Held,
-            (true, Some(_)) => LeaseState::Kept,
+        match (lease.is_held(), lease.is_released()) {
+            (true, false) => LeaseState::Held,
+            (true, true) => LeaseState::Kept,
             (false, _) => LeaseState::Free,
         }
     }

@@ -437,6 +437,7 @@ fn a_released_lease_kept_by_its_at_least_for_is_listed_as_kept<B: TestBackend>(d
     assert!(row.contains(" kept "), "{row}");
     let entry = &json(db, &["leases"])[0];
     assert_eq!(entry["held"], true, "{entry}");
+    assert_eq!(entry["state"], "kept", "{entry}");
     assert!(entry["released_at_micros"].as_i64().is_some(), "{entry}");
     assert!(
         diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
@@ -459,7 +460,48 @@ fn a_released_lease_kept_by_its_at_least_for_is_listed_as_kept<B: TestBackend>(d
     );
 }
 
+/// During a rolling upgrade a node of the previous version grants a lease without clearing
+/// `released_at` (it does not know the column), leaving the previous grant's release time in
+/// it. The lease is held, not kept: the release is older than the grant.
+fn a_grant_by_a_node_that_predates_released_at_is_listed_as_held<B: TestBackend>(db: &TestDb<B>) {
+    use diesel::connection::SimpleConnection;
+    assert!(ok(db, &["migrate"]).contains("up to date"));
+    let mut conn = db.conn();
+    let options = diesel_lease::lease::LeaseOptions::new(std::time::Duration::from_secs(60));
+    let held = diesel_lease::lease::try_acquire(&mut conn, "nightly", &options)
+        .unwrap()
+        .expect("free");
+    // What an old node's grant after a release leaves: a release time from before the grant.
+    conn.batch_execute(
+        "UPDATE diesel_lease_leases SET released_at = acquired_at - 5000000 WHERE name = 'nightly'",
+    )
+    .unwrap();
+    let record = diesel_lease::lease::inspect(&mut conn, "nightly")
+        .unwrap()
+        .expect("row");
+    assert!(
+        record.is_held() && record.released_at_micros.is_some(),
+        "{record:?}"
+    );
+    assert!(!record.is_released(), "{record:?}");
+
+    let table = ok(db, &["leases"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("nightly "))
+        .expect(&table);
+    assert!(row.contains(" held "), "{row}");
+    assert_eq!(json(db, &["leases"])[0]["state"], "held");
+    let released = ok(db, &["release", "lease", "nightly", "--yes"]);
+    assert!(
+        released.contains(&format!("(held by `{}`)", held.holder()))
+            && released.ends_with("; the holder's next extend or release fails with LeaseLost\n"),
+        "{released}"
+    );
+}
+
 backend_tests!(
+    a_grant_by_a_node_that_predates_released_at_is_listed_as_held,
     a_released_lease_kept_by_its_at_least_for_is_listed_as_kept,
     a_workers_lease_is_listed_and_a_forced_release_fences_it,
     a_forced_ticket_release_takes_the_permit_away,

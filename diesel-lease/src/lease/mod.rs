@@ -683,6 +683,11 @@ pub struct LeaseRecord {
     /// it expired without a release. A grant released before its
     /// [`at_least_for`](LeaseOptions::at_least_for) ran out stays [held](Self::is_held) until
     /// then, released or not.
+    ///
+    /// During a rolling upgrade a node of a version that predates the column grants without
+    /// clearing it: the column then holds an earlier grant's release, older than
+    /// [`acquired_at_micros`](Self::acquired_at_micros). [`is_released`](Self::is_released)
+    /// tells the two apart.
     pub released_at_micros: Option<i64>,
     /// The database clock when this record was read (µs since 1970).
     pub read_at_micros: i64,
@@ -692,6 +697,16 @@ impl LeaseRecord {
     /// Whether the lease was held when the record was read (by the database clock).
     pub fn is_held(&self) -> bool {
         self.expires_at_micros > self.read_at_micros
+    }
+
+    /// Whether the last grant's holder released it: [`released_at_micros`] is set and not
+    /// older than the grant. A lease that [is held](Self::is_held) and released is kept from
+    /// other nodes by its [`at_least_for`](LeaseOptions::at_least_for) alone.
+    ///
+    /// [`released_at_micros`]: Self::released_at_micros
+    pub fn is_released(&self) -> bool {
+        self.released_at_micros
+            .is_some_and(|released| released >= self.acquired_at_micros)
     }
 }
 
