@@ -44,7 +44,7 @@ impl<'a> MakeWriter<'a> for Capture {
 
 /// The process-wide WARN subscriber (background threads log outside any test's thread), set
 /// once for the suite; each test looks for its own lease names in it.
-fn warnings() -> &'static Capture {
+pub(crate) fn warnings() -> &'static Capture {
     static CAPTURE: OnceLock<Capture> = OnceLock::new();
     CAPTURE.get_or_init(|| {
         let capture = Capture::default();
