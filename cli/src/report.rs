@@ -111,9 +111,12 @@ pub(crate) fn duration(micros: i64) -> String {
     format!("{sign}{text}")
 }
 
-/// When `at` is, seen from `now` (both µs): `in 25.0s` or `3.1s ago`.
+/// When `at` is, seen from `now` (both µs): `in 25.0s` or `3.1s ago`; `never` for the largest
+/// `i64` (a control-table row inserted without the library keeps that default expiry).
 pub(crate) fn relative(at: i64, now: i64) -> String {
-    if at >= now {
+    if at == i64::MAX {
+        "never".to_owned()
+    } else if at >= now {
         format!("in {}", duration(at - now))
     } else {
         format!("{} ago", duration(now - at))
@@ -155,6 +158,8 @@ mod tests {
 
     #[test]
     fn durations_read_well() {
+        assert_eq!(relative(i64::MAX, 1_000_000), "never");
+        assert_eq!(relative(3_100_000, 0), "in 3.1s");
         assert_eq!(duration(850_000), "850ms");
         assert_eq!(duration(12_345_000), "12.3s");
         assert_eq!(duration(245_000_000), "4m05s");

@@ -819,7 +819,7 @@ impl<M: JobLease> JobLeaseDsl for M {}
 /// # diesel::connection::SimpleConnection::batch_execute(&mut pool.get()?,
 /// #     "CREATE TABLE process_control (queue_position INTEGER PRIMARY KEY AUTOINCREMENT,
 /// #        requesting_id TEXT NOT NULL, resource TEXT NOT NULL, access_type TEXT NOT NULL,
-/// #        granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0);")?;
+/// #        granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 9223372036854775807);")?;
 /// let etl = ProcessControl::semaphore("etl", 2);
 /// let first = etl.acquire(&pool, Duration::from_secs(5))?;
 /// let second = etl.acquire(&pool, Duration::from_secs(5))?;

@@ -178,7 +178,7 @@ impl GrantedColumn for diesel::sql_types::Bool {}
 #[diagnostic::on_unimplemented(
     message = "the semaphore's expires_at column must be a `BigInt` column, but its SQL type is `{Self}`",
     label = "not a `BigInt` column",
-    note = "add it with `expires_at BIGINT NOT NULL DEFAULT 0` (microseconds since 1970, database clock) and declare it `expires_at -> BigInt`"
+    note = "add it with `expires_at BIGINT NOT NULL DEFAULT 9223372036854775807` (microseconds since 1970, database clock) and declare it `expires_at -> BigInt`"
 )]
 pub trait ExpiresAtColumn {}
 impl ExpiresAtColumn for BigInt {}

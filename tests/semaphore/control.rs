@@ -102,7 +102,9 @@ where
 /// The seed's own race on the seed's own table: another program takes a number the seed's way
 /// (`INSERT INTO ProcessControl …`, identity first, commit later, no lock of the library's) and
 /// keeps its transaction open while a contender proceeds. A mutex never has two holders, and
-/// once the late row is visible it waits for the holder like any request.
+/// once the late row is visible it waits for the holder like any request. The insert names the
+/// seed's columns only: the expiry's default (the largest `BIGINT`, as the README's DDL has it)
+/// keeps the row from being removed as stale (with a default of 0 it was deleted at once).
 fn seed_style_insert_never_makes_two_holders<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 8);
     control_table(db);
@@ -120,9 +122,8 @@ fn seed_style_insert_never_makes_two_holders<B: TestBackend>(db: &TestDb<B>) {
         .unwrap();
     straggler
         .batch_execute(
-            "INSERT INTO process_control \
-             (requesting_id, resource, access_type, granted, expires_at) \
-             VALUES ('straggler', 'race', 'R', FALSE, 9000000000000000000)",
+            "INSERT INTO process_control (requesting_id, resource, access_type) \
+             VALUES ('straggler', 'race', 'R')",
         )
         .unwrap();
     let holder = std::thread::scope(|s| {
@@ -211,13 +212,13 @@ fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
     db.ddl(
         "CREATE TABLE basic_control (queue_position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
            requesting_id VARCHAR(255) NOT NULL, \
-           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0)",
+           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 9223372036854775807)",
         "CREATE TABLE basic_control (queue_position INTEGER PRIMARY KEY AUTOINCREMENT, \
            requesting_id VARCHAR(255) NOT NULL, \
-           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0)",
+           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 9223372036854775807)",
         "CREATE TABLE basic_control (queue_position BIGINT AUTO_INCREMENT PRIMARY KEY, \
            requesting_id VARCHAR(255) NOT NULL, \
-           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 0)",
+           granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 9223372036854775807)",
     );
     let mutex = BasicControl::semaphore(1);
     assert_eq!(mutex.resource(), "basic_control");

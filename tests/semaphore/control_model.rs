@@ -47,7 +47,7 @@ pub(crate) const PROCESS_CONTROL_DDL: [&str; 3] = [
        requested_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP); \
      ALTER TABLE process_control \
        ADD COLUMN granted BOOLEAN NOT NULL DEFAULT FALSE, \
-       ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0; \
+       ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 9223372036854775807; \
      CREATE INDEX process_control_queue ON process_control (resource, queue_position)",
     "CREATE TABLE process_control (\
        queue_position INTEGER PRIMARY KEY AUTOINCREMENT, \
@@ -56,7 +56,7 @@ pub(crate) const PROCESS_CONTROL_DDL: [&str; 3] = [
        access_type CHAR(1) NOT NULL, \
        requested_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP); \
      ALTER TABLE process_control ADD COLUMN granted BOOLEAN NOT NULL DEFAULT FALSE; \
-     ALTER TABLE process_control ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0; \
+     ALTER TABLE process_control ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 9223372036854775807; \
      CREATE INDEX process_control_queue ON process_control (resource, queue_position)",
     "CREATE TABLE process_control (\
        queue_position INT AUTO_INCREMENT PRIMARY KEY, \
@@ -66,6 +66,6 @@ pub(crate) const PROCESS_CONTROL_DDL: [&str; 3] = [
        requested_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP); \
      ALTER TABLE process_control \
        ADD COLUMN granted BOOLEAN NOT NULL DEFAULT FALSE, \
-       ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0; \
+       ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 9223372036854775807; \
      CREATE INDEX process_control_queue ON process_control (resource, queue_position)",
 ];

@@ -20,8 +20,10 @@
 //! by type, and `OnControlTable<T, C>` is plain generic code.
 //!
 //! The user's table needs two more columns, which only the library writes: `granted` (boolean,
-//! default false) and `expires_at` (`BIGINT`, microseconds since 1970 on the database clock).
-//! Every other column must have a default: the library inserts only the ticket's own values.
+//! default false) and `expires_at` (`BIGINT`, microseconds since 1970 on the database clock;
+//! the README's DDL defaults it to the largest `BIGINT`, so that a row another program inserts
+//! the seed's way never counts as expired). Every other column must have a default: the library
+//! inserts only the ticket's own values.
 //!
 //! Statements are built from the columns' names in Diesel's schema (`Column::NAME`), never from
 //! strings a caller passes; values are always bound.
