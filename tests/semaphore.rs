@@ -309,6 +309,21 @@ fn refused_inside_a_transaction<B: TestBackend>(db: &TestDb<B>) {
         "{inside:?}"
     );
     assert!(queue::<B>(&pool, "nested").is_empty());
+    // Refused before anything is sent: inside a transaction a failed statement aborted
+    // (PostgreSQL), the answer is the same, not the server's "transaction is aborted" for a
+    // `LISTEN` sent first.
+    let aborted = diesel::Connection::transaction::<_, Error, _>(&mut conn, |c| {
+        use diesel::connection::SimpleConnection;
+        assert!(c.batch_execute("SELECT * FROM no_such_table").is_err());
+        sem.acquire_on(c, Duration::from_secs(1)).map(drop)
+    });
+    assert!(
+        matches!(
+            aborted,
+            Err(Error::Database(diesel::result::Error::AlreadyInTransaction))
+        ),
+        "{aborted:?}"
+    );
     // The connection is fine afterwards.
     sem.acquire_on(&mut conn, LONG)
         .unwrap()

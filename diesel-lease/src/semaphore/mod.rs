@@ -75,9 +75,11 @@
 //! while it still believes it holds it; [`is_lost`](crate::Held::is_lost) says so after the next heartbeat.
 //! Choose a ttl far above any pause you expect.
 //!
-//! Called inside an open transaction of the caller's, every function here fails with
-//! `Error::Database(diesel::result::Error::AlreadyInTransaction)`: a grant must commit on its
-//! own, and waiting inside a transaction would hold the caller's locks while it waits.
+//! Called inside an open transaction of the caller's, every function that changes the queue
+//! (`acquire_on`, and a [`Permit`]'s `heartbeat` and `release`) fails with
+//! `Error::Database(diesel::result::Error::AlreadyInTransaction)`, before it sends anything: a
+//! grant must commit on its own, and waiting inside a transaction would hold the caller's locks
+//! while it waits. [`Semaphore::queue`] only reads, and works inside one.
 
 mod access;
 mod control;
@@ -477,7 +479,13 @@ fn manual(
 ) -> Result<Permit> {
     let conn = conn.borrow_connection();
     let op = acquire_op(crate::backend::kind_of(conn), &req);
-    let granted = protocol::acquire(&mut OwnConnection::new(conn, &req), &req, timeout, max_poll);
+    // Refused before the wait sends anything (a `LISTEN` first would run in the caller's
+    // transaction, and fail with the server's own error in an aborted one).
+    let granted = crate::backend::refuse_nested(conn)
+        .map_err(crate::Error::from)
+        .and_then(|()| {
+            protocol::acquire(&mut OwnConnection::new(conn, &req), &req, timeout, max_poll)
+        });
     let granted = op.finish(granted, granted_outcome)?;
     Ok(Permit {
         req,
