@@ -256,6 +256,16 @@ backend_suite! {
             Err(Error::Config(message)) => assert!(message.contains("runtime"), "{message}"),
             other => panic!("expected a configuration error, got {other:?}"),
         }
+        // And a waiting semaphore and lease, which used to count each failed loan as a missed
+        // poll or a refused attempt and end in a timeout.
+        match Semaphore::mutex("bare").acquire(&bare, Duration::from_secs(30)) {
+            Err(Error::Config(message)) => assert!(message.contains("runtime"), "{message}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+        match LeaseGuard::acquire(&bare, "bare", &options, Duration::from_secs(30)) {
+            Err(Error::Config(message)) => assert!(message.contains("runtime"), "{message}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
         drop(_entered);
         // Outside a runtime, `from_current` says what to do instead of panicking.
         let outside = std::thread::spawn(move || {
