@@ -16,6 +16,7 @@ mod history;
 mod idle;
 mod small_pool;
 mod stale;
+mod stuck_poller;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

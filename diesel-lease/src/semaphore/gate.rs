@@ -10,6 +10,13 @@
 //! the lowest leaves (granted, gone, given up) the next one takes its place and looks at once,
 //! and a grant of several members at once reaches them one short look after the other.
 //!
+//! A poller whose looks stop coming back (its step waits on a connection that stopped
+//! answering) does not leave the others' requests to expire: once no look has come back for two
+//! poll intervals, the member with the second-lowest ticket looks in its place
+//! ([`Turn::Extra`]), pushing the expiry of every member's request but the stuck poller's, once
+//! per interval for as long as that lasts. The stuck poller's own request then expires after
+//! its ttl, and the queue moves on without it (it queues again when its step comes back).
+//!
 //! A member whose own deadline comes first gives up on its own; a gate is forgotten when its
 //! last member leaves.
 
@@ -33,16 +40,34 @@ fn gates() -> MutexGuard<'static, Option<HashMap<Key, Arc<Shared>>>> {
 const SLICE: Duration = Duration::from_secs(1);
 
 struct Shared {
-    /// The members' tickets.
-    tickets: Mutex<BTreeSet<i64>>,
+    state: Mutex<State>,
     /// Wakes the members when one leaves or changes its ticket.
     changed: Condvar,
 }
 
+struct State {
+    /// The members' tickets.
+    tickets: BTreeSet<i64>,
+    /// When a member's look last came back (or the gate was made).
+    looked_at: Instant,
+}
+
 impl Shared {
-    fn tickets(&self) -> MutexGuard<'_, BTreeSet<i64>> {
-        self.tickets.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// What a member waiting on the gate is to do next ([`Member::wait_turn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Turn {
+    /// It has the lowest ticket: it is the poller now.
+    Poller,
+    /// The poller's looks stopped coming back: it looks once, in the poller's place, for the
+    /// members' requests but the poller's ([`Member::others_but_the_poller`]).
+    Extra,
+    /// Its deadline passed.
+    Over,
 }
 
 /// One waiter's membership of a gate; dropping it leaves the gate (and hands the poller's place
@@ -51,6 +76,8 @@ pub(super) struct Member {
     shared: Arc<Shared>,
     key: Key,
     ticket: i64,
+    /// The poll interval: a poller is overdue once no look came back for two of them.
+    cap: Duration,
 }
 
 impl Member {
@@ -75,18 +102,27 @@ impl Member {
                 .entry(key.clone())
                 .or_insert_with(|| {
                     Arc::new(Shared {
-                        tickets: Mutex::new(BTreeSet::new()),
+                        state: Mutex::new(State {
+                            tickets: BTreeSet::new(),
+                            looked_at: Instant::now(),
+                        }),
                         changed: Condvar::new(),
                     })
                 }),
         );
         // Added under the registry's lock, so a leaving last member cannot forget the gate now.
-        shared.tickets().insert(ticket);
+        shared.state().tickets.insert(ticket);
         Member {
             shared,
             key,
             ticket,
+            cap,
         }
+    }
+
+    /// A look of this member's came back (it reached the database, or failed there).
+    pub(super) fn looked(&self) {
+        self.shared.state().looked_at = Instant::now();
     }
 
     /// The member's request was queued again (under a new ticket).
@@ -94,45 +130,77 @@ impl Member {
         if ticket == self.ticket {
             return;
         }
-        let mut tickets = self.shared.tickets();
-        tickets.remove(&self.ticket);
-        tickets.insert(ticket);
+        let mut state = self.shared.state();
+        state.tickets.remove(&self.ticket);
+        state.tickets.insert(ticket);
         self.ticket = ticket;
-        drop(tickets);
+        drop(state);
         self.shared.changed.notify_all();
     }
 
     /// Whether this member polls: it has the lowest ticket.
     pub(super) fn is_poller(&self) -> bool {
-        self.shared.tickets().first() == Some(&self.ticket)
+        self.shared.state().tickets.first() == Some(&self.ticket)
     }
 
     /// The other members' tickets, whose expiry the poller pushes.
     pub(super) fn others(&self) -> Vec<i64> {
-        let tickets = self.shared.tickets();
-        tickets
+        let state = self.shared.state();
+        state
+            .tickets
             .iter()
             .copied()
             .filter(|&t| t != self.ticket)
             .collect()
     }
 
-    /// Waits until this member polls (`true`) or `deadline` passes (`false`).
-    pub(super) fn wait_turn(&self, deadline: Option<Instant>) -> bool {
-        let mut tickets = self.shared.tickets();
+    /// The other members' tickets but the poller's: those whose expiry a [`Turn::Extra`] look
+    /// pushes.
+    pub(super) fn others_but_the_poller(&self) -> Vec<i64> {
+        let state = self.shared.state();
+        state
+            .tickets
+            .iter()
+            .copied()
+            .skip(1)
+            .filter(|&t| t != self.ticket)
+            .collect()
+    }
+
+    /// Waits until this member is to look: as the poller, in the place of a poller whose looks
+    /// stopped coming back (only the member with the second-lowest ticket, once per
+    /// interval), or not at all because `deadline` passed.
+    pub(super) fn wait_turn(&self, deadline: Option<Instant>) -> Turn {
+        let mut state = self.shared.state();
         loop {
-            if tickets.first() == Some(&self.ticket) {
-                return true;
+            if state.tickets.first() == Some(&self.ticket) {
+                return Turn::Poller;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return false;
+                return Turn::Over;
             }
-            let slice = deadline.map_or(SLICE, |d| (d - now).min(SLICE));
-            tickets = self
+            let overdue_at = state
+                .looked_at
+                .checked_add(self.cap.saturating_mul(2))
+                .filter(|_| state.tickets.iter().nth(1) == Some(&self.ticket));
+            if let Some(overdue_at) = overdue_at {
+                if now >= overdue_at {
+                    // Counted as a look now, so that the next one comes an interval later
+                    // (or the poller's, should it come back first).
+                    state.looked_at = now;
+                    return Turn::Extra;
+                }
+            }
+            let until = [deadline, overdue_at]
+                .into_iter()
+                .flatten()
+                .map(|at| at - now)
+                .fold(SLICE, Duration::min);
+            state = self
                 .shared
                 .changed
-                .wait_timeout(tickets, slice)
+                .wait_timeout(state, until)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
@@ -142,10 +210,10 @@ impl Member {
 impl Drop for Member {
     fn drop(&mut self) {
         let mut gates = gates();
-        let mut tickets = self.shared.tickets();
-        tickets.remove(&self.ticket);
-        let empty = tickets.is_empty();
-        drop(tickets);
+        let mut state = self.shared.state();
+        state.tickets.remove(&self.ticket);
+        let empty = state.tickets.is_empty();
+        drop(state);
         if empty {
             if let Some(map) = gates.as_mut() {
                 map.remove(&self.key);

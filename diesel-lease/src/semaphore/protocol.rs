@@ -56,7 +56,7 @@ use lease_core::admission::{self, QueueEntry};
 use lease_core::Backoff;
 
 use super::access::Access;
-use super::gate::Member;
+use super::gate::{Member, Turn};
 use super::request::Request;
 use super::statements::{NewTicket, SemaphoreStatements, TicketRow};
 use crate::{Error, Result};
@@ -472,22 +472,27 @@ fn wait<A: Access>(
             }
         }
         if let Some(member) = member.as_ref().filter(|m| !m.is_poller()) {
-            if !member.wait_turn(deadline) {
-                return give_up_at_deadline(access, req, started, pending);
-            }
-            // Its turn: the member before it was granted or left; it looks at once, as a woken
-            // waiter does.
-            let others = member.others();
-            if let Some(granted) = look_step(
+            // Its turn: the member before it was granted or left, and it looks at once, as a
+            // woken waiter does; or the poller's looks stopped coming back, and it polls once
+            // in its place (a full poll: removing expired requests, the stuck poller's among
+            // them, and admitting, is what the poller's polls would have done).
+            let (others, woken) = match member.wait_turn(deadline) {
+                Turn::Over => return give_up_at_deadline(access, req, started, pending),
+                Turn::Poller => (member.others(), true),
+                Turn::Extra => (member.others_but_the_poller(), false),
+            };
+            let looked = look_step(
                 access,
                 req,
                 pending,
-                true,
+                woken,
                 lock_wait(),
                 &mut place,
                 checkout(Instant::now()),
                 others,
-            )? {
+            );
+            member.looked();
+            if let Some(granted) = looked? {
                 return Ok(granted);
             }
             backoff = Backoff::new(FIRST_POLL, cap.saturating_mul(2));
@@ -521,7 +526,7 @@ fn wait<A: Access>(
         };
         let checkout = checkout(Instant::now());
         let others = member.as_ref().map(Member::others).unwrap_or_default();
-        if let Some(granted) = look_step(
+        let looked = look_step(
             access,
             req,
             pending,
@@ -530,7 +535,11 @@ fn wait<A: Access>(
             &mut place,
             checkout,
             others,
-        )? {
+        );
+        if let Some(member) = &member {
+            member.looked();
+        }
+        if let Some(granted) = looked? {
             return Ok(granted);
         }
         pace.observe(Instant::now(), place.ahead.take());

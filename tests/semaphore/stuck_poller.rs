@@ -1,0 +1,76 @@
+//! This process's waiters for one resource share a poller (`semaphore/gate.rs`); a poller whose
+//! step stopped coming back (held back between the pool and the database by
+//! `common::holdback`, as a silent link would) must not leave the other members' requests to
+//! expire.
+
+use std::time::Duration;
+
+use diesel_lease::prelude::*;
+use diesel_lease::semaphore::Semaphore;
+use diesel_lease::OwnerId;
+
+use super::{queue, setup, wait_until, LONG};
+use crate::common::holdback::{Holdback, Phase};
+use crate::common::{TestBackend, TestDb};
+
+/// Waiters A (the poller: lowest ticket) and B (a member of its gate) queue behind a holder.
+/// A's next step is held back. B used to wait on the gate without a query until A came back, so
+/// B's request expired with A's and B timed out, though the holder had left. Now B looks in
+/// A's place once A is two poll intervals overdue, keeping its own request alive: A's request
+/// expires, and B gets the permit while A is still stuck. When A's step comes back, A finds its
+/// request gone, queues again, and gets the permit after B.
+fn a_member_behind_a_stuck_poller_keeps_its_place_and_gets_the_permit<B: TestBackend>(
+    db: &TestDb<B>,
+) {
+    let pool = setup(db, 6);
+    let source = Holdback::new(pool.clone());
+    let ttl = Duration::from_millis(1500);
+    let waiter = Semaphore::mutex("stuck")
+        .with_ttl(ttl)
+        .with_max_poll_interval(Duration::from_millis(100));
+    // The holder, on a connection of its own (no heartbeat on the held-back source).
+    let mut holder_conn = db.conn();
+    let holder = Semaphore::mutex("stuck")
+        .with_ttl(LONG)
+        .with_owner(OwnerId::new("holder").unwrap())
+        .acquire_on(&mut holder_conn, LONG)
+        .unwrap();
+
+    std::thread::scope(|s| {
+        let a = s.spawn(|| waiter.acquire(&source, Duration::from_secs(120)));
+        wait_until("A queued", || queue::<B>(&pool, "stuck").len() == 2);
+        let b = s.spawn(|| waiter.acquire(&source, Duration::from_secs(20)));
+        wait_until("B queued", || queue::<B>(&pool, "stuck").len() == 3);
+        // The next loan is A's: B, a member, does not poll while A does.
+        source.set(Phase::Armed);
+        assert_eq!(
+            source.wait_for(Duration::from_secs(10), |p| p == Phase::Held),
+            Some(Phase::Held),
+            "the poller never took another connection"
+        );
+        assert!(holder.release(&mut holder_conn).unwrap());
+
+        let b = b
+            .join()
+            .unwrap()
+            .expect("B gets the permit while A is stuck");
+        assert_eq!(source.wait_for(Duration::ZERO, |_| true), Some(Phase::Held));
+        let q = queue::<B>(&pool, "stuck");
+        let granted: Vec<_> = q.iter().filter(|r| r.granted).collect();
+        assert_eq!(granted.len(), 1, "{q:?}");
+        assert_eq!(granted[0].ticket, b.ticket(), "{q:?}");
+
+        source.set(Phase::Let);
+        let after_b = {
+            wait_until("A queued again", || queue::<B>(&pool, "stuck").len() == 2);
+            b.release().unwrap();
+            a.join().unwrap().expect("A gets the permit after B")
+        };
+        let q = queue::<B>(&pool, "stuck");
+        assert_eq!(q.len(), 1, "{q:?}");
+        assert_eq!(q[0].ticket, after_b.ticket(), "{q:?}");
+        after_b.release().unwrap();
+    });
+}
+
+backend_tests!(a_member_behind_a_stuck_poller_keeps_its_place_and_gets_the_permit);
