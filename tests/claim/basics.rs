@@ -10,7 +10,49 @@ backend_suite! {
         claim_next_takes_rows_in_order_then_none,
         claims_work_on_an_untuned_connection,
         an_untuned_connection_waits_for_another_writer,
+        a_null_attempts_count_is_counted_from_zero,
     ];
+
+    /// An `attempts` column the model maps as nullable, on a row inserted without it (NULL):
+    /// the claim counts from zero. `attempts + 1` left it NULL, so the owner check
+    /// (`attempts = $n`, bound to NULL) matched nothing: `complete` reported the claim lost and
+    /// the row stayed claimed.
+    pub(crate) fn a_null_attempts_count_is_counted_from_zero(db: &TestDb<B>) {
+        use super::super::loose::{loose_jobs, LooseJob};
+        db.ddl(
+            "CREATE TABLE loose_jobs (id BIGINT PRIMARY KEY, status TEXT NOT NULL, owner TEXT, \
+               claimed_at TIMESTAMP, attempts INTEGER)",
+            "CREATE TABLE loose_jobs (id BIGINT PRIMARY KEY, status TEXT NOT NULL, owner TEXT, \
+               claimed_at TIMESTAMP, attempts INTEGER)",
+            "CREATE TABLE loose_jobs (id BIGINT PRIMARY KEY, status VARCHAR(32) NOT NULL, \
+               owner VARCHAR(255), claimed_at DATETIME(6), attempts INTEGER)",
+        );
+        let mut conn = db.conn();
+        diesel::insert_into(loose_jobs::table)
+            .values([
+                (loose_jobs::id.eq(1), loose_jobs::status.eq("ready")),
+                (loose_jobs::id.eq(2), loose_jobs::status.eq("ready")),
+            ])
+            .execute(&mut conn)
+            .unwrap();
+        let first = LooseJob::claim_next(&mut conn).unwrap().expect("a ready row");
+        assert_eq!((first.id, first.attempts), (1, Some(1)));
+        assert!(first.complete(&mut conn).unwrap(), "the claim's own complete");
+        // Left claimed past its timeout (1 s): rescued, and counted on from there.
+        let second = LooseJob::claim_next(&mut conn).unwrap().expect("a ready row");
+        assert_eq!((second.id, second.attempts), (2, Some(1)));
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let rescued = LooseJob::claim_next(&mut conn).unwrap().expect("a stale row");
+        assert_eq!((rescued.id, rescued.attempts), (2, Some(2)));
+        assert!(!second.complete(&mut conn).unwrap(), "the earlier claim is fenced");
+        assert!(rescued.complete(&mut conn).unwrap());
+        let statuses: Vec<String> = loose_jobs::table
+            .order(loose_jobs::id)
+            .select(loose_jobs::status)
+            .load(&mut conn)
+            .unwrap();
+        assert_eq!(statuses, ["done", "done"]);
+    }
 
     pub(crate) fn seed_jobs(db: &TestDb<B>, n: i64) {
         let (pg, sqlite, mysql) = IMPORTJOBS_DDL;
@@ -191,4 +233,41 @@ fn mysql_write_transactions_run_read_committed() {
         );
     }
     crate::common::run::<crate::common::Mysql>("mysql_write_transactions_run_read_committed", body)
+}
+
+/// A model whose `attempts` column is nullable (`a_null_attempts_count_is_counted_from_zero`).
+pub(crate) mod loose {
+    use chrono::NaiveDateTime;
+    use diesel::prelude::*;
+    use diesel_lease::prelude::*;
+
+    diesel::table! {
+        loose_jobs (id) {
+            id -> BigInt,
+            status -> Text,
+            owner -> Nullable<Text>,
+            claimed_at -> Nullable<Timestamp>,
+            attempts -> Nullable<Integer>,
+        }
+    }
+
+    #[derive(Debug, Queryable, Selectable, Claimable)]
+    #[diesel(table_name = loose_jobs)]
+    #[claimable(
+        state = status,
+        ready = "ready",
+        claimed = "running",
+        done = "done",
+        owner = owner,
+        claimed_at = claimed_at,
+        attempts = attempts,
+        timeout_secs = 1
+    )]
+    pub(crate) struct LooseJob {
+        pub(crate) id: i64,
+        pub(crate) status: String,
+        pub(crate) owner: Option<String>,
+        pub(crate) claimed_at: Option<NaiveDateTime>,
+        pub(crate) attempts: Option<i32>,
+    }
 }

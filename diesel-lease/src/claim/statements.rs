@@ -624,7 +624,7 @@ fn order_by<DB: SqlDialect>(
     Ok(())
 }
 
-/// `SET state = $claimed, owner = $owner, claimed_at = <db now>, attempts = attempts + 1`.
+/// `SET state = $claimed, owner = $owner, claimed_at = <db now>, attempts = COALESCE(attempts, 0) + 1`.
 pub(crate) fn claim_assignments<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
@@ -647,11 +647,13 @@ pub(crate) fn claim_assignments<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
         parts.now.walk_ast(out.reborrow())?;
     }
     if let Some(attempts) = shape.attempts {
+        // A nullable column's NULL counts as 0: `NULL + 1` would stay NULL, and the owner
+        // check (`attempts = $n`) would then match nothing.
         out.push_sql(", ");
         out.push_identifier(attempts)?;
-        out.push_sql(" = ");
+        out.push_sql(" = COALESCE(");
         out.push_identifier(attempts)?;
-        out.push_sql(" + 1");
+        out.push_sql(", 0) + 1");
     }
     Ok(())
 }
