@@ -263,6 +263,7 @@ pub(crate) mod loose {
         attempts = attempts,
         timeout_secs = 1
     )]
+    #[allow(dead_code)] // status, owner and claimed_at are read by the claim, not the test
     pub(crate) struct LooseJob {
         pub(crate) id: i64,
         pub(crate) status: String,
