@@ -755,7 +755,9 @@ impl<M: InsertOnce> InsertOnceDsl for M {}
 /// ```
 pub trait JobLeaseDsl: JobLease {
     /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner has been
-    /// silent past the timeout): `Some(run)` for exactly one node.
+    /// silent past the timeout): `Some(run)` for exactly one node. A schedule in `options`
+    /// (`every`, `cron`) needs the model's `next_run` column: without one it is
+    /// [`Error::Config`](crate::Error::Config), before anything is sent.
     fn try_start_run<C>(
         conn: &mut C,
         pk: Self::Pk,

@@ -25,7 +25,34 @@ backend_suite! {
         a_cron_job_runs_each_slot_on_one_node,
         a_cron_start_that_reaches_the_database_after_the_next_slot_is_refused,
         a_run_on_a_plain_connection_waits_for_another_writer,
+        a_schedule_without_a_next_run_column_is_refused,
     ];
+
+    /// A model of the job table without `next_run`: a run without a schedule works; one with a
+    /// schedule is refused before anything is sent (the statement could neither keep the job
+    /// idle until due nor record when it is, so it would run back to back).
+    pub(crate) fn a_schedule_without_a_next_run_column_is_refused(db: &TestDb<B>) {
+        use super::super::unscheduled::JobNoNextRun;
+        job_table(db);
+        let mut conn = db.conn();
+        for scheduled in [
+            node("node-a", Duration::from_secs(60)).every(Duration::from_secs(3600)),
+            node("node-a", Duration::from_secs(60)).every(diesel_lease::lease::schedule::cron("0 3 * * *").unwrap()),
+        ] {
+            match JobNoNextRun::try_start_run(&mut conn, "stock-prices".into(), &scheduled) {
+                Err(diesel_lease::Error::Config(message)) => assert!(message.contains("next_run"), "{message}"),
+                other => panic!("expected a configuration error, got {other:?}"),
+            }
+        }
+        let holder: Option<String> = job_status::table
+            .select(job_status::running_at)
+            .first(&mut conn)
+            .unwrap();
+        assert_eq!(holder, None, "a refused start wrote nothing");
+        let plain = node("node-a", Duration::from_secs(60));
+        let run = JobNoNextRun::try_start_run(&mut conn, "stock-prices".into(), &plain).unwrap().expect("free");
+        assert!(JobNoNextRun::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+    }
 
     fn job_table(db: &TestDb<B>) {
         let (pg, sqlite, mysql) = JOB_STATUS_DDL;
@@ -245,5 +272,20 @@ backend_suite! {
         assert!(finished.unwrap(), "the finish waited and ended the run");
         let row: JobStatus = job_status::table.find("stock-prices").select(JobStatus::as_select()).first(&mut db.conn()).unwrap();
         assert!(row.running_at.is_none(), "the run ended: {row:?}");
+    }
+}
+
+/// The seed's job table mapped without its `next_run` column.
+pub(crate) mod unscheduled {
+    use diesel_lease::prelude::*;
+
+    use crate::models::schema::job_status;
+
+    #[derive(Claimable)]
+    #[diesel(table_name = job_status, primary_key(job_id))]
+    #[claimable(job(holder = running_at, started_at = last_run_started))]
+    #[allow(dead_code)] // the model names the table and key; its rows are never loaded
+    pub(crate) struct JobNoNextRun {
+        pub(crate) job_id: String,
     }
 }

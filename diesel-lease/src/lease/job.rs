@@ -284,6 +284,15 @@ where
 {
     // The options' one check, before any SQL.
     let timeout = Ttl::new("job run timeout", options.timeout)?;
+    if options.schedule.is_some() && M::NEXT_RUN.is_none() {
+        // Without the column the statement neither keeps the job idle until it is due nor
+        // records when it is: the schedule would be ignored, and the job run back to back.
+        return Err(crate::Error::Config(format!(
+            "a scheduled run (`every`, `cron`) needs the model's `next_run` column, and `{}` maps \
+             none: add `next_run = <column>` to `#[claimable(job(...))]`, or run without a schedule",
+            crate::observe::table_name::<M::Table>()
+        )));
+    }
     let (next_run, slot) = match &options.schedule {
         None => (None, None),
         Some(Schedule::Interval(i)) => (Some(Ttl::new("job interval", *i)?.as_micros()), None),
