@@ -188,18 +188,25 @@ where
 {
     /// A worker on `pool`: one thread, one row per claim, a grace period of 30 s, retries with
     /// 1 s doubling to 1 h and 20 % jitter, for the model's `max_attempts` runs (5 when it sets
-    /// none).
+    /// none). On a model without `available_at`, which has nowhere to keep a delay, the retries
+    /// come at once.
     pub fn new(pool: impl ConnectionSource<Connection = C>) -> Self {
         let attempts = M::MAX_ATTEMPTS.and_then(|n| u32::try_from(n).ok());
+        let policy = attempts
+            .and_then(|n| RetryPolicy::new(n).ok())
+            .unwrap_or(DEFAULT_POLICY);
+        // Without an `available_at` column a retry cannot wait: it is ready again at once.
+        let policy = match M::AVAILABLE_AT {
+            Some(_) => policy,
+            None => policy.base(Duration::ZERO),
+        };
         Worker {
             pool: AnySource::new(&pool),
             concurrency: 1,
             batch: 1,
             grace: Duration::from_secs(30),
             options: ClaimOptions::default(),
-            policy: attempts
-                .and_then(|n| RetryPolicy::new(n).ok())
-                .unwrap_or(DEFAULT_POLICY),
+            policy,
             key_limit: None,
             cursor: None,
             forget_idle_every: FORGET_IDLE_EVERY,
@@ -256,7 +263,9 @@ where
         self
     }
 
-    /// When failed rows run again, and when they are given up.
+    /// When failed rows run again, and when they are given up. A policy whose retries wait
+    /// needs the model's `available_at` column: without one, [`run_until`](Self::run_until)
+    /// returns [`Error::Config`] before it claims anything.
     pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.policy = policy;
         self
@@ -344,6 +353,14 @@ where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
+        if M::AVAILABLE_AT.is_none() && self.policy.delays() {
+            return Err(Error::Config(
+                "the retry policy delays retries, which are stored in the not-before column: add \
+                 `available_at = <timestamp column>` to #[claimable(...)], or give the policy a \
+                 zero base delay"
+                    .into(),
+            ));
+        }
         let run = Run {
             worker: &self,
             stop,

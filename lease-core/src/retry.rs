@@ -80,6 +80,12 @@ impl RetryPolicy {
         self.max_attempts
     }
 
+    /// Whether a retry waits at all: `false` when there is no retry (one attempt) or every delay
+    /// is zero.
+    pub fn delays(&self) -> bool {
+        self.max_attempts > 1 && !self.base.is_zero() && !self.max_delay.is_zero()
+    }
+
     /// The delay before the next run after attempt `attempt` (1-based) failed, or `None` when that
     /// attempt was the last one.
     pub fn delay_after(&self, attempt: i64) -> Option<Duration> {
@@ -101,6 +107,19 @@ impl RetryPolicy {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_policy_delays_unless_it_has_no_retry_or_no_delay() {
+        let policy = RetryPolicy::new(3).unwrap();
+        assert!(policy.delays());
+        assert!(!RetryPolicy::new(1).unwrap().delays());
+        assert!(!policy.base(Duration::ZERO).delays());
+        assert!(!policy.max_delay(Duration::ZERO).delays());
+        assert_eq!(
+            policy.base(Duration::ZERO).delay_after(1),
+            Some(Duration::ZERO)
+        );
+    }
 
     #[test]
     fn zero_attempts_are_refused() {

@@ -33,7 +33,71 @@ backend_suite! {
         a_worker_claiming_through_a_cursor_runs_every_row_and_every_retry,
         a_cursor_under_a_per_key_limit_keeps_the_limit_and_runs_every_row,
         a_claim_lost_before_the_handler_gets_a_connection_is_not_run,
+        a_model_without_available_at_retries_at_once_and_refuses_a_delay_at_the_start,
     ];
+
+    /// A model without `available_at` has nowhere to keep a retry's delay. The default policy
+    /// retries it at once (it used to ask for a delay at the first failure, get `Error::Config`,
+    /// and stop the worker after it had run rows); a policy that delays is refused at the
+    /// start, before any row is claimed, as the `Worker` docs say.
+    pub(crate) fn a_model_without_available_at_retries_at_once_and_refuses_a_delay_at_the_start(db: &TestDb<B>) {
+        #[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
+        #[diesel(table_name = tasks)]
+        #[claimable(state = status, ready = "new", claimed = "running", done = "done", failed = "dead",
+            owner = owner, claimed_at = claimed_at, attempts = attempts, timeout_secs = 30)]
+        #[allow(dead_code)] // read by the derive's statements, not here
+        struct Undelayed {
+            id: i64,
+            status: String,
+            owner: Option<String>,
+            claimed_at: Option<chrono::NaiveDateTime>,
+            attempts: i32,
+        }
+        let ids = seed(db, 3, &[""]);
+        // Handlers that fail: a worker that started would leave rows claimed or retried. It is
+        // stopped after 10 s should it start at all.
+        let stop_refused = AtomicBool::new(false);
+        let refused = std::thread::scope(|s| {
+            let delaying = Worker::<Undelayed, _>::new(db.pool(4)).retry_policy(RetryPolicy::new(3).unwrap());
+            let run = s.spawn(|| delaying.run_until(&stop_refused, |_: &mut <B as TestBackend>::Conn, _: &Undelayed| Err("no")));
+            let started = Instant::now();
+            while !run.is_finished() && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop_refused.store(true, Ordering::SeqCst);
+            run.join().unwrap()
+        });
+        match refused {
+            Err(diesel_lease::Error::Config(message)) => assert!(message.contains("available_at"), "{message}"),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+        assert_eq!(left(db, "new"), 3, "a refused worker claimed nothing");
+
+        // Each row fails on its first run and succeeds on its second.
+        let failed_once = Mutex::new(HashSet::new());
+        let stop = AtomicBool::new(false);
+        let report = std::thread::scope(|s| {
+            let run = s.spawn(|| {
+                Worker::<Undelayed, _>::new(db.pool(4)).run_until(&stop, |_: &mut <B as TestBackend>::Conn, row: &Undelayed| {
+                    if failed_once.lock().unwrap().insert(row.id) {
+                        Err(format!("first run of {}", row.id))
+                    } else {
+                        Ok(())
+                    }
+                })
+            });
+            let started = Instant::now();
+            while left(db, "done") < 3 && started.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stop.store(true, Ordering::SeqCst);
+            run.join().unwrap()
+        });
+        let report = report.expect("the worker ran on");
+        assert_eq!((report.completed, report.retried, report.failed), (3, 3, 0), "{report:?}");
+        assert_eq!(left(db, "done"), 3);
+        assert_eq!(failed_once.into_inner().unwrap(), ids.into_iter().collect::<HashSet<_>>());
+    }
 
     /// The semaphore rows left in diesel-lease's table, and how many requests.
     fn semaphore_rows(db: &TestDb<B>) -> (Vec<String>, i64) {
