@@ -13,8 +13,8 @@
 //! A poller whose looks stop coming back (its step waits on a connection that stopped
 //! answering) does not leave the others' requests to expire: once no look has come back for two
 //! poll intervals, the member with the second-lowest ticket looks in its place
-//! ([`Turn::Extra`]), pushing the expiry of every member's request but the stuck poller's, once
-//! per interval for as long as that lasts. The stuck poller's own request then expires after
+//! ([`Turn::Extra`]), pushing the expiry of every member's request but the stuck poller's, and
+//! again every two intervals for as long as that lasts. The stuck poller's own request then expires after
 //! its ttl, and the queue moves on without it (it queues again when its step comes back).
 //!
 //! A member whose own deadline comes first gives up on its own; a gate is forgotten when its
@@ -168,8 +168,8 @@ impl Member {
     }
 
     /// Waits until this member is to look: as the poller, in the place of a poller whose looks
-    /// stopped coming back (only the member with the second-lowest ticket, once per
-    /// interval), or not at all because `deadline` passed.
+    /// stopped coming back (only the member with the second-lowest ticket, when no look came
+    /// back for two intervals), or not at all because `deadline` passed.
     pub(super) fn wait_turn(&self, deadline: Option<Instant>) -> Turn {
         let mut state = self.shared.state();
         loop {
