@@ -82,6 +82,11 @@ pub enum Plan {
         slot: i64,
         /// The first slot after now (µs since 1970).
         next: i64,
+        /// The run may start only while the database's clock is before this (µs since 1970):
+        /// `next` (once it has come, that slot is the one owed), or, when the slot must be on
+        /// time, the end of its grace if that is earlier. A grant planned in time but arriving
+        /// after this bound must be refused: it would run a stale slot.
+        until: i64,
     },
     /// Nothing is due; the next slot that may run is `next`.
     Wait {
@@ -190,7 +195,9 @@ impl Cron {
     /// The slot to run is the latest slot at or before `now`, if it is not before the stored
     /// next run (earlier slots were run or given up). It runs when it is on time
     /// (`now - slot < grace`) or when the policy is [`Missed::RunOnce`]; the next run is then the
-    /// first slot after `now`, so slots only move forward and none runs twice.
+    /// first slot after `now`, so slots only move forward and none runs twice. The run must
+    /// start before [`Plan::Run`]'s `until`, which the caller checks against the database's
+    /// clock when it takes the slot.
     pub fn plan(&self, stored_next: Option<i64>, now: i64) -> Result<Plan, InvalidInput> {
         if let Some(stored) = stored_next.filter(|&stored| stored > now) {
             return Ok(Plan::Wait { next: stored });
@@ -205,15 +212,25 @@ impl Cron {
             u64::try_from(now.saturating_sub(slot))
                 .is_ok_and(|late| u128::from(late) < self.grace.as_micros())
         };
+        // The grace ends `grace` after the slot (saturating: a grace of centuries is no bound).
+        let grace_end = |slot: i64| {
+            i64::try_from(self.grace.as_micros()).map_or(i64::MAX, |g| slot.saturating_add(g))
+        };
+        let late_allowed = stored_next.is_some() && self.missed == Missed::RunOnce;
         Ok(match due {
-            // Never ran on this schedule: only a slot on time (a job that did not exist missed
-            // nothing).
-            Some(slot) if stored_next.is_none() && on_time(slot) => Plan::Run { slot, next },
-            Some(slot)
-                if stored_next.is_some() && (on_time(slot) || self.missed == Missed::RunOnce) =>
-            {
-                Plan::Run { slot, next }
-            }
+            // `RunOnce` after a first run: the owed slot may start late, until the next comes.
+            Some(slot) if late_allowed => Plan::Run {
+                slot,
+                next,
+                until: next,
+            },
+            // Otherwise only a slot on time, which must start within its grace (a job that
+            // never ran on this schedule missed nothing).
+            Some(slot) if on_time(slot) => Plan::Run {
+                slot,
+                next,
+                until: next.min(grace_end(slot)),
+            },
             _ => Plan::Wait { next },
         })
     }

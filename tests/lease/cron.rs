@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use diesel::Connection;
 use diesel_lease::lease::schedule::{cron, every, Cron, Missed};
+use diesel_lease::lease::statements::{self, Grant, Periodic};
 use diesel_lease::lease::{self, LeaseOptions};
 use diesel_lease::{Error, InvalidInput};
 
@@ -168,9 +170,147 @@ fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
     );
 }
 
+/// A cron grant whose start bound has passed by the database clock is refused, even though
+/// `next_run` still holds what the client read and the slot has come: it would run a stale slot,
+/// late. The row is left as it was; the same grant with a bound still ahead is taken.
+fn a_cron_grant_past_its_start_bound_is_refused<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let mut conn = db.conn();
+    lease::try_acquire(&mut conn, "bound", &opts(1_000))
+        .unwrap()
+        .unwrap()
+        .release(&mut conn)
+        .unwrap();
+    let now = lease::inspect(&mut conn, "bound")
+        .unwrap()
+        .unwrap()
+        .read_at_micros;
+    let stored = now - 10 * SECOND;
+    exec(
+        &mut conn,
+        "UPDATE diesel_lease_leases SET next_run = ?",
+        &[stored],
+    );
+    let grant = |until: i64| Grant {
+        name: "bound",
+        holder: "node-a",
+        ttl_micros: SECOND,
+        periodic: Periodic::Slot {
+            expected: Some(stored),
+            slot: stored,
+            next: now + 60 * SECOND,
+            until,
+        },
+    };
+    let before = lease::inspect(&mut conn, "bound").unwrap().unwrap();
+    // The bound came a second ago (the next slot, or the end of the slot's grace).
+    let late = statements::grant(&mut conn, &grant(now - SECOND)).unwrap();
+    assert_eq!(late, None, "a grant after its start bound runs nothing");
+    let after = lease::inspect(&mut conn, "bound").unwrap().unwrap();
+    assert_eq!(
+        (after.token, after.next_run_micros, after.holder.as_str()),
+        (before.token, Some(stored), before.holder.as_str()),
+        "the refused grant changed nothing"
+    );
+    let in_time = statements::grant(&mut conn, &grant(now + 60 * SECOND))
+        .unwrap()
+        .expect("a grant before its bound is taken");
+    assert_eq!(in_time.token, before.token.get() + 1);
+    assert_eq!(in_time.next_run, Some(now + 60 * SECOND));
+}
+
+/// A node plans the due slot in time, but its grant reaches the lease row only after the next
+/// slot has come (here it waits on the row's lock, as it would behind a slow link or a stalled
+/// writer): it does not run the stale slot. The next poll runs the slot that is owed now.
+///
+/// PostgreSQL and SQLite read the clock when the grant runs, after its wait. MySQL/MariaDB read
+/// it when the statement starts, so there only a grant that reached the server late is refused
+/// (`a_cron_grant_past_its_start_bound_is_refused` covers its statement).
+fn a_cron_grant_that_lands_after_the_next_slot_runs_nothing<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let every_two = cron("*/2 * * * * *").unwrap();
+    // The ttl outlasts the grant's wait on the lock, so that a grant taken after the wait is
+    // still held when it returns.
+    let job = every(every_two.clone()).lease(opts(10_000));
+    let pool = db.pool(2);
+    let mut conn = db.conn();
+    let clock = |conn: &mut B::Conn| {
+        lease::inspect(conn, "stale")
+            .unwrap()
+            .map(|r| r.read_at_micros)
+    };
+    // The first run on this schedule, and its stored next slot.
+    let start = Instant::now();
+    while job.run_if_due(&pool, "stale", |_| ()).unwrap().is_none() {
+        assert!(start.elapsed() < ms(10_000), "the job never ran");
+        std::thread::sleep(ms(20));
+    }
+    let slot = lease::inspect(&mut conn, "stale")
+        .unwrap()
+        .unwrap()
+        .next_run_micros
+        .unwrap();
+    // Wait until that slot is due, with its successor well ahead.
+    loop {
+        let now = clock(&mut conn).unwrap();
+        if now >= slot && now < slot + SECOND {
+            break;
+        }
+        assert!(
+            now < slot,
+            "the slot went by unseen: now {now}, slot {slot}"
+        );
+        std::thread::sleep(ms(10));
+    }
+    let next = every_two.next_after(slot).unwrap();
+    let (locked_tx, locked) = std::sync::mpsc::channel();
+    let (end_tx, end) = std::sync::mpsc::channel::<()>();
+    let mut c = db.conn();
+    let ran = std::thread::scope(|s| {
+        let blocker = s.spawn(move || {
+            c.transaction::<_, diesel::result::Error, _>(|c| {
+                exec(c, "UPDATE diesel_lease_leases SET token = token", &[]);
+                locked_tx.send(()).unwrap();
+                // Bounded: a hung grant must fail the test, not hang it.
+                let _ = end.recv_timeout(ms(20_000));
+                Ok(())
+            })
+            .unwrap();
+        });
+        locked
+            .recv_timeout(ms(10_000))
+            .expect("the blocker took the row's lock");
+        let node = s.spawn(|| job.run_if_due(&pool, "stale", |o| o.due_at_micros()));
+        while clock(&mut conn).unwrap() < next + 300_000 {
+            std::thread::sleep(ms(20));
+        }
+        end_tx.send(()).unwrap();
+        blocker.join().unwrap();
+        node.join().unwrap().unwrap()
+    });
+    // Planned before `next` came, the grant is refused; a node slow enough to plan after it
+    // ran `next` itself, which is owed.
+    assert!(
+        ran.is_none_or(|due| due >= next),
+        "ran the stale slot {slot} after {next} had come: {ran:?}"
+    );
+    if ran.is_none() {
+        let owed = job
+            .run_if_due(&pool, "stale", |o| o.due_at_micros())
+            .unwrap();
+        assert!(
+            owed.is_some_and(|due| due >= next),
+            "the next poll runs the slot owed now ({next} or later): {owed:?}"
+        );
+    }
+}
+
 backend_tests!(
+    a_cron_grant_past_its_start_bound_is_refused,
     cron_runs_each_slot_once_across_nodes,
     cron_skips_missed_slots_by_default,
     cron_runs_once_late_when_asked,
     cron_bad_input_is_a_typed_error,
 );
+
+backend_tests!(mod lands_late on [postgres, sqlite]: a_cron_grant_that_lands_after_the_next_slot_runs_nothing);

@@ -31,7 +31,8 @@
 //! `next_run` to the first slot after that `now` (written as `now + (slot - now read)` on the
 //! database clock, so it can stand a few milliseconds after the slot). The statement above still
 //! decides alone who runs: a run starts only while `next_run` has passed and while the database's
-//! clock is still before that next slot, and it moves `next_run` past every slot up to `now`, so
+//! clock is still before that next slot (and, under `Missed::Skip`, within the slot's grace),
+//! and it moves `next_run` past every slot up to `now`, so
 //! no slot runs twice, even for a node whose start reaches the database after the next slot
 //! came (it is refused; a later poll runs the new slot). A whole-second `next_run` column makes each
 //! slot due up to a second late (its stored value's upper bound), so a per-second expression
@@ -117,8 +118,10 @@ pub struct StartRunStmt<M: JobLease> {
     /// Now, as the next-run column's type: the due check.
     due_by: DbNow<M::NextRunSql>,
     next_run: Option<DbNowOffset<M::NextRunSql>>,
-    /// On a cron schedule, the next slot (µs): the start is refused once the database's clock
-    /// has reached it, so a start read before a slot and sent after it cannot run the old slot.
+    /// On a cron schedule, the start bound of the slot (µs, [`Plan::Run`]'s `until`: the next
+    /// slot, or the end of the grace if the slot must be on time): the start is refused once the
+    /// database's clock has reached it, so a start planned in time and sent late cannot run a
+    /// stale slot.
     slot_until: Option<i64>,
 }
 
@@ -302,7 +305,7 @@ where
             // The stored next run is the user's column, read by the statement itself: here
             // only whether the latest slot is still owed by the policy (as if missed long ago).
             match cron.plan(Some(i64::MIN), now)? {
-                Plan::Run { slot, next } => (Some(next - now), Some((slot, next))),
+                Plan::Run { slot, next, until } => (Some(next - now), Some((slot, until))),
                 Plan::Wait { .. } => return Ok(None),
             }
         }
@@ -316,7 +319,7 @@ where
         dead_before: DbNowOffset::ago(timeout.as_micros()),
         due_by: DbNow::new(),
         next_run: next_run.map(DbNowOffset::new),
-        slot_until: slot.map(|(_, next)| next),
+        slot_until: slot.map(|(_, until)| until),
     })?;
     Ok(started.then_some(JobRun {
         stamp,

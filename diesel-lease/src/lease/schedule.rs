@@ -28,6 +28,13 @@
 //! database clock; the same statement moves `next_run` to that next slot. So every slot runs on
 //! one node at most, and slots only move forward.
 //!
+//! The grant also carries the latest time the run may start ([`Plan::Run`]'s `until`): the next
+//! slot, or the end of the slot's grace when the slot must be on time. A grant planned in time
+//! that reaches the row after that (a slow link, a wait on the row's lock) runs nothing, and the
+//! next poll plans afresh, so a slot never runs after its successor has come. PostgreSQL and
+//! SQLite read the clock as the grant executes; MySQL/MariaDB read it when the statement starts,
+//! so there a grant that waited on a lock is judged by when it reached the server.
+//!
 //! Slots missed while no node was up follow the expression's [`Missed`] policy: by default they
 //! are skipped (a slot runs only within its [grace](Cron::grace) of one minute); with
 //! [`Missed::RunOnce`] the job runs once, late, for the latest missed slot, then goes back on
@@ -390,10 +397,11 @@ impl Every {
             None => (None, crate::lease::statements::now(conn)?),
         };
         Ok(match cron.plan(expected, now)? {
-            Plan::Run { slot, next } => Some(Periodic::Slot {
+            Plan::Run { slot, next, until } => Some(Periodic::Slot {
                 expected,
                 slot,
                 next,
+                until,
             }),
             Plan::Wait { .. } => None,
         })

@@ -132,9 +132,11 @@ fn plan_skips_slots_missed_beyond_grace_and_runs_on_time_ones() {
     let stored = utc(2026, 1, 1, 0, 0);
     // On time: five seconds after 03:00, with next_run from midnight: runs 03:00 only.
     let now = utc(2026, 1, 1, 3, 0) + 5 * SECOND;
+    // It must start within the grace (one minute), which ends before the next slot.
     let run = Plan::Run {
         slot: utc(2026, 1, 1, 3, 0),
         next: utc(2026, 1, 1, 4, 0),
+        until: utc(2026, 1, 1, 3, 1),
     };
     assert_eq!(hourly.plan(Some(stored), now).unwrap(), run);
     // Late (03:20): skipped; the next run is 04:00.
@@ -145,9 +147,11 @@ fn plan_skips_slots_missed_beyond_grace_and_runs_on_time_ones() {
     assert_eq!(hourly.plan(Some(stored), now).unwrap(), wait);
     // Run once late instead: 03:00 now, then back on schedule at 04:00.
     let once = hourly.clone().on_missed(Missed::RunOnce);
+    // A late run may start until the next slot comes.
     let late = Plan::Run {
         slot: utc(2026, 1, 1, 3, 0),
         next: utc(2026, 1, 1, 4, 0),
+        until: utc(2026, 1, 1, 4, 0),
     };
     assert_eq!(once.plan(Some(stored), now).unwrap(), late);
     assert_eq!(once.plan(Some(utc(2026, 1, 1, 4, 0)), now).unwrap(), wait);
@@ -238,8 +242,13 @@ proptest! {
                 t = s;
             }
             match cron.plan(stored, now).unwrap() {
-                Plan::Run { slot, next } => {
+                Plan::Run { slot, next, until } => {
                     prop_assert!(slot <= now && next > now);
+                    // The bound is after now (the run may start), never past the next slot,
+                    // and within the grace unless a late run is allowed.
+                    prop_assert!(until > now && until <= next);
+                    let late_ok = policy == Missed::RunOnce && stored.is_some();
+                    prop_assert!(late_ok || until <= slot + MINUTE);
                     prop_assert_eq!(Some(&slot), owed.last(), "runs the latest owed slot");
                     if let Some(&last) = runs.last() { prop_assert!(slot > last); }
                     let on_time = now - slot < MINUTE;
