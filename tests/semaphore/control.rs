@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel_lease::prelude::*;
-use diesel_lease::semaphore::RwLock;
+use diesel_lease::semaphore::{RwLock, Semaphore};
 use diesel_lease::Error;
 
 use super::control_model::ProcessControl;
@@ -244,7 +244,79 @@ fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
     assert!(mutex.queue(&mut pool.get().unwrap()).unwrap().is_empty());
 }
 
+/// A built-in semaphore named like a control table's lock row (`process_control#<resource>`)
+/// shares that row with it: two separate queues, one row, and each sets the row's permit count
+/// when its own queue is empty. Neither queue ever admits more holders than its own
+/// declaration, in either direction, and each still hands over to its own waiters.
+fn a_builtin_semaphore_named_like_a_lock_row_adds_no_holders<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 8);
+    control_table(db);
+    let poll = Duration::from_millis(50);
+    // The control-table mutex has a holder and a waiter; then a built-in semaphore of five
+    // permits on the same row, whose own queue is empty, rewrites the count to 5.
+    let mutex = ProcessControl::semaphore("clash", 1)
+        .with_ttl(TTL)
+        .with_max_poll_interval(poll);
+    let five = Semaphore::new("process_control#clash", 5).with_ttl(TTL);
+    // The other way round: a built-in mutex with a waiter, and a control-table semaphore of
+    // three permits on its row.
+    let builtin = Semaphore::mutex("process_control#back")
+        .with_ttl(TTL)
+        .with_max_poll_interval(poll);
+    let three = ProcessControl::semaphore("back", 3).with_ttl(TTL);
+    assert_eq!(three.resource(), builtin.resource(), "one lock row");
+    let holder = mutex.try_acquire(&pool).unwrap().expect("free");
+    let builtin_holder = builtin.try_acquire(&pool).unwrap().expect("free");
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| mutex.acquire(&pool, LONG).unwrap());
+        let builtin_waiter = s.spawn(|| builtin.acquire(&pool, LONG).unwrap());
+        let mut conn = pool.get().unwrap();
+        let queued = std::time::Instant::now();
+        while mutex.queue(&mut conn).unwrap().len() < 2
+            || builtin.queue(&mut conn).unwrap().len() < 2
+        {
+            assert!(queued.elapsed() < LONG, "the waiters never queued");
+            std::thread::sleep(poll);
+        }
+        let other = five
+            .try_acquire(&pool)
+            .unwrap()
+            .expect("its own queue is empty");
+        let other_back = three
+            .try_acquire(&pool)
+            .unwrap()
+            .expect("its own queue is empty");
+        // Each waiter polls about twenty times with the row's count rewritten.
+        std::thread::sleep(Duration::from_millis(1_000));
+        for (what, q) in [
+            ("control-table mutex", mutex.queue(&mut conn).unwrap()),
+            ("built-in mutex", builtin.queue(&mut conn).unwrap()),
+        ] {
+            let granted: Vec<_> = q.iter().filter(|r| r.granted).collect();
+            assert_eq!(
+                granted.len(),
+                1,
+                "{what}: one holder, whatever the row says: {q:?}"
+            );
+        }
+        assert_eq!(mutex.queue(&mut conn).unwrap()[0].ticket, holder.ticket());
+        assert_eq!(
+            builtin.queue(&mut conn).unwrap()[0].ticket,
+            builtin_holder.ticket()
+        );
+        // Each queue still hands over to its own waiter.
+        holder.release().unwrap();
+        builtin_holder.release().unwrap();
+        let next = waiter.join().unwrap();
+        let builtin_next = builtin_waiter.join().unwrap();
+        assert_eq!(mutex.queue(&mut conn).unwrap().len(), 1);
+        assert_eq!(builtin.queue(&mut conn).unwrap().len(), 1);
+        drop((next, builtin_next, other, other_back));
+    });
+}
+
 backend_tests!(
+    a_builtin_semaphore_named_like_a_lock_row_adds_no_holders,
     requests_are_rows_of_the_users_table,
     seed_style_insert_never_makes_two_holders,
     a_dead_holder_is_cleaned_up,

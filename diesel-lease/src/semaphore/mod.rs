@@ -179,6 +179,13 @@ impl Semaphore {
     /// [`InvalidInput::EmptyName`] / [`InvalidInput::NameTooLong`] for a bad name,
     /// [`InvalidInput::Zero`] for zero permits, [`InvalidInput::TooLarge`] above `i32::MAX` and
     /// [`InvalidInput::ZeroDuration`] for a zero ttl, poll interval or drop wait.
+    ///
+    /// Semaphores on a control table serialize on rows of the same namespace, named
+    /// `<table>#<resource>` (or `<table>` without a resource column): avoid those names. A
+    /// built-in semaphore with one is a separate lock sharing that row. Neither ever admits more
+    /// holders than its own count, but while the other's count is stored on the row, a new
+    /// request whose own queue is busy fails with
+    /// [`Error::PermitsMismatch`](crate::Error::PermitsMismatch).
     pub fn new(resource: impl Into<String>, permits: u32) -> Self {
         Semaphore {
             resource: resource.into(),

@@ -147,6 +147,16 @@ fn locked(
     }
 }
 
+/// The permit count a transaction that did not queue a request admits by: the stored count, but
+/// never more than `req`'s own. While a request is queued the stored count only changes if
+/// something outside this queue rewrote it: a built-in semaphore and a control table whose lock
+/// rows share a name (`Semaphore::new("jobs#etl", 5)` beside `Jobs::semaphore("etl", 1)`) keep
+/// separate queues on one row, and each sets the count when its own queue is empty. Taking the
+/// smaller count keeps such a clash from admitting more holders than this queue's declaration.
+fn admitting(stored: i32, req: &Request) -> i32 {
+    stored.min(req.permits)
+}
+
 /// Deletes the resource's row when `req` asks for it and its queue is now empty (see "Resources
 /// that come and go"). Runs in the locked transaction that emptied the queue.
 fn remove_if_idle(s: &mut dyn SemaphoreStatements, req: &Request, left: usize) -> Result<()> {
@@ -269,7 +279,8 @@ fn poll(
     max_wait: Option<Duration>,
 ) -> Result<PollState> {
     let mut state = PollState::Lost;
-    locked(sql, req, max_wait, &mut |s, permits| {
+    locked(sql, req, max_wait, &mut |s, stored| {
+        let permits = admitting(stored, req);
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         state = match queue.iter().find(|r| r.ticket == ticket) {
@@ -301,7 +312,8 @@ fn poll(
 /// its row is deleted and whoever it held up is admitted.
 fn give_up(sql: &mut dyn SemaphoreStatements, req: &Request, ticket: i64) -> Result<bool> {
     let mut granted = false;
-    locked(sql, req, Some(req.drop_wait), &mut |s, permits| {
+    locked(sql, req, Some(req.drop_wait), &mut |s, stored| {
+        let permits = admitting(stored, req);
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
         granted = queue.iter().any(|r| r.ticket == ticket && r.granted);
@@ -328,7 +340,8 @@ pub(super) fn release(
     ticket: i64,
 ) -> Result<bool> {
     let mut existed = false;
-    locked(sql, req, Some(req.drop_wait), &mut |s, permits| {
+    locked(sql, req, Some(req.drop_wait), &mut |s, stored| {
+        let permits = admitting(stored, req);
         existed = s.delete_ticket(ticket, &req.owner)? > 0;
         s.remove_expired(&req.resource)?;
         let queue = s.queue(&req.resource)?;
