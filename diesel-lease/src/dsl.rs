@@ -117,8 +117,8 @@ pub trait ClaimDsl: Claimable {
         claim::claim_next(conn)
     }
 
-    /// Claims up to `n` rows at once; never more than `n`, even under contention. `n = 0`
-    /// returns an empty `Vec` without a query.
+    /// Claims up to `n` rows at once; never more than `n`, even under contention. `n = 0` is
+    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero), before any query.
     fn claim_batch<C>(conn: &mut C, n: usize) -> Result<Vec<Self>>
     where
         C: BorrowConnection,
@@ -200,7 +200,7 @@ pub trait ClaimDsl: Claimable {
     }
 
     /// [`claim_next_wait`](Self::claim_next_wait) for up to `n` rows; returns as soon as at
-    /// least one row was claimed. `n = 0` returns an empty `Vec` at once.
+    /// least one row was claimed. `n = 0` is [`InvalidInput::Zero`](crate::InvalidInput::Zero).
     fn claim_batch_wait<C>(
         pool: &impl ConnectionSource<Connection = C>,
         n: usize,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use diesel::r2d2::R2D2Connection;
-use lease_core::{Backoff, RetryPolicy};
+use lease_core::{Backoff, InvalidInput, RetryPolicy};
 
 use crate::claim::schedule::release_unstarted;
 use crate::claim::wait::{ClaimFn, Waiter};
@@ -214,17 +214,21 @@ where
         }
     }
 
-    /// How many rows run at once (threads; at least 1). Give the pool room for them plus their
-    /// heartbeats: `n + 2` connections or more.
+    /// How many rows run at once (threads; default 1). Give the pool room for them plus their
+    /// heartbeats: `n + 2` connections or more. Zero is
+    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero) when [`run_until`](Self::run_until)
+    /// starts.
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.concurrency = n.max(1);
+        self.concurrency = n;
         self
     }
 
-    /// How many rows a thread claims at once (at least 1); it runs them one after the other,
-    /// touching each claim before it starts it.
+    /// How many rows a thread claims at once (default 1); it runs them one after the other,
+    /// touching each claim before it starts it. Zero is
+    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero) when [`run_until`](Self::run_until)
+    /// starts.
     pub fn batch(mut self, n: usize) -> Self {
-        self.batch = n.max(1);
+        self.batch = n;
         self
     }
 
@@ -353,6 +357,18 @@ where
         F: Fn(&mut C, &M) -> std::result::Result<(), E> + Sync,
         E: fmt::Display,
     {
+        if self.concurrency == 0 {
+            return Err(InvalidInput::Zero {
+                what: "worker concurrency",
+            }
+            .into());
+        }
+        if self.batch == 0 {
+            return Err(InvalidInput::Zero {
+                what: "worker batch",
+            }
+            .into());
+        }
         if M::AVAILABLE_AT.is_none() && self.policy.delays() {
             return Err(Error::Config(
                 "the retry policy delays retries, which are stored in the not-before column: add \

@@ -87,7 +87,15 @@ backend_suite! {
             first.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of),
             Some(diesel_lease::OwnerId::process_default().as_str())
         );
-        assert!(ImportJob::claim_batch(&mut conn, 0).unwrap().is_empty());
+        assert!(
+            matches!(ImportJob::claim_batch(&mut conn, 0), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
+            "a batch of 0 is a typed error"
+        );
+        let pool = db.pool(2);
+        assert!(
+            matches!(ImportJob::claim_batch_wait(&pool, 0, std::time::Duration::from_secs(5)), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
+            "a waiting batch of 0 is a typed error, at once"
+        );
         let zero = diesel_lease::claim::ClaimOptions::default().timeout(std::time::Duration::ZERO);
         assert!(
             matches!(ImportJob::claim_batch_with(&mut conn, 1, &zero), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))),

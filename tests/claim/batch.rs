@@ -20,6 +20,7 @@ backend_suite! {
         complete_batch_reports_a_rescued_row_and_leaves_it,
         fail_batch_and_release_batch_move_only_their_rows,
         batches_larger_than_one_statement_are_all_completed,
+        a_claim_beyond_mysql_s_parameter_limit_is_claimed_whole,
         batch_completion_under_contention_finishes_each_row_once,
         a_batch_reports_each_row_whatever_its_place_owner_or_transaction,
         a_batch_of_one_owner_still_checks_each_row_s_owner,
@@ -176,6 +177,26 @@ backend_suite! {
             .get_result(&mut conn)
             .unwrap();
         assert_eq!(done, 450);
+    }
+
+    /// One `claim_batch` of 70,000 rows, more than the 65,535 parameters MySQL takes in one
+    /// statement (its claims mark and read back the picked rows by key, which used to fail
+    /// there after the rows were locked): every row is claimed once, and all complete.
+    pub(crate) fn a_claim_beyond_mysql_s_parameter_limit_is_claimed_whole(db: &TestDb<B>) {
+        const N: usize = 70_000;
+        fixtures::seed_jobs(db, N as i64);
+        let mut conn = db.conn();
+        let rows = ImportJob::claim_batch(&mut conn, N).unwrap();
+        let ids: HashSet<i64> = rows.iter().map(|r| r.id).collect();
+        assert_eq!((rows.len(), ids.len()), (N, N), "every row, once");
+        assert!(rows.iter().all(|r| r.statuscode == "EXECUTIONINPROGRESS"), "read back claimed");
+        assert!(ImportJob::complete_batch(&mut conn, &rows).unwrap().iter().all(|ok| *ok));
+        let done: i64 = importjobs::table
+            .filter(importjobs::statuscode.eq("DONE"))
+            .count()
+            .get_result(&mut conn)
+            .unwrap();
+        assert_eq!(done, N as i64);
     }
 
     /// 4 threads drain 300 rows with `claim_batch(7)` + `complete_batch`: each row claimed and

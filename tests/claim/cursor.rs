@@ -49,7 +49,10 @@ backend_suite! {
         let mut conn = db.conn();
         let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
         let me = ClaimOptions::default().owner(diesel_lease::OwnerId::new("cursor-test").unwrap());
-        assert!(cursor.claim_batch(&mut conn, 0).unwrap().is_empty(), "n = 0 claims nothing");
+        assert!(
+            matches!(cursor.claim_batch(&mut conn, 0), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
+            "n = 0 is a typed error"
+        );
         let first: Vec<ImportJob> = (0..3)
             .map(|_| cursor.claim_next_with(&mut conn, &me).unwrap().expect("a row"))
             .collect();

@@ -20,6 +20,7 @@ backend_suite! {
     fixtures: crate::claim::schedule;
     tests: [
         every_row_is_run_once_by_a_batched_worker,
+        a_zero_batch_or_concurrency_is_refused_before_any_claim,
         a_panicking_handler_never_loses_its_row,
         failing_rows_are_dead_lettered_after_their_last_attempt,
         a_long_run_is_heartbeated_and_never_rescued,
@@ -181,6 +182,33 @@ backend_suite! {
         assert_eq!(seen, ids, "each row exactly once");
         assert_eq!(report.completed, 40);
         assert_eq!(statuses(db), HashMap::from([("done".to_string(), 40)]));
+    }
+
+    /// `batch(0)` and `concurrency(0)` are typed errors when the worker starts (they used to be
+    /// raised to 1 silently); nothing is claimed. Bounded: a worker that started anyway is
+    /// stopped after 10 s, and the test then fails on its result.
+    pub(crate) fn a_zero_batch_or_concurrency_is_refused_before_any_claim(db: &TestDb<B>) {
+        seed(db, 3, &[""]);
+        for (worker, what) in [
+            (Worker::<Task, _>::new(db.pool(4)).batch(0), "worker batch"),
+            (Worker::<Task, _>::new(db.pool(4)).concurrency(0), "worker concurrency"),
+        ] {
+            let stop = AtomicBool::new(false);
+            let result = std::thread::scope(|s| {
+                let run = s.spawn(|| worker.run_until(&stop, |_: &mut <B as TestBackend>::Conn, _: &Task| Ok::<(), String>(())));
+                let started = Instant::now();
+                while !run.is_finished() && started.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                stop.store(true, Ordering::SeqCst);
+                run.join().unwrap()
+            });
+            assert!(
+                matches!(&result, Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: got })) if *got == what),
+                "{what}: {result:?}"
+            );
+            assert_eq!(left(db, "new"), 3, "{what}: nothing was claimed");
+        }
     }
 
     /// `Worker::claim_cursor` (issue 23, item 3): 4 threads sharing one cursor, batches of 3;

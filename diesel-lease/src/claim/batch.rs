@@ -40,7 +40,7 @@ const PADDED: [usize; 20] = [
 
 /// The rows a statement of `n` rows is written for: the first of [`PADDED`] at least `n`
 /// (`n` itself past the last, which [`CHUNK`] keeps from happening).
-fn padded_len(n: usize) -> usize {
+pub(crate) fn padded_len(n: usize) -> usize {
     PADDED.iter().copied().find(|&p| p >= n).unwrap_or(n)
 }
 

@@ -12,7 +12,8 @@ use diesel::{Column, ExpressionMethods};
 use lease_core::ResumePoint;
 
 use super::{
-    limit, ClaimConnection, ClaimDialect, ClaimGuard, ClaimOptions, Claimable, NoFilter, SortOrder,
+    batch_size, ClaimConnection, ClaimDialect, ClaimGuard, ClaimOptions, Claimable, NoFilter,
+    SortOrder,
 };
 use crate::pool::ConnectionSource;
 use crate::{BorrowConnection, Result};
@@ -266,8 +267,8 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
             .map(|rows| rows.into_iter().next())
     }
 
-    /// [`claim_batch`](Self::claim_batch) as `options` say. `n = 0` returns an empty `Vec`
-    /// without a query.
+    /// [`claim_batch`](Self::claim_batch) as `options` say. `n = 0` is
+    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero), before any query.
     pub fn claim_batch_with<C>(
         &self,
         conn: &mut C,
@@ -362,9 +363,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         M: Send,
         M::OrderValue: Clone + PartialOrd + Send + 'static,
     {
-        if n == 0 {
-            return Ok(Vec::new());
-        }
+        batch_size(n)?;
         let cursor = self.clone();
         super::wait::wait_for_rows(pool, options, timeout, move |conn: &mut C, options| {
             cursor.claim_rows(conn, n, options, None)
@@ -387,22 +386,20 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         D: CursorConnection<M>,
         M::OrderValue: Clone + PartialOrd,
     {
-        if n == 0 {
-            return Ok(Vec::new());
-        }
+        let limit = batch_size(n)?;
         let (pass, key) = {
             let mut point = self.lock();
             let (pass, key) = point.bound(Instant::now());
             (pass, key.cloned())
         };
         let from_front = |conn: &mut D| match key_limit {
-            Some((col, max)) => conn.claim_under_key_limit(limit(n), options, col, max, None),
-            None => conn.claim_matching::<NoFilter>(limit(n), options, None),
+            Some((col, max)) => conn.claim_under_key_limit(limit, options, col, max, None),
+            None => conn.claim_matching::<NoFilter>(limit, options, None),
         };
         let (rows, resume) = match key {
             None => (from_front(conn)?, true),
             Some(key) => {
-                let rows = conn.claim_from(limit(n), options, &key, key_limit)?;
+                let rows = conn.claim_from(limit, options, &key, key_limit)?;
                 if rows.is_empty() {
                     // Nothing from the key on: look from the front at once.
                     (from_front(conn)?, true)

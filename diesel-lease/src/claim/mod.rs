@@ -436,8 +436,14 @@ fn about<M: Claimable>(e: Error) -> Error {
     e.concerning(|| table_name::<M::Table>().to_owned())
 }
 
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
+/// A claim's row count as its statement takes it. Zero is [`InvalidInput::Zero`] (`"batch
+/// size"`): a claim of no rows is a mistake in the caller's arithmetic, and an empty result
+/// would read as "the queue is empty".
+pub(crate) fn batch_size(n: usize) -> Result<i64> {
+    if n == 0 {
+        return Err(lease_core::InvalidInput::Zero { what: "batch size" }.into());
+    }
+    Ok(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// Claims the next claimable row for this process, or `None` when no unclaimed, unlocked row is left.
@@ -455,7 +461,7 @@ where
 
 /// Claims up to `n` rows at once; never more than `n`, even under contention.
 ///
-/// `n = 0` returns an empty `Vec` without a query.
+/// `n = 0` is [`InvalidInput::Zero`](crate::InvalidInput::Zero), before any query.
 pub fn claim_batch<M, C>(conn: &mut C, n: usize) -> Result<Vec<M>>
 where
     M: Claimable,
@@ -472,11 +478,9 @@ where
     C: BorrowConnection,
     C::Conn: ClaimConnection<M>,
 {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
+    let limit = batch_size(n)?;
     conn.borrow_connection()
-        .claim_matching::<NoFilter>(limit(n), options, None)
+        .claim_matching::<NoFilter>(limit, options, None)
 }
 
 /// [`claim_batch_with`] restricted to rows that also match `filter` (a Diesel boolean
@@ -496,11 +500,9 @@ where
         + QueryFragment<<C::Conn as Connection>::Backend>
         + QueryId,
 {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
+    let limit = batch_size(n)?;
     conn.borrow_connection()
-        .claim_matching::<F>(limit(n), options, Some(&filter))
+        .claim_matching::<F>(limit, options, Some(&filter))
 }
 
 /// Selects the next claimable row and keeps it locked for the caller's transaction, skipping rows

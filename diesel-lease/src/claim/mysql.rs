@@ -8,6 +8,7 @@ use diesel::prelude::*;
 use diesel::query_builder::QueryId;
 use diesel::MysqlConnection;
 
+use super::batch::CHUNK;
 use super::dialect::{ClaimDialect, ClaimSqlDialect};
 use super::statements::{
     shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, ClaimStatement, ClaimStep,
@@ -62,18 +63,20 @@ impl ClaimDialect for MysqlConnection {
             // marking that row then waits for (claims deadlocked with each other). Locking
             // reads come from Diesel's statement cache: a failed one fails this transaction,
             // and `write_tx` then closes every cached statement (see `Uncached`).
+            // Statements by key go `CHUNK` rows at a time (MySQL refuses more than 65,535
+            // binds in one statement).
             let mut picked = Vec::new();
             if parts.rescues() {
                 let probe = PickStmt::only(parts, limit, filter, Which::Stale, false);
                 let stale = M::load::<Dynamic>(c, &probe)?;
-                if !stale.is_empty() {
-                    let stale = AnyPk::<M>::of(&stale);
+                for chunk in stale.chunks(CHUNK) {
+                    let keys = AnyPk::<M>::of(chunk);
                     let lock = ByKeyStmt {
                         parts,
-                        rows: &stale,
+                        rows: &keys,
                         step: ByKey::LockStale,
                     };
-                    picked = M::load::<Dynamic>(c, &lock)?;
+                    picked.extend(M::load::<Dynamic>(c, &lock)?);
                 }
             }
             let left = limit - i64::try_from(picked.len()).unwrap_or(limit);
@@ -84,21 +87,32 @@ impl ClaimDialect for MysqlConnection {
             if picked.is_empty() {
                 return Ok(picked);
             }
-            let rows = AnyPk::<M>::of(&picked);
-            let by_key = |step| ByKeyStmt {
-                parts,
-                rows: &rows,
-                step,
-            };
-            let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
             if picked.len() == 1 {
                 // One row (every `claim_next`): the text is fixed, prepare it once.
                 type One<M, const S: u8> = StmtId<M, shape::ByKeyOne<S>, NoFilter, false, false>;
+                let rows = AnyPk::<M>::of(&picked);
+                let by_key = |step| ByKeyStmt {
+                    parts,
+                    rows: &rows,
+                    step,
+                };
+                let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
                 c.execute_returning_count(&Exec::<_, One<M, 0>>::new(&mark))?;
                 return M::load::<One<M, 1>>(c, &read);
             }
-            c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
-            M::load::<Dynamic>(c, &read)
+            let mut claimed = Vec::with_capacity(picked.len());
+            for chunk in picked.chunks(CHUNK) {
+                let rows = AnyPk::<M>::of(chunk);
+                let by_key = |step| ByKeyStmt {
+                    parts,
+                    rows: &rows,
+                    step,
+                };
+                let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
+                c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
+                claimed.extend(M::load::<Dynamic>(c, &read)?);
+            }
+            Ok(claimed)
         })
     }
 

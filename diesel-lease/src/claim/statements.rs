@@ -875,9 +875,25 @@ fn debug_assert_walk_agrees<DB: diesel::backend::Backend>(
 pub struct AnyPk<M: Claimable>(Vec<M::PkFilter>);
 
 impl<M: Claimable> AnyPk<M> {
+    /// The keys of `rows` (at most [`CHUNK`](super::batch::CHUNK) of them: callers go chunk by
+    /// chunk, so a statement's binds stay far below MySQL's 65,535), the last one repeated up to
+    /// the batch statements' padded count. A repeated key matches its row once; the padding
+    /// keeps the statement texts, each a prepared statement on the server, to a few per kind
+    /// instead of one per row count.
     #[cfg(feature = "mysql")]
     pub(crate) fn of(rows: &[M]) -> Self {
-        AnyPk(rows.iter().map(|r| M::pk_filter(r.pk())).collect())
+        debug_assert!(rows.len() <= super::batch::CHUNK);
+        let last = rows.len().saturating_sub(1);
+        let padded = if rows.is_empty() {
+            0
+        } else {
+            super::batch::padded_len(rows.len())
+        };
+        AnyPk(
+            (0..padded)
+                .map(|i| M::pk_filter(rows[i.min(last)].pk()))
+                .collect(),
+        )
     }
 
     fn walk<'b, DB: SqlDialect>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()>

@@ -19,7 +19,7 @@ use lease_core::Backoff;
 
 use super::schedule::release_unstarted;
 use super::statements::ClaimSql;
-use super::{limit, ClaimConnection, ClaimOptions, Claimable};
+use super::{batch_size, ClaimConnection, ClaimOptions, Claimable};
 use crate::backend::SqlDialect;
 use crate::claim::ClaimDialect;
 use crate::courier::Courier;
@@ -167,11 +167,9 @@ where
     M: Claimable + Send,
     C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
 {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
+    let limit = batch_size(n)?;
     wait_for_rows(pool, options, timeout, move |conn: &mut C, options| {
-        conn.claim_matching::<super::statements::NoFilter>(limit(n), options, None)
+        conn.claim_matching::<super::statements::NoFilter>(limit, options, None)
     })
 }
 
