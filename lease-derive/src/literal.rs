@@ -174,6 +174,9 @@ pub(crate) fn check(a: &ClaimableAttrs, errors: &mut Errors) {
 /// ready state on purpose: the row is then ready again (a recurring row, a retry); such a
 /// failed state is then no state for cancelled rows ([`cancels_to_failed`]). Values that are
 /// not literals are reported by [`check`] already.
+///
+/// Text states are compared as the database may compare them ([`same_state`]): `"new"` and
+/// `"New "` are one state under MySQL's and MariaDB's default collations.
 fn check_distinct(a: &ClaimableAttrs, errors: &mut Errors) {
     let ready: Vec<Option<String>> = a
         .ready
@@ -193,15 +196,27 @@ fn check_distinct(a: &ClaimableAttrs, errors: &mut Errors) {
         let Ok(value) = sql(&state.value) else {
             continue;
         };
-        let why = if key == attrs::CLAIMED && ready.contains(&value) {
-            "is also a ready state: a claim would pick a row in it again, and two workers would run it"
-        } else if key == attrs::CANCELLED && ready.contains(&value) {
-            "is also a ready state: a cancelled row would be claimed and run again"
-        } else if key != attrs::CLAIMED && claimed.as_ref() == Some(&value) {
-            "is the claimed state: a finished row would look claimed, and be rescued and run again once stale"
+        // The value it clashes with, if any: among the ready states, or the claimed one.
+        let (clash, why) = if key == attrs::CLAIMED || key == attrs::CANCELLED {
+            let clash = ready.iter().find(|r| same_state(r, &value));
+            let why = if key == attrs::CLAIMED {
+                "is also a ready state: a claim would pick a row in it again, and two workers would run it"
+            } else {
+                "is also a ready state: a cancelled row would be claimed and run again"
+            };
+            (clash, why)
         } else {
-            continue;
+            (None, "")
         };
+        let (clash, why) = match (clash, &claimed) {
+            (Some(c), _) => (c, why),
+            (None, Some(c)) if key != attrs::CLAIMED && same_state(c, &value) => (
+                c,
+                "is the claimed state: a finished row would look claimed, and be rescued and run again once stale",
+            ),
+            _ => continue,
+        };
+        let collation = if *clash == value { "" } else { COLLATION_NOTE };
         let example = if key == attrs::CANCELLED {
             r#"#[claimable(ready = "new", claimed = "running", cancelled = "cancelled")]"#
         } else {
@@ -209,9 +224,32 @@ fn check_distinct(a: &ClaimableAttrs, errors: &mut Errors) {
         };
         errors.push(syn::Error::new(
             state.value.span(),
-            format!("`{key}` {why}\nhelp: give `{key}` a state of its own, e.g. `{example}`"),
+            format!(
+                "`{key}` {why}{collation}\nhelp: give `{key}` a state of its own, e.g. `{example}`"
+            ),
         ));
     }
+}
+
+/// Appended when two states differ only in what a collation ignores.
+const COLLATION_NOTE: &str = " (the two differ only in letter case or trailing spaces, which MySQL's and MariaDB's default collations and PostgreSQL's `citext` ignore)";
+
+/// Whether two state values (SQL literals, `None` for NULL) can be one state to the database:
+/// equal, or text literals equal once case and trailing spaces are ignored (a case-insensitive,
+/// `PAD SPACE` collation; accent-insensitive ones also equate letters with and without
+/// accents, which this does not fold).
+fn same_state(a: &Option<String>, b: &Option<String>) -> bool {
+    a == b
+        || matches!((a, b), (Some(a), Some(b)) if a.starts_with('\'') && b.starts_with('\'') && fold(a) == fold(b))
+}
+
+/// A quoted text literal as a case-insensitive, `PAD SPACE` collation compares it.
+fn fold(literal: &str) -> String {
+    let text = literal
+        .strip_prefix('\'')
+        .and_then(|l| l.strip_suffix('\''))
+        .unwrap_or(literal);
+    text.trim_end_matches(' ').to_lowercase()
 }
 
 /// Whether cancelled rows of a model with these states can go to its failed state, as they do
@@ -221,7 +259,9 @@ pub(crate) fn cancels_to_failed(ready: &[Expr], failed: Option<&Expr>) -> bool {
     let Some(Ok(failed)) = failed.map(sql) else {
         return false;
     };
-    !ready.iter().any(|r| sql(r).ok() == Some(failed.clone()))
+    !ready
+        .iter()
+        .any(|r| sql(r).is_ok_and(|r| same_state(&r, &failed)))
 }
 
 /// `::diesel_lease::__private::StateLiteral` for a checked value.
