@@ -379,18 +379,13 @@ impl Waiter {
         let polled = self.courier.call(
             &|| give_up(started),
             move || {
-                let (mut conn, checkout) = match crate::pool::lend_with_listener(&lender, wait) {
-                    Ok(lent) => lent,
-                    // A source that can never lend (a deadpool pool without a runtime) is a
-                    // mistake to report, not a poll to miss.
-                    Err(e @ Error::Config(_)) => return Err(e),
-                    Err(_) => {
-                        // No connection this time: a missed poll, which takes its whole wait
-                        // also when the source said no at once (a server refusing connections),
-                        // so that it is not asked again in a loop.
-                        thread::sleep(wait.saturating_sub(started.elapsed()));
-                        return Ok(None);
-                    }
+                let lent = crate::pool::lend_with_listener(&lender, wait);
+                let Some((mut conn, checkout)) = crate::pool::loan_or_miss(lent)? else {
+                    // No connection this time: a missed poll, which takes its whole wait also
+                    // when the source said no at once (a server refusing connections), so that
+                    // it is not asked again in a loop.
+                    thread::sleep(wait.saturating_sub(started.elapsed()));
+                    return Ok(None);
                 };
                 Ok(Some((
                     S::with_lent(&mut conn, |conn| claim(conn))?,

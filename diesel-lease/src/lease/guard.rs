@@ -125,12 +125,8 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
             let attempt = courier.call(
                 &|| attempt_bound,
                 move || {
-                    let mut conn = match lender.lend(left) {
-                        Ok(conn) => conn,
-                        // A source that can never lend (a deadpool pool without a runtime) is
-                        // a mistake to report, not an attempt refused.
-                        Err(e @ Error::Config(_)) => return Err(e),
-                        Err(_) => return Ok(None),
+                    let Some(mut conn) = crate::pool::loan_or_miss(lender.lend(left))? else {
+                        return Ok(None);
                     };
                     let granted = AnySource::with_lent(&mut conn, |conn| {
                         super::grant(conn, &named, &checked, super::statements::Periodic::No)

@@ -391,6 +391,19 @@ pub(crate) fn lend_with_listener<S: ConnectionSource>(
     ))
 }
 
+/// A loan for one attempt of a waiting call (a poll, a grant attempt): the connection, or
+/// `None` when none came in time, which the caller counts as a missed attempt and tries again.
+/// [`Error::Config`](crate::Error::Config) is returned instead: a source that can never lend
+/// (a deadpool pool without a runtime) is a mistake to report at once, not an attempt to miss
+/// until the deadline.
+pub(crate) fn loan_or_miss<T>(loan: crate::Result<T>) -> crate::Result<Option<T>> {
+    match loan {
+        Ok(lent) => Ok(Some(lent)),
+        Err(e @ crate::Error::Config(_)) => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
 /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
 /// heartbeat to stop, then for a pool connection and the statement that ends the grant, whatever
 /// the pool's health check and the network do (the statement runs on a thread of its own; one

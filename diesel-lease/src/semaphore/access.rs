@@ -227,12 +227,9 @@ where
         let done = self.courier.call(
             &|| bound,
             move || {
-                let (mut conn, checkout) = match crate::pool::lend_with_listener(&pool, wait) {
-                    Ok(lent) => lent,
-                    // A source that can never lend (a deadpool pool without a runtime) is a
-                    // mistake to report, not a poll to miss.
-                    Err(e @ Error::Config(_)) => return Err(e),
-                    Err(_) => return Ok(None),
+                let lent = crate::pool::lend_with_listener(&pool, wait);
+                let Some((mut conn, checkout)) = crate::pool::loan_or_miss(lent)? else {
+                    return Ok(None);
                 };
                 let registered = register_before_look(register_as, checkout.listener.as_ref());
                 AnySource::with_lent(&mut conn, |conn| on_table(table.as_ref(), conn, step))
