@@ -216,7 +216,7 @@ where
 
     /// How many rows run at once (threads; default 1). Give the pool room for them plus their
     /// heartbeats: `n + 2` connections or more. Zero is
-    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero) when [`run_until`](Self::run_until)
+    /// [`InvalidInput::Zero`] when [`run_until`](Self::run_until)
     /// starts.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
@@ -225,7 +225,7 @@ where
 
     /// How many rows a thread claims at once (default 1); it runs them one after the other,
     /// touching each claim before it starts it. Zero is
-    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero) when [`run_until`](Self::run_until)
+    /// [`InvalidInput::Zero`] when [`run_until`](Self::run_until)
     /// starts.
     pub fn batch(mut self, n: usize) -> Self {
         self.batch = n;

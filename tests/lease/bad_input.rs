@@ -162,6 +162,20 @@ fn the_last_fencing_token_is_refused<B: TestBackend>(db: &TestDb<B>) {
         lease::try_acquire(&mut c, "job", &opts(10_000)),
         Err(Error::TokensExhausted { ref name }) if name == "job"
     ));
+    // A waiting acquire, on a connection or through a pool, says so at its first refusal
+    // instead of polling until its deadline and reporting a timeout.
+    let waited = lease::acquire(&mut c, "job", &opts(10_000), ms(30_000));
+    assert!(
+        matches!(waited, Err(Error::TokensExhausted { ref name }) if name == "job"),
+        "{waited:?}"
+    );
+    let pool = db.pool(2);
+    let guarded = diesel_lease::lease::LeaseGuard::acquire(&pool, "job", &opts(10_000), ms(30_000));
+    assert!(
+        matches!(guarded, Err(Error::TokensExhausted { ref name }) if name == "job"),
+        "{:?}",
+        guarded.err()
+    );
     let token = rows(
         &mut c,
         "SELECT token AS a, token AS b, token AS c FROM diesel_lease_leases",

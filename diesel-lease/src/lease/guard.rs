@@ -1,6 +1,7 @@
 //! [`LeaseGuard`]: a lease tied to a pool, released on drop, optionally kept alive.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -98,7 +99,9 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     /// Each attempt borrows a pool connection (waiting at most until the deadline) and gives it
     /// back before the pause that follows, so waiters never keep the connections that holders'
     /// keep-alives need. An attempt that gets no connection in time just counts as refused;
-    /// at the deadline this fails with [`Error::Timeout`](crate::Error::Timeout).
+    /// at the deadline this fails with [`Error::Timeout`](crate::Error::Timeout). A lease that
+    /// can never be granted again is [`Error::TokensExhausted`](crate::Error::TokensExhausted)
+    /// at the first refusal.
     ///
     /// It returns within `timeout` plus the [drop wait](LeaseOptions::drop_wait) whatever the
     /// network does: each attempt runs on a thread of its own and is waited for until the
@@ -114,6 +117,8 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
         let started = std::time::Instant::now();
         let deadline = started.checked_add(timeout);
         let mut courier = Courier::new();
+        // Whether an attempt has asked why it was refused (`refuse_if_exhausted`, once).
+        let asked = Arc::new(AtomicBool::new(false));
         let lease = super::retry_until_granted(name, options, timeout, |left| {
             let attempt_bound = std::time::Instant::now()
                 .checked_add(options.drop_wait_limit())
@@ -121,6 +126,7 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
                 .map(|(allowed, deadline)| allowed.max(deadline));
             let source = AnySource::new(pool);
             let (lender, named, checked) = (source.clone(), name.to_owned(), checked.clone());
+            let asked = Arc::clone(&asked);
             let releaser = source;
             let attempt = courier.call(
                 &|| attempt_bound,
@@ -129,7 +135,12 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
                         return Ok(None);
                     };
                     let granted = AnySource::with_lent(&mut conn, |conn| {
-                        super::grant(conn, &named, &checked, super::statements::Periodic::No)
+                        let granted =
+                            super::grant(conn, &named, &checked, super::statements::Periodic::No)?;
+                        if granted.is_none() && !asked.swap(true, Ordering::Relaxed) {
+                            super::refuse_if_exhausted(conn, &named)?;
+                        }
+                        Ok(granted)
                     })?;
                     Ok(granted.map(|(lease, _)| lease))
                 },

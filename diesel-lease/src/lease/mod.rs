@@ -10,8 +10,11 @@
 //!
 //! | | PostgreSQL, SQLite | MySQL / MariaDB |
 //! |---|---|---|
-//! | acquire | one `INSERT … ON CONFLICT (name) DO UPDATE … WHERE expired RETURNING token` | `UPDATE … WHERE expired` (+ `SELECT` of the token) in a transaction; `INSERT` on first use |
-//! | extend, release | `UPDATE … WHERE name, token, not expired` | same (the predicate holds the old state, so a matched row means "still mine") |
+//! | acquire | one `INSERT … ON CONFLICT (name) DO UPDATE … WHERE grantable RETURNING token` | one autocommit `UPDATE … WHERE grantable` that leaves the new token in the session (`LAST_INSERT_ID(token + 1)`), then a `SELECT` of the row by that token; a plain `INSERT` on first use |
+//! | extend, release | `UPDATE … WHERE name, token, not expired, not released` | same (the predicate holds the old state, so a matched row means "still mine") |
+//!
+//! Grantable: expired (or released), and for a periodic job also due (see
+//! [`schedule`]).
 //!
 //! Two handles:
 //! - [`Lease`]: plain data plus methods that take a connection (`&mut conn`), for code that
@@ -272,19 +275,28 @@ pub fn try_acquire(
     let conn = conn.borrow_connection();
     match grant(conn, name, &checked, statements::Periodic::No)? {
         Some((lease, _)) => Ok(Some(lease)),
-        // Refused: held by someone, or (after 9.2 × 10¹⁸ grants) out of tokens. Told apart here,
-        // once per call, not on every poll of a waiting `acquire`.
-        None if record(conn, name)?.is_some_and(|r| r.token.get() == i64::MAX) => {
-            Err(Error::TokensExhausted {
-                name: name.to_string(),
-            })
+        None => {
+            refuse_if_exhausted(conn, name)?;
+            Ok(None)
         }
-        None => Ok(None),
     }
 }
 
+/// After a refused grant: [`Error::TokensExhausted`] if the refusal is for good (after 9.2 ×
+/// 10¹⁸ grants the token cannot move on), rather than because someone holds the lease. Asked
+/// once per call (a waiting acquire asks at its first refusal), not on every poll.
+pub(crate) fn refuse_if_exhausted<C: LeaseStatements>(conn: &mut C, name: &str) -> Result<()> {
+    if record(conn, name)?.is_some_and(|r| r.token.get() == i64::MAX) {
+        return Err(Error::TokensExhausted {
+            name: name.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Takes the lease `name`, waiting up to `timeout` for it (polling with backoff, see
-/// [`LeaseOptions::poll`]); [`Error::Timeout`] if it stays held.
+/// [`LeaseOptions::poll`]); [`Error::Timeout`] if it stays held, and
+/// [`Error::TokensExhausted`] at its first refusal if it can never be granted again.
 ///
 /// The deadline is measured on this process's monotonic clock — it bounds the caller's wait,
 /// not the lease.
@@ -316,8 +328,13 @@ pub fn acquire(
 ) -> Result<Lease> {
     let checked = options.check(name)?;
     let conn = conn.borrow_connection();
+    let mut asked = false;
     retry_until_granted(name, options, timeout, |_| {
-        Ok(grant(conn, name, &checked, statements::Periodic::No)?.map(|(lease, _)| lease))
+        let granted = grant(conn, name, &checked, statements::Periodic::No)?;
+        if granted.is_none() && !std::mem::replace(&mut asked, true) {
+            refuse_if_exhausted(conn, name)?;
+        }
+        Ok(granted.map(|(lease, _)| lease))
     })
 }
 

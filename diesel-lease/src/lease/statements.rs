@@ -435,7 +435,7 @@ macro_rules! grant_by_upsert {
 /// transaction: a grant must commit at once to be seen by the others.
 ///
 /// A grant, an extension and a release are each rolled back whole when they fail with a
-/// deadlock, so they are tried again ([`retry_conflicts`]). One server hardly ever reports one
+/// deadlock, so they are tried again (`retry_conflicts`). One server hardly ever reports one
 /// for these statements; a multi-primary cluster (MariaDB Galera) reports one for every grant
 /// that lost to a concurrent write of the same lease on another node, at commit.
 ///
