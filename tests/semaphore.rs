@@ -102,6 +102,13 @@ fn bad_input_is_refused<B: TestBackend>(db: &TestDb<B>) {
         InvalidInput::NameTooLong { .. }
     ));
     assert!(matches!(
+        invalid(Semaphore::new("api ", 1)),
+        InvalidInput::TrailingSpace {
+            what: "resource",
+            ..
+        }
+    ));
+    assert!(matches!(
         invalid(Semaphore::new("api", u32::MAX)),
         InvalidInput::TooLarge { .. }
     ));

@@ -31,6 +31,16 @@ pub enum InvalidInput {
         /// The byte offset of the first NUL.
         at: usize,
     },
+    /// A name ended with a space. MySQL and MariaDB compare text padded with spaces (their
+    /// `utf8mb4_bin` collation is `PAD SPACE`), so `"job"` and `"job "` would be one lock there
+    /// and two elsewhere; such names are refused on every backend.
+    #[error("the {what} name {name:?} ends with a space; MySQL and MariaDB ignore trailing spaces when they compare names, so it would be the same {what} as one without them there: drop the trailing spaces")]
+    TrailingSpace {
+        /// Which kind of name (`"lease"`, `"resource"`, `"owner"`).
+        what: &'static str,
+        /// The name given.
+        name: String,
+    },
     /// A duration that must be positive was zero.
     #[error("{what} must be longer than zero (got {got:?}); a zero {what} would expire the moment it is granted")]
     ZeroDuration {

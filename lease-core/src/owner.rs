@@ -83,8 +83,9 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// Validates a lock or resource name: non-empty, at most `max` bytes, and without a NUL byte
-/// (which PostgreSQL refuses in text, and which no thread name may hold).
+/// Validates a lock or resource name: non-empty, at most `max` bytes, without a NUL byte
+/// (which PostgreSQL refuses in text, and which no thread name may hold), and not ending with a
+/// space (which MySQL and MariaDB ignore when they compare: [`InvalidInput::TrailingSpace`]).
 pub fn validate_name(what: &'static str, name: &str, max: usize) -> Result<(), InvalidInput> {
     if name.is_empty() {
         return Err(InvalidInput::EmptyName { what });
@@ -99,18 +100,25 @@ pub fn validate_name(what: &'static str, name: &str, max: usize) -> Result<(), I
     if let Some(at) = name.bytes().position(|b| b == 0) {
         return Err(InvalidInput::NulByte { what, at });
     }
+    if name.ends_with(' ') {
+        return Err(InvalidInput::TrailingSpace {
+            what,
+            name: name.to_owned(),
+        });
+    }
     Ok(())
 }
 
 /// `prefix` followed by `value`, as a name that passes [`validate_name`] with `max` (at least
-/// 17 bytes more than `prefix`): `value` as it is when that fits and holds no NUL byte, else the
+/// 17 bytes more than `prefix`): `value` as it is when that fits, holds no NUL byte and does not
+/// end with a space, else the
 /// longest clean start of it that leaves room for `#` and the 16 hex digits of its 64-bit FNV-1a
 /// hash. The same value gives the same name in every process and build, so names made from
 /// data (a key column's value) stay shared across a farm; two long values that share their start
 /// are told apart by the hash (a collision only makes them share a name).
 pub fn bounded_name(prefix: &str, value: &str, max: usize) -> String {
     let whole = prefix.len() + value.len();
-    if whole <= max && !value.contains('\0') {
+    if whole <= max && !value.contains('\0') && !value.ends_with(' ') {
         return format!("{prefix}{value}");
     }
     let hash = value.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
@@ -142,7 +150,7 @@ mod tests {
             prop_assert!(validate_name("n", &name, 255).is_ok(), "{name:?}");
             prop_assert!(name.starts_with(&prefix));
             prop_assert_eq!(&name, &bounded_name(&prefix, &value, 255));
-            if prefix.len() + value.len() <= 255 && !value.contains('\0') {
+            if prefix.len() + value.len() <= 255 && !value.contains('\0') && !value.ends_with(' ') {
                 prop_assert_eq!(name, format!("{prefix}{value}"));
             }
         }
@@ -155,6 +163,10 @@ mod tests {
         assert_ne!(na, nb);
         assert_eq!(na.len(), 255);
         assert!(bounded_name("k=", "a\0b", 255).starts_with("k=ab#"));
+        // A trailing space, which MySQL would ignore, is hashed in: "a " and "a" stay apart.
+        let padded = bounded_name("k=", "a ", 255);
+        assert!(padded.starts_with("k=a #"), "{padded}");
+        assert_ne!(padded, bounded_name("k=", "a", 255));
     }
 
     #[test]
@@ -185,6 +197,15 @@ mod tests {
                 at: 1
             })
         );
+        assert_eq!(
+            validate_name("lease", "job ", 10),
+            Err(InvalidInput::TrailingSpace {
+                what: "lease",
+                name: "job ".into()
+            })
+        );
+        assert!(validate_name("lease", " job", 10).is_ok());
+        assert!(OwnerId::new("worker ").is_err());
         assert_eq!(
             OwnerId::new("w\0"),
             Err(InvalidInput::NulByte {

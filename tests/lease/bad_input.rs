@@ -30,6 +30,21 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
             ..
         }
     ));
+    // MySQL/MariaDB compare names padded with spaces: "job " would be "job" there, so it is
+    // refused everywhere, before any SQL (a leading space is kept as given).
+    let mut report = lease::try_acquire(&mut c, "report", &opts(1_000))
+        .unwrap()
+        .expect("free");
+    assert!(matches!(
+        invalid(lease::try_acquire(&mut c, "report ", &opts(1_000))),
+        InvalidInput::TrailingSpace { what: "lease", ref name } if name == "report "
+    ));
+    // Held while "report" is: a lease of its own.
+    let mut other = lease::try_acquire(&mut c, " report", &opts(1_000))
+        .unwrap()
+        .expect("a name of its own");
+    report.release(&mut c).unwrap();
+    other.release(&mut c).unwrap();
     // 255 bytes fit the column on every backend, multi-byte characters included.
     let fits = format!("{}{}", "é".repeat(100), "y".repeat(55));
     assert_eq!(fits.len(), 255);
