@@ -498,6 +498,11 @@ where
 /// one more try and no retry (a failure, or a stale claim, makes it dead again at once). Map an
 /// owner column for a redrive that starts the row's attempts over.
 ///
+/// A model with neither column cannot fence at all: a row cancelled into the failed state while
+/// a worker ran it, then redriven and claimed again, can be completed by that first worker
+/// (its completion checks only that the row is claimed). Map `owner` or `attempts` on a model
+/// whose running rows you cancel and redrive.
+///
 /// [`Error::Config`] without a failed state. What
 /// [`RetentionDsl::redrive_dead`](crate::dsl::RetentionDsl::redrive_dead) calls.
 pub fn redrive_dead<M, C>(conn: &mut C, limit: u64) -> Result<u64>
