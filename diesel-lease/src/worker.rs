@@ -713,11 +713,16 @@ where
         let mut first = true;
         while let Some(row) = rows.next() {
             if !self.may_start() {
-                // Stopping: hand back what was not started, first this row, then the rest.
+                // Stopping: hand back what was not started, first this row, then the rest. A
+                // failed hand-back does not keep the others from going back (that row waits
+                // for its claim timeout); the first error surfaces after them all.
+                let mut failed = None;
                 for row in std::iter::once(row).chain(rows.by_ref()) {
-                    self.release(calls, row)?;
+                    if let Err(e) = self.release(calls, row) {
+                        failed.get_or_insert(e);
+                    }
                 }
-                break;
+                return failed.map_or(Ok(()), Err);
             }
             let sent_at = if first { Some(claimed_at) } else { None };
             first = false;

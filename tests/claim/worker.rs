@@ -26,6 +26,7 @@ backend_suite! {
         a_long_run_is_heartbeated_and_never_rescued,
         a_long_run_after_an_idle_wait_is_heartbeated_and_never_rescued,
         a_graceful_stop_loses_nothing,
+        a_failed_hand_back_at_the_stop_still_hands_back_the_rest,
         the_per_key_limit_holds_under_contention,
         the_per_key_limit_holds_across_processes,
         per_key_semaphores_are_removed_once_their_keys_are_idle,
@@ -322,6 +323,58 @@ backend_suite! {
         assert_eq!((report.completed, report.lost), (1, 0));
         let t = fixtures::task(&mut db.conn(), inserted.get().unwrap());
         assert_eq!((t.status.as_str(), t.attempts), ("done", 1));
+    }
+
+    /// At the stop, the rows a thread claimed but did not start go back one by one. One whose
+    /// hand-back fails (here a trigger refuses it) does not keep the ones after it claimed until
+    /// their timeout: they go back, and the error is returned after them.
+    pub(crate) fn a_failed_hand_back_at_the_stop_still_hands_back_the_rest(db: &TestDb<B>) {
+        let ids = seed(db, 5, &[""]);
+        let refused = ids[1];
+        db.ddl(
+            &format!(
+                "CREATE FUNCTION refuse_hand_back() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'hand-back refused'; END $$; \
+                 CREATE TRIGGER refuse_hand_back BEFORE UPDATE ON tasks FOR EACH ROW \
+                 WHEN (NEW.status = 'new' AND OLD.id = {refused}) EXECUTE FUNCTION refuse_hand_back()"
+            ),
+            &format!(
+                "CREATE TRIGGER refuse_hand_back BEFORE UPDATE ON tasks FOR EACH ROW \
+                 WHEN NEW.status = 'new' AND OLD.id = {refused} \
+                 BEGIN SELECT RAISE(ABORT, 'hand-back refused'); END"
+            ),
+            &format!(
+                "CREATE TRIGGER refuse_hand_back BEFORE UPDATE ON tasks FOR EACH ROW \
+                 BEGIN IF NEW.status = 'new' AND OLD.id = {refused} THEN \
+                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'hand-back refused'; END IF; END"
+            ),
+        );
+        let stop = AtomicBool::new(false);
+        let started = Mutex::new(Vec::new());
+        // One thread, one batch of all five rows; the stop comes with the first run, with no
+        // grace: the other four are handed back, the refused one first.
+        let result = Worker::new(db.pool(4))
+            .batch(5)
+            .grace(Duration::ZERO)
+            .run_until(&stop, |_, t: &Task| {
+                started.lock().unwrap().push(t.id);
+                stop.store(true, Ordering::SeqCst);
+                Ok::<_, String>(())
+            });
+        assert!(
+            matches!(&result, Err(e) if e.to_string().contains("hand-back refused")),
+            "the refusal is returned: {result:?}"
+        );
+        let started = started.into_inner().unwrap();
+        assert_eq!(started, [ids[0]], "the first row ran, then the stop came");
+        let status = |id: i64| -> String {
+            tasks::table.find(id).select(tasks::status).first(&mut db.conn()).unwrap()
+        };
+        assert_eq!(status(ids[0]), "done");
+        assert_eq!(status(refused), "running", "its hand-back was refused");
+        for &id in &ids[2..] {
+            assert_eq!(status(id), "new", "row {id} went back after the refused one");
+        }
     }
 
     pub(crate) fn a_graceful_stop_loses_nothing(db: &TestDb<B>) {
