@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
-use diesel_lease::OwnerId;
+use diesel_lease::{Error, OwnerId};
 
 use super::{queue, setup, wait_until, LONG};
 use crate::common::holdback::{Holdback, Phase};
@@ -73,4 +73,54 @@ fn a_member_behind_a_stuck_poller_keeps_its_place_and_gets_the_permit<B: TestBac
     });
 }
 
-backend_tests!(a_member_behind_a_stuck_poller_keeps_its_place_and_gets_the_permit);
+/// A waiter's look, which queues its request, is held back past the waiter's deadline: the
+/// waiter returns its timeout, with nothing of its own to take back yet. When the look lands
+/// later, the request it queued is taken back out at once. It used to stay in line for its ttl
+/// (here a minute), and once at the head it would have held the permit with nobody there.
+fn a_request_queued_after_its_waiter_gave_up_is_taken_back<B: TestBackend>(db: &TestDb<B>) {
+    let pool = setup(db, 6);
+    let source = Holdback::new(pool.clone());
+    let mut holder_conn = db.conn();
+    let holder = Semaphore::mutex("late")
+        .with_ttl(LONG)
+        .with_owner(OwnerId::new("holder").unwrap())
+        .acquire_on(&mut holder_conn, LONG)
+        .unwrap();
+    let waiter = Semaphore::mutex("late")
+        .with_ttl(Duration::from_secs(60))
+        .with_drop_wait(Duration::from_millis(300));
+    source.set(Phase::Armed);
+    let gave_up = waiter.acquire(&source, Duration::from_millis(300));
+    assert!(
+        matches!(gave_up, Err(Error::Timeout { .. })),
+        "{:?}",
+        gave_up.map(|p| p.ticket())
+    );
+    assert_eq!(
+        source.wait_for(Duration::ZERO, |_| true),
+        Some(Phase::Held),
+        "the look is still held back"
+    );
+    assert_eq!(queue::<B>(&pool, "late").len(), 1, "nothing queued yet");
+    source.set(Phase::Let);
+    assert_eq!(
+        source.wait_for(LONG, |p| p == Phase::Landed),
+        Some(Phase::Landed)
+    );
+    wait_until("the late request is taken back", || {
+        queue::<B>(&pool, "late").len() == 1
+    });
+    assert_eq!(queue::<B>(&pool, "late")[0].ticket, holder.ticket());
+    // The next caller is not held up by it once the holder leaves.
+    assert!(holder.release(&mut holder_conn).unwrap());
+    let next = Semaphore::mutex("late")
+        .try_acquire(&pool)
+        .unwrap()
+        .expect("free once the holder left");
+    next.release().unwrap();
+}
+
+backend_tests!(
+    a_member_behind_a_stuck_poller_keeps_its_place_and_gets_the_permit,
+    a_request_queued_after_its_waiter_gave_up_is_taken_back,
+);

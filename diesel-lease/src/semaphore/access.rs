@@ -26,6 +26,20 @@ pub(super) trait Access {
         step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
     ) -> Result<Option<T>>;
 
+    /// [`step`](Access::step), and should the step end only after this wait stopped waiting
+    /// for it (a step that went on in the background), `undo` gets its value, on a connection
+    /// of its own, there: what the step queued goes back out instead of waiting for its ttl.
+    /// Where steps never outlive the wait (the caller's own connection), only `step` runs.
+    fn step_or_undo<T: Send + 'static>(
+        &mut self,
+        wait: Duration,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
+        undo: impl FnOnce(T, &mut dyn SemaphoreStatements) -> Result<()> + Send + 'static,
+    ) -> Result<Option<T>> {
+        drop(undo);
+        self.step(wait, step)
+    }
+
     /// Starts listening for notifications of `resource`; called before its request is queued.
     fn listen(&mut self, resource: &str) -> Result<()>;
 
@@ -126,9 +140,10 @@ impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
 /// Each step runs on a [`Courier`]'s thread, and the wait for it ends when both the waiter's
 /// deadline and the step's own allowance (its connection wait, at least the drop wait) have
 /// passed, whatever the pool's health check and the network do: then the step fails with
-/// [`Error::Timeout`] and goes on in the background (a request it queued expires after its
-/// ttl), and the steps after it (taking the request back out) are only handed to the
-/// background, not waited for. So a wait ends within its timeout plus the drop wait.
+/// [`Error::Timeout`] and goes on in the background (a request it queued, or a grant it found,
+/// is taken back out when it ends: [`Access::step_or_undo`]), and the steps after it (taking
+/// the request back out) are only handed to the background, not waited for. So a wait ends
+/// within its timeout plus the drop wait.
 pub(super) struct FromPool<C>
 where
     C: SemaphoreDialect + R2D2Connection,
@@ -192,14 +207,19 @@ fn register_before_look(
     Some((registration, mark))
 }
 
-impl<C> Access for FromPool<C>
+/// What [`FromPool::run`] does with the value of a step that ended after the wait gave up on it.
+type Undo<T> = Box<dyn FnOnce(T, &mut dyn SemaphoreStatements) -> Result<()> + Send>;
+
+impl<C> FromPool<C>
 where
     C: SemaphoreDialect + R2D2Connection,
 {
-    fn step<T: Send + 'static>(
+    /// [`Access::step`], with `undo` for a step that ends after the wait gave up on it.
+    fn run<T: Send + 'static>(
         &mut self,
         wait: Duration,
         step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
+        undo: Option<Undo<T>>,
     ) -> Result<Option<T>> {
         let started = Instant::now();
         let bound = if self.given_up {
@@ -224,6 +244,7 @@ where
             Some(_) => None,
         };
         let (pool, table) = (self.pool.clone(), self.table.clone());
+        let (undo_pool, undo_table) = (self.pool.clone(), self.table.clone());
         let done = self.courier.call(
             &|| bound,
             move || {
@@ -235,7 +256,15 @@ where
                 AnySource::with_lent(&mut conn, |conn| on_table(table.as_ref(), conn, step))
                     .map(|value| Some((value, checkout.pool, registered)))
             },
-            |_| {},
+            // Ended after the wait gave up on it: undone on a connection of its own (best
+            // effort; what stays behind expires after its ttl).
+            move |late: Result<Option<_>>| {
+                if let (Ok(Some((value, _, _))), Some(undo)) = (late, undo) {
+                    let _ = undo_pool.with_connection(|conn| {
+                        on_table(undo_table.as_ref(), conn, move |sql| undo(value, sql))
+                    });
+                }
+            },
         );
         let Some(done) = done else {
             self.given_up = true;
@@ -249,6 +278,28 @@ where
             }
             value
         }))
+    }
+}
+
+impl<C> Access for FromPool<C>
+where
+    C: SemaphoreDialect + R2D2Connection,
+{
+    fn step<T: Send + 'static>(
+        &mut self,
+        wait: Duration,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
+    ) -> Result<Option<T>> {
+        self.run(wait, step, None)
+    }
+
+    fn step_or_undo<T: Send + 'static>(
+        &mut self,
+        wait: Duration,
+        step: impl FnOnce(&mut dyn SemaphoreStatements) -> Result<T> + Send + 'static,
+        undo: impl FnOnce(T, &mut dyn SemaphoreStatements) -> Result<()> + Send + 'static,
+    ) -> Result<Option<T>> {
+        self.run(wait, step, Some(Box::new(undo)))
     }
 
     fn listen(&mut self, resource: &str) -> Result<()> {

@@ -305,7 +305,9 @@ impl Semaphore {
     /// `Duration::MAX` waits forever. It returns within `timeout` plus the
     /// [drop wait](Self::with_drop_wait) whatever the network does: each poll runs on a thread of
     /// its own and is given up once both the deadline and the drop wait from its start have
-    /// passed (it goes on in the background; a request it queued expires after its ttl).
+    /// passed (it goes on in the background, and a request it queued, or a permit it found
+    /// granted, is taken back out when it ends; if the database is gone by then, the request
+    /// expires after its ttl).
     pub fn acquire<C>(
         &self,
         pool: &impl ConnectionSource<Connection = C>,

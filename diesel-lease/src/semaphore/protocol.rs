@@ -396,9 +396,17 @@ pub(super) fn acquire<A: Access>(
 ) -> Result<Granted> {
     let started = Instant::now();
     if timeout.is_zero() {
-        let once = req.clone();
+        let (once, leaving) = (req.clone(), req.clone());
         return access
-            .step(Duration::ZERO, move |sql| try_once(sql, &once))?
+            .step_or_undo(
+                Duration::ZERO,
+                move |sql| try_once(sql, &once),
+                // Granted after the caller had its answer: nobody holds it, so it goes back.
+                move |granted, sql| match granted {
+                    Some(granted) => release(sql, &leaving, granted.ticket).map(drop),
+                    None => Ok(()),
+                },
+            )?
             .flatten()
             .ok_or_else(|| Error::waited(&req.resource, started.elapsed()));
     }
@@ -575,17 +583,28 @@ fn look_step<A: Access>(
     others: Vec<i64>,
 ) -> Result<Option<Granted>> {
     let (req, mut queued, mut seen) = (req.clone(), *pending, *place);
-    let looked = access.step(checkout, move |sql| {
-        for chunk in others.chunks(TOUCHED_AT_ONCE) {
-            crate::backend::retry_conflicts(|| {
-                Ok(waiting_write(sql, |s| {
-                    s.touch_many(chunk, &req.owner, req.ttl)
-                })?)
-            })?;
-        }
-        let granted = look(sql, &req, &mut queued, woken, lock_wait, &mut seen);
-        Ok((granted, queued, seen))
-    })?;
+    let leaving = req.clone();
+    let looked = access.step_or_undo(
+        checkout,
+        move |sql| {
+            for chunk in others.chunks(TOUCHED_AT_ONCE) {
+                crate::backend::retry_conflicts(|| {
+                    Ok(waiting_write(sql, |s| {
+                        s.touch_many(chunk, &req.owner, req.ttl)
+                    })?)
+                })?;
+            }
+            let granted = look(sql, &req, &mut queued, woken, lock_wait, &mut seen);
+            Ok((granted, queued, seen))
+        },
+        // The look ended after the wait gave up on it (the waiter is gone, or about to
+        // return): the request it queued or found, granted or not, goes back out, instead of
+        // holding its place (or the permit) until its ttl.
+        move |(_, queued, _), sql| match queued {
+            Some(ticket) => release(sql, &leaving, ticket).map(drop),
+            None => Ok(()),
+        },
+    )?;
     let Some((granted, queued, seen)) = looked else {
         return Ok(None);
     };
@@ -832,11 +851,19 @@ fn give_up_at_deadline<A: Access>(
     // Taken now: a give-up that fails (its own wait for the lock ran out) is not followed by a
     // release, which would wait as long again.
     if let Some(ticket) = pending.take() {
-        let giving_up = req.clone();
-        let kept = access.step(req.drop_wait, move |sql| {
-            let sent_at = Instant::now();
-            Ok(give_up(sql, &giving_up, ticket)?.then_some(Granted { ticket, sent_at }))
-        })?;
+        let (giving_up, leaving) = (req.clone(), req.clone());
+        let kept = access.step_or_undo(
+            req.drop_wait,
+            move |sql| {
+                let sent_at = Instant::now();
+                Ok(give_up(sql, &giving_up, ticket)?.then_some(Granted { ticket, sent_at }))
+            },
+            // A grant the give-up found, after the caller had its timeout: released.
+            move |kept, sql| match kept {
+                Some(_) => release(sql, &leaving, ticket).map(drop),
+                None => Ok(()),
+            },
+        )?;
         if let Some(Some(granted)) = kept {
             return Ok(granted);
         }
