@@ -8,7 +8,7 @@ use diesel::prelude::*;
 use diesel::query_builder::QueryId;
 use diesel::MysqlConnection;
 
-use super::batch::CHUNK;
+use super::batch::{padded_len, CHUNK};
 use super::dialect::{ClaimDialect, ClaimSqlDialect};
 use super::statements::{
     shape, AnyPk, ByKey, ByKeyStmt, ClaimModel, ClaimParts, ClaimSql, ClaimStatement, ClaimStep,
@@ -70,10 +70,10 @@ impl ClaimDialect for MysqlConnection {
                 let probe = PickStmt::only(parts, limit, filter, Which::Stale, false);
                 let stale = M::load::<Dynamic>(c, &probe)?;
                 for chunk in stale.chunks(CHUNK) {
-                    let keys = AnyPk::<M>::of(chunk);
+                    let stale = keys::<M>(chunk);
                     let lock = ByKeyStmt {
                         parts,
-                        rows: &keys,
+                        rows: &stale,
                         step: ByKey::LockStale,
                     };
                     picked.extend(M::load::<Dynamic>(c, &lock)?);
@@ -90,7 +90,7 @@ impl ClaimDialect for MysqlConnection {
             if picked.len() == 1 {
                 // One row (every `claim_next`): the text is fixed, prepare it once.
                 type One<M, const S: u8> = StmtId<M, shape::ByKeyOne<S>, NoFilter, false, false>;
-                let rows = AnyPk::<M>::of(&picked);
+                let rows = keys::<M>(&picked);
                 let by_key = |step| ByKeyStmt {
                     parts,
                     rows: &rows,
@@ -102,7 +102,7 @@ impl ClaimDialect for MysqlConnection {
             }
             let mut claimed = Vec::with_capacity(picked.len());
             for chunk in picked.chunks(CHUNK) {
-                let rows = AnyPk::<M>::of(chunk);
+                let rows = keys::<M>(chunk);
                 let by_key = |step| ByKeyStmt {
                     parts,
                     rows: &rows,
@@ -138,6 +138,15 @@ impl ClaimDialect for MysqlConnection {
     }
 }
 
+/// The keys of `rows` (at most [`CHUNK`]: callers go chunk by chunk, so a statement's binds
+/// stay far below MySQL's 65,535), padded to the batch statements' row counts ([`padded_len`]),
+/// so that each kind of statement by key has a few texts, each one prepared statement on the
+/// server, instead of one per row count.
+fn keys<M: crate::Claimable>(rows: &[M]) -> AnyPk<M> {
+    debug_assert!(rows.len() <= CHUNK);
+    AnyPk::padded(rows, padded_len(rows.len()))
+}
+
 /// How many exhausted stale claims one MySQL claim moves to the failed state at most; the rest
 /// go with the next claims.
 const REAP_BATCH: i64 = 100;
@@ -170,7 +179,7 @@ where
     if found.is_empty() {
         return Ok(());
     }
-    let found = AnyPk::<M>::of(&found);
+    let found = keys::<M>(&found);
     let lock = ByKeyStmt {
         parts,
         rows: &found,
@@ -181,7 +190,7 @@ where
     if locked.is_empty() {
         return Ok(());
     }
-    let rows = AnyPk::<M>::of(&locked);
+    let rows = keys::<M>(&locked);
     let fail = ByKeyStmt {
         parts,
         rows: &rows,

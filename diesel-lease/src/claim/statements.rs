@@ -875,22 +875,19 @@ fn debug_assert_walk_agrees<DB: diesel::backend::Backend>(
 pub struct AnyPk<M: Claimable>(Vec<M::PkFilter>);
 
 impl<M: Claimable> AnyPk<M> {
-    /// The keys of `rows` (at most [`CHUNK`](super::batch::CHUNK) of them: callers go chunk by
-    /// chunk, so a statement's binds stay far below MySQL's 65,535), the last one repeated up to
-    /// the batch statements' padded count. A repeated key matches its row once; the padding
-    /// keeps the statement texts, each a prepared statement on the server, to a few per kind
-    /// instead of one per row count.
+    /// The keys of `rows`, the last one repeated up to `len` keys in all (at least
+    /// `rows.len()`): a repeated key matches its row once, and statements padded to a few
+    /// lengths are a few prepared statements on the server instead of one per row count.
     #[cfg(feature = "mysql")]
-    pub(crate) fn of(rows: &[M]) -> Self {
-        debug_assert!(rows.len() <= super::batch::CHUNK);
+    pub(crate) fn padded(rows: &[M], len: usize) -> Self {
         let last = rows.len().saturating_sub(1);
-        let padded = if rows.is_empty() {
+        let len = if rows.is_empty() {
             0
         } else {
-            super::batch::padded_len(rows.len())
+            len.max(rows.len())
         };
         AnyPk(
-            (0..padded)
+            (0..len)
                 .map(|i| M::pk_filter(rows[i.min(last)].pk()))
                 .collect(),
         )
