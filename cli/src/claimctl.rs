@@ -140,6 +140,7 @@ pub(crate) fn cancel_row<C: CliConnection + BorrowConnection<Conn = C>>(
         owner: None,
         claimed_at: None,
         attempts: None,
+        attempts_nullable: false,
         max_attempts: None,
         available_at: None,
         order: &[],

@@ -121,6 +121,8 @@ fn describe<DB: CliDialect>(
         owner: optional(&args.owner_column)?,
         claimed_at: optional(&args.claimed_at_column)?,
         attempts: optional(&args.attempts_column)?,
+        // Not known from the column's name alone: counted as nullable (always correct).
+        attempts_nullable: true,
         max_attempts: args.max_attempts,
         available_at,
         order: Box::leak(order.into_boxed_slice()),
@@ -570,6 +572,7 @@ mod tests {
         owner: None,
         claimed_at: None,
         attempts: None,
+        attempts_nullable: false,
         max_attempts: None,
         available_at: None,
         order: &[],

@@ -246,6 +246,12 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
+    // A NOT NULL count is incremented as it is (`attempts + 1`, the statement as typed by hand);
+    // only a field that can read NULL gets `COALESCE(attempts, 0) + 1`.
+    let attempts_nullable = c
+        .attempts_ty
+        .as_ref()
+        .is_some_and(|ty| !crate::ty::is_plain_integer(ty));
     let schedule_consts = schedule_consts(model, c);
     let pause_const = c.pausable.as_ref().map(|key| {
         let key = option(key.as_ref().map(name_of));
@@ -358,6 +364,7 @@ fn expand_claim(model: &Model, c: &Claim) -> TokenStream {
             const OWNER: ::core::option::Option<&'static str> = #owner_name;
             const CLAIMED_AT: ::core::option::Option<&'static str> = #claimed_at_name;
             const ATTEMPTS: ::core::option::Option<&'static str> = #attempts_name;
+            const ATTEMPTS_NULLABLE: bool = #attempts_nullable;
             const ORDER: &'static [(&'static str, ::diesel_lease::__private::SortOrder)] = &[#(#order),*];
             const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #timeout;
             const MAX_ATTEMPTS: ::core::option::Option<i64> = #max_attempts;

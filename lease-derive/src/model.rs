@@ -21,6 +21,8 @@ pub(crate) struct Claim {
     pub(crate) owner: Option<(Ident, Ident)>,
     pub(crate) claimed_at: Option<Ident>,
     pub(crate) attempts: Option<(Ident, Ident)>,
+    /// The attempts field's type: whether it may read a NULL decides the claim's increment.
+    pub(crate) attempts_ty: Option<Type>,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) timeout_ms: Option<u64>,
     pub(crate) order_by: Vec<OrderItem>,
@@ -144,6 +146,11 @@ fn claim_settings(a: &ClaimableAttrs, fields: &[Field]) -> Option<Claim> {
         owner: a.owner.as_ref().and_then(field_of),
         claimed_at: a.claimed_at.as_ref().map(|c| c.value.clone()),
         attempts: a.attempts.as_ref().and_then(field_of),
+        attempts_ty: a
+            .attempts
+            .as_ref()
+            .and_then(|c| field(fields, &c.value))
+            .map(|f| f.ty.clone()),
         max_attempts: a.max_attempts.as_ref().map(|m| m.value),
         timeout_ms: a.timeout_ms.as_ref().map(|t| t.value),
         order_by: a

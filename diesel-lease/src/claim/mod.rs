@@ -91,6 +91,10 @@ pub trait Claimable: Keyed {
     const CLAIMED_AT: Option<&'static str>;
     /// The attempts column (integer), if mapped: incremented on every claim.
     const ATTEMPTS: Option<&'static str>;
+    /// Whether the attempts field may read a NULL (anything the derive does not see as a plain
+    /// `i16`, `i32` or `i64`): a claim then writes `COALESCE(attempts, 0) + 1`, else
+    /// `attempts + 1`. Default `true` (always correct).
+    const ATTEMPTS_NULLABLE: bool = true;
     /// Claim order (default: the primary key ascending).
     const ORDER: &'static [(&'static str, SortOrder)];
     /// After this many microseconds (database clock) a claim may be rescued by another worker.

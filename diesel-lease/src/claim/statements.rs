@@ -315,6 +315,9 @@ pub struct ClaimShape {
     pub claimed_at: Option<&'static str>,
     /// The attempts column, if mapped.
     pub attempts: Option<&'static str>,
+    /// Whether the attempts column may hold NULL: the claim's increment then counts it as 0
+    /// (`COALESCE(attempts, 0) + 1`); `true` when not known.
+    pub attempts_nullable: bool,
     /// Stale claims with this many attempts are failed instead of handed out.
     pub max_attempts: Option<i64>,
     /// The not-before column, if mapped.
@@ -337,6 +340,7 @@ impl ClaimShape {
             owner: M::OWNER,
             claimed_at: M::CLAIMED_AT,
             attempts: M::ATTEMPTS,
+            attempts_nullable: M::ATTEMPTS_NULLABLE,
             max_attempts: M::MAX_ATTEMPTS,
             available_at: M::AVAILABLE_AT,
             order: M::ORDER,
@@ -624,7 +628,8 @@ fn order_by<DB: SqlDialect>(
     Ok(())
 }
 
-/// `SET state = $claimed, owner = $owner, claimed_at = <db now>, attempts = COALESCE(attempts, 0) + 1`.
+/// `SET state = $claimed, owner = $owner, claimed_at = <db now>, attempts = attempts + 1`
+/// (`COALESCE(attempts, 0) + 1` for a nullable count).
 pub(crate) fn claim_assignments<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     parts: &'b ClaimParts<M, DB>,
@@ -647,13 +652,19 @@ pub(crate) fn claim_assignments<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
         parts.now.walk_ast(out.reborrow())?;
     }
     if let Some(attempts) = shape.attempts {
-        // A nullable column's NULL counts as 0: `NULL + 1` would stay NULL, and the owner
-        // check (`attempts = $n`) would then match nothing.
         out.push_sql(", ");
         out.push_identifier(attempts)?;
-        out.push_sql(" = COALESCE(");
-        out.push_identifier(attempts)?;
-        out.push_sql(", 0) + 1");
+        out.push_sql(" = ");
+        if shape.attempts_nullable {
+            // A nullable column's NULL counts as 0: `NULL + 1` would stay NULL, and the owner
+            // check (`attempts = $n`) would then match nothing.
+            out.push_sql("COALESCE(");
+            out.push_identifier(attempts)?;
+            out.push_sql(", 0)");
+        } else {
+            out.push_identifier(attempts)?;
+        }
+        out.push_sql(" + 1");
     }
     Ok(())
 }

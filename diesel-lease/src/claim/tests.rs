@@ -75,7 +75,7 @@ fn postgres_claim_is_one_cte_statement_with_binds() {
          < ((statement_timestamp() AT TIME ZONE 'UTC') + $2 * INTERVAL '1 microsecond') AND \"attempts\" < $3))) \
          ORDER BY \"id\" ASC LIMIT $4 FOR UPDATE SKIP LOCKED) \
          UPDATE \"jobs\" SET \"status\" = 'running', \"owner\" = $5, \"claimed_at\" = (statement_timestamp() AT TIME ZONE 'UTC'), \
-         \"attempts\" = COALESCE(\"attempts\", 0) + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
+         \"attempts\" = \"attempts\" + 1 FROM \"picked\" WHERE \"jobs\".\"id\" = \"picked\".\"id\" \
          RETURNING \"jobs\".\"id\", \"jobs\".\"status\", \"jobs\".\"owner\", \"jobs\".\"claimed_at\", \"jobs\".\"attempts\"")
     );
     assert!(
