@@ -121,8 +121,12 @@ fn describe<DB: CliDialect>(
         owner: optional(&args.owner_column)?,
         claimed_at: optional(&args.claimed_at_column)?,
         attempts: optional(&args.attempts_column)?,
-        // Not known from the column's name alone: counted as nullable (always correct).
-        attempts_nullable: true,
+        // As the derive decides it for a model of this table: Diesel maps a NOT NULL column
+        // to a plain integer field, a nullable one to an `Option`.
+        attempts_nullable: match &args.attempts_column {
+            Some(name) => column(name)?.nullable != 0,
+            None => false,
+        },
         max_attempts: args.max_attempts,
         available_at,
         order: Box::leak(order.into_boxed_slice()),
