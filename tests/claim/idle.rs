@@ -107,11 +107,11 @@ backend_suite! {
         let (few_pool, few_statements) = counted_pool::<<B as crate::common::TestBackend>::Conn>(&db.url, 4);
         let (got, rx) = mpsc::channel();
         let (few, few_worker) = wait_on(&few_pool, 10, 2, &stop, &got);
-        let ten = idle_statements(&few_statements, SETTLED, "10 waiters");
+        let ten = idle_statements(&few_statements, 10, SETTLED, SETTLED * WINDOW.as_secs(), "10 waiters");
 
         let (many_pool, many_statements) = counted_pool::<<B as crate::common::TestBackend>::Conn>(&db.url, 10);
         let (many, many_worker) = wait_on(&many_pool, 1000, 50, &stop, &got);
-        let thousand = idle_statements(&many_statements, SETTLED, "1000 waiters");
+        let thousand = idle_statements(&many_statements, 1000, SETTLED, 2 * ten + 40, "1000 waiters");
         eprintln!("idle statements in {WINDOW:?}: 10 waiters {ten}, 1000 waiters {thousand}");
         assert!(
             thousand <= 2 * ten + 40,

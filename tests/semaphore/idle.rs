@@ -58,11 +58,23 @@ fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend
         for _ in 0..10 {
             s.spawn(|| wait("idle-few", &few_pool, &few));
         }
-        let ten = idle_statements(&few_statements, SETTLED, "10 semaphore waiters");
+        let ten = idle_statements(
+            &few_statements,
+            10,
+            SETTLED,
+            SETTLED * WINDOW.as_secs(),
+            "10 semaphore waiters",
+        );
         for _ in 0..1000 {
             s.spawn(|| wait("idle-many", &many_pool, &many));
         }
-        let thousand = idle_statements(&many_statements, SETTLED, "1000 semaphore waiters");
+        let thousand = idle_statements(
+            &many_statements,
+            1000,
+            SETTLED,
+            2 * ten + 40,
+            "1000 semaphore waiters",
+        );
         eprintln!("idle statements in {WINDOW:?}: 10 waiters {ten}, 1000 waiters {thousand}");
         assert!(
             thousand <= 2 * ten + 40,
