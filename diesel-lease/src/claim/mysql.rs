@@ -58,7 +58,8 @@ impl ClaimDialect for MysqlConnection {
             // Stale claims first (rescues go before new work), then ready rows, each picked on
             // its own: one pick of both (an `OR`) may be planned as a sort of every match, whose
             // locking read keeps the index entries of rows other claims are marking. Stale
-            // claims are found by a plain read, then locked by key: a locking range scan keeps
+            // claims are found by a plain read, then locked by key (checked again to be stale
+            // and to match the caller's filter: the read locked nothing): a locking range scan keeps
             // the index record that ends its range, often the next ready row, which the claim
             // marking that row then waits for (claims deadlocked with each other). Locking
             // reads come from Diesel's statement cache: a failed one fails this transaction,
@@ -72,9 +73,8 @@ impl ClaimDialect for MysqlConnection {
                 for chunk in stale.chunks(CHUNK) {
                     let stale = keys::<M>(chunk);
                     let lock = ByKeyStmt {
-                        parts,
-                        rows: &stale,
-                        step: ByKey::LockStale,
+                        filter,
+                        ..ByKeyStmt::new(parts, &stale, ByKey::LockStale)
                     };
                     picked.extend(M::load::<Dynamic>(c, &lock)?);
                 }
@@ -91,11 +91,7 @@ impl ClaimDialect for MysqlConnection {
                 // One row (every `claim_next`): the text is fixed, prepare it once.
                 type One<M, const S: u8> = StmtId<M, shape::ByKeyOne<S>, NoFilter, false, false>;
                 let rows = keys::<M>(&picked);
-                let by_key = |step| ByKeyStmt {
-                    parts,
-                    rows: &rows,
-                    step,
-                };
+                let by_key = |step| ByKeyStmt::new(parts, &rows, step);
                 let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
                 c.execute_returning_count(&Exec::<_, One<M, 0>>::new(&mark))?;
                 return M::load::<One<M, 1>>(c, &read);
@@ -103,11 +99,7 @@ impl ClaimDialect for MysqlConnection {
             let mut claimed = Vec::with_capacity(picked.len());
             for chunk in picked.chunks(CHUNK) {
                 let rows = keys::<M>(chunk);
-                let by_key = |step| ByKeyStmt {
-                    parts,
-                    rows: &rows,
-                    step,
-                };
+                let by_key = |step| ByKeyStmt::new(parts, &rows, step);
                 let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
                 c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
                 claimed.extend(M::load::<Dynamic>(c, &read)?);
@@ -180,22 +172,14 @@ where
         return Ok(());
     }
     let found = keys::<M>(&found);
-    let lock = ByKeyStmt {
-        parts,
-        rows: &found,
-        step: ByKey::LockExhausted,
-    };
+    let lock = ByKeyStmt::new(parts, &found, ByKey::LockExhausted);
     // A locking read, cached: it runs in the claim's `write_tx` (see `Uncached`).
     let locked = M::load::<Dynamic>(conn, &lock)?;
     if locked.is_empty() {
         return Ok(());
     }
     let rows = keys::<M>(&locked);
-    let fail = ByKeyStmt {
-        parts,
-        rows: &rows,
-        step: ByKey::Fail,
-    };
+    let fail = ByKeyStmt::new(parts, &rows, ByKey::Fail);
     let reaped =
         diesel::Connection::execute_returning_count(conn, &Exec::<_, Dynamic>::new(&fail))?;
     if reaped > 0 {

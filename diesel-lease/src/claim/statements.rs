@@ -930,6 +930,21 @@ pub struct ByKeyStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) rows: &'a AnyPk<M>,
     pub(crate) step: ByKey,
+    /// The caller's filter, which [`ByKey::LockStale`] checks again: the probe that found the
+    /// rows locked nothing, so a row's filter columns may have changed since.
+    pub(crate) filter: Filter<'a, DB>,
+}
+
+impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ByKeyStmt<'a, M, DB> {
+    /// `step` on `rows`, without a caller filter.
+    pub(crate) fn new(parts: &'a ClaimParts<M, DB>, rows: &'a AnyPk<M>, step: ByKey) -> Self {
+        ByKeyStmt {
+            parts,
+            rows,
+            step,
+            filter: None,
+        }
+    }
 }
 
 /// Which of [`ByKeyStmt`]'s two statements.
@@ -942,8 +957,9 @@ pub enum ByKey {
     /// `UPDATE … SET <state> = <failed>`: exhausted stale claims the reap picked.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     Fail,
-    /// `SELECT <model> … AND <stale, rescuable> FOR UPDATE SKIP LOCKED`: lock the stale claims a
-    /// probe found, if they still are and nobody holds them.
+    /// `SELECT <model> … AND <stale, rescuable> [AND (filter)] FOR UPDATE SKIP LOCKED`: lock the
+    /// stale claims a probe found, if they still are (and still match the caller's filter) and
+    /// nobody holds them.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     LockStale,
     /// `SELECT <model> … AND <stale, out of attempts> FOR UPDATE SKIP LOCKED`: the reap's lock.
@@ -982,6 +998,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB>
             ByKey::LockStale => {
                 out.push_sql(" AND ");
                 claimable_predicate(&mut out, self.parts, Which::Stale)?;
+                and_filter(&mut out, self.filter)?;
             }
             ByKey::LockExhausted => {
                 out.push_sql(" AND ");
