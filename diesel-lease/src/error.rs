@@ -91,7 +91,7 @@ pub enum Error {
     },
     /// The lease's fencing token reached `i64::MAX`: no later grant could carry a larger one, so
     /// the lease is never granted again. Use a new name (after 9.2 × 10¹⁸ grants). Reported by
-    /// `try_acquire`; a waiting `acquire` of such a name ends in [`Error::Timeout`].
+    /// `try_acquire`, and by a waiting `acquire` at its first refusal.
     #[error("lease `{name}` has used up its fencing tokens (i64::MAX); use a new lease name")]
     TokensExhausted {
         /// The lease name.

@@ -62,6 +62,10 @@ pub trait CursorConnection<M: ClaimOrderKey>: ClaimConnection<M> {
 type Col<M> = <M as ClaimOrderKey>::OrderColumn;
 type Value<M> = <M as ClaimOrderKey>::OrderValue;
 
+// Not recommended in errors: a first order column that does not compare with its field's value
+// (a nullable one) is reported as the one unmet `CursorConnection` bound, with its note, instead
+// of as a type mismatch in each comparison below.
+#[diagnostic::do_not_recommend]
 impl<M, C> CursorConnection<M> for C
 where
     M: ClaimOrderKey,

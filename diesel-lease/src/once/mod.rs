@@ -116,6 +116,9 @@ pub trait ClaimIfNullConnection<M: ClaimIfNull, V>: Dialect {
 /// The SQL type of the values `M`'s guard is set to: the column's, without `Nullable`.
 type GuardSql<M> = <<M as ClaimIfNull>::NullColumnSql as crate::__private::NullableColumn>::NotNull;
 
+// Not recommended in errors: a value that does not fit is then reported as the one unmet
+// `ClaimIfNullConnection` bound, with the note above, instead of as each bound below.
+#[diagnostic::do_not_recommend]
 impl<M, V, C> ClaimIfNullConnection<M, V> for C
 where
     M: ClaimIfNull<NullColumnSql: crate::__private::NullableColumn>,
