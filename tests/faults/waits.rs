@@ -128,7 +128,60 @@ fn a_connection_whose_lock_wait_timed_out_works_again<B: TestBackend>(db: &TestD
         .expect("released");
 }
 
+/// A waiter whose request is queued when a frozen client takes the resource's lock, on a
+/// connection of its own (`acquire_on`, where only the database bounds a lock wait): its poll's
+/// wait for the lock ends at its deadline, and the clean-up of its queued request waits once
+/// more, for its drop wait; the call returns then, with `Error::Timeout`. The drop wait is
+/// longer than the test's slack, so that one more wait of it is told apart from a slow machine
+/// (a poll whose lock wait ran for the drop wait instead of to the deadline took 16 s here).
+fn a_queued_waiter_frozen_out_returns_after_its_deadline_and_one_drop_wait<B: TestBackend>(
+    db: &TestDb<B>,
+) {
+    const LONG_DROP: Duration = Duration::from_secs(8);
+    const WAITED: Duration = Duration::from_secs(2);
+    db.migrate();
+    let mutex = Semaphore::mutex(RESOURCE).with_drop_wait(LONG_DROP);
+    let mut holder = db.conn();
+    let held = mutex.acquire_on(&mut holder, TIMEOUT).unwrap();
+    let mut waiter = db.conn();
+    let (m, started) = (mutex.clone(), Instant::now());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let out = m.acquire_on(&mut waiter, WAITED).map(drop);
+        let _ = tx.send((out, started.elapsed()));
+    });
+    let mut watch = db.conn();
+    let queued = (0..200).any(|_| {
+        mutex.queue(&mut watch).unwrap().len() == 2 || {
+            std::thread::sleep(Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(queued, "the waiter's request was never queued");
+    let mut frozen = db.conn();
+    let lock_row = "BEGIN; SELECT permits FROM diesel_lease_semaphores \
+                    WHERE resource = 'frozen' FOR UPDATE";
+    frozen
+        .batch_execute(pick::<B>(lock_row, "BEGIN IMMEDIATE", lock_row))
+        .unwrap();
+    let (out, took) = rx
+        .recv_timeout(WAITED + 2 * LONG_DROP + SLACK * 4)
+        .expect("the waiter never returned");
+    frozen.batch_execute("ROLLBACK").unwrap();
+    eprintln!("acquire_on: {out:?} after {took:?}");
+    match expect_timeout("acquire_on", out) {
+        Error::Timeout { name, .. } => assert_eq!(name, RESOURCE),
+        _ => unreachable!(),
+    }
+    assert!(
+        took < WAITED + LONG_DROP + SLACK,
+        "acquire_on took {took:?}: more than its deadline and one drop wait ({LONG_DROP:?})"
+    );
+    held.release(&mut holder).unwrap();
+}
+
 backend_tests!(
     a_frozen_client_holds_up_nobody_past_their_deadline,
-    a_connection_whose_lock_wait_timed_out_works_again
+    a_connection_whose_lock_wait_timed_out_works_again,
+    a_queued_waiter_frozen_out_returns_after_its_deadline_and_one_drop_wait
 );
