@@ -14,6 +14,7 @@
 //! holders know they lost in time.
 //! `input`: bad names and owners are typed errors before the database; database timeouts name
 //! the lease, resource or table they concern.
+//! `unreached`: waits whose attempts never got a connection end in `Error::Pool`, which says so.
 //! `galera`: a three-node MariaDB Galera cluster, workers on different nodes, one node killed.
 
 mod errors;
@@ -28,4 +29,5 @@ mod network;
 #[cfg(feature = "mysql")]
 mod read_timeout;
 mod scheduler;
+mod unreached;
 mod waits;

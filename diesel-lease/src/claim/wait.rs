@@ -130,7 +130,9 @@ where
 /// there, within milliseconds of a [`notify_ready`] (PostgreSQL, with the pool's
 /// [`WaiterWakeups`](crate::pool::WaiterWakeups), which [`build_pool`](crate::pool::build_pool)
 /// installs), else at the next poll (at most [`MAX_POLL_INTERVAL`] apart). `None` when the
-/// timeout passed without a row.
+/// timeout passed without a row; [`Error::Pool`](crate::Error::Pool) (the last poll's) when
+/// none of its polls got a connection (the server refused them, or the pool's were all in use
+/// the whole time), since then nothing was looked at.
 ///
 /// The waiters of one pool for one table share their polls (one of them polls, twice per
 /// interval while others wait with it; the rest wait without a query until a poll finds rows),
@@ -284,6 +286,13 @@ impl Waiter {
         let mut gate = self.join();
         let mut look = gate.as_ref().is_none_or(Gate::polls_first);
         let mut mark = None;
+        // Whether a poll of this call got a connection: a wait whose polls never did ends with
+        // the last one's error, not an empty result (a stop still ends it empty).
+        let reach = crate::pool::Reach::default();
+        let ended = || match reach.unreached() {
+            Some(e) if !stop() => Err(e),
+            _ => Ok(Vec::new()),
+        };
         loop {
             if stop() {
                 return Ok(Vec::new());
@@ -291,10 +300,10 @@ impl Waiter {
             if look {
                 // Marked before the poll: a row announced after it wakes the sleep below.
                 mark = self.registration.as_ref().map(Registration::mark);
-                let Some((rows, checkout)) = self.poll(pool, began, give_up, Arc::clone(&claim))?
-                else {
+                let polled = self.poll(pool, began, give_up, Arc::clone(&claim), &reach)?;
+                let Some((rows, checkout)) = polled else {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(Vec::new());
+                        return ended();
                     }
                     continue;
                 };
@@ -315,7 +324,7 @@ impl Waiter {
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {
-                return Ok(Vec::new());
+                return ended();
             }
             look = true;
             let Some(gate) = gate.as_mut() else {
@@ -330,7 +339,7 @@ impl Waiter {
                 continue;
             };
             match gate.turn(deadline, stop, STOP_CHECK) {
-                Turn::Over => return Ok(Vec::new()),
+                Turn::Over => return ended(),
                 Turn::Extra => {}
                 Turn::Poller => {
                     if mark.is_none() && self.registration.is_some() {
@@ -357,15 +366,16 @@ impl Waiter {
 
     /// One poll on the courier: the claimed rows and what the checkout told, or `None` when the
     /// pool had no connection to spare (a missed poll, not a failure; the wait for one is
-    /// bounded so that a stop is still seen, and taken whole). A source that cannot lend at all
-    /// is [`Error::Config`]. A poll given up on is [`Error::Timeout`] with the
-    /// time waited since `began`.
+    /// bounded so that a stop is still seen, and taken whole; `reach` keeps the miss). A source
+    /// that cannot lend at all is [`Error::Config`]. A poll given up on is [`Error::Timeout`]
+    /// with the time waited since `began`.
     fn poll<M, C, S>(
         &mut self,
         pool: &S,
         began: Instant,
         give_up: &dyn Fn(Instant) -> Option<Instant>,
         claim: ClaimFn<M, C>,
+        reach: &crate::pool::Reach,
     ) -> Result<Option<Polled<M>>>
     where
         M: Claimable + Send,
@@ -373,14 +383,14 @@ impl Waiter {
         S: ConnectionSource<Connection = C>,
     {
         let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);
-        let (lender, returner) = (pool.clone(), pool.clone());
+        let (lender, returner, reach) = (pool.clone(), pool.clone(), reach.clone());
         let started = Instant::now();
         self.polled_at = Some(started);
         let polled = self.courier.call(
             &|| give_up(started),
             move || {
                 let lent = crate::pool::lend_with_listener(&lender, wait);
-                let Some((mut conn, checkout)) = crate::pool::loan_or_miss(lent)? else {
+                let Some((mut conn, checkout)) = crate::pool::loan_or_miss(lent, &reach)? else {
                     // No connection this time: a missed poll, which takes its whole wait also
                     // when the source said no at once (a server refusing connections), so that
                     // it is not asked again in a loop.

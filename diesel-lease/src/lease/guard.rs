@@ -99,7 +99,9 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     /// Each attempt borrows a pool connection (waiting at most until the deadline) and gives it
     /// back before the pause that follows, so waiters never keep the connections that holders'
     /// keep-alives need. An attempt that gets no connection in time just counts as refused;
-    /// at the deadline this fails with [`Error::Timeout`](crate::Error::Timeout). A lease that
+    /// at the deadline this fails with [`Error::Timeout`](crate::Error::Timeout), or, when no
+    /// attempt got a connection at all (the server refused them, the pool's were all in use),
+    /// with the last attempt's [`Error::Pool`](crate::Error::Pool). A lease that
     /// can never be granted again is [`Error::TokensExhausted`](crate::Error::TokensExhausted)
     /// at the first refusal.
     ///
@@ -119,6 +121,9 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
         let mut courier = Courier::new();
         // Whether an attempt has asked why it was refused (`refuse_if_exhausted`, once).
         let asked = Arc::new(AtomicBool::new(false));
+        // Whether an attempt got a connection: a wait whose attempts never did ends with the
+        // last one's error, not a timeout.
+        let reach = crate::pool::Reach::default();
         let lease = super::retry_until_granted(name, options, timeout, |left| {
             let attempt_bound = std::time::Instant::now()
                 .checked_add(options.drop_wait_limit())
@@ -126,12 +131,13 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
                 .map(|(allowed, deadline)| allowed.max(deadline));
             let source = AnySource::new(pool);
             let (lender, named, checked) = (source.clone(), name.to_owned(), checked.clone());
-            let asked = Arc::clone(&asked);
+            let (asked, reach) = (Arc::clone(&asked), reach.clone());
             let releaser = source;
             let attempt = courier.call(
                 &|| attempt_bound,
                 move || {
-                    let Some(mut conn) = crate::pool::loan_or_miss(lender.lend(left))? else {
+                    let Some(mut conn) = crate::pool::loan_or_miss(lender.lend(left), &reach)?
+                    else {
                         return Ok(None);
                     };
                     let granted = AnySource::with_lent(&mut conn, |conn| {
@@ -152,7 +158,8 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
                 },
             );
             attempt.unwrap_or_else(|| Err(Error::waited(name, started.elapsed())))
-        })?;
+        })
+        .map_err(|e| reach.explain(e))?;
         Self::new(AnySource::new(pool), lease, options)
     }
 

@@ -392,15 +392,74 @@ pub(crate) fn lend_with_listener<S: ConnectionSource>(
 }
 
 /// A loan for one attempt of a waiting call (a poll, a grant attempt): the connection, or
-/// `None` when none came in time, which the caller counts as a missed attempt and tries again.
+/// `None` when none came in time, which the caller counts as a missed attempt and tries again;
+/// `reach` keeps what the attempt got ([`Reach`]).
 /// [`Error::Config`](crate::Error::Config) is returned instead: a source that can never lend
 /// (a deadpool pool without a runtime) is a mistake to report at once, not an attempt to miss
 /// until the deadline.
-pub(crate) fn loan_or_miss<T>(loan: crate::Result<T>) -> crate::Result<Option<T>> {
+pub(crate) fn loan_or_miss<T>(loan: crate::Result<T>, reach: &Reach) -> crate::Result<Option<T>> {
     match loan {
-        Ok(lent) => Ok(Some(lent)),
+        Ok(lent) => {
+            reach.reached();
+            Ok(Some(lent))
+        }
         Err(e @ crate::Error::Config(_)) => Err(e),
-        Err(_) => Ok(None),
+        Err(e) => {
+            reach.missed(e);
+            Ok(None)
+        }
+    }
+}
+
+/// What the attempts of one waiting call got from their connection source: whether any of them
+/// got a connection, and the error of the last that got none.
+///
+/// A wait that ends at its deadline without a single attempt having had a connection reports
+/// that error ([`Error::Pool`](crate::Error::Pool): the server refused connections, or the
+/// pool's connections were all in use) instead of [`Error::Timeout`](crate::Error::Timeout) or
+/// an empty result: the caller learns that it never reached the database, not that nobody let
+/// it in or that no row came. Shared with the attempts' threads.
+#[derive(Clone, Default)]
+pub(crate) struct Reach(Arc<std::sync::Mutex<ReachState>>);
+
+#[derive(Default)]
+struct ReachState {
+    reached: bool,
+    missed: Option<crate::Error>,
+}
+
+impl Reach {
+    fn state(&self) -> std::sync::MutexGuard<'_, ReachState> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn reached(&self) {
+        let mut state = self.state();
+        state.reached = true;
+        state.missed = None;
+    }
+
+    fn missed(&self, e: crate::Error) {
+        let mut state = self.state();
+        if !state.reached {
+            state.missed = Some(e);
+        }
+    }
+
+    /// The last attempt's error, if no attempt got a connection; taken.
+    pub(crate) fn unreached(&self) -> Option<crate::Error> {
+        self.state().missed.take()
+    }
+
+    /// `e`, the wait's outcome at its own deadline ([`Error::Timeout`](crate::Error::Timeout)
+    /// without a database error), or the last attempt's error if no attempt got a connection.
+    pub(crate) fn explain(&self, e: crate::Error) -> crate::Error {
+        match e {
+            crate::Error::Timeout { source: None, .. } => self.unreached().unwrap_or(e),
+            e => e,
+        }
     }
 }
 

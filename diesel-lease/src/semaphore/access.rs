@@ -59,6 +59,12 @@ pub(super) trait Access {
     fn pool(&self) -> Option<usize> {
         None
     }
+
+    /// The last step's error getting a connection, if no step of this wait got one (see
+    /// [`Reach`](crate::pool::Reach)); taken. `None` on the caller's own connection.
+    fn unreached(&mut self) -> Option<Error> {
+        None
+    }
 }
 
 /// A wait on the caller's connection: it stays checked out (and `LISTEN`s, on PostgreSQL) for
@@ -171,6 +177,8 @@ where
     local: Option<Subscription>,
     /// The pool's identity, from the first checkout that told it on.
     identity: Option<usize>,
+    /// Whether a step got a connection, and the last miss's error.
+    reach: crate::pool::Reach,
 }
 
 impl<C> FromPool<C>
@@ -192,6 +200,7 @@ where
             mark: None,
             local: None,
             identity: None,
+            reach: crate::pool::Reach::default(),
         }
     }
 }
@@ -245,11 +254,12 @@ where
         };
         let (pool, table) = (self.pool.clone(), self.table.clone());
         let (undo_pool, undo_table) = (self.pool.clone(), self.table.clone());
+        let reach = self.reach.clone();
         let done = self.courier.call(
             &|| bound,
             move || {
                 let lent = crate::pool::lend_with_listener(&pool, wait);
-                let Some((mut conn, checkout)) = crate::pool::loan_or_miss(lent)? else {
+                let Some((mut conn, checkout)) = crate::pool::loan_or_miss(lent, &reach)? else {
                     return Ok(None);
                 };
                 let registered = register_before_look(register_as, checkout.listener.as_ref());
@@ -335,6 +345,10 @@ where
 
     fn pool(&self) -> Option<usize> {
         self.identity
+    }
+
+    fn unreached(&mut self) -> Option<Error> {
+        self.reach.unreached()
     }
 }
 

@@ -58,7 +58,8 @@
 //! sleeps, so waiters never hold the connections that the holders' heartbeats need: a pool of
 //! two serves a heartbeating holder and any number of waiters. A poll that gets no connection in
 //! time is skipped, not an error; at the deadline the wait fails with
-//! [`Error::Timeout`](crate::Error::Timeout).
+//! [`Error::Timeout`](crate::Error::Timeout), or with the last poll's
+//! [`Error::Pool`](crate::Error::Pool) if not one poll got a connection.
 //!
 //! On PostgreSQL every transaction that lets somebody in also sends `pg_notify` with the
 //! resource as payload, so the next waiter wakes within milliseconds instead of at its next
@@ -301,7 +302,9 @@ impl Semaphore {
     ///
     /// A zero `timeout` tries once, with a connection that is free at once. At the deadline it
     /// fails with [`Error::Timeout`](crate::Error::Timeout) and leaves no request behind (if no
-    /// connection can be had to delete it within [`DROP_WAIT`], it expires after the ttl);
+    /// connection can be had to delete it within [`DROP_WAIT`], it expires after the ttl); when
+    /// no poll got a connection at all (the server refused them, or the pool's were all in use
+    /// the whole time), with the last poll's [`Error::Pool`](crate::Error::Pool) instead;
     /// `Duration::MAX` waits forever. It returns within `timeout` plus the
     /// [drop wait](Self::with_drop_wait) whatever the network does: each poll runs on a thread of
     /// its own and is given up once both the deadline and the drop wait from its start have

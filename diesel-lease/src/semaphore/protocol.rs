@@ -408,7 +408,12 @@ pub(super) fn acquire<A: Access>(
                 },
             )?
             .flatten()
-            .ok_or_else(|| Error::waited(&req.resource, started.elapsed()));
+            .ok_or_else(|| {
+                // No connection for the one try: its error says why, a timeout would not.
+                access
+                    .unreached()
+                    .unwrap_or_else(|| Error::waited(&req.resource, started.elapsed()))
+            });
     }
     access.listen(&req.resource)?;
     let mut pending = None;
@@ -420,8 +425,15 @@ pub(super) fn acquire<A: Access>(
             let _ = access.step(req.drop_wait, move |sql| release(sql, &req, ticket));
         }
     }
+    // The deadline passed without a step that got a connection: the last one's error says
+    // why, a timeout would not.
+    let unreached = match &outcome {
+        Err(Error::Timeout { source: None, .. }) => access.unreached(),
+        _ => None,
+    };
     access.unlisten();
     outcome.map_err(|e| match e {
+        Error::Timeout { source: None, .. } if unreached.is_some() => unreached.unwrap_or(e),
         // The resource's lock was not ours by the deadline: the caller's own wait ran out.
         Error::Timeout { source, .. } => Error::Timeout {
             name: req.resource.clone(),
