@@ -28,11 +28,32 @@ struct FencedByAttempts {
     claimed_at: Option<chrono::NaiveDateTime>,
 }
 
+/// A task whose failures are retried: its failed state is a ready state too.
+#[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
+#[diesel(table_name = tasks)]
+#[claimable(state = status, ready("new", "dead"), claimed = "running", done = "done", failed = "dead")]
+#[allow(dead_code)] // read by the derive's statements, not here
+struct Retried {
+    id: i64,
+    status: String,
+}
+
+/// A task that recurs: its done state is a ready state too.
+#[derive(Debug, Queryable, Selectable, diesel_lease::Claimable)]
+#[diesel(table_name = tasks)]
+#[claimable(state = status, ready("new", "done"), claimed = "running", done = "done")]
+#[allow(dead_code)] // read by the derive's statements, not here
+struct Recurring {
+    id: i64,
+    status: String,
+}
+
 backend_suite! {
     fixtures: crate::claim::schedule;
     tests: [
         a_purge_deletes_exactly_the_old_done_and_dead_rows_in_batches,
         a_purge_can_keep_the_dead_rows,
+        a_purge_never_deletes_rows_in_a_ready_state,
         a_redrive_resets_exactly_the_dead_rows_chosen,
         a_redrive_keeps_the_attempts_fence_of_a_model_without_owner,
         a_redriven_row_without_owner_gets_one_try_past_its_attempts,
@@ -119,6 +140,25 @@ backend_suite! {
         let left = ids(&mut conn);
         assert!(left.is_disjoint(&old_done));
         assert_eq!(left, keep.union(&old_dead).copied().collect());
+    }
+
+    /// Where the failed state is a ready state too (failures are retried), a purge deletes the
+    /// old done rows and keeps the dead ones, which are queued work; where the done state is one
+    /// (rows recur) and there is no failed state, nothing is left to purge: `Error::Config`, and
+    /// every row stays.
+    pub(crate) fn a_purge_never_deletes_rows_in_a_ready_state(db: &TestDb<B>) {
+        fixtures::tasks_table(db);
+        let mut conn = db.conn();
+        let (keep, old_done, old_dead) = seed(&mut conn);
+        let retention = Retention::older_than(Duration::from_secs(DAY as u64));
+        let purged = Retried::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        assert_eq!(purged.deleted, 7, "only the old done rows");
+        let left = ids(&mut conn);
+        assert!(left.is_disjoint(&old_done));
+        assert_eq!(left, keep.union(&old_dead).copied().collect(), "the dead rows are retried, not purged");
+        let recurring = Recurring::purge_finished(&mut conn, tasks::claimed_at, &retention);
+        assert!(matches!(recurring, Err(diesel_lease::Error::Config(_))), "{recurring:?}");
+        assert_eq!(ids(&mut conn), left, "a refused purge deletes nothing");
     }
 
     pub(crate) fn a_redrive_resets_exactly_the_dead_rows_chosen(db: &TestDb<B>) {

@@ -139,6 +139,9 @@ pub struct RowShape {
     pub state: &'static str,
     /// The state a redriven row gets (the first ready state).
     pub ready: Option<StateLiteral>,
+    /// Every ready state: a purge never deletes rows in one, also when the done or failed
+    /// state is among them (rows that recur, or are retried).
+    pub ready_states: &'static [StateLiteral],
     /// The done state, if any.
     pub done: Option<StateLiteral>,
     /// The failed (dead-letter) state, if any.
@@ -163,6 +166,7 @@ impl RowShape {
                 Some(r) => Some(*r),
                 None => None,
             },
+            ready_states: M::READY_SQL,
             done: M::DONE_SQL,
             failed: M::FAILED_SQL,
             owner: M::OWNER,
@@ -393,16 +397,27 @@ where
 {
     let limit = retention.batch_limit()?;
     crate::Ttl::new("retention period", retention.older_than)?;
-    let states: Vec<StateLiteral> = [
+    let asked: Vec<StateLiteral> = [
         shape.done.filter(|_| retention.done),
         shape.failed.filter(|_| retention.failed),
     ]
     .into_iter()
     .flatten()
     .collect();
-    if states.is_empty() {
+    if asked.is_empty() {
         return Err(Error::Config(
             "a purge deletes done or dead rows: the table has neither state to purge (add `done = …` / `failed = …` to #[claimable(...)], or purge both)".into(),
+        ));
+    }
+    // A done or failed state that is also a ready state holds queued work (a recurring row, a
+    // retry): never purged.
+    let states: Vec<StateLiteral> = asked
+        .into_iter()
+        .filter(|state| !shape.ready_states.contains(state))
+        .collect();
+    if states.is_empty() {
+        return Err(Error::Config(
+            "a purge deletes done or dead rows, and the states to purge are ready states too (rows that recur or are retried): purging them would delete queued work".into(),
         ));
     }
     let micros = i64::try_from(retention.older_than.as_micros()).unwrap_or(i64::MAX);
@@ -457,7 +472,9 @@ where
 /// Deletes the done and dead rows of `M` whose `column` (a timestamp the user names, such as a
 /// `finished_at` or the `claimed_at` column) is older than the retention period by the database
 /// clock, in batches of the retention's size, each its own transaction; rows whose `column` is
-/// `NULL` stay. Ready and claimed rows are never touched. What
+/// `NULL` stay. Ready and claimed rows are never touched, also where the done or failed state
+/// is a ready state too (rows that recur, or are retried): that state is not purged, and
+/// [`Error::Config`](crate::Error::Config) says so when no state is left to purge. What
 /// [`RetentionDsl::purge_finished`](crate::dsl::RetentionDsl::purge_finished) calls.
 ///
 /// Run it on one node of a farm from a periodic job
