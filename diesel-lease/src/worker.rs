@@ -286,6 +286,7 @@ where
     /// The semaphores live in diesel-lease's tables: run [`run_migrations`](crate::run_migrations)
     /// first. A key's semaphore row is deleted when its last permit is released (the next row of
     /// that key creates it again), so the table does not keep a row per key value ever seen.
+    /// A `max` of zero is [`InvalidInput::Zero`] when [`run_until`](Self::run_until) starts.
     pub fn limit_per_key<Col>(
         mut self,
         _column: Col,
@@ -297,7 +298,7 @@ where
     {
         self.key_limit = Some(KeyLimit {
             column: Col::NAME,
-            max: max.max(1),
+            max,
             key: Box::new(key),
         });
         self
@@ -366,6 +367,12 @@ where
         if self.batch == 0 {
             return Err(InvalidInput::Zero {
                 what: "worker batch",
+            }
+            .into());
+        }
+        if self.key_limit.as_ref().is_some_and(|k| k.max == 0) {
+            return Err(InvalidInput::Zero {
+                what: "per-key limit",
             }
             .into());
         }

@@ -20,7 +20,7 @@ backend_suite! {
     fixtures: crate::claim::schedule;
     tests: [
         every_row_is_run_once_by_a_batched_worker,
-        a_zero_batch_or_concurrency_is_refused_before_any_claim,
+        a_zero_batch_concurrency_or_key_limit_is_refused_before_any_claim,
         a_panicking_handler_never_loses_its_row,
         failing_rows_are_dead_lettered_after_their_last_attempt,
         a_long_run_is_heartbeated_and_never_rescued,
@@ -28,6 +28,7 @@ backend_suite! {
         a_graceful_stop_loses_nothing,
         a_failed_hand_back_at_the_stop_still_hands_back_the_rest,
         the_per_key_limit_holds_under_contention,
+        a_stale_claim_under_a_per_key_limit_is_rescued_and_its_key_goes_on,
         the_per_key_limit_holds_across_processes,
         per_key_semaphores_are_removed_once_their_keys_are_idle,
         keys_of_any_length_get_their_limit,
@@ -185,14 +186,18 @@ backend_suite! {
         assert_eq!(statuses(db), HashMap::from([("done".to_string(), 40)]));
     }
 
-    /// `batch(0)` and `concurrency(0)` are typed errors when the worker starts (they used to be
+    /// `batch(0)`, `concurrency(0)` and `limit_per_key(_, 0, _)` are typed errors when the worker starts (they used to be
     /// raised to 1 silently); nothing is claimed. Bounded: a worker that started anyway is
     /// stopped after 10 s, and the test then fails on its result.
-    pub(crate) fn a_zero_batch_or_concurrency_is_refused_before_any_claim(db: &TestDb<B>) {
+    pub(crate) fn a_zero_batch_concurrency_or_key_limit_is_refused_before_any_claim(db: &TestDb<B>) {
         seed(db, 3, &[""]);
         for (worker, what) in [
             (Worker::<Task, _>::new(db.pool(4)).batch(0), "worker batch"),
             (Worker::<Task, _>::new(db.pool(4)).concurrency(0), "worker concurrency"),
+            (
+                Worker::<Task, _>::new(db.pool(4)).limit_per_key(tasks::tenant, 0, |t: &Task| t.tenant.clone()),
+                "per-key limit",
+            ),
         ] {
             let stop = AtomicBool::new(false);
             let result = std::thread::scope(|s| {
@@ -429,6 +434,38 @@ backend_suite! {
                 .concurrency(4)
                 .limit_per_key(tasks::tenant, 2, |t: &Task| t.tenant.clone())
         });
+    }
+
+    /// A per-key limit of one, and a row of tenant `acme` claimed long ago by a worker that is
+    /// gone (stale past the model's 30 s timeout): the stale claim is rescued and run, and the
+    /// tenant's other rows after it. The stale claim used to count against its own key, so no
+    /// row of `acme`, itself included, was ever claimed again (the run below waited its 60 s).
+    pub(crate) fn a_stale_claim_under_a_per_key_limit_is_rescued_and_its_key_goes_on(db: &TestDb<B>) {
+        db.migrate();
+        let mut ids = seed(db, 3, &["acme"]);
+        let long_ago = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap();
+        diesel::update(tasks::table.find(ids[0]))
+            .set((
+                tasks::status.eq("running"),
+                tasks::owner.eq("gone-worker"),
+                tasks::claimed_at.eq(long_ago),
+                tasks::attempts.eq(1),
+            ))
+            .execute(&mut db.conn())
+            .unwrap();
+        let seen = Mutex::new(Vec::new());
+        let worker = Worker::new(db.pool(6))
+            .concurrency(2)
+            .limit_per_key(tasks::tenant, 1, |t: &Task| t.tenant.clone());
+        run_until_settled(worker, |_, t: &Task| {
+            seen.lock().unwrap().push(t.id);
+            Ok(())
+        }, || left(db, "done") == 3);
+        assert_eq!(statuses(db), HashMap::from([("done".to_string(), 3)]));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        ids.sort();
+        assert_eq!(seen, ids, "each row once, the stale one included");
     }
 
     /// `Worker::claim_cursor` with `limit_per_key` (issue 23): the cursor's claims skip rows of

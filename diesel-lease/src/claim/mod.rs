@@ -426,6 +426,9 @@ where
             key,
             max,
             and,
+            stale: M::CLAIMED_AT
+                .zip(options.timeout_micros::<M>())
+                .map(|(column, micros)| (column, crate::clock::DbNowOffset::ago(micros))),
         };
         self.claim_matching::<statements::Dynamic>(limit, options, Some(&filter))
     }

@@ -8,14 +8,21 @@
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::QueryResult;
 
-use super::statements::{ClaimSql, Filter};
+use super::statements::{claimed_before, ClaimSql, Filter};
 use super::Claimable;
 use crate::backend::SqlDialect;
+use crate::clock::DbNowOffset;
 
 /// `(SELECT COUNT(*) FROM t AS dl_running WHERE dl_running.state = 'claimed'
-///   AND dl_running.key = t.key) < $max`. The claimed state is the model's SQL constant, as in
-/// every other claim statement, so a `NULL` claimed state is counted with `IS NULL` (`= NULL`
-/// matches nothing and would lift the limit).
+///   AND dl_running.key = t.key [AND NOT <stale>]) < $max`. The claimed state is the model's SQL
+/// constant, as in every other claim statement, so a `NULL` claimed state is counted with
+/// `IS NULL` (`= NULL` matches nothing and would lift the limit).
+///
+/// With a claim timeout, stale claims (claimed before the cutoff, as the claim's own predicate
+/// says) are not counted: they are claimable again, and a stale claim counted against its own
+/// key kept every row of that key, itself included, from being claimed (a key with `max` dead
+/// claims stalled for good). The `Worker`'s per-key permit still keeps a dead holder's key
+/// closed until that permit expires.
 ///
 /// With `and`, another filter must hold too (`(and) AND (SELECT …) < $max`): a
 /// [`ClaimCursor`](super::ClaimCursor)'s bound on the claim order.
@@ -24,6 +31,8 @@ pub(crate) struct UnderKeyLimit<'a, M: Claimable, DB> {
     pub(crate) key: &'static str,
     pub(crate) max: i64,
     pub(crate) and: Filter<'a, DB>,
+    /// The claimed-at column and the stale cutoff, when the claims rescue stale claims.
+    pub(crate) stale: Option<(&'static str, DbNowOffset<M::ClaimedAtSql>)>,
 }
 
 const ALIAS: &str = "dl_running";
@@ -51,6 +60,14 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for UnderKeyLimit<'_, M,
         M::push_table(&mut out, &self.table)?;
         out.push_sql(".");
         out.push_identifier(self.key)?;
+        if let Some((claimed_at, cutoff)) = &self.stale {
+            // Unqualified, the column is the subquery's own row's (`dl_running`'s).
+            out.push_sql(" AND (");
+            out.push_identifier(claimed_at)?;
+            out.push_sql(" IS NULL OR NOT (");
+            claimed_before(&mut out, claimed_at, cutoff)?;
+            out.push_sql("))");
+        }
         out.push_sql(") < ");
         DB::bind_i64(&mut out, &self.max)
     }

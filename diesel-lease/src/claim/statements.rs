@@ -1276,7 +1276,7 @@ impl<M: Claimable> FinishStmt<M> {
 /// stale only once even the latest real time behind its stored `claimed_at` (which a
 /// whole-second column truncated or rounded) is older than the timeout. The plain comparison
 /// first keeps an index on `claimed_at` usable.
-fn claimed_before<'b, ST: TimestampType, DB: SqlDialect>(
+pub(crate) fn claimed_before<'b, ST: TimestampType, DB: SqlDialect>(
     out: &mut AstPass<'_, 'b, DB>,
     claimed_at: &str,
     cutoff: &'b DbNowOffset<ST>,
