@@ -168,6 +168,18 @@ fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
         lease::inspect(&mut db.conn(), "tick").unwrap().is_none(),
         "nothing was written"
     );
+    // An expression that parses but has no slot (February 30th) is refused by the parser or at
+    // the loop's first poll: `run_until` returns `BadCron` instead of polling forever (it is
+    // stopped after 10 s should it go on).
+    if let Ok(never) = cron("0 0 30 2 *") {
+        let started = Instant::now();
+        let out = every(never).run_until(&pool, "never", || started.elapsed() > ms(10_000), |_| ());
+        assert!(
+            matches!(&out, Err(Error::InvalidInput(InvalidInput::BadCron { .. }))),
+            "{out:?}"
+        );
+        assert!(started.elapsed() < ms(10_000), "it polled until stopped");
+    }
 }
 
 /// A cron grant whose start bound has passed by the database clock is refused, even though

@@ -451,8 +451,10 @@ impl Every {
     /// the job ran).
     ///
     /// Only a lost lease ends the loop ([`Error::LeaseLost`]: the job
-    /// ran, partly, unprotected — the caller must know), and so does bad input, checked once
-    /// before the first poll. Every other error — the database restarting, a pool timeout, a
+    /// ran, partly, unprotected — the caller must know), and so does bad input
+    /// ([`Error::InvalidInput`]), checked once before the first poll, or found by a poll (a cron
+    /// expression that parses but has no slot, such as `0 0 30 2 *`, February 30th: every poll
+    /// would find none). Every other error — the database restarting, a pool timeout, a
     /// lock timeout on the release after a run — is handed to [`on_error`](Self::on_error) and
     /// the loop goes on after a backoff that doubles from the poll period up to
     /// [`MAX_ERROR_BACKOFF`], so one transient fault never stops a node for good.
@@ -512,7 +514,8 @@ impl Every {
                     after_error = Backoff::new(poll, MAX_ERROR_BACKOFF.max(poll));
                     jitter.next_delay()
                 }
-                Err(e @ Error::LeaseLost { .. }) => return Err(e),
+                // Bad input fails every poll the same way, and a lost lease must be known.
+                Err(e @ (Error::LeaseLost { .. } | Error::InvalidInput(_))) => return Err(e),
                 Err(e) => {
                     crate::observe::schedule_retry(name, &e);
                     if let Some(report) = &self.on_error {
