@@ -808,7 +808,17 @@ where
                         }
                     },
                 )?;
-                if !held? {
+                let held = match held {
+                    Ok(held) => held,
+                    Err(e) => {
+                        // Still ours as far as anyone knows: it goes back before the error
+                        // surfaces, as the rest of the batch does, rather than wait for its
+                        // claim timeout (or for ever, on a model without one).
+                        let _ = self.release(calls, row);
+                        return Err(e);
+                    }
+                };
+                if !held {
                     self.count(Done::Lost);
                     return Ok(());
                 }

@@ -27,6 +27,7 @@ backend_suite! {
         a_long_run_after_an_idle_wait_is_heartbeated_and_never_rescued,
         a_graceful_stop_loses_nothing,
         a_failed_hand_back_at_the_stop_still_hands_back_the_rest,
+        a_failed_renewal_of_a_batch_row_hands_it_back,
         the_per_key_limit_holds_under_contention,
         a_stale_claim_under_a_per_key_limit_is_rescued_and_its_key_goes_on,
         the_per_key_limit_holds_across_processes,
@@ -380,6 +381,51 @@ backend_suite! {
         for &id in &ids[2..] {
             assert_eq!(status(id), "new", "row {id} went back after the refused one");
         }
+    }
+
+    /// A batch of two: the second row's claim is renewed before it starts, and a trigger
+    /// refuses that renewal (an update that keeps it claimed). The worker stops with the
+    /// refusal, a database error, and the row is back in the queue; it used to stay claimed
+    /// until its timeout.
+    pub(crate) fn a_failed_renewal_of_a_batch_row_hands_it_back(db: &TestDb<B>) {
+        let ids = seed(db, 2, &[""]);
+        let refused = ids[1];
+        db.ddl(
+            &format!(
+                "CREATE FUNCTION refuse_renewal() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN RAISE EXCEPTION 'renewal refused'; END $$; \
+                 CREATE TRIGGER refuse_renewal BEFORE UPDATE ON tasks FOR EACH ROW \
+                 WHEN (OLD.status = 'running' AND NEW.status = 'running' AND OLD.id = {refused}) \
+                 EXECUTE FUNCTION refuse_renewal()"
+            ),
+            &format!(
+                "CREATE TRIGGER refuse_renewal BEFORE UPDATE ON tasks FOR EACH ROW \
+                 WHEN OLD.status = 'running' AND NEW.status = 'running' AND OLD.id = {refused} \
+                 BEGIN SELECT RAISE(ABORT, 'renewal refused'); END"
+            ),
+            &format!(
+                "CREATE TRIGGER refuse_renewal BEFORE UPDATE ON tasks FOR EACH ROW \
+                 BEGIN IF OLD.status = 'running' AND NEW.status = 'running' AND OLD.id = {refused} THEN \
+                 SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'renewal refused'; END IF; END"
+            ),
+        );
+        let stop = AtomicBool::new(false);
+        let started = Mutex::new(Vec::new());
+        let result = Worker::new(db.pool(4)).batch(2).run_until(&stop, |_, t: &Task| {
+            started.lock().unwrap().push(t.id);
+            Ok::<_, String>(())
+        });
+        assert!(
+            matches!(&result, Err(e) if e.to_string().contains("renewal refused")),
+            "the refusal is returned: {result:?}"
+        );
+        assert_eq!(started.into_inner().unwrap(), [ids[0]], "only the first row ran");
+        let (status, owner): (String, Option<String>) = tasks::table
+            .find(refused)
+            .select((tasks::status, tasks::owner))
+            .first(&mut db.conn())
+            .unwrap();
+        assert_eq!((status.as_str(), owner), ("new", None), "the row whose renewal failed is back");
     }
 
     pub(crate) fn a_graceful_stop_loses_nothing(db: &TestDb<B>) {
