@@ -91,6 +91,7 @@ network_suite! {
         a_silent_link_loses_a_claim_guard_in_time_and_its_drop_is_bounded,
         a_waiting_acquire_on_a_silent_link_times_out_within_its_bound,
         a_stopped_worker_on_a_silent_link_returns_within_its_drop_wait,
+        a_try_acquire_on_a_silent_link_returns_within_its_drop_wait,
     ];
 
     /// A kept-alive lease guard whose link goes silent: lost before its ttl, `is_lost` answers at
@@ -123,6 +124,34 @@ network_suite! {
             .expect("granted after the ttl");
         assert!(next.token() > token);
         drop(proxy);
+    }
+
+    /// A semaphore's `try_acquire` (and a reader/writer lock's `try_write`) on a link that went
+    /// silent: each returns within its drop wait, with `Error::Timeout` naming the resource,
+    /// whatever the pool's health check and the statement wait on. They used to wait on the
+    /// caller's thread until the operating system gave up on the connection.
+    pub(crate) fn a_try_acquire_on_a_silent_link_returns_within_its_drop_wait(db: &TestDb<B>) {
+        db.migrate();
+        let proxy = Proxy::to_server_of(&db.url);
+        let pool = pool_through(db, &proxy, 2);
+        let mutex = Semaphore::mutex("net-try").with_drop_wait(WAIT);
+        let lock = diesel_lease::semaphore::RwLock::new("net-try-rw").with_drop_wait(WAIT);
+        // On a working link first: the pool's connections exist and were used.
+        mutex.try_acquire(&pool).unwrap().expect("free").release().unwrap();
+        proxy.black_hole();
+        let (p, m) = (pool.clone(), mutex.clone());
+        let (out, took) = within("try_acquire", WAIT, move || m.try_acquire(&p).map(|g| g.is_some()));
+        assert!(matches!(&out, Err(Error::Timeout { name, .. }) if name == "net-try"), "{out:?}");
+        eprintln!("try_acquire: {out:?} after {took:?}");
+        let (p, l) = (pool.clone(), lock.clone());
+        let (out, took) = within("try_write", WAIT, move || l.try_write(&p).map(|g| g.is_some()));
+        assert!(matches!(&out, Err(Error::Timeout { name, .. }) if name == "net-try-rw"), "{out:?}");
+        eprintln!("try_write: {out:?} after {took:?}");
+        drop(proxy);
+        // What the abandoned tries queued is gone once the link ends: nothing is held.
+        let mut conn = db.conn();
+        let free = mutex.acquire_on(&mut conn, TTL + SLACK).expect("free again");
+        free.release(&mut conn).unwrap();
     }
 
     /// The same for a permit: lost before its row expires, dropped within its drop wait, and the

@@ -89,7 +89,8 @@ backend_suite! {
     }
 
     /// A pool whose server refuses connections (a port nothing listens on; for SQLite, a file in a
-    /// directory that does not exist): each wait ends in `Error::Pool` carrying the refusal.
+    /// directory that does not exist): each wait ends in `Error::Pool`, and the refusal reaches
+    /// the caller.
     pub(crate) fn waits_on_a_server_that_refuses_connections_say_why(db: &TestDb<B>) {
         let url = match <B as TestBackend>::KIND {
             diesel_lease::BackendKind::Sqlite => {
@@ -115,12 +116,13 @@ backend_suite! {
             .min_idle(Some(0))
             .connection_timeout(Duration::from_secs(5))
             .build_unchecked(ConnectionManager::<<B as TestBackend>::Conn>::new(url));
-        for message in three_waits(&pool) {
-            assert!(
-                message != "could not get a connection from the pool: timed out waiting for connection",
-                "the refusal is not in {message}"
-            );
-            eprintln!("{message}");
-        }
+        // r2d2 hands the refusal it last saw to one timed-out checkout, not to every one: a
+        // wait whose last checkout came after another had taken it says only "timed out".
+        let messages = three_waits(&pool);
+        eprintln!("{messages:#?}");
+        assert!(
+            messages.iter().any(|m| m != "could not get a connection from the pool: timed out waiting for connection"),
+            "the refusal is in none of {messages:?}"
+        );
     }
 }

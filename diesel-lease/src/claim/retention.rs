@@ -474,7 +474,7 @@ where
 /// clock, in batches of the retention's size, each its own transaction; rows whose `column` is
 /// `NULL` stay. Ready and claimed rows are never touched, also where the done or failed state
 /// is a ready state too (rows that recur, or are retried): that state is not purged, and
-/// [`Error::Config`](crate::Error::Config) says so when no state is left to purge. What
+/// [`Error::Config`] says so when no state is left to purge. What
 /// [`RetentionDsl::purge_finished`](crate::dsl::RetentionDsl::purge_finished) calls.
 ///
 /// Run it on one node of a farm from a periodic job

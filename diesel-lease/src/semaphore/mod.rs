@@ -324,6 +324,12 @@ impl Semaphore {
 
     /// Takes a permit if one is free right now and nobody is queued ahead; never waits.
     /// `Ok(None)` when busy (nothing is left queued).
+    ///
+    /// It returns within the [drop wait](Self::with_drop_wait) whatever the network does: the
+    /// try runs on a thread of its own, and one that has not answered by then fails with
+    /// [`Error::Timeout`](crate::Error::Timeout) naming the resource and goes on in the
+    /// background, where a permit it gets is released. No connection within the drop wait is
+    /// the pool's error ([`Error::Pool`](crate::Error::Pool)).
     pub fn try_acquire<C>(
         &self,
         pool: &impl ConnectionSource<Connection = C>,
@@ -408,16 +414,36 @@ where
     S: ConnectionSource<Connection = C>,
     C: SemaphoreDialect + R2D2Connection,
 {
+    use self::access::Access;
     let op = acquire_op(crate::backend::kind::<C>(), &req);
-    // "Never waits": for a connection too, no longer than the drop wait (not the pool's
-    // connection timeout, 30 s by default).
-    let granted = pool.lend(req.drop_wait).and_then(|mut lent| {
-        S::with_lent(&mut lent, |conn| {
-            req.on(conn, |sql| protocol::try_once(sql, &req))
-        })
-    });
+    // "Never waits": for a connection (not the pool's connection timeout, 30 s by default) and
+    // for the answer, no longer than the drop wait in all. The try runs on a thread of its own,
+    // so a silent link or a health check that hangs does not hold the caller; a permit it gets
+    // after the caller stopped waiting is released there.
+    let source = AnySource::new(pool);
+    let mut access = FromPool::new(source.clone(), &req, Duration::ZERO);
+    let (once, leaving) = (req.clone(), req.clone());
+    // Half of it for a connection, so that a checkout that comes too late is a miss the pool
+    // reports, not a try that goes on (and takes a permit) after the caller has its answer.
+    let granted = access
+        .step_or_undo(
+            req.drop_wait / 2,
+            move |sql| protocol::try_once(sql, &once),
+            move |granted, sql| match granted {
+                Some(granted) => protocol::release(sql, &leaving, granted.ticket).map(drop),
+                None => Ok(()),
+            },
+        )
+        .and_then(|stepped| {
+            // No connection within the drop wait: the pool's error says why.
+            stepped.ok_or_else(|| {
+                access
+                    .unreached()
+                    .unwrap_or_else(|| crate::Error::waited(&req.resource, req.drop_wait))
+            })
+        });
     match op.finish(granted, granted_outcome)? {
-        Some(granted) => PermitGuard::start(AnySource::new(pool), req, granted).map(Some),
+        Some(granted) => PermitGuard::start(source, req, granted).map(Some),
         None => Ok(None),
     }
 }

@@ -137,7 +137,8 @@ impl RwLock {
         )
     }
 
-    /// Reads if possible right now; never waits.
+    /// Reads if possible right now; never waits (see
+    /// [`Semaphore::try_acquire`](super::Semaphore::try_acquire) for its bound).
     pub fn try_read<C>(
         &self,
         pool: &impl ConnectionSource<Connection = C>,
@@ -148,7 +149,8 @@ impl RwLock {
         self.inner.try_acquire(pool)
     }
 
-    /// Writes if possible right now; never waits.
+    /// Writes if possible right now; never waits (see
+    /// [`Semaphore::try_acquire`](super::Semaphore::try_acquire) for its bound).
     pub fn try_write<C>(
         &self,
         pool: &impl ConnectionSource<Connection = C>,
