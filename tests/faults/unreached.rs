@@ -73,9 +73,8 @@ backend_suite! {
         seed_one_job(db);
         let pool = db.pool(1);
         let held = pool.get().unwrap();
-        for message in three_waits(&pool) {
-            assert!(message.contains("connection"), "{message}");
-        }
+        // Each wait's `Error::Pool` is asserted by `expect_pool`.
+        three_waits(&pool);
         drop(held);
         let sem = Semaphore::mutex("unreached");
         sem.acquire(&pool, WAIT).unwrap().release().unwrap();

@@ -145,6 +145,46 @@ fn run_exclusive_skips_when_held<B: TestBackend>(db: &TestDb<B>) {
     );
 }
 
+/// A job that runs past its lease's local deadline (a ttl of 3 s without keep-alive: the holder
+/// counts it lost at 2.7 s, a tenth before the database's expiry) and returns at once then,
+/// while the row is still this grant's: `run_exclusive` says the lease was lost, and a plain
+/// lease's release says `false`, though the row goes all the same. Both used to report the
+/// release as a success: the job had run unprotected for all the holder knew.
+fn a_release_past_the_local_deadline_says_the_lease_was_lost<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    let pool = db.pool(2);
+    let until_lost = |lost: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !lost() {
+            assert!(started.elapsed() < ms(10_000), "never lost locally");
+            std::thread::sleep(ms(5));
+        }
+    };
+    let ran = run_exclusive(&pool, "past-deadline", &opts(3_000), |guard| {
+        until_lost(&|| guard.is_lost());
+        Ok::<_, Error>(())
+    });
+    assert!(
+        matches!(&ran, Err(Error::LeaseLost { name, .. }) if name == "past-deadline"),
+        "{ran:?}"
+    );
+    let mut conn = db.conn();
+    let mut lease = lease::try_acquire(&mut conn, "past-deadline-2", &opts(3_000))
+        .unwrap()
+        .expect("free");
+    until_lost(&|| lease.is_lost());
+    assert!(
+        !lease.release(&mut conn).unwrap(),
+        "released past the local deadline"
+    );
+    // Released or expired, the next holder gets it at once.
+    assert!(
+        lease::try_acquire(&mut conn, "past-deadline-2", &opts(3_000))
+            .unwrap()
+            .is_some()
+    );
+}
+
 /// The job's own error type comes back through `?`, the lease's errors convert into it, and a
 /// failed job still releases the lease at once (the next run does not wait for the ttl).
 fn a_failing_job_returns_its_error_and_releases<B: TestBackend>(db: &TestDb<B>) {
@@ -520,6 +560,7 @@ backend_tests!(
     keep_alive_marks_the_guard_lost_when_taken_over,
     run_exclusive_skips_when_held,
     a_failing_job_returns_its_error_and_releases,
+    a_release_past_the_local_deadline_says_the_lease_was_lost,
     with_lock_is_mutually_exclusive,
     with_lock_waits_for_an_expiring_holder,
     every_runs_once_per_interval_in_process,

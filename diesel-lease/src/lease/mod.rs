@@ -574,9 +574,10 @@ impl Lease {
     /// matches a released grant, not even one sent before the release that reaches the database
     /// after it.
     ///
-    /// `true` when the grant was still held; `false` when it had expired or was taken over —
-    /// the protected work ran (partly) unprotected. [`Error::LeaseNotHeld`] if it was already
-    /// released.
+    /// `true` when the grant was still held; `false` when it had expired or was taken over, or
+    /// its local deadline had passed ([`is_lost`](Self::is_lost); the row, still this grant's,
+    /// is released all the same) — the protected work ran (partly) unprotected.
+    /// [`Error::LeaseNotHeld`] if it was already released.
     pub fn release(
         &mut self,
         conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
@@ -585,6 +586,9 @@ impl Lease {
             Err(Error::LeaseLost { .. }) => return Ok(false),
             checked => checked?,
         }
+        // Past the local deadline the work ran (partly) unprotected, as far as this holder
+        // could know, even if the row is still ours and goes now.
+        let expired_here = self.is_lost();
         let conn = conn.borrow_connection();
         let op = op!(
             LeaseRelease,
@@ -601,7 +605,7 @@ impl Lease {
         })? {
             self.state = State::Released;
             self.local.mark_lost(LostReason::Released);
-            Ok(true)
+            Ok(!expired_here)
         } else {
             self.mark_lost(conn);
             Ok(false)
