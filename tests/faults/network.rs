@@ -65,7 +65,7 @@ fn pool_through<B: TestBackend>(
     build_pool::<B::Conn>(&proxy.url(&db.url), size).expect("a pool through the proxy")
 }
 
-fn seed_one_job<B: TestBackend>(db: &TestDb<B>) {
+pub(super) fn seed_one_job<B: TestBackend>(db: &TestDb<B>) {
     let [pg, sqlite, mysql] = [IMPORTJOBS_DDL.0, IMPORTJOBS_DDL.1, IMPORTJOBS_DDL.2];
     db.ddl(pg, sqlite, mysql);
     db.conn()

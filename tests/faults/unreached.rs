@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use diesel::connection::SimpleConnection;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel_lease::lease::{LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
@@ -23,17 +22,6 @@ backend_suite! {
         waits_on_an_exhausted_pool_say_so,
         waits_on_a_server_that_refuses_connections_say_why,
     ];
-
-    /// A claimable row, so that a claim that reached the database would find it.
-    fn seed_one_job(db: &TestDb<B>) {
-        let [pg, sqlite, mysql] = [IMPORTJOBS_DDL.0, IMPORTJOBS_DDL.1, IMPORTJOBS_DDL.2];
-        db.ddl(pg, sqlite, mysql);
-        db.conn()
-            .batch_execute(
-                "INSERT INTO importjobs (id, statuscode, payload) VALUES (1, 'JOBEXTRACTED', '')",
-            )
-            .unwrap();
-    }
 
     /// `Error::Pool`, retryable; its message.
     fn expect_pool<T: std::fmt::Debug>(what: &str, r: diesel_lease::Result<T>) -> String {
@@ -70,7 +58,8 @@ backend_suite! {
     /// calls on the same pool get the permit, the lease and the row.
     pub(crate) fn waits_on_an_exhausted_pool_say_so(db: &TestDb<B>) {
         db.migrate();
-        seed_one_job(db);
+        // A claimable row, so that a claim that reached the database would find it.
+        crate::faults::network::seed_one_job(db);
         let pool = db.pool(1);
         let held = pool.get().unwrap();
         // Each wait's `Error::Pool` is asserted by `expect_pool`.

@@ -937,6 +937,7 @@ pub struct ByKeyStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
 
 impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ByKeyStmt<'a, M, DB> {
     /// `step` on `rows`, without a caller filter.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn new(parts: &'a ClaimParts<M, DB>, rows: &'a AnyPk<M>, step: ByKey) -> Self {
         ByKeyStmt {
             parts,
