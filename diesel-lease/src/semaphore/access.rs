@@ -205,6 +205,19 @@ where
     }
 }
 
+impl<C> FromPool<C>
+where
+    C: SemaphoreDialect + R2D2Connection,
+{
+    /// The least time a step is given before the wait stops waiting for it, instead of the drop
+    /// wait: a try that waits for a connection and then for the resource's lock, each bounded,
+    /// is given both, so that the database's own lock timeout, not this wait's, ends it.
+    pub(super) fn with_allowance(mut self, allowance: Duration) -> Self {
+        self.allowance = allowance;
+        self
+    }
+}
+
 /// Registers for `resource` with the checkout's listener, if it has one, and marks what the
 /// listener had seen: on the step's own thread, right before the step looks at the queue.
 fn register_before_look(

@@ -325,8 +325,11 @@ impl Semaphore {
     /// Takes a permit if one is free right now and nobody is queued ahead; never waits.
     /// `Ok(None)` when busy (nothing is left queued).
     ///
-    /// It returns within the [drop wait](Self::with_drop_wait) whatever the network does: the
-    /// try runs on a thread of its own, and one that has not answered by then fails with
+    /// It returns within twice the [drop wait](Self::with_drop_wait) and a second whatever the
+    /// network does (half a drop wait for a connection, one for the resource's lock, whose
+    /// timeout the database reports as [`Error::Timeout`](crate::Error::Timeout) with its error;
+    /// MySQL counts it in whole seconds, rounded up): the try runs on a
+    /// thread of its own, and one that has not answered by then fails with
     /// [`Error::Timeout`](crate::Error::Timeout) naming the resource and goes on in the
     /// background, where a permit it gets is released. No connection within the drop wait is
     /// the pool's error ([`Error::Pool`](crate::Error::Pool)).
@@ -416,12 +419,19 @@ where
 {
     use self::access::Access;
     let op = acquire_op(crate::backend::kind::<C>(), &req);
-    // "Never waits": for a connection (not the pool's connection timeout, 30 s by default) and
-    // for the answer, no longer than the drop wait in all. The try runs on a thread of its own,
-    // so a silent link or a health check that hangs does not hold the caller; a permit it gets
+    // "Never waits": for a connection (not the pool's connection timeout, 30 s by default) no
+    // longer than half the drop wait, then for the resource's lock no longer than the drop
+    // wait (the database's lock timeout: `Error::Timeout` with its error; MySQL counts it in
+    // whole seconds, rounded up), and for the answer no longer than twice the drop wait and a
+    // second in all. The try runs on a thread of its own, so a
+    // silent link or a health check that hangs does not hold the caller; a permit it gets
     // after the caller stopped waiting is released there.
     let source = AnySource::new(pool);
-    let mut access = FromPool::new(source.clone(), &req, Duration::ZERO);
+    let mut access = FromPool::new(source.clone(), &req, Duration::ZERO).with_allowance(
+        req.drop_wait
+            .saturating_mul(2)
+            .saturating_add(Duration::from_secs(1)),
+    );
     let (once, leaving) = (req.clone(), req.clone());
     // Half of it for a connection, so that a checkout that comes too late is a miss the pool
     // reports, not a try that goes on (and takes a permit) after the caller has its answer.
@@ -434,6 +444,8 @@ where
                 None => Ok(()),
             },
         )
+        // A timeout the database reported names the resource.
+        .map_err(|e| e.concerning(|| req.resource.clone()))
         .and_then(|stepped| {
             // No connection within the drop wait: the pool's error says why.
             stepped.ok_or_else(|| {
