@@ -130,9 +130,14 @@ where
     C::Backend: QueryMetadata<diesel::sql_types::Integer>,
     // What Diesel's `LoadQuery` asks of any `Rows<'_, M, _, K>` (it is independent of `K`).
     C::Backend: QueryMetadata<diesel::dsl::AsSelect<M, C::Backend>>,
-    M: diesel::Selectable<C::Backend> + FromSqlRow<SelectSql<M, C::Backend>, C::Backend>,
-    SelectSql<M, C::Backend>:
-        diesel::sql_types::SqlType + diesel::expression::TypedExpressionType + 'static,
+    M: diesel::Selectable<C::Backend>,
+    // Diesel 2.4 loads a selection through its SQL type's `SqlTypeLikeMarker` (for a model's
+    // columns, the selection's own SQL type); what its `CompatibleType` impl for `SelectBy` asks.
+    M: FromSqlRow<LoadSql<M, C::Backend>, C::Backend>,
+    SelectSql<M, C::Backend>: diesel::sql_types::SqlType
+        + diesel::expression::TypedExpressionType
+        + diesel::deserialize::SqlTypeLikeMarker
+        + 'static,
 {
     fn load<K: QueryId>(conn: &mut C, stmt: &dyn QueryFragment<C::Backend>) -> QueryResult<Vec<M>> {
         Rows::<M, C::Backend, K> {
@@ -190,6 +195,8 @@ impl<DB, ST, Conn, K> RunQueryDsl<Conn> for Column1<'_, DB, ST, K> {}
 
 /// The SQL type of model `M`'s selection on `DB`.
 type SelectSql<M, DB> = diesel::dsl::SqlTypeOf<<M as diesel::Selectable<DB>>::SelectExpression>;
+/// The SQL type Diesel 2.4 builds a model's rows from (see `SqlTypeLikeMarker`).
+type LoadSql<M, DB> = <SelectSql<M, DB> as diesel::deserialize::SqlTypeLikeMarker>::SqlType;
 
 /// Any statement that returns the model's selection, as a Diesel query whose rows load as `M`,
 /// with query id `K`.
