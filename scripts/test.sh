@@ -43,7 +43,10 @@
 #    During each pass DIESEL_LEASE_TEST_ISOLATION holds that pass's single level, for tests that
 #    want to know it. PostgreSQL runs at its default (READ COMMITTED) and SQLite is serializable.
 #    Example: DIESEL_LEASE_TEST_ISOLATION=read-committed runs everything once, at that level.
-# 6. Stops both servers and deletes their temp dirs on every exit path (trap), and exits with the
+# 6. Dependencies resolved afresh (full runs only): scripts/resolve.sh builds and tests copies
+#    of the workspace at the newest and at the oldest versions its requirements allow, and a new
+#    application outside the workspace that depends on diesel-lease by path with no lockfile.
+# 7. Stops both servers and deletes their temp dirs on every exit path (trap), and exits with the
 #    tests' status (the first failing pass's cargo status). Ctrl-C reaches cargo and the script
 #    alike; a SIGTERM sent to the script's pid alone takes effect when the running cargo ends
 #    (bash runs traps between commands), then the servers are stopped as usual.
@@ -344,6 +347,26 @@ if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
         [ "$STATUS" -ne 0 ] || STATUS=$rc
     done
 fi
+
+# Dependencies resolved afresh (scripts/resolve.sh): the newest versions the requirements allow,
+# the oldest (every direct dependency of the published crates at its declared minimum), and a
+# new application outside the workspace. Full runs only (no CARGO_ARGS or TEST_ARGS), unless
+# DIESEL_LEASE_TEST_RESOLVE names the passes (comma-separated; empty skips them).
+if [ ${#CARGO_ARGS[@]} -eq 0 ] && [ ${#TEST_ARGS[@]} -eq 0 ]; then
+    RESOLVE_DEFAULT=newest,oldest,new-app
+else
+    RESOLVE_DEFAULT=
+fi
+IFS=',' read -r -a RESOLVE_PASSES <<<"${DIESEL_LEASE_TEST_RESOLVE-$RESOLVE_DEFAULT}"
+for mode in "${RESOLVE_PASSES[@]}"; do
+    section "dependencies at their $mode (scripts/resolve.sh $mode)"
+    pass_start=$(now)
+    rc=0
+    bash scripts/resolve.sh "$mode" 2>&1 | tee "$PASS_LOGS/resolve-$mode.log" || rc=$?
+    SUMMARY+=("resolve.sh $mode: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+    while IFS= read -r t; do FAILED_TESTS+=("$t (resolve.sh $mode)"); done < <(failed_tests_of "$PASS_LOGS/resolve-$mode.log")
+    [ "$STATUS" -ne 0 ] || STATUS=$rc
+done
 
 section "Summary"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
