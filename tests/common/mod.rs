@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod counted;
+pub mod history;
 pub mod holdback;
 pub mod proxy;
 

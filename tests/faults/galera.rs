@@ -7,8 +7,10 @@
 //!
 //! What these tests show, on a three-node cluster that `scripts/test.sh` starts
 //! (`DIESEL_LEASE_TEST_GALERA`: the nodes' admin URLs, comma-separated):
-//! - a claim farm with workers on all three nodes completes every row exactly once, and no
-//!   worker hangs (a worker stuck in a call fails the test at its deadline instead of hanging
+//! - a claim farm with workers on all three nodes hands each row to one worker (a history of
+//!   every hand-out and completion, judged by `common::history`: each row once per claim epoch,
+//!   always marked by the claim that returned it, completed by its current holder), completes
+//!   every row exactly once, and no worker hangs (a worker stuck in a call fails the test at its deadline instead of hanging
 //!   the suite);
 //! - lease grants from all three nodes: fencing tokens strictly increasing in grant order, never
 //!   two holders at once;
@@ -18,8 +20,8 @@
 //!   under load): those two tests are `#[ignore]`d reproductions;
 //! - `kill -9` of one node in the middle of a claim farm: the workers of the dead node move to
 //!   the others (one pool per node, the next node on a lost connection), the rows claimed on
-//!   the dead node are rescued after their claim timeout, nothing is lost and nothing is done
-//!   twice. The killed node is restarted afterwards (`restart.sh` in its directory).
+//!   the dead node are rescued after their claim timeout (a new epoch), nothing is lost and
+//!   nothing is handed out twice in one epoch. The killed node is restarted afterwards (`restart.sh` in its directory).
 //!
 //! The farm is small in CI; `DIESEL_LEASE_TEST_GALERA_ROWS=5000 bash scripts/test.sh --
 //! faults::galera` runs the large one.
@@ -39,6 +41,8 @@ use diesel_lease::lease::{self, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 
+use crate::common::history::{Event, History};
+
 mod schema {
     diesel::table! {
         galera_jobs (id) {
@@ -57,7 +61,7 @@ use schema::galera_jobs;
 #[diesel(table_name = galera_jobs)]
 #[claimable(state = status, ready = "new", claimed = "running", done = "done",
             owner = owner, claimed_at = claimed_at, attempts = attempts, timeout_ms = 2000)]
-#[allow(dead_code)] // the columns the claim reads back; the test looks at `id` only
+#[allow(dead_code)] // the columns the claim reads back; the test records what a worker was given
 struct GaleraJob {
     id: i64,
     status: String,
@@ -264,6 +268,8 @@ fn done_rows(pool: &MyPool) -> Option<i64> {
 struct Farm {
     /// How many times `complete` said `true`, per row.
     completed: Mutex<BTreeMap<i64, u32>>,
+    /// Every hand-out and completion, as the workers saw them.
+    history: History,
     errors: Mutex<Vec<String>>,
     stop: AtomicBool,
     /// Workers that returned (the others are stuck in a call).
@@ -289,7 +295,20 @@ fn claim_worker(farm: Arc<Farm>, pools: Vec<MyPool>) {
                 let Some(job) = GaleraJob::claim_next(&mut conn).map_err(lost)? else {
                     return Ok(false);
                 };
-                if job.complete(&mut conn).map_err(lost)? {
+                let holder = job.owner.clone().unwrap_or_default();
+                farm.history.record(Event::HandedOut {
+                    row: job.id,
+                    holder: holder.clone(),
+                    state: job.status.clone(),
+                    epoch: job.attempts.into(),
+                });
+                let acknowledged = job.complete(&mut conn).map_err(lost)?;
+                farm.history.record(Event::Completed {
+                    row: job.id,
+                    holder,
+                    acknowledged,
+                });
+                if acknowledged {
                     *farm.completed.lock().unwrap().entry(job.id).or_default() += 1;
                 }
                 Ok(true)
@@ -361,6 +380,11 @@ fn a_claim_farm_on_three_nodes_does_each_row_once() {
     let farm = run_farm(&cluster, 6, Duration::from_secs(600), |_| {
         done_rows(&pool) == Some(rows)
     });
+    farm.history.check_claims("running");
+    assert!(
+        farm.history.hand_outs() as i64 >= rows,
+        "every row handed out"
+    );
     let completed = farm.completed.into_inner().unwrap();
     let twice: Vec<_> = completed.iter().filter(|(_, &n)| n > 1).collect();
     assert!(twice.is_empty(), "completed more than once: {twice:?}");
@@ -569,6 +593,7 @@ fn killing_a_node_mid_farm_loses_nothing_and_doubles_nothing() {
         killed.is_some() && done_rows(&pool) == Some(rows)
     });
     let dir = killed.expect("the node was killed");
+    farm.history.check_claims("running");
     let completed = farm.completed.into_inner().unwrap();
     let twice: Vec<_> = completed.iter().filter(|(_, &n)| n > 1).collect();
     assert!(twice.is_empty(), "completed more than once: {twice:?}");

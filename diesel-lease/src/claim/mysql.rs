@@ -87,22 +87,39 @@ impl ClaimDialect for MysqlConnection {
             if picked.is_empty() {
                 return Ok(picked);
             }
+            // The marking checks each row again and the read-back returns the rows this
+            // claim's stamp marked (see `ByKeyStmt`); a claim hands out a row only when its
+            // own statement marked it. Fewer rows marked than picked means a write the pick's
+            // locks did not hold back (another node of a Galera cluster claimed the row): the
+            // transaction is rolled back and retried as a conflict, like the certification
+            // failure the same race ends in when the other node's write comes later.
             if picked.len() == 1 {
                 // One row (every `claim_next`): the text is fixed, prepare it once.
-                type One<M, const S: u8> = StmtId<M, shape::ByKeyOne<S>, NoFilter, false, false>;
+                type One<M, const S: u8, const R: bool> =
+                    StmtId<M, shape::ByKeyOne<S>, NoFilter, R, false>;
                 let rows = keys::<M>(&picked);
                 let by_key = |step| ByKeyStmt::new(parts, &rows, step);
                 let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
-                c.execute_returning_count(&Exec::<_, One<M, 0>>::new(&mark))?;
-                return M::load::<One<M, 1>>(c, &read);
+                let marked = if parts.rescues() {
+                    c.execute_returning_count(&Exec::<_, One<M, 0, true>>::new(&mark))?
+                } else {
+                    c.execute_returning_count(&Exec::<_, One<M, 0, false>>::new(&mark))?
+                };
+                expect_claimed(1, marked)?;
+                let claimed = M::load::<One<M, 1, false>>(c, &read)?;
+                expect_claimed(1, claimed.len())?;
+                return Ok(claimed);
             }
             let mut claimed = Vec::with_capacity(picked.len());
             for chunk in picked.chunks(CHUNK) {
                 let rows = keys::<M>(chunk);
                 let by_key = |step| ByKeyStmt::new(parts, &rows, step);
                 let (mark, read) = (by_key(ByKey::MarkClaimed), by_key(ByKey::ReadBack));
-                c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
-                claimed.extend(M::load::<Dynamic>(c, &read)?);
+                let marked = c.execute_returning_count(&Exec::<_, Dynamic>::new(&mark))?;
+                expect_claimed(chunk.len(), marked)?;
+                let read = M::load::<Dynamic>(c, &read)?;
+                expect_claimed(chunk.len(), read.len())?;
+                claimed.extend(read);
             }
             Ok(claimed)
         })
@@ -128,6 +145,21 @@ impl ClaimDialect for MysqlConnection {
             c.write_tx(|c| super::batch::lock_then_update(c, rows, to))
         })
     }
+}
+
+/// `Ok` when a claim's marking (or its read-back) found all `picked` rows; else the conflict
+/// error that rolls the claim back for `retry_conflicts` to try again (see `claim_rows`).
+fn expect_claimed(picked: usize, found: usize) -> QueryResult<()> {
+    if picked == found {
+        return Ok(());
+    }
+    Err(diesel::result::Error::DatabaseError(
+        diesel::result::DatabaseErrorKind::SerializationFailure,
+        Box::new(format!(
+            "{found} of the {picked} rows a claim picked were still claimable when it marked \
+             them (another node of a multi-primary cluster claimed the others)"
+        )),
+    ))
 }
 
 /// The keys of `rows` (at most [`CHUNK`]: callers go chunk by chunk, so a statement's binds

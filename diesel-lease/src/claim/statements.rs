@@ -931,8 +931,13 @@ impl<M: Claimable> AnyPk<M> {
 }
 
 /// MySQL's claim statements after the pick, addressed by key: `UPDATE t SET <claim> WHERE <pk
-/// in rows>` to mark the picked rows claimed, then `SELECT <model> FROM t WHERE <pk in rows>` to
-/// read them back.
+/// in rows> AND <claimable>` to mark the picked rows claimed, then `SELECT <model> FROM t WHERE
+/// <pk in rows> AND <claimed by this claim> FOR UPDATE` to read back exactly the rows it marked.
+///
+/// Both check the row again although the pick locked it: a multi-primary cluster (Galera)
+/// replicates writes, not row locks, so another node's claim of the same row may have been
+/// applied here since the pick. The marking then matches fewer rows than were picked, and the
+/// read-back is a current (locking) read of this claim's own stamp, never a snapshot.
 pub struct ByKeyStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) rows: &'a AnyPk<M>,
@@ -958,9 +963,9 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ByKeyStmt<'a, M, DB> {
 /// Which of [`ByKeyStmt`]'s two statements.
 #[derive(Clone, Copy)]
 pub enum ByKey {
-    /// `UPDATE … SET <claim>`.
+    /// `UPDATE … SET <claim> … AND <claimable>`.
     MarkClaimed,
-    /// `SELECT <model>`.
+    /// `SELECT <model> … AND <state> = <claimed> [AND <owner> = <this claim's stamp>] FOR UPDATE`.
     ReadBack,
     /// `UPDATE … SET <state> = <failed>`: exhausted stale claims the reap picked.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
@@ -1012,7 +1017,24 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ByKeyStmt<'_, M, DB>
                 out.push_sql(" AND ");
                 reap_predicate(&mut out, self.parts)?;
             }
-            ByKey::MarkClaimed | ByKey::ReadBack | ByKey::Fail => return Ok(()),
+            ByKey::MarkClaimed => {
+                out.push_sql(" AND ");
+                return claimable_predicate(&mut out, self.parts, Which::Both);
+            }
+            ByKey::ReadBack => {
+                let shape = &self.parts.shape;
+                out.push_sql(" AND ");
+                shape.claimed.push_eq(&mut out, shape.state)?;
+                if let Some(owner) = shape.owner {
+                    out.push_sql(" AND ");
+                    out.push_identifier(owner)?;
+                    out.push_sql(" = ");
+                    DB::bind_str(&mut out, &self.parts.owner)?;
+                }
+                out.push_sql(DB::FOR_UPDATE);
+                return Ok(());
+            }
+            ByKey::Fail => return Ok(()),
         }
         out.push_sql(DB::SKIP_LOCKED);
         Ok(())
