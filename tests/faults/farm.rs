@@ -1,6 +1,8 @@
 //! A farm of workers draining the README's headline model (claim timeout, `max_attempts`, a
 //! failed state, the recommended `(statuscode, id)` index): no error reaches a worker, no
-//! deadlock even had to be retried, and every row is done exactly once.
+//! deadlock even had to be retried, and every row is done exactly once. Every hand-out and
+//! completion is recorded as the workers saw it and judged by `common::history` (each row once
+//! per claim epoch, marked, completed by its holder), which a count of rows done cannot do.
 //!
 //! On MariaDB one worker used to hang for good inside `mysql_stmt_execute` (client in `poll(-1)`,
 //! the server showing the session asleep with its transaction open, every other worker waiting
@@ -21,11 +23,15 @@ use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
 
+use crate::common::history::{check_claims, with_first_hand_out_doubled, Event, History};
 use crate::common::TestDb;
 use crate::models::schema::importjobs;
 use crate::models::*;
 
 const WORKERS: usize = 6;
+
+/// The headline model's claimed state, as its hand-outs must show it.
+const CLAIMED: &str = "EXECUTIONINPROGRESS";
 
 /// A tracing subscriber that counts diesel-lease's "retrying" events of deadlocks and
 /// serialization failures (message `observe::RETRIED_CONFLICT`) and records nothing else.
@@ -74,6 +80,7 @@ backend_suite! {
         fixtures::seed_jobs(db, rows);
         let claimed = Mutex::new(Vec::new());
         let errors = Mutex::new(Vec::new());
+        let history = History::default();
         let retried = AtomicUsize::new(0);
         let started = Instant::now();
         std::thread::scope(|s| {
@@ -87,11 +94,24 @@ backend_suite! {
                     let mut mine = Vec::new();
                     loop {
                         match ImportJob::claim_next(&mut conn) {
-                            Ok(Some(job)) => match job.complete(&mut conn) {
-                                Ok(true) => mine.push(job.id),
-                                Ok(false) => errors.lock().unwrap().push(format!("job {} was not ours at complete", job.id)),
-                                Err(e) => errors.lock().unwrap().push(format!("complete: {e}")),
-                            },
+                            Ok(Some(job)) => {
+                                let holder = job.worker.clone().unwrap_or_default();
+                                history.record(Event::HandedOut {
+                                    row: job.id,
+                                    holder: holder.clone(),
+                                    state: job.statuscode.clone(),
+                                    epoch: job.attempts.into(),
+                                });
+                                let completed = job.complete(&mut conn);
+                                if let Ok(acknowledged) = completed {
+                                    history.record(Event::Completed { row: job.id, holder, acknowledged });
+                                }
+                                match completed {
+                                    Ok(true) => mine.push(job.id),
+                                    Ok(false) => errors.lock().unwrap().push(format!("job {} was not ours at complete", job.id)),
+                                    Err(e) => errors.lock().unwrap().push(format!("complete: {e}")),
+                                }
+                            }
                             Ok(None) => break,
                             Err(e) => errors.lock().unwrap().push(format!("claim: {e}")),
                         }
@@ -102,6 +122,12 @@ backend_suite! {
                 });
             }
         });
+        history.check_claims(CLAIMED);
+        assert!(history.hand_outs() as i64 >= rows, "every row handed out");
+        // The check can fail on this very record: the same history with one hand-out given out
+        // a second time in its epoch is a violation.
+        let doubled = with_first_hand_out_doubled(&history.events());
+        assert_eq!(check_claims(&doubled, CLAIMED).len(), 1, "the checker misses a doubled hand-out");
         let errors = errors.into_inner().unwrap();
         assert!(errors.is_empty(), "{} errors reached the workers: {:?}", errors.len(), &errors[..errors.len().min(5)]);
         let mut claimed = claimed.into_inner().unwrap();

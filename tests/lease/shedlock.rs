@@ -7,6 +7,7 @@ use diesel_lease::{Error, OwnerId};
 
 use super::support::{batch, exec, rows};
 use super::{ms, opts};
+use crate::common::history::History;
 use crate::common::{pick, TestBackend, TestDb};
 
 fn creates_a_lock<B: TestBackend>(db: &TestDb<B>) {
@@ -228,7 +229,8 @@ fn cannot_extend_or_release_after_losing_it<B: TestBackend>(db: &TestDb<B>) {
     second.release(&mut b).unwrap();
 }
 
-/// 8 threads, 2 names, a read-sleep-write counter per name guarded only by the lease.
+/// 8 threads, 2 names, a read-sleep-write counter per name guarded only by the lease. Each
+/// thread records its grants and their ends: tokens rise per name, and no name has two holders.
 fn fuzz_counter_under_lease_is_exact<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
@@ -248,16 +250,20 @@ fn fuzz_counter_under_lease_is_exact<B: TestBackend>(db: &TestDb<B>) {
     const THREADS: i64 = 8;
     const ROUNDS: i64 = 12;
     let db = Arc::new(db.url.clone());
+    let history = Arc::new(History::default());
     let handles: Vec<_> = (0..THREADS)
         .map(|t| {
             let url = Arc::clone(&db);
+            let history = Arc::clone(&history);
             std::thread::spawn(move || {
+                let holder = format!("thread-{t}");
                 let mut c = super::connect::<B>(&url);
                 let options = LeaseOptions::new(ms(30_000)).poll(ms(1), ms(20));
                 for _ in 0..ROUNDS {
                     let id = t % 2;
                     let name = format!("fuzz-{id}");
                     let mut held = lease::acquire(&mut c, &name, &options, ms(60_000)).unwrap();
+                    history.granted(&name, held.token().get(), &holder);
                     let n = rows(
                         &mut c,
                         "SELECT n AS a, id AS b, id AS c FROM counters WHERE id = ?",
@@ -270,6 +276,7 @@ fn fuzz_counter_under_lease_is_exact<B: TestBackend>(db: &TestDb<B>) {
                         "UPDATE counters SET n = ? WHERE id = ?",
                         &[n + 1, id],
                     );
+                    history.grant_ended(&name, &holder);
                     held.release(&mut c).unwrap();
                 }
             })
@@ -278,6 +285,7 @@ fn fuzz_counter_under_lease_is_exact<B: TestBackend>(db: &TestDb<B>) {
     for h in handles {
         h.join().unwrap();
     }
+    history.check_grants();
     let counts = rows(
         &mut c,
         "SELECT id AS a, n AS b, id AS c FROM counters ORDER BY id",

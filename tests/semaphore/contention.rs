@@ -11,6 +11,7 @@ use diesel_lease::{Error, OwnerId};
 use super::control_model::ProcessControl;
 use super::history::{replay, SemTestConn};
 use super::{control_table, granted, history_table, queue, setup, sql, wait_until, worker, LONG};
+use crate::common::history::History;
 use crate::common::{TestBackend, TestDb};
 
 /// Short enough that the suite stays fast, long enough that nobody expires by accident.
@@ -267,7 +268,7 @@ where
     assert_eq!(max, 1);
 }
 
-/// FIFO: with one permit, waiters are granted in ticket (request) order.
+/// FIFO: with one permit, waiters are granted in ticket (request) order, one at a time.
 fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
     const WAITERS: usize = 6;
     let pool = setup(db, WAITERS as u32 + 4);
@@ -275,14 +276,18 @@ fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
         .with_ttl(TTL)
         .with_max_poll_interval(POLL);
     let holder = mutex.acquire(&pool, LONG).unwrap();
+    let history = History::default();
+    history.permit_held("fifo", "first");
     let order = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for i in 0..WAITERS {
-            let (pool_ref, mutex, order) = (&pool, &mutex, &order);
+            let (pool_ref, mutex, order, history) = (&pool, &mutex, &order, &history);
             s.spawn(move || {
                 let permit = mutex.acquire(pool_ref, LONG).unwrap();
+                history.permit_held("fifo", &format!("waiter-{i}"));
                 order.lock().unwrap().push((i, permit.ticket()));
                 std::thread::sleep(Duration::from_millis(5));
+                history.permit_released("fifo", &format!("waiter-{i}"));
                 permit.release().unwrap();
             });
             // Queue them one after the other, so request order is known.
@@ -292,8 +297,10 @@ fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
         }
         let q = queue::<B>(&pool, "fifo");
         assert_eq!(q.iter().filter(|r| r.granted).count(), 1);
+        history.permit_released("fifo", "first");
         holder.release().unwrap();
     });
+    history.check_permits(1);
     let order = order.into_inner().unwrap();
     let threads: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
     assert_eq!(threads, (0..WAITERS).collect::<Vec<_>>(), "{order:?}");

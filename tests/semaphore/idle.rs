@@ -1,7 +1,8 @@
 //! Issue 23, item 2: idle semaphore waiters cost the database the same whether they are ten or a
 //! thousand: the waiters of one process for one resource share one poller (`semaphore/gate.rs`).
 //! The statements are counted as the pool's connections send them (`common::counted`); the
-//! verdicts are counts, never timings.
+//! verdicts are counts, never timings. Every holder records when it held and released its
+//! permit (`common::history`): one holder at a time, in the record of what each believed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -11,6 +12,7 @@ use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 
 use crate::common::counted::{counted_pool, idle_statements, WINDOW};
+use crate::common::history::History;
 use crate::common::{TestBackend, TestDb};
 
 use super::{TestPool, LONG};
@@ -37,6 +39,9 @@ fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend
     let (few_mutex, many_mutex) = (Semaphore::mutex("idle-few"), Semaphore::mutex("idle-many"));
     let few_held = few_mutex.acquire(&holders, LONG).unwrap();
     let many_held = many_mutex.acquire(&holders, LONG).unwrap();
+    let history = History::default();
+    history.permit_held("idle-few", "first");
+    history.permit_held("idle-many", "first");
     let (few_pool, few_statements) = counted_pool::<B::Conn>(&db.url, 4);
     let (many_pool, many_statements) = counted_pool::<B::Conn>(&db.url, 10);
     let (few, many) = (Fared::default(), Fared::default());
@@ -46,10 +51,13 @@ fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend
         .acquire(pool, Duration::from_secs(300))
     {
         Ok(permit) => {
+            let me = format!("{:?}", std::thread::current().id());
+            history.permit_held(name, &me);
             let now = fared.inside.fetch_add(1, Ordering::SeqCst) + 1;
             fared.most.fetch_max(now, Ordering::SeqCst);
             fared.acquired.fetch_add(1, Ordering::SeqCst);
             fared.inside.fetch_sub(1, Ordering::SeqCst);
+            history.permit_released(name, &me);
             permit.release().unwrap();
         }
         Err(e) => failures.lock().unwrap().push(e.to_string()),
@@ -86,9 +94,12 @@ fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend
             0,
             "nobody enters a held mutex"
         );
+        history.permit_released("idle-few", "first");
         few_held.release().unwrap();
+        history.permit_released("idle-many", "first");
         many_held.release().unwrap();
     });
+    history.check_permits(1);
     assert_eq!(failures.into_inner().unwrap(), Vec::<String>::new());
     assert_eq!(
         few.acquired.load(Ordering::SeqCst),

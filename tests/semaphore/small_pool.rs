@@ -8,6 +8,7 @@ use diesel_lease::prelude::*;
 use diesel_lease::semaphore::{QueuedRequest, Semaphore};
 
 use super::{setup, wait_until, LONG};
+use crate::common::history::History;
 use crate::common::{TestBackend, TestDb};
 
 /// How long the tests watch a holder while waiters poll around it.
@@ -20,21 +21,26 @@ fn queue_on<B: TestBackend>(conn: &mut B::Conn, resource: &str) -> Vec<QueuedReq
 
 /// A pool of 2, a holder with a 1 s ttl heartbeating through it, and 3 waiters polling through
 /// it: for 3.5 s the holder keeps its permit (locally and in the database) and every waiter keeps
-/// its place; once the holder releases, the waiters get the permit in the order they asked.
+/// its place; once the holder releases, the waiters get the permit in the order they asked, one
+/// at a time.
 fn holder_keeps_its_permit_while_waiters_share_the_pool<B: TestBackend>(db: &TestDb<B>) {
     const WAITERS: usize = 3;
     let pool = setup(db, 2);
     let mut watcher = db.conn();
     let mutex = Semaphore::mutex("small-pool").with_ttl(Duration::from_secs(1));
     let holder = mutex.acquire(&pool, LONG).unwrap();
+    let history = History::default();
+    history.permit_held("small-pool", "holder");
     let granted = Mutex::new(Vec::new());
     let waiting = std::thread::scope(|s| {
         for i in 0..WAITERS {
-            let (pool, mutex, granted) = (&pool, &mutex, &granted);
+            let (pool, mutex, granted, history) = (&pool, &mutex, &granted, &history);
             s.spawn(move || {
                 let permit = mutex.acquire(pool, LONG).unwrap();
+                history.permit_held("small-pool", &format!("waiter-{i}"));
                 granted.lock().unwrap().push(permit.ticket());
                 std::thread::sleep(Duration::from_millis(20));
+                history.permit_released("small-pool", &format!("waiter-{i}"));
                 permit.release().unwrap();
             });
             // One after the other, so the request order is known.
@@ -62,9 +68,11 @@ fn holder_keeps_its_permit_while_waiters_share_the_pool<B: TestBackend>(db: &Tes
             std::thread::sleep(Duration::from_millis(50));
         }
         assert!(!holder.is_lost());
+        history.permit_released("small-pool", "holder");
         holder.release().unwrap();
         waiting
     });
+    history.check_permits(1);
     let granted = granted.into_inner().unwrap();
     assert_eq!(granted, waiting, "granted out of request order");
 }
