@@ -16,6 +16,7 @@
 //! the lease, resource or table they concern.
 //! `unreached`: waits whose attempts never got a connection end in `Error::Pool`, which says so.
 //! `galera`: a three-node MariaDB Galera cluster, workers on different nodes, one node killed.
+//! `replication`: what the library says about the replication its guarantees depend on.
 
 mod errors;
 #[cfg(feature = "postgres")]
@@ -28,6 +29,7 @@ mod input;
 mod network;
 #[cfg(feature = "mysql")]
 mod read_timeout;
+mod replication;
 mod scheduler;
 mod unreached;
 mod waits;

@@ -405,10 +405,33 @@ pub(crate) fn doctor<C: CliConnection>(conn: &mut C, args: &DoctorArgs, json: bo
     let notes: Vec<String> = <C::Backend as CliDialect>::index_note(shape.state, state_type)
         .into_iter()
         .collect();
+    let said = Said {
+        notes,
+        replication: replication_line(conn),
+    };
     if with_time_zone {
-        check::<C, Timestamptz>(conn, args, shape, &indexes, notes, json)
+        check::<C, Timestamptz>(conn, args, shape, &indexes, said, json)
     } else {
-        check::<C, Timestamp>(conn, args, shape, &indexes, notes, json)
+        check::<C, Timestamp>(conn, args, shape, &indexes, said, json)
+    }
+}
+
+/// What doctor says beside the statements: notes on the indexes (printed with the fixes), and
+/// the replication the guarantees depend on (always printed).
+struct Said {
+    notes: Vec<String>,
+    replication: Option<String>,
+}
+
+/// The replication line: `None` for a single server (or a role that may not read the
+/// replication views), else what it is and what holds there.
+fn replication_line<C: CliConnection>(conn: &mut C) -> Option<String> {
+    match diesel_lease::backend::check_replication(conn) {
+        Ok(diesel_lease::backend::Replication::Single) | Err(_) => None,
+        Ok(replication) => Some(match replication.warning() {
+            Some(warning) => format!("replication: {replication}: {warning}"),
+            None => format!("replication: {replication}"),
+        }),
     }
 }
 
@@ -417,9 +440,13 @@ fn check<C: CliConnection, ST: TimestampType>(
     args: &DoctorArgs,
     shape: ClaimShape,
     indexes: &[IndexInfo],
-    mut notes: Vec<String>,
+    said: Said,
     json: bool,
 ) -> Outcome {
+    let Said {
+        mut notes,
+        replication,
+    } = said;
     let table = leak(&args.table);
     let timeout = args
         .timeout
@@ -503,6 +530,7 @@ fn check<C: CliConnection, ST: TimestampType>(
         "message": headline,
         "fix": fixes,
         "notes": notes,
+        "replication": replication,
         "claim_order_first": order_first && !ok,
     });
     say(json, value, || {
@@ -524,6 +552,10 @@ fn check<C: CliConnection, ST: TimestampType>(
         text.push('\n');
         text.push_str(&headline);
         text.push('\n');
+        if let Some(line) = &replication {
+            text.push_str(line);
+            text.push('\n');
+        }
         if !ok {
             if order_first {
                 text.push_str(&format!("first, {order_advice}\n"));

@@ -296,6 +296,13 @@ pub(crate) fn schedule_retry(name: &str, error: &dyn std::fmt::Display) {
 /// Waiters will not be woken by PostgreSQL's `LISTEN/NOTIFY`, for the reason `why`: they poll
 /// (within their max poll interval) and wake each other within this process only. The callers
 /// say it once (per pool, per process).
+/// A pool's server replicates in a way some guarantees depend on (`Replication::warning`).
+pub(crate) fn replication_warning(warning: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(target: "diesel_lease", "{warning}");
+    let _ = warning;
+}
+
 pub(crate) fn wakeups_polled(why: &str) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "diesel_lease", "{why}: no LISTEN/NOTIFY wake-ups, waiters poll (within their max poll interval) and wake each other within this process only");

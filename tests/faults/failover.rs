@@ -17,13 +17,16 @@
 //!   lease to anybody; a claim farm goes on on the new primary without a restart, and
 //!   every row is completed (owner-checked `complete` returning `true`) exactly once; a
 //!   semaphore never has more holders who believe they hold a permit than it has permits.
+//!   What the workers were handed and believed is recorded as they saw it and judged by
+//!   `common::history`: each row handed out once per claim epoch and completed by its holder,
+//!   fencing tokens rising and no lease with two believers, no more permit holders than permits.
 //! - **asynchronous replication** (PostgreSQL's default): an acknowledged grant can be lost, and
 //!   the new primary grants the same token again. The test asserts that it does: it documents
 //!   why the README asks for synchronous replication.
 //! - **a listener URL naming a standby**, which refuses `LISTEN`: the pool's listener reconnects
 //!   at its backoff's pace, not in a loop, and waiters get their permits by polling.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +40,8 @@ use diesel::prelude::*;
 use diesel::PgConnection;
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
+
+use crate::common::history::{check_claims, with_first_hand_out_doubled, Event, History};
 
 mod schema {
     diesel::table! {
@@ -249,6 +254,55 @@ fn grants_across_a_promotion(pair: &Pair) -> (Vec<i64>, Result<Option<i64>, Stri
     (told, paused, next.token().get())
 }
 
+/// The grants of [`grants_across_a_promotion`] as their callers were told them (each released
+/// before the next was asked for), then the new primary's.
+fn grant_history(told: &[i64], next: i64) -> History {
+    let history = History::default();
+    for (i, &token) in told.iter().enumerate() {
+        history.granted("grants", token, &format!("caller-{i}"));
+        history.grant_ended("grants", &format!("caller-{i}"));
+    }
+    history.granted("grants", next, "new-primary");
+    history
+}
+
+/// What the library says of the pair's primary (`backend::Replication`), and what a lease that
+/// requires synchronous replication does there: refused with `Error::Config` on the asynchronous
+/// pair, granted on the synchronous one. On lease `strict`, apart from the tests' own `grants`.
+fn replication_is_said(pair: &Pair, mode: Replication) {
+    use diesel_lease::backend::{check_replication, Replication as Seen};
+    let mut conn = pair.connect();
+    diesel_lease::run_migrations(&mut conn).unwrap();
+    let seen = check_replication(&mut conn).unwrap();
+    let strict = LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
+    let granted = lease::try_acquire(&mut conn, "strict", &strict);
+    match mode {
+        Replication::Sync => {
+            assert_eq!(seen, Seen::SyncStandbys { standbys: 1 });
+            assert_eq!(seen.warning(), None);
+            let mut lease = granted.unwrap().expect("free");
+            assert!(lease.release(&mut conn).unwrap());
+        }
+        Replication::Async => {
+            assert!(
+                matches!(seen, Seen::AsyncStandbys { standbys: 1, .. }),
+                "{seen:?}"
+            );
+            let warning = seen.warning().expect("said");
+            assert!(warning.contains("same fencing token"), "{warning}");
+            match granted {
+                Err(diesel_lease::Error::Config(why)) => {
+                    assert!(why.contains("asynchronously"), "{why}")
+                }
+                other => panic!("a strict grant on asynchronous standbys: {other:?}"),
+            }
+            // Refused before anything was written: the name was never granted.
+            let record = lease::inspect(&mut conn, "strict").unwrap();
+            assert!(record.is_none(), "{record:?}");
+        }
+    }
+}
+
 /// Synchronous replication: the grant the crash interrupted failed for its caller, and the new
 /// primary's token is larger than every token a caller was ever told.
 #[test]
@@ -259,6 +313,7 @@ fn sync_replication_never_grants_a_token_twice() {
     ) else {
         return;
     };
+    replication_is_said(&pair, Replication::Sync);
     let (told, paused, next) = grants_across_a_promotion(&pair);
     assert!(
         paused.is_err(),
@@ -268,6 +323,7 @@ fn sync_replication_never_grants_a_token_twice() {
         told.iter().all(|&t| t < next),
         "token {next} granted again after the promotion (told before: {told:?})"
     );
+    grant_history(&told, next).check_grants();
 }
 
 /// Asynchronous replication: the grant made while the WAL sender was paused was acknowledged,
@@ -281,6 +337,7 @@ fn async_replication_can_grant_a_token_twice() {
     ) else {
         return;
     };
+    replication_is_said(&pair, Replication::Async);
     let (told, paused, next) = grants_across_a_promotion(&pair);
     assert_eq!(
         paused,
@@ -292,6 +349,9 @@ fn async_replication_can_grant_a_token_twice() {
         next, 6,
         "with asynchronous replication the lost grant's token is granted again"
     );
+    // The grant checker sees it in the record of what the callers were told: it can fail.
+    let violations = grant_history(&told, next).grant_violations();
+    assert_eq!(violations.len(), 1, "{violations:?}");
 }
 
 /// Two lease guards with keep-alive on the primary that dies. One's pool has only the dead
@@ -323,6 +383,12 @@ fn guards_on_the_dead_primary_are_kept_or_know_they_lost_before_the_lease_moves(
     let cut = LeaseGuard::try_acquire(&dead_end, "cut", &options)
         .unwrap()
         .expect("free");
+    // Grants as each holder believed them: a guard's ends when the other node sees it lost.
+    let history = History::default();
+    for (name, guard) in [("kept", &kept), ("cut", &cut)] {
+        history.granted(name, guard.token().get(), &format!("{name}-guard"));
+    }
+    let mut ended = BTreeSet::new();
     pair.fail_over();
 
     // Another node asks the new primary for both leases, over more than a ttl: whenever it gets
@@ -333,9 +399,13 @@ fn guards_on_the_dead_primary_are_kept_or_know_they_lost_before_the_lease_moves(
     while Instant::now() < deadline && got_cut.is_none() {
         for (name, guard) in [("kept", &kept), ("cut", &cut)] {
             let lost_before = guard.is_lost();
+            if lost_before && ended.insert(name) {
+                history.grant_ended(name, &format!("{name}-guard"));
+            }
             if let Some(lease) = lease::try_acquire(&mut other, name, &LeaseOptions::new(ttl))
                 .unwrap_or_else(|e| panic!("asking the new primary for {name}: {e}"))
             {
+                history.granted(name, lease.token().get(), "other");
                 assert!(
                     lost_before,
                     "the new primary granted `{name}` while its old holder still believed it held it"
@@ -343,11 +413,15 @@ fn guards_on_the_dead_primary_are_kept_or_know_they_lost_before_the_lease_moves(
                 assert!(lease.token() > guard.token());
                 if name == "cut" {
                     got_cut = Some(lease);
+                } else {
+                    // Not kept: the other node's work under it is over.
+                    history.grant_ended(name, "other");
                 }
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    history.check_grants();
     assert!(
         got_cut.is_some(),
         "the cut-off guard's lease never expired on the new primary"
@@ -419,6 +493,7 @@ fn a_claim_farm_goes_on_after_a_promotion_and_completes_each_row_once() {
     let pool =
         diesel_lease::pool::build_pool::<PgConnection>(&pair.url(), WORKERS as u32 + 1).unwrap();
     let completed = Mutex::new(BTreeMap::<i64, u32>::new());
+    let history = History::default();
     let errors = Mutex::new(Vec::<String>::new());
     let failed_over = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
@@ -432,8 +507,23 @@ fn a_claim_farm_goes_on_after_a_promotion_and_completes_each_row_once() {
                         else {
                             return Ok(false);
                         };
+                        let holder = job.owner.clone().unwrap_or_default();
+                        history.record(Event::HandedOut {
+                            row: job.id,
+                            holder: holder.clone(),
+                            state: job.status.clone(),
+                            epoch: job.attempts.into(),
+                        });
                         std::thread::sleep(Duration::from_millis(2)); // the work
-                        if job.complete(&mut conn).map_err(|e| e.to_string())? {
+
+                        // A completion that errs has an unknown outcome: not recorded.
+                        let acknowledged = job.complete(&mut conn).map_err(|e| e.to_string())?;
+                        history.record(Event::Completed {
+                            row: job.id,
+                            holder,
+                            acknowledged,
+                        });
+                        if acknowledged {
                             *completed.lock().unwrap().entry(job.id).or_default() += 1;
                         }
                         Ok(true)
@@ -468,6 +558,14 @@ fn a_claim_farm_goes_on_after_a_promotion_and_completes_each_row_once() {
             std::thread::sleep(Duration::from_millis(20));
         }
     });
+    history.check_claims("running");
+    assert!(history.hand_outs() as i64 >= rows, "every row handed out");
+    // The check can fail on this very record (see `with_first_hand_out_doubled`).
+    assert_eq!(
+        check_claims(&with_first_hand_out_doubled(&history.events()), "running").len(),
+        1,
+        "the checker misses a doubled hand-out"
+    );
     let completed = completed.into_inner().unwrap();
     let twice: Vec<_> = completed.iter().filter(|(_, &n)| n > 1).collect();
     assert!(twice.is_empty(), "completed more than once: {twice:?}");
@@ -521,25 +619,29 @@ fn a_semaphore_never_over_grants_across_a_promotion() {
     let sem = diesel_lease::semaphore::Semaphore::new("partner-api", PERMITS)
         .with_ttl(Duration::from_secs(3));
     let believers = Mutex::new((0u32, 0u32)); // (now, most ever)
+    let history = History::default();
     let after_promotion = Mutex::new(vec![0u32; THREADS]);
     let failed_over = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         for t in 0..THREADS {
-            let (sem, pool, believers, after, failed_over, stop) = (
+            let (sem, pool, believers, history, after, failed_over, stop) = (
                 &sem,
                 &pool,
                 &believers,
+                &history,
                 &after_promotion,
                 &failed_over,
                 &stop,
             );
             s.spawn(move || {
+                let holder = format!("thread-{t}");
                 while !stop.load(Ordering::SeqCst) {
                     let Ok(permit) = sem.acquire(pool, Duration::from_secs(2)) else {
                         std::thread::sleep(Duration::from_millis(50));
                         continue;
                     };
+                    history.permit_held("partner-api", &holder);
                     {
                         let mut b = believers.lock().unwrap();
                         b.0 += 1;
@@ -549,6 +651,7 @@ fn a_semaphore_never_over_grants_across_a_promotion() {
                     let lost = (0..10)
                         .any(|_| permit.lost_signal().wait_timeout(Duration::from_millis(10)));
                     believers.lock().unwrap().0 -= 1;
+                    history.permit_released("partner-api", &holder);
                     if !lost && failed_over.load(Ordering::SeqCst) {
                         after.lock().unwrap()[t] += 1;
                     }
@@ -566,6 +669,7 @@ fn a_semaphore_never_over_grants_across_a_promotion() {
         }
         stop.store(true, Ordering::SeqCst);
     });
+    history.check_permits(PERMITS as usize);
     let (_, most) = believers.into_inner().unwrap();
     assert!(
         most <= PERMITS,

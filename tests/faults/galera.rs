@@ -397,6 +397,62 @@ fn a_claim_farm_on_three_nodes_does_each_row_once() {
     );
 }
 
+/// Every node says it is one of a Galera cluster of three, and what holds across nodes; strict
+/// grants (which refuse asynchronous PostgreSQL standbys only) go ahead.
+#[test]
+fn each_node_is_seen_as_a_galera_cluster_of_three() {
+    use diesel_lease::backend::{check_replication, Replication};
+    let _shared = CLUSTER.read().unwrap_or_else(|e| e.into_inner());
+    let Some(cluster) = Cluster::create("each_node_is_seen_as_a_galera_cluster_of_three") else {
+        return;
+    };
+    seed(&cluster, 10);
+    // `diesel-lease doctor` says it beside its verdict on the claim.
+    let out = Command::new(crate::ops::cli::cli_path())
+        .env("DATABASE_URL", &cluster.urls[1])
+        .args([
+            "doctor",
+            "--table",
+            "galera_jobs",
+            "--state-column",
+            "status",
+        ])
+        .args([
+            "--ready",
+            "new",
+            "--claimed",
+            "running",
+            "--owner-column",
+            "owner",
+        ])
+        .output()
+        .expect("run diesel-lease doctor");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("replication: MariaDB Galera cluster of 3 node(s): ")
+            && said.contains("hold across nodes"),
+        "doctor said: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for n in 0..3 {
+        let mut conn = cluster.conn(n);
+        let replication = check_replication(&mut conn).unwrap();
+        assert_eq!(replication, Replication::Galera { nodes: 3 }, "node {n}");
+        let warning = replication.warning().expect("Galera is said");
+        assert!(
+            warning.contains("hold across nodes") && warning.contains("semaphores"),
+            "{warning}"
+        );
+        assert_eq!(replication.fencing_refusal(), None);
+        let strict =
+            LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
+        let mut lease = lease::try_acquire(&mut conn, "strict", &strict)
+            .unwrap()
+            .expect("free");
+        assert!(lease.release(&mut conn).unwrap());
+    }
+}
+
 /// Lease grants from three nodes: tokens strictly increasing in grant order, and never two
 /// threads believing they hold the lease at once.
 #[test]

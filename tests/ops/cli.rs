@@ -16,7 +16,7 @@ use crate::common::{worker_bin, TestBackend, TestDb};
 
 /// The `diesel-lease` binary: `cargo test --workspace` builds it next to the suite's workers
 /// (the CLI package has integration tests of its own, which makes cargo build its binary).
-fn cli_path() -> PathBuf {
+pub(crate) fn cli_path() -> PathBuf {
     let path = std::path::Path::new(worker_bin("lease-worker")).with_file_name("diesel-lease");
     assert!(
         path.exists(),

@@ -55,7 +55,7 @@ pub(crate) fn test_server_url() -> Option<String> {
     );
     url
 }
-pub use server::{check_server, ServerEngine};
+pub use server::{check_replication, check_server, Replication, ServerEngine};
 
 pub(crate) mod sealed {
     /// Seals the raw connection types and the dialect traits.
@@ -353,6 +353,13 @@ pub trait Dialect:
     /// MySQL `VERSION()`, in a statement Diesel does not cache); SQLite is always SQLite.
     #[doc(hidden)]
     fn server_engine(&mut self) -> QueryResult<ServerEngine>;
+
+    /// How the server passes on what it commits ([`check_replication`]); `Replication::Single`
+    /// where the backend has nothing to ask.
+    #[doc(hidden)]
+    fn replication(&mut self) -> QueryResult<Replication> {
+        Ok(Replication::Single)
+    }
 
     /// The server session this connection's statements run in now (PostgreSQL's backend pid and
     /// the server's start time; not from Diesel's statement cache), to see a transaction pooler

@@ -211,6 +211,17 @@ impl Dialect for MysqlConnection {
             .get_result::<String>(self)?;
         Ok(ServerEngine::from_mysql_version(&version))
     }
+
+    fn replication(&mut self) -> QueryResult<super::Replication> {
+        // `SHOW` answers no row for a variable the server does not have (MySQL has no wsrep_on).
+        let on = show::<Variable>(self, "SHOW GLOBAL VARIABLES LIKE 'wsrep_on'")?;
+        if !on.iter().any(|v| v.value.eq_ignore_ascii_case("ON")) {
+            return Ok(super::Replication::Single);
+        }
+        let size = show::<Variable>(self, "SHOW GLOBAL STATUS LIKE 'wsrep_cluster_size'")?;
+        let nodes = size.first().and_then(|v| v.value.parse().ok()).unwrap_or(0);
+        Ok(super::Replication::Galera { nodes })
+    }
 }
 
 /// [`Dialect::write_tx`]'s transaction. Coordination statements are locking reads, which see
@@ -315,4 +326,19 @@ pub(super) fn classify_message(message: &str) -> Option<Kind> {
         ("Deadlock found when trying to get lock", Kind::Conflict),
     ];
     super::first_match(PATTERNS, message)
+}
+
+/// A row of `SHOW VARIABLES` or `SHOW STATUS`.
+#[derive(diesel::QueryableByName)]
+struct Variable {
+    #[diesel(sql_type = diesel::sql_types::Text, column_name = "Value")]
+    value: String,
+}
+
+/// The rows of a `SHOW` statement (a fixed text: no user input reaches it).
+fn show<T: diesel::QueryableByName<Mysql> + 'static>(
+    c: &mut MysqlConnection,
+    statement: &'static str,
+) -> QueryResult<Vec<T>> {
+    diesel::sql_query(statement).load(c)
 }

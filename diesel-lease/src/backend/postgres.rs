@@ -136,6 +136,17 @@ impl Dialect for PgConnection {
         Ok(ServerEngine::from_postgres_version(&version))
     }
 
+    fn replication(&mut self) -> QueryResult<super::Replication> {
+        use diesel::sql_types::BigInt;
+        let (standbys, names, commit): (i64, String, String) = diesel::select((
+            diesel::dsl::sql::<BigInt>("(SELECT count(*) FROM pg_stat_replication)"),
+            diesel::dsl::sql::<Text>("current_setting('synchronous_standby_names')"),
+            diesel::dsl::sql::<Text>("current_setting('synchronous_commit')"),
+        ))
+        .get_result(self)?;
+        Ok(super::Replication::from_postgres(standbys, &names, &commit))
+    }
+
     fn server_session(&mut self) -> QueryResult<Option<String>> {
         // The backend's pid is unique among a server's live sessions; the server's start time
         // tells servers apart (two behind one load balancer may hand out the same pids).

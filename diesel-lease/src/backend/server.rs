@@ -125,6 +125,157 @@ pub(crate) fn check<C: Dialect>(conn: &mut C) -> crate::Result<ServerEngine> {
     }
 }
 
+/// How the server behind a connection passes on what it commits, where diesel-lease's
+/// guarantees depend on it ([`check_replication`]).
+///
+/// Every guarantee of diesel-lease is a guarantee of the server it talks to. Replication decides
+/// whether it survives that server:
+///
+/// | topology | what holds |
+/// |---|---|
+/// | one server, SQLite | everything |
+/// | PostgreSQL, synchronous standby (`synchronous_standby_names` names it, `synchronous_commit` `on`, `remote_write` or `remote_apply`) | everything, across a failover: an acknowledged commit is on the standby |
+/// | PostgreSQL, asynchronous standbys | everything until a failover; after one, acknowledged grants, claims and completions may be gone, and the new primary can hand out a fencing token again |
+/// | MariaDB Galera | claims, at-most-once guards, insert-once, leases and fencing tokens across nodes (a conflicting write on another node fails at commit and is retried); semaphores and reader/writer locks only when all their clients use one node |
+///
+/// `pool::build_pool` logs a warning (feature `tracing`) when it sees asynchronous standbys or
+/// Galera; [`LeaseOptions::require_synchronous_replication`](crate::lease::LeaseOptions::require_synchronous_replication)
+/// refuses fencing-token grants on asynchronous standbys; `diesel-lease doctor` prints the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Replication {
+    /// Nothing seen passes commits on: a single server (or one whose standbys this role may not
+    /// see), SQLite, MySQL/MariaDB without Galera.
+    Single,
+    /// A PostgreSQL primary streaming to standbys that commits do not wait for.
+    AsyncStandbys {
+        /// How many standbys stream from it (`pg_stat_replication`).
+        standbys: i64,
+        /// Its `synchronous_standby_names`.
+        synchronous_standby_names: String,
+        /// Its `synchronous_commit`.
+        synchronous_commit: String,
+    },
+    /// A PostgreSQL primary whose commits wait for a synchronous standby.
+    SyncStandbys {
+        /// How many standbys stream from it.
+        standbys: i64,
+    },
+    /// A MariaDB Galera cluster (`wsrep_on`).
+    Galera {
+        /// Its nodes (`wsrep_cluster_size`).
+        nodes: i64,
+    },
+}
+
+impl Replication {
+    /// What a PostgreSQL primary's `pg_stat_replication` row count and settings mean.
+    ///
+    /// ```
+    /// use diesel_lease::backend::Replication;
+    ///
+    /// assert_eq!(Replication::from_postgres(0, "", "on"), Replication::Single);
+    /// assert_eq!(
+    ///     Replication::from_postgres(1, "standby1", "on"),
+    ///     Replication::SyncStandbys { standbys: 1 }
+    /// );
+    /// assert!(matches!(
+    ///     Replication::from_postgres(1, "standby1", "local"),
+    ///     Replication::AsyncStandbys { .. }
+    /// ));
+    /// assert!(matches!(Replication::from_postgres(2, "", "on"), Replication::AsyncStandbys { .. }));
+    /// ```
+    pub fn from_postgres(
+        standbys: i64,
+        synchronous_standby_names: &str,
+        synchronous_commit: &str,
+    ) -> Self {
+        if standbys == 0 {
+            return Replication::Single;
+        }
+        let waits = !synchronous_standby_names.trim().is_empty()
+            && !matches!(synchronous_commit.trim(), "local" | "off");
+        if waits {
+            Replication::SyncStandbys { standbys }
+        } else {
+            Replication::AsyncStandbys {
+                standbys,
+                synchronous_standby_names: synchronous_standby_names.to_owned(),
+                synchronous_commit: synchronous_commit.to_owned(),
+            }
+        }
+    }
+
+    /// Why fencing-token grants are refused here when they must be safe across a failover
+    /// ([`LeaseOptions::require_synchronous_replication`](crate::lease::LeaseOptions::require_synchronous_replication));
+    /// `None` where they are.
+    pub fn fencing_refusal(&self) -> Option<String> {
+        match self {
+            Replication::AsyncStandbys {
+                standbys,
+                synchronous_standby_names,
+                synchronous_commit,
+            } => Some(format!(
+                "the primary streams to {standbys} standby(s) asynchronously \
+                 (synchronous_standby_names = '{synchronous_standby_names}', \
+                 synchronous_commit = '{synchronous_commit}'): after a failover an acknowledged \
+                 grant may be gone and the new primary can hand out the same fencing token \
+                 again. Name a standby in synchronous_standby_names with synchronous_commit on, \
+                 remote_write or remote_apply, or leave require_synchronous_replication off"
+            )),
+            _ => None,
+        }
+    }
+
+    /// One line on what holds on this topology (see the type's table); the warning that
+    /// `pool::build_pool` logs when it is `Some`.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            Replication::Single | Replication::SyncStandbys { .. } => None,
+            Replication::AsyncStandbys { .. } => self.fencing_refusal(),
+            Replication::Galera { nodes } => Some(format!(
+                "the server is a node of a MariaDB Galera cluster of {nodes}: claims, \
+                 at-most-once guards, insert-once, leases and fencing tokens hold across nodes; \
+                 semaphores and reader/writer locks hold only when all their clients use one node"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Replication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Replication::Single => f.write_str("no replication seen"),
+            Replication::SyncStandbys { standbys } => write!(
+                f,
+                "PostgreSQL primary with {standbys} standby(s), commits wait for a synchronous one"
+            ),
+            Replication::AsyncStandbys { standbys, .. } => write!(
+                f,
+                "PostgreSQL primary with {standbys} asynchronous standby(s)"
+            ),
+            Replication::Galera { nodes } => write!(f, "MariaDB Galera cluster of {nodes} node(s)"),
+        }
+    }
+}
+
+/// How the server behind `conn` replicates what it commits ([`Replication`]). One round trip:
+/// PostgreSQL reads `pg_stat_replication`, `synchronous_standby_names` and
+/// `synchronous_commit`; MySQL/MariaDB `wsrep_on` and `wsrep_cluster_size`; SQLite asks nothing.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::Connection;
+/// use diesel_lease::backend::{check_replication, Replication};
+///
+/// let mut conn = diesel::SqliteConnection::establish(":memory:").unwrap();
+/// assert_eq!(check_replication(&mut conn).unwrap(), Replication::Single);
+/// # }
+/// ```
+pub fn check_replication(conn: &mut impl super::BorrowConnection) -> crate::Result<Replication> {
+    Ok(conn.borrow_connection().replication()?)
+}
+
 /// What to change when a transaction pooler is in front of PostgreSQL and the pool was not built
 /// for it (the text of those [`Error::Config`]s).
 pub(crate) const POOLER_ADVICE: &str =
@@ -159,6 +310,10 @@ pub(crate) fn check_url<C: Dialect>(url: &str, transaction_pooler: bool) -> crat
         return Ok(());
     };
     check(&mut first)?;
+    // Said, not refused: a role that may not read the replication views gets no warning.
+    if let Some(warning) = first.replication().ok().and_then(|r| r.warning()) {
+        crate::observe::replication_warning(&warning);
+    }
     if transaction_pooler {
         return Ok(());
     }

@@ -108,6 +108,7 @@ pub struct LeaseOptions {
     poll_min: Duration,
     poll_max: Duration,
     drop_wait: Duration,
+    require_synchronous_replication: bool,
 }
 
 /// Options checked against the rules, ready to be sent.
@@ -116,6 +117,7 @@ pub(crate) struct Checked {
     pub(crate) ttl: Ttl,
     pub(crate) at_least_for_micros: i64,
     pub(crate) holder: OwnerId,
+    pub(crate) require_synchronous_replication: bool,
 }
 
 impl LeaseOptions {
@@ -130,7 +132,37 @@ impl LeaseOptions {
             poll_min: Duration::from_millis(5),
             poll_max: Duration::from_millis(500),
             drop_wait: crate::pool::DROP_WAIT,
+            require_synchronous_replication: false,
         }
+    }
+
+    /// Refuses every grant with [`Error::Config`](crate::Error::Config), saying why, while the
+    /// server is a PostgreSQL primary that streams to standbys asynchronously
+    /// ([`Replication::AsyncStandbys`](crate::backend::Replication::AsyncStandbys)): a failover
+    /// there can lose an acknowledged grant, and the new primary can then hand out the same
+    /// fencing token again. Each grant reads the server's replication first (one more round
+    /// trip). Default: off (a warning when the pool is built, see
+    /// [`Replication`](crate::backend::Replication)).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use std::time::Duration;
+    /// use diesel::Connection;
+    /// use diesel_lease::lease::{self, LeaseOptions};
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// let mut conn = diesel::SqliteConnection::establish(&url).unwrap();
+    /// diesel_lease::run_migrations(&mut conn).unwrap();
+    /// let options = LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
+    /// // SQLite replicates nothing: the grant goes ahead.
+    /// let lease = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().expect("free");
+    /// assert!(lease.release(&mut conn).unwrap());
+    /// # }
+    /// ```
+    pub fn require_synchronous_replication(mut self, on: bool) -> Self {
+        self.require_synchronous_replication = on;
+        self
     }
 
     /// Keeps the lease held until `acquired_at + at_least_for` even when it is released sooner
@@ -210,6 +242,7 @@ impl LeaseOptions {
             ttl,
             at_least_for_micros,
             holder,
+            require_synchronous_replication: self.require_synchronous_replication,
         })
     }
 }
@@ -370,6 +403,11 @@ pub(crate) fn grant<C: LeaseStatements>(
     checked: &Checked,
     periodic: statements::Periodic,
 ) -> Result<Option<(Lease, Option<i64>)>> {
+    if checked.require_synchronous_replication {
+        if let Some(reason) = conn.replication()?.fencing_refusal() {
+            return Err(Error::Config(reason));
+        }
+    }
     let sent_at = Instant::now();
     let op = op!(
         LeaseAcquire,
