@@ -136,7 +136,7 @@ impl LeaseOptions {
         }
     }
 
-    /// Refuses every grant with [`Error::Config`](crate::Error::Config), saying why, while the
+    /// Refuses every grant with [`Error::Config`], saying why, while the
     /// server is a PostgreSQL primary that streams to standbys asynchronously
     /// ([`Replication::AsyncStandbys`](crate::backend::Replication::AsyncStandbys)): a failover
     /// there can lose an acknowledged grant, and the new primary can then hand out the same
@@ -156,7 +156,7 @@ impl LeaseOptions {
     /// diesel_lease::run_migrations(&mut conn).unwrap();
     /// let options = LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
     /// // SQLite replicates nothing: the grant goes ahead.
-    /// let lease = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().expect("free");
+    /// let mut lease = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().expect("free");
     /// assert!(lease.release(&mut conn).unwrap());
     /// # }
     /// ```
