@@ -27,6 +27,10 @@ use diesel_lease::Error;
 
 use crate::claim::basics::postgres::cases::seed_jobs;
 use crate::claim::schedule::postgres::cases::{insert_task, tasks_table};
+use crate::common::history::{
+    check_claims, completion, hand_out, hand_out_from_worker_line, with_first_hand_out_doubled,
+    Event, History,
+};
 use crate::common::{worker_bin, Postgres, TestDb};
 use crate::models::schema::{importjobs, tasks};
 use crate::models::{ImportJob, Task};
@@ -75,8 +79,11 @@ fn pooler_pool(url: &str, size: u32, listen_url: Option<&str>) -> PgPool {
 
 /// 600 rows, 4 threads of this process on one pool and 2 worker processes (2 threads, batches
 /// of 3): 12 clients on 4 server connections. Each row claimed exactly once; the threads
-/// complete theirs.
+/// complete theirs. Every hand-out and the threads' completions are recorded as the threads and
+/// processes saw them and judged by `common::history` (each row once per claim epoch, marked,
+/// completed by its holder).
 fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
+    const CLAIMED: &str = "EXECUTIONINPROGRESS";
     const ROWS: i64 = 600;
     const THREADS: usize = 4;
     seed_jobs(db, ROWS);
@@ -93,13 +100,17 @@ fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
         .collect();
     let claimed = Mutex::new(Vec::new());
     let completed = AtomicUsize::new(0);
+    let history = History::default();
     std::thread::scope(|s| {
         for _ in 0..THREADS {
             s.spawn(|| {
                 let mut conn = pool.get().unwrap();
                 while let Some(job) = ImportJob::claim_next(&mut conn).unwrap() {
+                    history.record(hand_out(&job));
                     claimed.lock().unwrap().push(job.id);
-                    assert!(job.complete(&mut conn).unwrap(), "row {} was ours", job.id);
+                    let acknowledged = job.complete(&mut conn).unwrap();
+                    history.record(completion(&job, acknowledged));
+                    assert!(acknowledged, "row {} was ours", job.id);
                     completed.fetch_add(1, Ordering::SeqCst);
                 }
             });
@@ -107,8 +118,11 @@ fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
         for mut child in children {
             let stdout = BufReader::new(child.stdout.take().unwrap());
             for line in stdout.lines() {
-                if let Some(id) = line.unwrap().strip_prefix("claimed ") {
-                    claimed.lock().unwrap().push(id.parse().unwrap());
+                if let Some(event) = hand_out_from_worker_line(&line.unwrap()) {
+                    if let Event::HandedOut { row, .. } = event {
+                        claimed.lock().unwrap().push(row);
+                    }
+                    history.record(event);
                 }
             }
             assert!(child.wait().unwrap().success(), "claim-worker failed");
@@ -124,6 +138,20 @@ fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
         "every row exactly once"
     );
     assert_eq!(done_rows(db), completed.into_inner() as i64);
+    history.check_claims(CLAIMED);
+    assert_eq!(
+        history.hand_outs() as i64,
+        ROWS,
+        "every row handed out once"
+    );
+    // The check can fail on this very record: one hand-out given out a second time in its epoch
+    // is a violation.
+    let doubled = with_first_hand_out_doubled(&history.events());
+    assert_eq!(
+        check_claims(&doubled, CLAIMED).len(),
+        1,
+        "the checker misses a doubled hand-out"
+    );
 }
 
 /// How many of seed 003's jobs are done (read on the direct URL).

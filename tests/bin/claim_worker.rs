@@ -1,15 +1,19 @@
 //! A claiming worker process for the integration suite's multi-process tests.
 //!
+//! Each row a claim hands out is printed as `claimed <id> <attempts> <state> <owner stamp>`: what
+//! the claim returned, for `common::history` to judge (the stamp last, as it may hold spaces;
+//! empty when the row came back without one).
 //! `claim-worker <backend> <url> drain <batch> <threads>`: claims until nothing is left, printing
-//! `claimed <id>` per row and `empty <ready-rows-left>` each time a claim came back empty.
+//! `claimed …` per row and `empty <ready-rows-left>` each time a claim came back empty.
 //! `claim-worker <backend> <url> cursor <batch> <threads>`: the same through one `ClaimCursor`
-//! shared by the threads (no timed rescan), printing `claimed <id>` per row, until a claim comes
+//! shared by the threads (no timed rescan), printing `claimed …` per row, until a claim comes
 //! back empty.
 //! `claim-worker <backend> <url> hold <n> <owner>`: claims `n` rows as `owner`, prints them and
 //! `holding`, then sleeps until killed.
 //! `claim-worker <backend> <url> tenants <threads> <limit>`: runs a `Worker` on `tasks` with a
-//! per-tenant limit until killed; each run prints `run <id> <tenant> <start µs> <end µs>`
-//! (system clock, shared by the processes of one machine).
+//! per-tenant limit until killed; each run prints `claimed …` for the task its handler was
+//! given and `run <id> <tenant> <start µs> <end µs>` (system clock, shared by the processes of
+//! one machine).
 //! `claim-worker <backend> <url> rate <threads> <max> <period ms> <global|tenant> <concurrency>`:
 //! runs a `Worker` on `tasks` under a rate limit (global or per tenant; with a per-tenant
 //! concurrency limit when `concurrency` > 0) until killed; each run prints
@@ -112,8 +116,7 @@ where
                         let mut conn = pool.get().expect("pooled connection");
                         loop {
                             let rows = cursor.claim_batch(&mut conn, batch).expect("claim");
-                            let lines: String =
-                                rows.iter().map(|r| format!("claimed {}\n", r.id)).collect();
+                            let lines: String = rows.iter().map(claimed_job).collect();
                             let mut o = out.lock().expect("stdout lock");
                             o.write_all(lines.as_bytes()).expect("write");
                             o.flush().expect("flush");
@@ -136,7 +139,8 @@ where
                 ImportJob::claim_batch_with(&mut conn, n, &options).map_err(|e| e.to_string())?;
             let mut out = std::io::stdout().lock();
             for r in &rows {
-                writeln!(out, "claimed {}", r.id).map_err(|e| e.to_string())?;
+                out.write_all(claimed_job(r).as_bytes())
+                    .map_err(|e| e.to_string())?;
             }
             writeln!(out, "holding").map_err(|e| e.to_string())?;
             out.flush().map_err(|e| e.to_string())?;
@@ -159,9 +163,14 @@ where
                     let start = micros_now();
                     std::thread::sleep(std::time::Duration::from_millis(30));
                     let end = micros_now();
+                    let lines = format!(
+                        "{}run {} {} {start} {end}\n",
+                        claimed_line(t.id, t.attempts, &t.status, t.owner.as_deref()),
+                        t.id,
+                        t.tenant
+                    );
                     let mut o = out.lock().map_err(|_| "stdout lock")?;
-                    writeln!(o, "run {} {} {start} {end}", t.id, t.tenant)
-                        .map_err(|e| e.to_string())?;
+                    o.write_all(lines.as_bytes()).map_err(|e| e.to_string())?;
                     o.flush().map_err(|e| e.to_string())
                 })
                 .map(drop)
@@ -209,6 +218,20 @@ where
     }
 }
 
+/// The line reporting that a claim handed out the row `id` with `attempts`, `state` and
+/// `owner` (see the module docs).
+fn claimed_line(id: i64, attempts: i32, state: &str, owner: Option<&str>) -> String {
+    format!(
+        "claimed {id} {attempts} {state} {}\n",
+        owner.unwrap_or_default()
+    )
+}
+
+/// [`claimed_line`] of an import job as its claim returned it.
+fn claimed_job(job: &ImportJob) -> String {
+    claimed_line(job.id, job.attempts, &job.statuscode, job.worker.as_deref())
+}
+
 /// Microseconds since 1970 by the system clock: one timeline for every process of the machine.
 fn micros_now() -> u128 {
     std::time::SystemTime::now()
@@ -233,7 +256,7 @@ fn drain<C>(
         let rows = ImportJob::claim_batch(&mut conn, batch).expect("claim");
         let mut lines = String::new();
         for r in &rows {
-            lines.push_str(&format!("claimed {}\n", r.id));
+            lines.push_str(&claimed_job(r));
         }
         if rows.len() > batch {
             lines.push_str(&format!("overfull {}\n", rows.len()));

@@ -1,5 +1,7 @@
 //! Exactly-once under contention: real threads with their own pooled connections and real
-//! worker processes, all claiming from one table (seed 003).
+//! worker processes, all claiming from one table (seed 003). The farms record every hand-out as
+//! the threads and processes saw it and judge the record with `common::history` (each row once
+//! per claim epoch, marked, completed by its holder), besides counting ids.
 
 use diesel_lease::prelude::*;
 use std::collections::HashMap;
@@ -11,9 +13,16 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel_lease::claim::ClaimOptions;
 
+use crate::common::history::{
+    check_claims, completion, hand_out, hand_out_from_worker_line, with_first_hand_out_doubled,
+    Event, History,
+};
 use crate::common::{worker_bin, TestBackend, TestDb};
 use crate::models::schema::importjobs;
 use crate::models::*;
+
+/// The claimed state of seed 003's model, as its hand-outs must show it.
+const CLAIMED: &str = "EXECUTIONINPROGRESS";
 
 /// What one claimer saw.
 #[derive(Default)]
@@ -24,13 +33,20 @@ struct Tally {
     overfull: usize,
 }
 
-fn parse_worker_output(stdout: impl std::io::Read, tally: &mut Tally) {
+/// Reads a worker process's lines into `tally`, and its hand-outs into `history` too.
+fn parse_worker_output(stdout: impl std::io::Read, tally: &mut Tally, history: &History) {
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("worker stdout");
+        if let Some(event) = hand_out_from_worker_line(&line) {
+            if let Event::HandedOut { row, .. } = event {
+                tally.claimed.push(row);
+            }
+            history.record(event);
+            continue;
+        }
         let (kind, n) = line.split_once(' ').expect("worker line");
         let n: i64 = n.parse().expect("worker number");
         match kind {
-            "claimed" => tally.claimed.push(n),
             "empty" => tally.empty_with_ready.push(n),
             "overfull" => tally.overfull += 1,
             other => panic!("unexpected worker line {other}"),
@@ -86,15 +102,19 @@ backend_suite! {
             })
             .collect();
         let tally = Mutex::new(Tally::default());
+        let history = History::default();
         std::thread::scope(|s| {
             for _ in 0..THREADS {
-                let (pool, tally) = (pool.clone(), &tally);
+                let (pool, tally, history) = (pool.clone(), &tally, &history);
                 s.spawn(move || {
                     let mut conn = pool.get().unwrap();
                     let mut mine = Vec::new();
                     loop {
                         match ImportJob::claim_next(&mut conn).unwrap() {
-                            Some(job) => mine.push(job.id),
+                            Some(job) => {
+                                history.record(hand_out(&job));
+                                mine.push(job.id);
+                            }
                             None => {
                                 let ready: i64 = importjobs::table
                                     .select(diesel::dsl::count_star())
@@ -113,7 +133,7 @@ backend_suite! {
             for mut child in children {
                 let stdout = child.stdout.take().unwrap();
                 let mut t = Tally::default();
-                parse_worker_output(stdout, &mut t);
+                parse_worker_output(stdout, &mut t, &history);
                 assert!(child.wait().unwrap().success(), "claim-worker failed");
                 let mut all = tally.lock().unwrap();
                 all.claimed.extend(t.claimed);
@@ -123,6 +143,12 @@ backend_suite! {
         });
         let tally = tally.into_inner().unwrap();
         assert_each_exactly_once(&tally.claimed, ROWS);
+        history.check_claims(CLAIMED);
+        assert_eq!(history.hand_outs() as i64, ROWS, "every row handed out once");
+        // The check can fail on this very record: one hand-out given out a second time in its
+        // epoch is a violation.
+        let doubled = with_first_hand_out_doubled(&history.events());
+        assert_eq!(check_claims(&doubled, CLAIMED).len(), 1, "the checker misses a doubled hand-out");
         assert_eq!(tally.overfull, 0);
         // Every claimer stops at its first empty claim. When it did, the only ready rows left
         // can be ones that other claimers' in-flight statements held locked: at most one batch
@@ -170,7 +196,9 @@ backend_suite! {
 
     /// A worker process claims rows and is killed with SIGKILL. Its rows stay claimed until the
     /// timeout (database clock), then another worker gets them with attempts + 1, and the dead
-    /// worker's late `complete` reports that it no longer owns them.
+    /// worker's late `complete` reports that it no longer owns them. The history of it (the
+    /// process's hand-outs, the rescue's in a new epoch, both sides' completions) passes the
+    /// claim check.
     pub(crate) fn killed_worker_rows_come_back_after_timeout(db: &TestDb<B>) {
         fixtures::seed_jobs(db, 5);
         let victim = format!("victim-{}", std::process::id());
@@ -181,12 +209,17 @@ backend_suite! {
             .expect("spawn claim-worker");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut held = Vec::new();
+        let history = History::default();
         for line in lines.by_ref() {
             let line = line.unwrap();
             if line == "holding" {
                 break;
             }
-            held.push(line.trim_start_matches("claimed ").parse::<i64>().unwrap());
+            let event = hand_out_from_worker_line(&line).unwrap_or_else(|| panic!("worker line {line}"));
+            if let Event::HandedOut { row, .. } = event {
+                held.push(row);
+            }
+            history.record(event);
         }
         assert_eq!(held.len(), 5);
         child.kill().unwrap(); // SIGKILL
@@ -213,6 +246,9 @@ backend_suite! {
         let rescuer = ClaimOptions::default().timeout(timeout);
         std::thread::sleep(timeout + Duration::from_millis(800));
         let rescued = ImportJob::claim_batch_with(&mut conn, 10, &rescuer).unwrap();
+        for r in &rescued {
+            history.record(hand_out(r));
+        }
         let mut ids: Vec<i64> = rescued.iter().map(|r| r.id).collect();
         ids.sort();
         assert_eq!(ids, held);
@@ -222,11 +258,19 @@ backend_suite! {
             .all(|r| r.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of) == Some(rescuer.owner_id().as_str())));
 
         for late in &victims_rows {
-            assert!(!late.complete(&mut conn).unwrap(), "a rescued claim was completed by its old owner");
+            let acknowledged = late.complete(&mut conn).unwrap();
+            history.record(completion(late, acknowledged));
+            assert!(!acknowledged, "a rescued claim was completed by its old owner");
         }
         for r in &rescued {
-            assert!(r.complete(&mut conn).unwrap());
+            let acknowledged = r.complete(&mut conn).unwrap();
+            history.record(completion(r, acknowledged));
+            assert!(acknowledged);
         }
+        history.check_claims(CLAIMED);
+        assert_eq!(history.hand_outs(), 10, "5 rows, each in two epochs");
+        let doubled = with_first_hand_out_doubled(&history.events());
+        assert_eq!(check_claims(&doubled, CLAIMED).len(), 1, "the checker misses a doubled hand-out");
     }
 
     /// With `max_attempts = 3`, a stale claim on its third attempt is moved to `FAILED` and not

@@ -15,6 +15,9 @@ use diesel_lease::prelude::*;
 
 use crate::claim::priority::schema::prio_jobs;
 use crate::claim::priority::{PrioJob, PRIO_JOBS_DDL};
+use crate::common::history::{
+    check_claims, hand_out, hand_out_from_worker_line, with_first_hand_out_doubled, Event, History,
+};
 use crate::common::{pick, worker_bin, TestBackend, TestDb};
 use crate::models::schema::importjobs;
 use crate::models::*;
@@ -120,15 +123,19 @@ backend_suite! {
     /// and 2 worker processes of 2 threads on a cursor each, drain 3,000 rows; the threads hand
     /// back (release) every row whose key is a multiple of 7 the first time they claim it,
     /// putting it before the cursors' keys. Every row ends claimed for good exactly once, every
-    /// released row among them: none is stranded before a key.
+    /// released row among them: none is stranded before a key. Every hand-out is recorded as the
+    /// threads and processes saw it and judged by `common::history` (a released row's next
+    /// claim is a new epoch).
     pub(crate) fn threads_and_processes_on_cursors_claim_each_row_once_and_find_every_requeued_row(db: &TestDb<B>) {
         const ROWS: i64 = 3_000;
         const THREADS: usize = 8;
+        const CLAIMED: &str = "EXECUTIONINPROGRESS";
         fixtures::seed_jobs(db, ROWS);
         let pool = db.pool(THREADS as u32);
         let shared = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
         let released = Mutex::new(HashSet::new());
         let kept = Mutex::new(Vec::new());
+        let history = History::default();
         let children: Vec<_> = (0..2)
             .map(|_| {
                 Command::new(worker_bin("claim-worker"))
@@ -141,7 +148,7 @@ backend_suite! {
         std::thread::scope(|s| {
             for t in 0..THREADS {
                 let cursor = if t < 6 { shared.clone() } else { ClaimCursor::new(NO_TIMED_RESCAN).unwrap() };
-                let (pool, released, kept) = (pool.clone(), &released, &kept);
+                let (pool, released, kept, history) = (pool.clone(), &released, &kept, &history);
                 s.spawn(move || {
                     let mut conn = pool.get().unwrap();
                     let mut mine = Vec::new();
@@ -151,6 +158,7 @@ backend_suite! {
                             break;
                         }
                         for job in batch {
+                            history.record(hand_out(&job));
                             if job.id % 7 == 0 && released.lock().unwrap().insert(job.id) {
                                 assert!(job.release(&mut conn).unwrap(), "row {} was ours", job.id);
                             } else {
@@ -166,8 +174,11 @@ backend_suite! {
                 let mut theirs = Vec::new();
                 for line in BufReader::new(stdout).lines() {
                     let line = line.unwrap();
-                    let id = line.strip_prefix("claimed ").unwrap_or_else(|| panic!("worker line {line}"));
-                    theirs.push(id.parse::<i64>().unwrap());
+                    let event = hand_out_from_worker_line(&line).unwrap_or_else(|| panic!("worker line {line}"));
+                    if let Event::HandedOut { row, .. } = event {
+                        theirs.push(row);
+                    }
+                    history.record(event);
                 }
                 assert!(child.wait().unwrap().success(), "claim-worker failed");
                 kept.lock().unwrap().extend(theirs);
@@ -188,6 +199,12 @@ backend_suite! {
         // were first to claim (with 8 threads against 4 from the first claim on, some of them).
         assert!(!released.is_empty() && released.iter().all(|id| id % 7 == 0), "{released:?}");
         assert_eq!(ready(db), 0, "no row left before a key");
+        history.check_claims(CLAIMED);
+        assert_eq!(history.hand_outs(), kept.len() + released.len(), "each release is one more hand-out");
+        // The check can fail on this very record: one hand-out given out a second time in its
+        // epoch is a violation.
+        let doubled = with_first_hand_out_doubled(&history.events());
+        assert_eq!(check_claims(&doubled, CLAIMED).len(), 1, "the checker misses a doubled hand-out");
     }
 
     /// Rows of `importjobs` still ready.

@@ -12,6 +12,9 @@ use diesel::prelude::*;
 use diesel_lease::claim::{ClaimOptions, RetryPolicy};
 use diesel_lease::worker::{Worker, WorkerReport};
 
+use crate::common::history::{
+    check_claims, hand_out_from_worker_line, with_first_hand_out_doubled, History,
+};
 use crate::common::{TestBackend, TestDb};
 use crate::models::schema::tasks;
 use crate::models::*;
@@ -720,7 +723,9 @@ backend_suite! {
 
     /// Three worker processes of 3 threads each, limit 2 per tenant: the runs' intervals (on
     /// the machine's clock, taken inside the handler, which runs within the key's permit) never
-    /// overlap more than 2 deep for one tenant, and every row runs once.
+    /// overlap more than 2 deep for one tenant, and every row runs once. The task each handler
+    /// was given is recorded as a hand-out and judged by `common::history` (each row once per
+    /// claim epoch, marked).
     pub(crate) fn the_per_key_limit_holds_across_processes(db: &TestDb<B>) {
         db.migrate();
         seed(db, 30, &["acme", "globex"]);
@@ -738,12 +743,17 @@ backend_suite! {
             std::thread::sleep(Duration::from_millis(100));
         }
         let mut runs: Vec<(i64, String, u128, u128)> = Vec::new();
+        let history = History::default();
         for child in &mut children {
             child.kill().unwrap();
         }
         for child in children {
             let out = child.wait_with_output().unwrap();
             for line in String::from_utf8(out.stdout).unwrap().lines() {
+                if let Some(event) = hand_out_from_worker_line(line) {
+                    history.record(event);
+                    continue;
+                }
                 let f: Vec<&str> = line.split(' ').collect();
                 if let ["run", id, tenant, start, end] = f.as_slice() {
                     runs.push((id.parse().unwrap(), tenant.to_string(), start.parse().unwrap(), end.parse().unwrap()));
@@ -771,5 +781,11 @@ backend_suite! {
             peaks.push(peak);
         }
         assert!(peaks.contains(&2), "the limit was never reached: {peaks:?}");
+        history.check_claims("running");
+        assert_eq!(history.hand_outs(), runs.len(), "one hand-out per run");
+        // The check can fail on this very record: one hand-out given out a second time in its
+        // epoch is a violation.
+        let doubled = with_first_hand_out_doubled(&history.events());
+        assert_eq!(check_claims(&doubled, "running").len(), 1, "the checker misses a doubled hand-out");
     }
 }

@@ -19,8 +19,8 @@
 //! permits. A holder records its grant after the acquire returned and its end before it
 //! releases, so an overlap in the record is an overlap in what the workers believed.
 //!
-//! The record is not a mock: it is what real threads (or processes, whose lines a test parses)
-//! were given by the database.
+//! The record is not a mock: it is what real threads (or processes, whose lines a test parses
+//! with [`hand_out_from_worker_line`]) were given by the database.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -191,9 +191,9 @@ pub fn check_claims(events: &[Event], claimed: &str) -> Vec<String> {
                 state,
                 epoch,
             } => {
-                if state != claimed || *epoch < 1 {
+                if state != claimed || *epoch < 1 || holder.is_empty() {
                     violations.push(format!(
-                        "event {i}: row {row} handed to {holder} unmarked (state {state:?}, attempts {epoch})"
+                        "event {i}: row {row} handed to {holder:?} unmarked (state {state:?}, attempts {epoch})"
                     ));
                 }
                 let holders = epochs.entry(*row).or_default().entry(*epoch).or_default();
@@ -231,6 +231,51 @@ pub fn check_claims(events: &[Event], claimed: &str) -> Vec<String> {
     violations
 }
 
+/// The hand-out a claim returned to this process's thread: `job` as the claim gave it.
+pub fn hand_out(job: &crate::models::ImportJob) -> Event {
+    Event::HandedOut {
+        row: job.id,
+        holder: job.worker.clone().unwrap_or_default(),
+        state: job.statuscode.clone(),
+        epoch: job.attempts.into(),
+    }
+}
+
+/// `job`'s holder's owner-checked completion, which answered `acknowledged`.
+pub fn completion(job: &crate::models::ImportJob, acknowledged: bool) -> Event {
+    Event::Completed {
+        row: job.id,
+        holder: job.worker.clone().unwrap_or_default(),
+        acknowledged,
+    }
+}
+
+/// The hand-out a worker process reported in `line`, which `claim-worker` prints as
+/// `claimed <row> <attempts> <state> <owner stamp>` (the stamp last, as it may hold spaces;
+/// empty when the row had none); `None` for the process's other lines. Panics on a `claimed`
+/// line it cannot read: a record the test cannot read judges nothing.
+pub fn hand_out_from_worker_line(line: &str) -> Option<Event> {
+    let rest = line.strip_prefix("claimed ")?;
+    let mut fields = rest.splitn(4, ' ');
+    let mut number = |what: &str| -> i64 {
+        fields
+            .next()
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("worker line {line:?}: no {what}"))
+    };
+    let (row, epoch) = (number("row"), number("attempts"));
+    let state = fields
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| panic!("worker line {line:?}: no state"));
+    Some(Event::HandedOut {
+        row,
+        holder: fields.next().unwrap_or_default().into(),
+        state: state.into(),
+        epoch,
+    })
+}
+
 /// `events` with its first hand-out recorded once more at the end, to another holder: a history
 /// in which a row was handed out twice in one epoch. A test shows with it that the checker, fed
 /// that test's own record, can fail: a check that cannot fail proves nothing.
@@ -253,6 +298,31 @@ pub fn with_first_hand_out_doubled(events: &[Event]) -> Vec<Event> {
             _ => None,
         })
         .expect("the history has a hand-out");
+    doubled.push(first);
+    doubled
+}
+
+/// `events` with its first grant recorded once more at the end, to another holder and with the
+/// same token: a history in which a fencing token was granted twice. As
+/// [`with_first_hand_out_doubled`] does for claims, it shows a test's grant check can fail on
+/// that test's own record.
+pub fn with_first_grant_doubled(events: &[Event]) -> Vec<Event> {
+    let mut doubled = events.to_vec();
+    let first = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Granted {
+                name,
+                token,
+                holder,
+            } => Some(Event::Granted {
+                name: name.clone(),
+                token: *token,
+                holder: format!("{holder}-again"),
+            }),
+            _ => None,
+        })
+        .expect("the history has a grant");
     doubled.push(first);
     doubled
 }
@@ -363,12 +433,47 @@ fn the_claim_checker_finds_what_it_is_for() {
         epoch: 0,
     }];
     assert_eq!(check_claims(&unmarked, "running").len(), 1);
+    // A hand-out in the claimed state but without its holder's stamp.
+    assert_eq!(check_claims(&[out(1, "", 1)], "running").len(), 1);
     // A completion by the holder of an older epoch, and one by nobody's holder.
     let stale = [out(1, "a", 1), out(1, "b", 2), done(1, "a"), done(2, "c")];
     assert_eq!(check_claims(&stale, "running").len(), 2);
     // One row acknowledged twice.
     let acked = [out(1, "a", 1), done(1, "a"), done(1, "a")];
     assert_eq!(check_claims(&acked, "running").len(), 1);
+}
+
+#[test]
+fn worker_lines_read_as_hand_outs() {
+    let out = |row, holder: &str, state: &str, epoch| {
+        Some(Event::HandedOut {
+            row,
+            holder: holder.into(),
+            state: state.into(),
+            epoch,
+        })
+    };
+    let read = hand_out_from_worker_line;
+    assert_eq!(
+        read("claimed 7 2 running host-1 pid 9#00ab12cd34ef"),
+        out(7, "host-1 pid 9#00ab12cd34ef", "running", 2),
+        "the stamp is the rest of the line, spaces and all"
+    );
+    assert_eq!(read("claimed 7 0 new "), out(7, "", "new", 0));
+    assert_eq!(read("claimed 7 0 new"), out(7, "", "new", 0));
+    assert_eq!(read("empty 3"), None);
+    assert_eq!(read("holding"), None);
+    // What the line says is what the checker judges: an unmarked hand-out read from a worker
+    // process is a violation.
+    let events: Vec<Event> = ["claimed 1 1 running a#1", "claimed 2 0 new "]
+        .into_iter()
+        .filter_map(read)
+        .collect();
+    assert_eq!(check_claims(&events, "running").len(), 1);
+    for bad in ["claimed 7", "claimed x 1 running a", "claimed 7 1"] {
+        let panicked = std::panic::catch_unwind(|| read(bad)).is_err();
+        assert!(panicked, "{bad:?} was read");
+    }
 }
 
 #[test]
@@ -401,6 +506,12 @@ fn the_grant_checker_finds_what_it_is_for() {
     assert_eq!(check_grants(&overlap).len(), 1);
     // An end without a grant (a record that misses its grants).
     assert_eq!(check_grants(&[ended("a", "x")]).len(), 1);
+    // The clean history, up to where every grant has ended, with its first grant given again:
+    // token 1 after token 2.
+    assert_eq!(
+        check_grants(&with_first_grant_doubled(&clean[..6])).len(),
+        1
+    );
 }
 
 #[test]

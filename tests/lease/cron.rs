@@ -13,22 +13,27 @@ use diesel_lease::{Error, InvalidInput};
 
 use super::support::exec;
 use super::{ms, opts};
+use crate::common::history::{check_grants, with_first_grant_doubled, History};
 use crate::common::{TestBackend, TestDb};
 
 const SECOND: i64 = 1_000_000;
 
 /// Three nodes, each with its own pool, poll a job that runs every two seconds: every slot
-/// that came while they polled ran exactly once, and none was skipped.
+/// that came while they polled ran exactly once, and none was skipped. Each run is recorded as
+/// a grant of the job's lease to its node, ended when the run returns, and judged by
+/// `common::history` (one holder at a time, tokens increasing).
 fn cron_runs_each_slot_once_across_nodes<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let every_two = cron("*/2 * * * * *").unwrap();
     let runs = Mutex::new(Vec::new());
+    let history = History::default();
     let pools: Vec<_> = (0..3).map(|_| db.pool(2)).collect();
     let until = Instant::now() + ms(7_000);
     std::thread::scope(|s| {
         for (node, pool) in pools.iter().enumerate() {
-            let (runs, every_two) = (&runs, every_two.clone());
+            let (runs, every_two, history) = (&runs, every_two.clone(), &history);
             s.spawn(move || {
+                let holder = format!("node-{node}");
                 every(every_two)
                     .lease(LeaseOptions::new(ms(1_500)))
                     .poll_every(ms(40))
@@ -37,9 +42,11 @@ fn cron_runs_each_slot_once_across_nodes<B: TestBackend>(db: &TestDb<B>) {
                         "every-two",
                         || Instant::now() >= until,
                         |o| {
+                            history.granted("every-two", o.token().get(), &holder);
                             runs.lock()
                                 .unwrap()
-                                .push((o.due_at_micros(), node, o.token().get()))
+                                .push((o.due_at_micros(), node, o.token().get()));
+                            history.grant_ended("every-two", &holder);
                         },
                     )
                     .unwrap();
@@ -65,6 +72,14 @@ fn cron_runs_each_slot_once_across_nodes<B: TestBackend>(db: &TestDb<B>) {
         );
         assert!(pair[1].2 > pair[0].2, "tokens increase: {runs:?}");
     }
+    history.check_grants();
+    // The check can fail on this very record: its first token granted again is a violation.
+    let doubled = with_first_grant_doubled(&history.events());
+    assert_eq!(
+        check_grants(&doubled).len(),
+        1,
+        "the checker misses a doubled grant"
+    );
 }
 
 /// Sets the job's stored next run one hour back (as if the farm had been down since) and

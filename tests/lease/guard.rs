@@ -12,6 +12,7 @@ use diesel_lease::{Error, OwnerId};
 
 use super::support::{exec, rows};
 use super::{ms, opts};
+use crate::common::history::{check_grants, with_first_grant_doubled, History};
 use crate::common::{TestBackend, TestDb};
 
 fn guard_releases_on_drop<B: TestBackend>(db: &TestDb<B>) {
@@ -269,27 +270,34 @@ fn with_lock_waits_for_an_expiring_holder<B: TestBackend>(db: &TestDb<B>) {
     );
 }
 
-/// Three threads poll one periodic job: each due time runs once, on an unbroken grid.
+/// Three threads poll one periodic job: each due time runs once, on an unbroken grid. Each run
+/// is recorded as a grant of the job's lease to its thread, ended when the run returns, and
+/// judged by `common::history` (one holder at a time, tokens increasing).
 fn every_runs_once_per_interval_in_process<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let pool = db.pool(6);
     let interval = 300_000;
     let dues = Mutex::new(Vec::new());
+    let history = History::default();
     let until = Instant::now() + ms(2_200);
     std::thread::scope(|s| {
-        for _ in 0..3 {
-            s.spawn(|| {
+        for thread in 0..3 {
+            let (pool, dues, history) = (&pool, &dues, &history);
+            s.spawn(move || {
+                let holder = format!("thread-{thread}");
                 every(ms(300))
                     .lease(LeaseOptions::new(ms(150)))
                     .poll_every(ms(20))
                     .run_until(
-                        &pool,
+                        pool,
                         "tick",
                         || Instant::now() >= until,
                         |o| {
+                            history.granted("tick", o.token().get(), &holder);
                             dues.lock()
                                 .unwrap()
                                 .push((o.due_at_micros(), o.token().get()));
+                            history.grant_ended("tick", &holder);
                         },
                     )
                     .unwrap();
@@ -309,6 +317,14 @@ fn every_runs_once_per_interval_in_process<B: TestBackend>(db: &TestDb<B>) {
         assert_eq!(w[1].0 - w[0].0, interval, "one run per interval: {dues:?}");
         assert!(w[1].1 > w[0].1);
     }
+    history.check_grants();
+    // The check can fail on this very record: its first token granted again is a violation.
+    let doubled = with_first_grant_doubled(&history.events());
+    assert_eq!(
+        check_grants(&doubled).len(),
+        1,
+        "the checker misses a doubled grant"
+    );
 }
 
 /// A run whose release fails (here it waits for another transaction's lock on the lease row
@@ -426,7 +442,8 @@ fn leases_interval_and_cron_jobs_share_one_connection<B: TestBackend>(db: &TestD
 /// A pool of 2, a keep-alive holder with a 1 s ttl, and 3 `LeaseGuard::acquire` waiters
 /// polling through the pool every few milliseconds: for 3.5 s the holder keeps its lease (locally
 /// and in the database); once it releases, each waiter gets the lease in turn, with the next
-/// fencing tokens.
+/// fencing tokens. Every grant and its end are recorded as the holders saw them and judged by
+/// `common::history` (one holder at a time, tokens increasing).
 fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend>(db: &TestDb<B>) {
     const WAITERS: usize = 3;
     db.migrate();
@@ -436,18 +453,25 @@ fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend
         .unwrap()
         .expect("free");
     let held_token = holder.token().get();
+    let history = History::default();
+    history.granted("small-pool", held_token, "holder");
     let waiter_options = opts(10_000).poll(ms(5), ms(50));
     let tokens = Mutex::new(Vec::new());
     let inside = AtomicI64::new(0);
     std::thread::scope(|s| {
-        for _ in 0..WAITERS {
-            s.spawn(|| {
+        for waiter in 0..WAITERS {
+            let (pool, waiter_options, tokens, inside, history) =
+                (&pool, &waiter_options, &tokens, &inside, &history);
+            s.spawn(move || {
+                let name = format!("waiter-{waiter}");
                 let guard =
-                    LeaseGuard::acquire(&pool, "small-pool", &waiter_options, ms(30_000)).unwrap();
+                    LeaseGuard::acquire(pool, "small-pool", waiter_options, ms(30_000)).unwrap();
+                history.granted("small-pool", guard.token().get(), &name);
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                 tokens.lock().unwrap().push(guard.token().get());
                 std::thread::sleep(ms(20));
                 inside.fetch_sub(1, Ordering::SeqCst);
+                history.grant_ended("small-pool", &name);
                 guard.release().unwrap();
             });
         }
@@ -465,11 +489,20 @@ fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend
             tokens.lock().unwrap().is_empty(),
             "a waiter got in while it was held"
         );
+        history.grant_ended("small-pool", "holder");
         holder.release().unwrap();
     });
     let tokens = tokens.into_inner().unwrap();
     let expected: Vec<i64> = (1..=WAITERS as i64).map(|n| held_token + n).collect();
     assert_eq!(tokens, expected, "one grant each, in token order");
+    history.check_grants();
+    // The check can fail on this very record: its first token granted again is a violation.
+    let doubled = with_first_grant_doubled(&history.events());
+    assert_eq!(
+        check_grants(&doubled).len(),
+        1,
+        "the checker misses a doubled grant"
+    );
 }
 
 /// Statements of this test's database that wait for a row lock now (on MySQL: the lease
