@@ -133,12 +133,16 @@ fn a_connection_whose_lock_wait_timed_out_works_again<B: TestBackend>(db: &TestD
 /// wait for the lock ends at its deadline, and the clean-up of its queued request waits once
 /// more, for its drop wait; the call returns then, with `Error::Timeout`. The drop wait is
 /// longer than the test's slack, so that one more wait of it is told apart from a slow machine
-/// (a poll whose lock wait ran for the drop wait instead of to the deadline took 16 s here).
+/// (a poll whose lock wait ran for the drop wait instead of to the deadline took 16 s with a
+/// 2 s deadline and an 8 s drop wait; here it would take at least two drop waits, 20 s, against
+/// a bound of 18 s). The deadline leaves the waiter 5 s to queue its request: on a loaded
+/// machine (a cold build beside the suite) it once took over 2 s, and the test then failed on
+/// its set-up instead of judging anything.
 fn a_queued_waiter_frozen_out_returns_after_its_deadline_and_one_drop_wait<B: TestBackend>(
     db: &TestDb<B>,
 ) {
-    const LONG_DROP: Duration = Duration::from_secs(8);
-    const WAITED: Duration = Duration::from_secs(2);
+    const LONG_DROP: Duration = Duration::from_secs(10);
+    const WAITED: Duration = Duration::from_secs(5);
     db.migrate();
     let mutex = Semaphore::mutex(RESOURCE).with_drop_wait(LONG_DROP);
     let mut holder = db.conn();
@@ -151,7 +155,7 @@ fn a_queued_waiter_frozen_out_returns_after_its_deadline_and_one_drop_wait<B: Te
         let _ = tx.send((out, started.elapsed()));
     });
     let mut watch = db.conn();
-    let queued = (0..200).any(|_| {
+    let queued = (0..500).any(|_| {
         mutex.queue(&mut watch).unwrap().len() == 2 || {
             std::thread::sleep(Duration::from_millis(10));
             false
