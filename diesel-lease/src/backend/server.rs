@@ -136,7 +136,16 @@ pub(crate) fn check<C: Dialect>(conn: &mut C) -> crate::Result<ServerEngine> {
 /// | one server, SQLite | everything |
 /// | PostgreSQL, synchronous standby (`synchronous_standby_names` names it, `synchronous_commit` `on`, `remote_write` or `remote_apply`) | everything, across a failover: an acknowledged commit is on the standby |
 /// | PostgreSQL, asynchronous standbys | everything until a failover; after one, acknowledged grants, claims and completions may be gone, and the new primary can hand out a fencing token again |
-/// | MariaDB Galera | claims, at-most-once guards, insert-once, leases and fencing tokens across nodes (a conflicting write on another node fails at commit and is retried); semaphores and reader/writer locks only when all their clients use one node |
+/// | MariaDB Galera | claims, leases and fencing tokens across nodes (a conflicting write on another node fails at commit and is retried; `tests/faults/galera.rs`); semaphores and reader/writer locks only when all their clients use one node. At-most-once guards and insert-once decide on the row they write, as claims do, but are not tested across nodes |
+///
+/// It is read with `pg_stat_replication`, `synchronous_standby_names` and `synchronous_commit`
+/// (asynchronous: standbys stream while no standby is named or `synchronous_commit` is `local`
+/// or `off`), and with `wsrep_on` on MariaDB. Each line of the table is tested:
+/// `tests/faults/failover.rs` (both pairs: detected; strict grants refused on the asynchronous
+/// one, granted on the synchronous one), `tests/faults/galera.rs`, `tests/faults/replication.rs`.
+/// A MySQL/MariaDB claim hands out only rows its own statement marked (re-checked in the
+/// marking, counted, read back by its stamp with a locking read), which is what makes claims
+/// hold across Galera nodes.
 ///
 /// `pool::build_pool` logs a warning (feature `tracing`) when it sees asynchronous standbys or
 /// Galera; [`LeaseOptions::require_synchronous_replication`](crate::lease::LeaseOptions::require_synchronous_replication)
@@ -210,21 +219,11 @@ impl Replication {
     /// ([`LeaseOptions::require_synchronous_replication`](crate::lease::LeaseOptions::require_synchronous_replication));
     /// `None` where they are.
     pub fn fencing_refusal(&self) -> Option<String> {
-        match self {
-            Replication::AsyncStandbys {
-                standbys,
-                synchronous_standby_names,
-                synchronous_commit,
-            } => Some(format!(
-                "the primary streams to {standbys} standby(s) asynchronously \
-                 (synchronous_standby_names = '{synchronous_standby_names}', \
-                 synchronous_commit = '{synchronous_commit}'): after a failover an acknowledged \
-                 grant may be gone and the new primary can hand out the same fencing token \
-                 again. Name a standby in synchronous_standby_names with synchronous_commit on, \
-                 remote_write or remote_apply, or leave require_synchronous_replication off"
-            )),
-            _ => None,
-        }
+        let risk = self.async_risk()?;
+        Some(format!(
+            "{risk}. Name a standby in synchronous_standby_names with synchronous_commit on, \
+             remote_write or remote_apply, or leave require_synchronous_replication off"
+        ))
     }
 
     /// One line on what holds on this topology (see the type's table); the warning that
@@ -232,13 +231,33 @@ impl Replication {
     pub fn warning(&self) -> Option<String> {
         match self {
             Replication::Single | Replication::SyncStandbys { .. } => None,
-            Replication::AsyncStandbys { .. } => self.fencing_refusal(),
+            Replication::AsyncStandbys { .. } => self.async_risk().map(|risk| {
+                format!("{risk}; LeaseOptions::require_synchronous_replication refuses grants here")
+            }),
             Replication::Galera { nodes } => Some(format!(
-                "the server is a node of a MariaDB Galera cluster of {nodes}: claims, \
-                 at-most-once guards, insert-once, leases and fencing tokens hold across nodes; \
-                 semaphores and reader/writer locks hold only when all their clients use one node"
+                "the server is a node of a MariaDB Galera cluster of {nodes}: claims, leases and \
+                 fencing tokens hold across nodes; semaphores and reader/writer locks hold only \
+                 when all their clients use one node"
             )),
         }
+    }
+
+    /// What asynchronous standbys put at risk; `None` for any other topology.
+    fn async_risk(&self) -> Option<String> {
+        let Replication::AsyncStandbys {
+            standbys,
+            synchronous_standby_names,
+            synchronous_commit,
+        } = self
+        else {
+            return None;
+        };
+        Some(format!(
+            "the primary streams to {standbys} standby(s) asynchronously \
+             (synchronous_standby_names = '{synchronous_standby_names}', \
+             synchronous_commit = '{synchronous_commit}'): after a failover an acknowledged \
+             grant may be gone and the new primary can hand out the same fencing token again"
+        ))
     }
 }
 
