@@ -36,8 +36,9 @@
 #    READ COMMITTED. The full run uses the first level of DIESEL_LEASE_TEST_ISOLATION (default
 #    `repeatable-read,read-committed`); for each further level the script switches the running
 #    server (SET GLOBAL TRANSACTION ISOLATION LEVEL, which every new connection inherits, worker
-#    processes included) and re-runs only the MySQL tests (filter `mysql::` unless TEST_ARGS give
-#    one; DIESEL_LEASE_TEST_BACKENDS=mysql makes the other backends' tests return at once).
+#    processes included) and re-runs only the MySQL-family tests (filters `mysql::` and
+#    `mariadb::` unless TEST_ARGS give one; DIESEL_LEASE_TEST_BACKENDS=mysql,mariadb makes the
+#    other backends' tests return at once).
 #    Re-using the server costs no second start, the build is the full run's, and only the MySQL
 #    tests run twice, which keeps CI short.
 #    During each pass DIESEL_LEASE_TEST_ISOLATION holds that pass's single level, for tests that
@@ -161,7 +162,8 @@ fi
 unset DIESEL_LEASE_TEST_MYSQL
 if [ -z "$MYSQL_SKIP_REASON" ]; then
     export DIESEL_LEASE_TEST_MYSQL=$MYSQL_URL
-    REQUIRE+=(mysql)
+    # `mariadb`: the same server through Diesel's MariadbConnection (`…::mariadb::…` tests).
+    REQUIRE+=(mysql mariadb)
     echo "DIESEL_LEASE_TEST_MYSQL=$DIESEL_LEASE_TEST_MYSQL ($(mariadb_sql 'SELECT VERSION()'))"
 elif [ "${CI:-}" = "true" ]; then
     loud "MySQL tests cannot run on CI: $MYSQL_SKIP_REASON"
@@ -328,18 +330,19 @@ while IFS= read -r t; do FAILED_TESTS+=("$t ($PASS)"); done < <(failed_tests_of 
 [ "$STATUS" -ne 0 ] || STATUS=$rc
 
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
-    # Without a filter from the caller, `mysql::` selects the MySQL instances of every suite test;
-    # with one, DIESEL_LEASE_TEST_BACKENDS=mysql skips the other backends' matches. The cargo
+    # Without a filter from the caller, `mysql::` and `mariadb::` select the MySQL-family
+    # instances of every suite test (MysqlConnection and MariadbConnection); with one,
+    # DIESEL_LEASE_TEST_BACKENDS skips the other backends' matches. The cargo
     # arguments are the full run's on purpose: narrowing them (`-p`, `--test suite`) changes
     # feature unification and rebuilds everything (measured: +75 s).
     MYSQL_TEST_ARGS=("${TEST_ARGS[@]}")
-    [ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql::)
+    [ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql:: mariadb::)
     for level in "${ISOLATION_LEVELS[@]:1}"; do
         section "MySQL tests at $level"
         set_mysql_isolation "$level"
         pass_start=$(now)
         rc=0
-        DIESEL_LEASE_TEST_ISOLATION=$level DIESEL_LEASE_TEST_BACKENDS=mysql DIESEL_LEASE_TEST_REQUIRE=mysql \
+        DIESEL_LEASE_TEST_ISOLATION=$level DIESEL_LEASE_TEST_BACKENDS=mysql,mariadb DIESEL_LEASE_TEST_REQUIRE=mysql,mariadb \
             cargo test --workspace --all-features --no-fail-fast "${CARGO_ARGS[@]}" -- "${MYSQL_TEST_ARGS[@]}" 2>&1 |
             tee "$PASS_LOGS/$level.log" || rc=$?
         SUMMARY+=("MySQL tests at $level: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")

@@ -27,7 +27,7 @@ mod galera;
 mod holders;
 mod input;
 mod network;
-#[cfg(feature = "mysql")]
+#[cfg(any(feature = "mysql", feature = "mariadb"))]
 mod read_timeout;
 mod replication;
 mod scheduler;

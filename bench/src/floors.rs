@@ -37,6 +37,9 @@ use crate::BenchResult;
 /// named as on PostgreSQL (`e2e::CLAIM_NEXT`, `e2e::BATCH`).
 pub(crate) const SLAP: &str = "mariadb-slap floor (literal)";
 pub(crate) const SLAP_BATCH: &str = "mariadb-slap batch(50) floor";
+/// Ours through Diesel's `MariadbConnection` (the `MysqlConnection` runs keep the plain names).
+pub(crate) const CLAIM_NEXT_MARIADB: &str = "claim_next + complete, MariadbConnection";
+pub(crate) const BATCH_MARIADB: &str = "claim_batch(50) + complete_batch, MariadbConnection";
 pub(crate) const C_FLOOR: &str = "sqlite3 C floor (literal)";
 pub(crate) const C_BATCH: &str = "sqlite3 C batch(50) floor";
 /// The same C floors run as K threads of one process (each with its own connection), the shape
@@ -425,25 +428,55 @@ impl MysqlFloors {
             .v)
     }
 
-    /// Ours on a fresh table of `rows`; returns the sample and the table check's line.
+    /// Ours on a fresh table of `rows`, through `MysqlConnection` or, with `mariadb`, Diesel's
+    /// `MariadbConnection`; returns the sample and the table check's line.
     pub(crate) fn ours(
         &self,
         rows: u64,
         workers: usize,
         batch: Option<usize>,
+        mariadb: bool,
     ) -> BenchResult<(Sample, String)> {
         crate::mysql::fresh_jobs(&self.url, rows)?;
+        let mut conn = MysqlConnection::establish(&self.url)?;
+        if mariadb {
+            let url = self.url.replacen("mysql://", "mariadb://", 1);
+            let pool = diesel_lease::pool::build_pool::<diesel::mariadb::MariadbConnection>(
+                &url,
+                u32::try_from(workers)?,
+            )?;
+            let conns = (0..workers)
+                .map(|_| pool.get())
+                .collect::<Result<Vec<_>, _>>()?;
+            return self.measure_ours(conns, &mut conn, workers, batch, "mariadb");
+        }
         let pool = self.pool(workers)?;
         let conns = (0..workers)
             .map(|_| pool.get())
             .collect::<Result<Vec<_>, _>>()?;
-        let mut conn = MysqlConnection::establish(&self.url)?;
-        let before = Counters::read(&mut conn)?;
+        self.measure_ours(conns, &mut conn, workers, batch, "mysql")
+    }
+
+    /// [`ours`](Self::ours) on the connections taken: the run, the server's counters around
+    /// it, the table's check.
+    fn measure_ours<C>(
+        &self,
+        conns: Vec<C>,
+        conn: &mut MysqlConnection,
+        workers: usize,
+        batch: Option<usize>,
+        through: &str,
+    ) -> BenchResult<(Sample, String)>
+    where
+        C: BorrowConnection + Send,
+        C::Conn: ClaimConnection<BenchJob>,
+    {
+        let before = Counters::read(conn)?;
         let completed = AtomicU64::new(0);
         let s = ours::<BenchJob, _>(conns, self.window, batch, &completed)?;
-        let after = Counters::read(&mut conn)?;
-        let t = tally(&mut conn)?;
-        let what = format!("mysql ours {:?} x{workers}", batch.unwrap_or(1));
+        let after = Counters::read(conn)?;
+        let t = tally(conn)?;
+        let what = format!("{through} ours {:?} x{workers}", batch.unwrap_or(1));
         let line = t.check(&what, Some(completed.load(Ordering::Relaxed)), 0)?;
         Ok((s, format!("{line}; {}", after.per_job(&before, t.done))))
     }

@@ -735,17 +735,31 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
     let mut rounds = Rounds::default();
     for round in 0..plan.rounds {
         for &w in &floor_workers(args) {
-            for (rows, batch, ours, floor) in [
-                (plan.e2e_rows, None, e2e::CLAIM_NEXT, floors::SLAP),
-                (batch_rows, Some(n), e2e::BATCH, floors::SLAP_BATCH),
+            for (rows, batch, ours, ours_mariadb, floor) in [
+                (
+                    plan.e2e_rows,
+                    None,
+                    e2e::CLAIM_NEXT,
+                    floors::CLAIM_NEXT_MARIADB,
+                    floors::SLAP,
+                ),
+                (
+                    batch_rows,
+                    Some(n),
+                    e2e::BATCH,
+                    floors::BATCH_MARIADB,
+                    floors::SLAP_BATCH,
+                ),
             ] {
-                for floor_now in floor_turns(round) {
-                    let (s, c) = if floor_now {
-                        f.slap(rows, w, batch.is_some())?
-                    } else {
-                        f.ours(rows, w, batch)?
+                // The floor, ours through MysqlConnection and through MariadbConnection, in an
+                // order that turns with the round.
+                for turn in mysql_turns(round) {
+                    let (name, (s, c)) = match turn {
+                        0 => (floor, f.slap(rows, w, batch.is_some())?),
+                        1 => (ours, f.ours(rows, w, batch, false)?),
+                        _ => (ours_mariadb, f.ours(rows, w, batch, true)?),
                     };
-                    rounds.add(group, if floor_now { floor } else { ours }, w, unit, s);
+                    rounds.add(group, name, w, unit, s);
                     run.checks.push(c);
                 }
             }
@@ -754,6 +768,14 @@ fn mysql_floors_section(plan: &Plan, args: &Args, report: &mut Report) -> BenchR
     rounds.record_medians_on(report, "mysql");
     report.floors.push(run);
     Ok(())
+}
+
+/// The order of the MariaDB section's three contenders (0 the floor, 1 ours through
+/// `MysqlConnection`, 2 through `MariadbConnection`) in round `round`: each goes first, second
+/// and third in turn, so that none always runs on the warmest (or coldest) server.
+fn mysql_turns(round: usize) -> [usize; 3] {
+    let first = round % 3;
+    [first, (first + 1) % 3, (first + 2) % 3]
 }
 
 /// Issue 23, SQLite: ours against K processes of the C floor running the same statements,

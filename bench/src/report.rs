@@ -455,6 +455,8 @@ impl Report {
             ("e2e", e2e::BATCH, e2e::PGBENCH_BATCH),
             ("e2e-mysql", e2e::CLAIM_NEXT, floors::SLAP),
             ("e2e-mysql", e2e::BATCH, floors::SLAP_BATCH),
+            ("e2e-mysql", floors::CLAIM_NEXT_MARIADB, floors::SLAP),
+            ("e2e-mysql", floors::BATCH_MARIADB, floors::SLAP_BATCH),
             ("e2e-sqlite", e2e::CLAIM_NEXT, floors::C_FLOOR),
             ("e2e-sqlite", e2e::BATCH, floors::C_BATCH),
             ("e2e-sqlite", e2e::CLAIM_NEXT, floors::C_FLOOR_THREADS),

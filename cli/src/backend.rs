@@ -106,6 +106,7 @@ pub(crate) trait ByName:
     + QueryableByName<diesel::pg::Pg>
     + QueryableByName<diesel::sqlite::Sqlite>
     + QueryableByName<diesel::mysql::Mysql>
+    + QueryableByName<diesel::mariadb::Mariadb>
 {
 }
 
@@ -114,6 +115,7 @@ impl<R> ByName for R where
         + QueryableByName<diesel::pg::Pg>
         + QueryableByName<diesel::sqlite::Sqlite>
         + QueryableByName<diesel::mysql::Mysql>
+        + QueryableByName<diesel::mariadb::Mariadb>
 {
 }
 
@@ -309,64 +311,71 @@ struct MysqlPlan {
     extra: Option<String>,
 }
 
-impl CliConnection for diesel::MysqlConnection {
-    load_rows!();
-    fn plan(
-        &mut self,
-        stmt: &dyn QueryFragment<diesel::mysql::Mysql>,
-        table: &str,
-    ) -> QueryResult<Plan> {
-        let rows: Vec<MysqlPlan> = Explain("EXPLAIN ", stmt).load(self)?;
-        let mut plan = Plan::default();
-        for r in rows {
-            let extra = r.extra.unwrap_or_default();
-            plan.sorts |= extra.contains("filesort");
-            if r.table.as_deref() == Some(table) {
-                let access = r.access.clone().unwrap_or_default();
-                plan.accesses.push(Access {
-                    primary: r.key.as_deref() == Some("PRIMARY"),
-                    searched: !matches!(access.as_str(), "ALL" | "index"),
-                    index: r.key.clone().filter(|_| access != "ALL"),
-                });
+/// `MysqlConnection` and `MariadbConnection`: the same server, two Diesel backends.
+macro_rules! mysql_like_cli_connection {
+    ($db:ty, $conn:ty) => {
+        impl CliConnection for $conn {
+            load_rows!();
+            fn plan(
+                &mut self,
+                stmt: &dyn QueryFragment<$db>,
+                table: &str,
+            ) -> QueryResult<Plan> {
+                let rows: Vec<MysqlPlan> = Explain("EXPLAIN ", stmt).load(self)?;
+                let mut plan = Plan::default();
+                for r in rows {
+                    let extra = r.extra.unwrap_or_default();
+                    plan.sorts |= extra.contains("filesort");
+                    if r.table.as_deref() == Some(table) {
+                        let access = r.access.clone().unwrap_or_default();
+                        plan.accesses.push(Access {
+                            primary: r.key.as_deref() == Some("PRIMARY"),
+                            searched: !matches!(access.as_str(), "ALL" | "index"),
+                            index: r.key.clone().filter(|_| access != "ALL"),
+                        });
+                    }
+                    let text = |v: Option<String>| v.unwrap_or_else(|| "NULL".into());
+                    plan.lines.push(format!(
+                        "table={} type={} key={} extra={}",
+                        text(r.table),
+                        text(r.access),
+                        text(r.key),
+                        if extra.is_empty() { "NULL" } else { &extra }
+                    ));
+                }
+                Ok(plan)
             }
-            let text = |v: Option<String>| v.unwrap_or_else(|| "NULL".into());
-            plan.lines.push(format!(
-                "table={} type={} key={} extra={}",
-                text(r.table),
-                text(r.access),
-                text(r.key),
-                if extra.is_empty() { "NULL" } else { &extra }
-            ));
+            fn columns(&mut self, table: &str) -> QueryResult<Vec<ColumnInfo>> {
+                diesel::sql_query(
+                    "SELECT CAST(c.COLUMN_NAME AS CHAR) AS name, CAST(c.COLUMN_TYPE AS CHAR) AS type_name, \
+                            CAST(c.IS_NULLABLE = 'YES' AS SIGNED) AS nullable, \
+                            CAST(COALESCE(s.SEQ_IN_INDEX, 0) AS SIGNED) AS pk \
+                     FROM information_schema.columns c LEFT JOIN information_schema.statistics s \
+                       ON s.TABLE_SCHEMA = c.TABLE_SCHEMA AND s.TABLE_NAME = c.TABLE_NAME \
+                      AND s.COLUMN_NAME = c.COLUMN_NAME AND s.INDEX_NAME = 'PRIMARY' \
+                     WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = ? ORDER BY c.ORDINAL_POSITION",
+                )
+                .bind::<Text, _>(table)
+                .load(self)
+            }
+            fn indexes(&mut self, table: &str) -> QueryResult<Vec<IndexInfo>> {
+                diesel::sql_query(
+                    "SELECT CAST(INDEX_NAME AS CHAR) AS name, \
+                            CASE WHEN INDEX_NAME = 'PRIMARY' THEN 'primary' ELSE '' END AS kind, \
+                            CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS CHAR) AS columns, \
+                            CAST(NULL AS CHAR) AS predicate \
+                     FROM information_schema.statistics \
+                     WHERE table_schema = DATABASE() AND table_name = ? \
+                     GROUP BY INDEX_NAME ORDER BY 1",
+                )
+                .bind::<Text, _>(table)
+                .load(self)
+            }
         }
-        Ok(plan)
-    }
-    fn columns(&mut self, table: &str) -> QueryResult<Vec<ColumnInfo>> {
-        diesel::sql_query(
-            "SELECT CAST(c.COLUMN_NAME AS CHAR) AS name, CAST(c.COLUMN_TYPE AS CHAR) AS type_name, \
-                    CAST(c.IS_NULLABLE = 'YES' AS SIGNED) AS nullable, \
-                    CAST(COALESCE(s.SEQ_IN_INDEX, 0) AS SIGNED) AS pk \
-             FROM information_schema.columns c LEFT JOIN information_schema.statistics s \
-               ON s.TABLE_SCHEMA = c.TABLE_SCHEMA AND s.TABLE_NAME = c.TABLE_NAME \
-              AND s.COLUMN_NAME = c.COLUMN_NAME AND s.INDEX_NAME = 'PRIMARY' \
-             WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = ? ORDER BY c.ORDINAL_POSITION",
-        )
-        .bind::<Text, _>(table)
-        .load(self)
-    }
-    fn indexes(&mut self, table: &str) -> QueryResult<Vec<IndexInfo>> {
-        diesel::sql_query(
-            "SELECT CAST(INDEX_NAME AS CHAR) AS name, \
-                    CASE WHEN INDEX_NAME = 'PRIMARY' THEN 'primary' ELSE '' END AS kind, \
-                    CAST(GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX) AS CHAR) AS columns, \
-                    CAST(NULL AS CHAR) AS predicate \
-             FROM information_schema.statistics \
-             WHERE table_schema = DATABASE() AND table_name = ? \
-             GROUP BY INDEX_NAME ORDER BY 1",
-        )
-        .bind::<Text, _>(table)
-        .load(self)
-    }
+    };
 }
+mysql_like_cli_connection!(diesel::mysql::Mysql, diesel::MysqlConnection);
+mysql_like_cli_connection!(diesel::mariadb::Mariadb, diesel::mariadb::MariadbConnection);
 
 #[cfg(test)]
 mod tests {

@@ -17,6 +17,7 @@ pub(crate) fn run(cli: &Cli) -> Outcome {
     match url.split_once("://").map(|(scheme, _)| scheme) {
         Some("postgres" | "postgresql") => with::<diesel::PgConnection>(cli, url),
         Some("mysql") => with::<diesel::MysqlConnection>(cli, url),
+        Some("mariadb") => with::<diesel::mariadb::MariadbConnection>(cli, url),
         Some("sqlite") | None => {
             let path = url.strip_prefix("sqlite://").unwrap_or(url);
             if !matches!(cli.command, Command::Migrate) && !Path::new(path).exists() {
@@ -25,7 +26,7 @@ pub(crate) fn run(cli: &Cli) -> Outcome {
             with::<diesel::SqliteConnection>(cli, path)
         }
         Some(scheme) => Err(format!(
-            "the database URL's scheme `{scheme}://` is not one diesel-lease knows: use postgres://, postgresql://, mysql://, sqlite:// or a SQLite file path"
+            "the database URL's scheme `{scheme}://` is not one diesel-lease knows: use postgres://, postgresql://, mysql://, mariadb://, sqlite:// or a SQLite file path"
         )),
     }
 }

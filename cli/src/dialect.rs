@@ -129,35 +129,42 @@ impl CliDialect for diesel::sqlite::Sqlite {
     }
 }
 
-impl CliDialect for diesel::mysql::Mysql {
-    const NAME: &'static str = "MySQL/MariaDB";
-    const ANALYZE: &'static str = "ANALYZE TABLE ";
-    fn index_note(state: &str, type_name: &str) -> Option<String> {
-        bare_type(type_name).ends_with("text").then(|| format!(
-            "the state column `{state}` is `{type_name}`, which MySQL indexes only by a prefix, and a prefix cannot give the claim order: make it a VARCHAR (e.g. ALTER TABLE … MODIFY `{state}` VARCHAR(64) NOT NULL) before creating the index"
-        ))
-    }
-    const PARTIAL_INDEXES: bool = false;
-    const PRIMARY_KEY_ORDER_DRIFTS: bool = false;
-    fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()> {
-        out.push_sql("CAST(");
-        column.walk_ast(out.reborrow())?;
-        out.push_sql(" AS CHAR)");
-        Ok(())
-    }
-    fn push_micros_of<'b>(
-        out: &mut AstPass<'_, 'b, Self>,
-        column: &'b Ident<'_>,
-    ) -> QueryResult<()> {
-        out.push_sql("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', ");
-        column.walk_ast(out.reborrow())?;
-        out.push_sql(")");
-        Ok(())
-    }
-    fn debug_sql(stmt: &dyn QueryFragment<Self>) -> String {
-        diesel::debug_query::<Self, _>(&stmt).to_string()
-    }
+/// MySQL and MariaDB, through either of Diesel's backends.
+macro_rules! mysql_like_cli_dialect {
+    ($db:ty) => {
+        impl CliDialect for $db {
+            const NAME: &'static str = "MySQL/MariaDB";
+            const ANALYZE: &'static str = "ANALYZE TABLE ";
+            fn index_note(state: &str, type_name: &str) -> Option<String> {
+                bare_type(type_name).ends_with("text").then(|| format!(
+                    "the state column `{state}` is `{type_name}`, which MySQL indexes only by a prefix, and a prefix cannot give the claim order: make it a VARCHAR (e.g. ALTER TABLE … MODIFY `{state}` VARCHAR(64) NOT NULL) before creating the index"
+                ))
+            }
+            const PARTIAL_INDEXES: bool = false;
+            const PRIMARY_KEY_ORDER_DRIFTS: bool = false;
+            fn push_as_text<'b>(out: &mut AstPass<'_, 'b, Self>, column: &'b Ident<'_>) -> QueryResult<()> {
+                out.push_sql("CAST(");
+                column.walk_ast(out.reborrow())?;
+                out.push_sql(" AS CHAR)");
+                Ok(())
+            }
+            fn push_micros_of<'b>(
+                out: &mut AstPass<'_, 'b, Self>,
+                column: &'b Ident<'_>,
+            ) -> QueryResult<()> {
+                out.push_sql("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00.000000', ");
+                column.walk_ast(out.reborrow())?;
+                out.push_sql(")");
+                Ok(())
+            }
+            fn debug_sql(stmt: &dyn QueryFragment<Self>) -> String {
+                diesel::debug_query::<Self, _>(&stmt).to_string()
+            }
+        }
+    };
 }
+mysql_like_cli_dialect!(diesel::mysql::Mysql);
+mysql_like_cli_dialect!(diesel::mariadb::Mariadb);
 
 #[cfg(test)]
 mod tests {

@@ -68,7 +68,7 @@ fn an_unknown_url_scheme_is_named_with_the_known_ones() {
     for url in [
         "garbage://x",
         "postgress://localhost/db",
-        "mariadb://root@localhost/db",
+        "mssql://sa@localhost/db",
     ] {
         let out = run(&["leases"], Some(url));
         assert_eq!(out.status.code(), Some(1));
@@ -76,7 +76,7 @@ fn an_unknown_url_scheme_is_named_with_the_known_ones() {
         let scheme = url.split("://").next().unwrap();
         assert_eq!(
             err,
-            format!("diesel-lease: the database URL's scheme `{scheme}://` is not one diesel-lease knows: use postgres://, postgresql://, mysql://, sqlite:// or a SQLite file path\n")
+            format!("diesel-lease: the database URL's scheme `{scheme}://` is not one diesel-lease knows: use postgres://, postgresql://, mysql://, mariadb://, sqlite:// or a SQLite file path\n")
         );
     }
 }

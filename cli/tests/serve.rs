@@ -514,8 +514,13 @@ fn on_server<C: Connection>(env: &str, backend: &str, body: impl FnOnce(&str)) {
         eprintln!("SKIPPED the browser test on {backend}: {env} is not set (scripts/test.sh starts the server)");
         return;
     };
+    // `MariadbConnection` takes the same server's URL with its own scheme.
+    let admin_url = match backend {
+        "mariadb" => admin_url.replacen("mysql://", "mariadb://", 1),
+        _ => admin_url,
+    };
     // Test-chosen text only: a name no quoting can go wrong with.
-    let name = format!("dl_serve_browser_{}", std::process::id());
+    let name = format!("dl_serve_browser_{backend}_{}", std::process::id());
     let mut admin = C::establish(&admin_url).expect("connect");
     let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {name}"));
     admin
@@ -545,6 +550,21 @@ fn the_page_in_a_browser_on_postgres() {
 fn the_page_in_a_browser_on_mysql() {
     on_server::<diesel::MysqlConnection>("DIESEL_LEASE_TEST_MYSQL", "mysql", |url| {
         page_flow::<diesel::MysqlConnection>(
+            url,
+            "CREATE TABLE import_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(20) NOT NULL, claimed_at DATETIME(6));
+             INSERT INTO import_jobs (status, claimed_at) VALUES ('ready', NULL), ('ready', NULL), ('ready', NULL),
+               ('running', UTC_TIMESTAMP(6) - INTERVAL 20 MINUTE), ('running', UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE),
+               ('done', UTC_TIMESTAMP(6) - INTERVAL 2 HOUR), ('failed', UTC_TIMESTAMP(6) - INTERVAL 3 HOUR);",
+            None,
+        );
+    });
+}
+
+/// The same server through `mariadb://`: the tool runs on Diesel's `MariadbConnection`.
+#[test]
+fn the_page_in_a_browser_on_mariadb() {
+    on_server::<diesel::mariadb::MariadbConnection>("DIESEL_LEASE_TEST_MYSQL", "mariadb", |url| {
+        page_flow::<diesel::mariadb::MariadbConnection>(
             url,
             "CREATE TABLE import_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(20) NOT NULL, claimed_at DATETIME(6));
              INSERT INTO import_jobs (status, claimed_at) VALUES ('ready', NULL), ('ready', NULL), ('ready', NULL),

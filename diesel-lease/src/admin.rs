@@ -187,6 +187,8 @@ admin_statements!(diesel::PgConnection);
 admin_statements!(diesel::SqliteConnection);
 #[cfg(feature = "mysql")]
 admin_statements!(diesel::MysqlConnection);
+#[cfg(feature = "mariadb")]
+admin_statements!(diesel::mariadb::MariadbConnection);
 
 fn record(row: crate::lease::statements::Row) -> LeaseRecord {
     let (holder, token, acquired_at, expires_at, next_run, released_at, now) = row;

@@ -77,9 +77,9 @@ impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestampt
     const WITH_TIME_ZONE: bool = true;
     const NULLABLE: bool = true;
 }
-#[cfg(feature = "mysql")]
+#[cfg(feature = "__mysql_like")]
 impl TimestampType for diesel::sql_types::Datetime {}
-#[cfg(feature = "mysql")]
+#[cfg(feature = "__mysql_like")]
 impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Datetime> {
     const NULLABLE: bool = true;
 }
@@ -136,7 +136,7 @@ db_now_as!(
     diesel::sql_types::Timestamp,
     #[cfg(feature = "postgres")]
     diesel::sql_types::Timestamptz,
-    #[cfg(feature = "mysql")]
+    #[cfg(feature = "__mysql_like")]
     diesel::sql_types::Datetime
 );
 
@@ -283,18 +283,25 @@ mod tests {
         assert_eq!(now_and_cutoff::<Sqlite, Nullable<Timestamp>>(), utc);
     }
 
-    #[cfg(feature = "mysql")]
+    #[cfg(feature = "__mysql_like")]
     #[test]
     fn mysql_is_utc_for_datetime_and_timestamp() {
-        use diesel::mysql::Mysql;
         use diesel::sql_types::Datetime;
         let utc = (
             "UTC_TIMESTAMP(6) -- binds: []".to_owned(),
             "(UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) -- binds: [-5000000]".to_owned(),
         );
-        assert_eq!(now_and_cutoff::<Mysql, Timestamp>(), utc);
-        assert_eq!(now_and_cutoff::<Mysql, Nullable<Timestamp>>(), utc);
-        assert_eq!(now_and_cutoff::<Mysql, Datetime>(), utc);
-        assert_eq!(now_and_cutoff::<Mysql, Nullable<Datetime>>(), utc);
+        macro_rules! utc_on {
+            ($db:ty) => {
+                assert_eq!(now_and_cutoff::<$db, Timestamp>(), utc);
+                assert_eq!(now_and_cutoff::<$db, Nullable<Timestamp>>(), utc);
+                assert_eq!(now_and_cutoff::<$db, Datetime>(), utc);
+                assert_eq!(now_and_cutoff::<$db, Nullable<Datetime>>(), utc);
+            };
+        }
+        #[cfg(feature = "mysql")]
+        utc_on!(diesel::mysql::Mysql);
+        #[cfg(feature = "mariadb")]
+        utc_on!(diesel::mariadb::Mariadb);
     }
 }

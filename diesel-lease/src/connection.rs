@@ -14,13 +14,14 @@ use crate::lease::statements::LeaseStatements;
 use crate::once::InsertOnceDialect;
 use crate::semaphore::SemaphoreDialect;
 
-/// A raw Diesel connection of a backend diesel-lease supports: `PgConnection`, `SqliteConnection`
-/// or `MysqlConnection`, each behind its Cargo feature. As a bound (`C: LeaseConnection`), it
-/// lets generic code call every operation on `C`.
+/// A raw Diesel connection of a backend diesel-lease supports: `PgConnection` (feature
+/// `postgres`), `SqliteConnection` (`sqlite`), `MysqlConnection` (`mysql`) or
+/// `MariadbConnection` (`mariadb`). As a bound (`C: LeaseConnection`), it lets generic code call
+/// every operation on `C`.
 ///
 /// Implemented for every connection that implements what each operation needs of it; those
 /// traits are sealed: the backend-specific SQL of every operation is written and tested for
-/// these three.
+/// these four (`MysqlConnection` and `MariadbConnection` share theirs).
 pub trait LeaseConnection:
     Dialect
     + ClaimDialect

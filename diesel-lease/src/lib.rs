@@ -82,18 +82,45 @@
 //! # Connections
 //!
 //! Every method takes `&mut conn` where `conn` is a `PgConnection`, `SqliteConnection`,
-//! `MysqlConnection` or an r2d2 pooled one ([`BorrowConnection`]). For SQLite use
+//! `MysqlConnection`, `MariadbConnection` (Diesel 2.4's MariaDB backend, feature `mariadb`) or
+//! an r2d2 pooled one ([`BorrowConnection`]). For SQLite use
 //! [`pool::ConnectionTuning`] (busy timeout + WAL) so concurrent writers wait instead of failing.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The derive expands to `::diesel_lease::…` paths; this lets the crate's own tests use it.
 extern crate self as diesel_lease;
 
-#[cfg(not(any(feature = "postgres", feature = "sqlite", feature = "mysql")))]
+#[cfg(not(any(feature = "postgres", feature = "sqlite", feature = "__mysql_like")))]
 compile_error!(
-    "diesel-lease needs at least one backend feature: enable `postgres`, `sqlite` or `mysql` \
+    "diesel-lease needs at least one backend feature: enable `postgres`, `sqlite`, `mysql` or `mariadb` \
      (e.g. `diesel-lease = { version = \"0.1\", features = [\"postgres\"] }`)"
 );
+
+/// A folder's MySQL-family modules: its `mysql_like.rs`, compiled as `mod mysql` for Diesel's
+/// `Mysql`/`MysqlConnection` (feature `mysql`) and as `mod mariadb` for `Mariadb`/
+/// `MariadbConnection` (feature `mariadb`); the file names them `Db` and `Conn`. (`include!`
+/// resolves the path from the folder that invokes the macro.) The ground floor's own pair, in
+/// `backend/mod.rs`, also says what the two backends do differently.
+macro_rules! mysql_like_modules {
+    ($(#[$doc:meta])*) => {
+        $(#[$doc])*
+        #[cfg(feature = "mysql")]
+        mod mysql {
+            #[allow(dead_code)]
+            type Db = diesel::mysql::Mysql;
+            type Conn = diesel::MysqlConnection;
+            include!("mysql_like.rs");
+        }
+        /// The same through `MariadbConnection`: one source, compiled for each connection type.
+        #[cfg(feature = "mariadb")]
+        mod mariadb {
+            #[allow(dead_code)]
+            type Db = diesel::mariadb::Mariadb;
+            type Conn = diesel::mariadb::MariadbConnection;
+            include!("mysql_like.rs");
+        }
+    };
+}
 
 #[doc(hidden)]
 #[path = "private.rs"]

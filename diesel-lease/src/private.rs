@@ -89,7 +89,7 @@ impl OwnerColumn for Nullable<Text> {}
     note = "with `#[diesel(check_for_backend(diesel::pg::Pg))]` (or `diesel::sqlite::Sqlite`, `diesel::mysql::Mysql`: the backends you use) each field is also checked against its column, at the field"
 )]
 pub trait ClaimRow {}
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "__mysql_like"))]
 impl<T: diesel::Selectable<CheckedBackend> + ?Sized> ClaimRow for T {}
 
 // SQLite first: it is a default feature, so the message names the same backend in most builds.
@@ -99,6 +99,11 @@ type CheckedBackend = diesel::sqlite::Sqlite;
 type CheckedBackend = diesel::pg::Pg;
 #[cfg(all(not(feature = "sqlite"), not(feature = "postgres"), feature = "mysql"))]
 type CheckedBackend = diesel::mysql::Mysql;
+#[cfg(all(
+    not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
+    feature = "mariadb"
+))]
+type CheckedBackend = diesel::mariadb::Mariadb;
 
 /// The SQL types a last-error column may have.
 #[diagnostic::on_unimplemented(

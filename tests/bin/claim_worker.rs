@@ -48,6 +48,8 @@ fn main() {
         "sqlite" => run::<diesel::SqliteConnection>(url, mode, rest),
         #[cfg(feature = "mysql")]
         "mysql" => run::<diesel::MysqlConnection>(url, mode, rest),
+        #[cfg(feature = "mariadb")]
+        "mariadb" => run::<diesel::mariadb::MariadbConnection>(url, mode, rest),
         other => Err(format!("backend {other} not compiled in")),
     };
     if let Err(e) = result {

@@ -38,6 +38,8 @@ fn main() {
         "sqlite" => run::<diesel::SqliteConnection>(url, rest),
         #[cfg(feature = "mysql")]
         "mysql" => run::<diesel::MysqlConnection>(url, rest),
+        #[cfg(feature = "mariadb")]
+        "mariadb" => run::<diesel::mariadb::MariadbConnection>(url, rest),
         other => panic!("backend {other} is not enabled"),
     }
 }

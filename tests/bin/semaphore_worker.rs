@@ -44,6 +44,8 @@ fn main() -> Res<()> {
         "sqlite" => run::<diesel::SqliteConnection>(url, rest),
         #[cfg(feature = "mysql")]
         "mysql" => run::<diesel::MysqlConnection>(url, rest),
+        #[cfg(feature = "mariadb")]
+        "mariadb" => run::<diesel::mariadb::MariadbConnection>(url, rest),
         other => Err(format!("backend {other} is not compiled in").into()),
     }
 }

@@ -186,61 +186,67 @@ backend_suite! {
     }
 }
 
-/// MySQL: our write transactions (every claim; `write_transaction`) run at READ COMMITTED
-/// whatever the session's level, and leave that level as it was: the level and `BEGIN` now go
-/// as one batch (`backend/mysql.rs`, `read_committed_transaction`), and a keyed write
-/// (`complete`) sets the level with a prepared statement, not a batch.
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_write_transactions_run_read_committed() {
-    use diesel::connection::SimpleConnection;
-    use diesel_lease::LeaseConnection;
-    fn body(db: &TestDb<crate::common::Mysql>) {
-        // The level of the transaction `c` is in, by what it does: a row another connection
-        // commits between two plain reads is seen by the second read at READ COMMITTED, not at
-        // REPEATABLE READ. (information_schema.INNODB_TRX's `trx_isolation_level` can show the
-        // previous transaction's level on MariaDB, so it is not asked.)
-        let other = std::cell::RefCell::new(db.conn());
-        let next_id = std::cell::Cell::new(1_000_i64);
-        let level = |c: &mut diesel::MysqlConnection| -> diesel::QueryResult<&'static str> {
-            let count =
-                |c: &mut diesel::MysqlConnection| importjobs::table.count().get_result::<i64>(c);
-            let before = count(c)?;
-            next_id.set(next_id.get() + 1);
-            diesel::insert_into(importjobs::table)
-                .values((
-                    importjobs::id.eq(next_id.get()),
-                    importjobs::statuscode.eq("done"),
-                    importjobs::payload.eq(""),
-                ))
-                .execute(&mut *other.borrow_mut())?;
-            Ok(if count(c)? > before {
-                "READ COMMITTED"
-            } else {
-                "REPEATABLE READ"
-            })
-        };
-        mysql::cases::seed_jobs(db, 20);
-        let mut conn = db.conn();
-        conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            .unwrap();
-        assert_eq!(conn.write_transaction(level).unwrap(), "READ COMMITTED");
-        assert_eq!(
-            conn.transaction(level).unwrap(),
-            "REPEATABLE READ",
-            "the session's own level is left as it was"
-        );
-        for _ in 0..5 {
-            let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
-            assert!(job.complete(&mut conn).unwrap());
-        }
-        assert_eq!(
-            conn.transaction(level).unwrap(),
-            "REPEATABLE READ",
-            "claims and completes leave the session's level as it was"
-        );
+/// MySQL-family cases, through `MysqlConnection` and `MariadbConnection`.
+mod mysql_family {
+    #[allow(unused_imports)]
+    use super::*;
+
+    crate::mysql_suite! {
+        fixtures: crate::claim::basics;
+        tests: [write_transactions_run_read_committed];
+
+        /// MySQL: our write transactions (every claim; `write_transaction`) run at READ COMMITTED
+        /// whatever the session's level, and leave that level as it was: the level and `BEGIN` now go
+        /// as one batch (`backend/mysql_like.rs`, `read_committed_transaction`), and a keyed write
+        /// (`complete`) sets the level with a prepared statement, not a batch.
+        pub(crate) fn write_transactions_run_read_committed(db: &TestDb<B>) {
+            use diesel::connection::SimpleConnection;
+            use diesel_lease::LeaseConnection;
+                // The level of the transaction `c` is in, by what it does: a row another connection
+                // commits between two plain reads is seen by the second read at READ COMMITTED, not at
+                // REPEATABLE READ. (information_schema.INNODB_TRX's `trx_isolation_level` can show the
+                // previous transaction's level on MariaDB, so it is not asked.)
+                let other = std::cell::RefCell::new(db.conn());
+                let next_id = std::cell::Cell::new(1_000_i64);
+                let level = |c: &mut <B as crate::common::TestBackend>::Conn| -> diesel::QueryResult<&'static str> {
+                    let count =
+                        |c: &mut <B as crate::common::TestBackend>::Conn| importjobs::table.count().get_result::<i64>(c);
+                    let before = count(c)?;
+                    next_id.set(next_id.get() + 1);
+                    diesel::insert_into(importjobs::table)
+                        .values((
+                            importjobs::id.eq(next_id.get()),
+                            importjobs::statuscode.eq("done"),
+                            importjobs::payload.eq(""),
+                        ))
+                        .execute(&mut *other.borrow_mut())?;
+                    Ok(if count(c)? > before {
+                        "READ COMMITTED"
+                    } else {
+                        "REPEATABLE READ"
+                    })
+                };
+                fixtures::seed_jobs(db, 20);
+                let mut conn = db.conn();
+                conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    .unwrap();
+                assert_eq!(conn.write_transaction(level).unwrap(), "READ COMMITTED");
+                assert_eq!(
+                    conn.transaction(level).unwrap(),
+                    "REPEATABLE READ",
+                    "the session's own level is left as it was"
+                );
+                for _ in 0..5 {
+                    let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+                    assert!(job.complete(&mut conn).unwrap());
+                }
+                assert_eq!(
+                    conn.transaction(level).unwrap(),
+                    "REPEATABLE READ",
+                    "claims and completes leave the session's level as it was"
+                );
+            }
     }
-    crate::common::run::<crate::common::Mysql>("mysql_write_transactions_run_read_committed", body)
 }
 
 /// A model whose `attempts` column is nullable (`a_null_attempts_count_is_counted_from_zero`).

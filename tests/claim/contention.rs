@@ -316,7 +316,7 @@ backend_suite! {
             .execute(&mut conn)
             .unwrap();
         let first = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
-        let expected_first = if <B as crate::common::TestBackend>::NAME == "mysql" { 2 } else { 1 };
+        let expected_first = if <B as crate::common::TestBackend>::KIND == diesel_lease::BackendKind::Mysql { 2 } else { 1 };
         assert_eq!(first.id, expected_first);
         let second = ImportJob::claim_next(&mut conn).unwrap().expect("the other row");
         assert_eq!(first.id + second.id, 3, "{} then {}", first.id, second.id);
@@ -429,4 +429,9 @@ mod on_postgres {
 #[cfg(feature = "mysql")]
 mod on_mysql {
     crate::backend_cases!(mysql, Mysql: a_filtered_rescue_skips_a_row_that_left_the_filter);
+}
+
+#[cfg(feature = "mariadb")]
+mod on_mariadb {
+    crate::backend_cases!(mariadb, Mariadb: a_filtered_rescue_skips_a_row_that_left_the_filter);
 }

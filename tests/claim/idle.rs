@@ -236,3 +236,8 @@ mod on_postgres {
 mod on_mysql {
     crate::backend_cases!(mysql, Mysql: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
 }
+
+#[cfg(feature = "mariadb")]
+mod on_mariadb {
+    crate::backend_cases!(mariadb, Mariadb: a_hung_poll_does_not_keep_the_other_waiters_from_new_rows);
+}

@@ -112,19 +112,26 @@ impl FrozenClock for diesel::PgConnection {
 }
 
 /// MySQL: `SET timestamp` fixes `UTC_TIMESTAMP(6)` for the session.
-#[cfg(feature = "mysql")]
-impl FrozenClock for diesel::MysqlConnection {
-    const TICK: TimeDelta = TimeDelta::microseconds(1);
-    fn freeze_at(&mut self, at: NaiveDateTime) {
-        let at = at.and_utc();
-        self.batch_execute(&format!(
-            "SET timestamp = {}.{:06}",
-            at.timestamp(),
-            at.timestamp_subsec_micros()
-        ))
-        .unwrap();
-    }
+macro_rules! mysql_frozen_clock {
+    ($conn:ty) => {
+        impl FrozenClock for $conn {
+            const TICK: TimeDelta = TimeDelta::microseconds(1);
+            fn freeze_at(&mut self, at: NaiveDateTime) {
+                let at = at.and_utc();
+                self.batch_execute(&format!(
+                    "SET timestamp = {}.{:06}",
+                    at.timestamp(),
+                    at.timestamp_subsec_micros()
+                ))
+                .unwrap();
+            }
+        }
+    };
 }
+#[cfg(feature = "mysql")]
+mysql_frozen_clock!(diesel::MysqlConnection);
+#[cfg(feature = "mariadb")]
+mysql_frozen_clock!(diesel::mariadb::MariadbConnection);
 
 #[cfg(feature = "sqlite")]
 mod sqlite_clock {

@@ -426,7 +426,7 @@ backend_suite! {
              WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()",
         );
         let blocked = || -> bool {
-            if B::NAME == "mysql" {
+            if B::KIND == diesel_lease::BackendKind::Mysql {
                 // InnoDB refreshes INNODB_TRX only when it was last read over 0.1 s ago.
                 std::thread::sleep(Duration::from_millis(250));
             }

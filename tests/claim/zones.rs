@@ -348,16 +348,22 @@ mod timestamptz {
 /// `time_zone`, and diesel-lease's `UTC_TIMESTAMP(6)` is only stored as the right instant by a
 /// session at `+00:00` (see the `clock` module docs). What happens, pinned down.
 mod timestamp_column {
-    #[cfg(feature = "mysql")]
-    mod mysql {
-        use diesel::connection::SimpleConnection;
+    #[allow(unused_imports)]
+    use diesel::connection::SimpleConnection;
 
-        use crate::claim::zones::{east_and_west, in_zone};
-        use crate::common::{run, Mysql, TestDb};
-        use crate::models::ImportJob;
-        use diesel_lease::prelude::*;
+    #[allow(unused_imports)]
+    use crate::claim::zones::{east_and_west, in_zone};
+    #[allow(unused_imports)]
+    use crate::common::TestDb;
+    #[allow(unused_imports)]
+    use crate::models::ImportJob;
+    #[allow(unused_imports)]
+    use diesel_lease::prelude::*;
 
-        fn sessions_at_utc_agree_other_zones_do_not(db: &TestDb<Mysql>) {
+    crate::mysql_suite! {
+        tests: [timestamp_columns_are_right_only_for_sessions_at_utc];
+
+        pub(crate) fn timestamp_columns_are_right_only_for_sessions_at_utc(db: &TestDb<B>) {
             db.conn()
                 .batch_execute(
                     "CREATE TABLE importjobs (id BIGINT PRIMARY KEY, statuscode VARCHAR(32) NOT NULL, \
@@ -387,14 +393,6 @@ mod timestamp_column {
                 Some(2)
             );
             assert_eq!(ImportJob::claim_next(&mut b).unwrap().map(|j| j.id), None);
-        }
-
-        #[test]
-        fn timestamp_columns_are_right_only_for_sessions_at_utc() {
-            run::<Mysql>(
-                "timestamp_column_zones",
-                sessions_at_utc_agree_other_zones_do_not,
-            );
         }
     }
 }

@@ -34,7 +34,8 @@ use diesel_lease::{BackendKind, BorrowConnection, LeaseConnection};
 pub trait TestBackend: 'static {
     /// The raw connection type.
     type Conn: LeaseConnection + R2D2Connection + BorrowConnection<Conn = Self::Conn>;
-    /// `postgres`, `sqlite` or `mysql`: the name the test script and worker binaries use.
+    /// `postgres`, `sqlite`, `mysql` or `mariadb`: the name the test script and worker binaries
+    /// use.
     const NAME: &'static str;
     /// The backend kind.
     const KIND: BackendKind;
@@ -182,6 +183,10 @@ fn db_name(test: &str) -> String {
 
 fn server_db<B: TestBackend>(env: &str, test: &str) -> Option<TestDb<B>> {
     let admin_url = std::env::var(env).ok().filter(|u| !u.is_empty())?;
+    let admin_url = match B::NAME {
+        "mariadb" => as_mariadb_url(&admin_url),
+        _ => admin_url,
+    };
     let name = db_name(test);
     let create = match B::KIND {
         BackendKind::Postgres => format!("CREATE DATABASE \"{name}\""),
@@ -234,7 +239,7 @@ impl TestBackend for Sqlite {
     }
 }
 
-/// MySQL / MariaDB.
+/// MySQL / MariaDB through Diesel's `MysqlConnection`.
 #[cfg(feature = "mysql")]
 pub struct Mysql;
 #[cfg(feature = "mysql")]
@@ -244,6 +249,28 @@ impl TestBackend for Mysql {
     const KIND: BackendKind = BackendKind::Mysql;
     fn create(test: &str) -> Option<TestDb<Self>> {
         server_db(env_var(Self::NAME), test)
+    }
+}
+
+/// The same MariaDB server through Diesel's `MariadbConnection` (URLs `mariadb://…`).
+#[cfg(feature = "mariadb")]
+pub struct Mariadb;
+#[cfg(feature = "mariadb")]
+impl TestBackend for Mariadb {
+    type Conn = diesel::mariadb::MariadbConnection;
+    const NAME: &'static str = "mariadb";
+    const KIND: BackendKind = BackendKind::Mysql;
+    fn create(test: &str) -> Option<TestDb<Self>> {
+        server_db(env_var(Self::NAME), test)
+    }
+}
+
+/// `url` (a `mysql://` URL, as the test script exports) with the scheme `MariadbConnection`
+/// takes.
+pub fn as_mariadb_url(url: &str) -> String {
+    match url.strip_prefix("mysql://") {
+        Some(rest) => format!("mariadb://{rest}"),
+        None => url.to_owned(),
     }
 }
 
@@ -272,7 +299,7 @@ pub fn through_pgbouncer(db: &TestDb<Postgres>, test: &str) -> Option<String> {
 fn env_var(backend: &str) -> &'static str {
     match backend {
         "postgres" => "DIESEL_LEASE_TEST_PG",
-        "mysql" => "DIESEL_LEASE_TEST_MYSQL",
+        "mysql" | "mariadb" => "DIESEL_LEASE_TEST_MYSQL",
         _ => "",
     }
 }
@@ -309,7 +336,8 @@ pub fn run<B: TestBackend>(test: &str, body: fn(&TestDb<B>)) {
 }
 
 /// Instantiates generic test functions `fn name<B: TestBackend>(db: &TestDb<B>)` once per
-/// enabled backend, as `postgres::name`, `sqlite::name` and `mysql::name`.
+/// enabled backend, as `postgres::name`, `sqlite::name` and `mysql::name` (and, with the `mariadb`
+/// feature, `mariadb::name`: wherever `mysql` is named, `MariadbConnection` runs the case too).
 ///
 /// Cases that exist on some backends only (a server feature, or what only a server can show)
 /// go in a group of their own, registered for the backends named, as `group::postgres::name`…:
@@ -348,6 +376,13 @@ macro_rules! backend_tests {
         #[cfg(feature = "mysql")]
         mod mysql {
             $( #[test] fn $name() { $crate::common::run::<$crate::common::Mysql>(stringify!($name), super::$name::<$crate::common::Mysql>) } )*
+        }
+        $crate::backend_tests!(@one mariadb [$($name),*]);
+    };
+    (@one mariadb [$($name:ident),*]) => {
+        #[cfg(feature = "mariadb")]
+        mod mariadb {
+            $( #[test] fn $name() { $crate::common::run::<$crate::common::Mariadb>(stringify!($name), super::$name::<$crate::common::Mariadb>) } )*
         }
     };
     ($($name:ident),* $(,)?) => {
@@ -404,11 +439,13 @@ macro_rules! backend_suite {
         $crate::backend_suite!(@one "postgres", postgres, $crate::common::Postgres, {use $fx as fx; use fx::postgres::cases as fixtures;}, [$($t),*], $($body)*);
         $crate::backend_suite!(@one "sqlite", sqlite, $crate::common::Sqlite, {use $fx as fx; use fx::sqlite::cases as fixtures;}, [$($t),*], $($body)*);
         $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, {use $fx as fx; use fx::mysql::cases as fixtures;}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mariadb", mariadb, $crate::common::Mariadb, {use $fx as fx; use fx::mariadb::cases as fixtures;}, [$($t),*], $($body)*);
     };
     (tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
         $crate::backend_suite!(@one "postgres", postgres, $crate::common::Postgres, {}, [$($t),*], $($body)*);
         $crate::backend_suite!(@one "sqlite", sqlite, $crate::common::Sqlite, {}, [$($t),*], $($body)*);
         $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, {}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mariadb", mariadb, $crate::common::Mariadb, {}, [$($t),*], $($body)*);
     };
     (@one $feature:literal, $m:ident, $ty:ty, {$($fx:item)*}, [$($t:ident),*], $($body:item)*) => {
         #[cfg(feature = $feature)]
@@ -429,5 +466,20 @@ macro_rules! backend_suite {
                 }
             )*
         }
+    };
+}
+
+/// A [`backend_suite!`] block for the MySQL family only: each test as `mysql::name`
+/// (`MysqlConnection`) and `mariadb::name` (`MariadbConnection`), on the same server. Put it in
+/// a module of its own when the file has a `backend_suite!` too (both name a `mysql` module).
+#[macro_export]
+macro_rules! mysql_suite {
+    (fixtures: $fx:path; tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
+        $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, {use $fx as fx; use fx::mysql::cases as fixtures;}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mariadb", mariadb, $crate::common::Mariadb, {use $fx as fx; use fx::mariadb::cases as fixtures;}, [$($t),*], $($body)*);
+    };
+    (tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
+        $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, {}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mariadb", mariadb, $crate::common::Mariadb, {}, [$($t),*], $($body)*);
     };
 }

@@ -367,6 +367,17 @@ mod on_mysql {
     );
 }
 
+#[cfg(feature = "mariadb")]
+mod on_mariadb {
+    crate::backend_cases!(mariadb, Mariadb:
+        mysql_lock_wait_timeout_is_a_timeout,
+        mysql_killed_connection_is_connection_lost,
+        mysql_a_failed_keyed_write_leaves_the_next_transaction_at_its_level,
+        mysql_a_bounded_lock_wait_leaves_the_session_as_it_was,
+        crossed_guards_deadlock,
+    );
+}
+
 #[cfg(feature = "sqlite")]
 mod on_sqlite {
     crate::backend_cases!(sqlite, Sqlite: sqlite_busy_file_is_a_timeout);

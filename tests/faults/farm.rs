@@ -10,7 +10,7 @@
 //! scanning `SELECT … FOR UPDATE SKIP LOCKED` whose execution had failed after the server sent
 //! its column definitions leaves libmariadb waiting, on the statement's next execution, for the
 //! rest of the failed result. A failed claim transaction on MySQL now closes every cached
-//! statement of its connection (`backend/mysql.rs`, `forget_prepared_statements`;
+//! statement of its connection (`backend/mysql_like.rs`, `forget_prepared_statements`;
 //! `mysql_a_claim_after_a_failed_pick_returns` below).
 //!
 //! `DIESEL_LEASE_FARM_ROWS` (default 2,000) scales it; the 20,000-row MariaDB farm at
@@ -177,134 +177,145 @@ fn six_workers_drain_the_headline_model_on_mysql() {
     )
 }
 
-/// MySQL: a claim whose pick failed mid-scan (here: interrupted by `max_statement_time` while a
-/// filter sleeps on its rows, after the server sent the result's column definitions) leaves no
-/// cached statement behind: the farm's hang was libmariadb waiting forever, on the cached
-/// statement's next execution, for the rest of the failed result. The next claim on the same
-/// connection, with the same statement text (the sleep is a bind), returns a row. Before and
-/// after, picks come from Diesel's statement cache (no prepare per claim).
-#[cfg(feature = "mysql")]
+#[cfg(feature = "mariadb")]
 #[test]
-fn mysql_a_claim_after_a_failed_pick_returns() {
-    diesel::define_sql_function!(fn sleep(seconds: diesel::sql_types::Double) -> diesel::sql_types::BigInt);
-    use diesel::connection::SimpleConnection;
-    fn body(db: &TestDb<crate::common::Mysql>) {
-        // Sleeps `secs` on every row the pick looks at (`id <> SLEEP(secs)`: SLEEP returns 0).
-        let claim = |conn: &mut diesel::MysqlConnection, secs: f64| {
-            ImportJob::claim_next_where(
-                conn,
-                &diesel_lease::claim::ClaimOptions::default(),
-                importjobs::id.ne(sleep(secs)),
-            )
-        };
-        crate::claim::basics::mysql::cases::seed_jobs(db, 30);
-        let mut conn = db.conn();
-        // Warm Diesel's cache with every statement of a claim and a completion.
-        claim(&mut conn, 0.0)
-            .unwrap()
-            .unwrap()
-            .complete(&mut conn)
-            .unwrap();
-        let before = prepares(&mut conn);
-        for _ in 0..10 {
+fn six_workers_drain_the_headline_model_on_mariadb() {
+    crate::common::run::<crate::common::Mariadb>(
+        "six_workers_drain_the_headline_model",
+        mariadb::cases::six_workers_drain_the_headline_model_without_errors,
+    )
+}
+
+/// MySQL's statement cache, through both of Diesel's MySQL-family connections.
+mod statement_cache {
+    #[allow(unused_imports)]
+    use super::*;
+
+    crate::mysql_suite! {
+        fixtures: crate::claim::basics;
+        tests: [
+            a_claim_after_a_failed_pick_returns,
+            a_batch_with_a_lost_row_keeps_the_statement_cache,
+        ];
+
+        /// A claim whose pick failed mid-scan (here: interrupted by `max_statement_time` while a
+        /// filter sleeps on its rows, after the server sent the result's column definitions)
+        /// leaves no cached statement behind: the farm's hang was libmariadb waiting forever, on
+        /// the cached statement's next execution, for the rest of the failed result. The next
+        /// claim on the same connection, with the same statement text (the sleep is a bind),
+        /// returns a row. Before and after, picks come from Diesel's statement cache (no prepare
+        /// per claim).
+        pub(crate) fn a_claim_after_a_failed_pick_returns(db: &TestDb<B>) {
+            diesel::define_sql_function!(fn sleep(seconds: diesel::sql_types::Double) -> diesel::sql_types::BigInt);
+            use diesel::connection::SimpleConnection;
+            // Sleeps `secs` on every row the pick looks at (`id <> SLEEP(secs)`: SLEEP returns 0).
+            let claim = |conn: &mut <B as crate::common::TestBackend>::Conn, secs: f64| {
+                ImportJob::claim_next_where(
+                    conn,
+                    &diesel_lease::claim::ClaimOptions::default(),
+                    importjobs::id.ne(sleep(secs)),
+                )
+            };
+            fixtures::seed_jobs(db, 30);
+            let mut conn = db.conn();
+            // Warm Diesel's cache with every statement of a claim and a completion.
             claim(&mut conn, 0.0)
                 .unwrap()
                 .unwrap()
                 .complete(&mut conn)
                 .unwrap();
-        }
-        let fresh = prepares(&mut conn) - before;
-        assert!(
-            fresh <= 2,
-            "{fresh} prepares for 10 claims: the picks do not come from the statement cache"
-        );
-        conn.batch_execute("SET SESSION max_statement_time = 0.5")
-            .unwrap();
-        let failed = claim(&mut conn, 2.0);
-        assert!(
-            matches!(failed, Err(diesel_lease::Error::Timeout { .. })),
-            "the interrupted pick is a timeout: {failed:?}"
-        );
-        conn.batch_execute("SET SESSION max_statement_time = 0")
-            .unwrap();
-        // The next claim, on a thread, so that a hang fails the test instead of stalling it.
-        let (sent, got) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let claimed = claim(&mut conn, 0.0).map(|job| job.map(|job| job.id));
-            let _ = sent.send(claimed);
-        });
-        let next = got.recv_timeout(Duration::from_secs(60)).expect(
-            "the claim after a failed pick hung (a cached statement awaited a lost result)",
-        );
-        assert!(
-            matches!(next, Ok(Some(_))),
-            "the next claim gets a row: {next:?}"
-        );
-    }
-    crate::common::run::<crate::common::Mysql>("mysql_a_claim_after_a_failed_pick_returns", body)
-}
-
-/// MySQL: how many statements this session has prepared so far (its own query included).
-#[cfg(feature = "mysql")]
-fn prepares(conn: &mut diesel::MysqlConnection) -> u64 {
-    #[derive(QueryableByName)]
-    struct Status {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        #[diesel(column_name = Value)]
-        value: String,
-    }
-    diesel::sql_query("SHOW SESSION STATUS LIKE 'Com_stmt_prepare'")
-        .get_result::<Status>(conn)
-        .unwrap()
-        .value
-        .parse()
-        .unwrap()
-}
-
-/// MySQL: a `complete_batch` that finds a row no longer its own rolls its first statement back
-/// on purpose (fewer rows changed than it sent) and then moves exactly its rows. No statement
-/// failed, so Diesel's statement cache stays: ten such batches after a first one prepare next to
-/// nothing. (A failed transaction empties the cache, see `backend/mysql.rs`; this rollback used to
-/// count as one, and every statement of the next claim and completion was prepared again.)
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_a_batch_with_a_lost_row_keeps_the_statement_cache() {
-    fn body(db: &TestDb<crate::common::Mysql>) {
-        crate::claim::basics::mysql::cases::seed_jobs(db, 100);
-        let mut conn = db.conn();
-        let mut other = db.conn();
-        let mut claim_lose_one_complete = |conn: &mut diesel::MysqlConnection| {
-            let rows = ImportJob::claim_batch(conn, 5).unwrap();
-            assert_eq!(rows.len(), 5);
-            diesel::update(importjobs::table.find(rows[2].id))
-                .set(importjobs::worker.eq("someone-else"))
-                .execute(&mut other)
+            let before = prepares(&mut conn);
+            for _ in 0..10 {
+                claim(&mut conn, 0.0)
+                    .unwrap()
+                    .unwrap()
+                    .complete(&mut conn)
+                    .unwrap();
+            }
+            let fresh = prepares(&mut conn) - before;
+            assert!(
+                fresh <= 2,
+                "{fresh} prepares for 10 claims: the picks do not come from the statement cache"
+            );
+            conn.batch_execute("SET SESSION max_statement_time = 0.5")
                 .unwrap();
-            let outcome = ImportJob::complete_batch(conn, &rows).unwrap();
-            assert_eq!(outcome, [true, true, false, true, true]);
-        };
-        // Warm Diesel's cache with every statement of a claim and both completion paths.
-        claim_lose_one_complete(&mut conn);
-        let before = prepares(&mut conn);
-        for _ in 0..10 {
-            claim_lose_one_complete(&mut conn);
+            let failed = claim(&mut conn, 2.0);
+            assert!(
+                matches!(failed, Err(diesel_lease::Error::Timeout { .. })),
+                "the interrupted pick is a timeout: {failed:?}"
+            );
+            conn.batch_execute("SET SESSION max_statement_time = 0")
+                .unwrap();
+            // The next claim, on a thread, so that a hang fails the test instead of stalling it.
+            let (sent, got) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let claimed = claim(&mut conn, 0.0).map(|job| job.map(|job| job.id));
+                let _ = sent.send(claimed);
+            });
+            let next = got.recv_timeout(Duration::from_secs(60)).expect(
+                "the claim after a failed pick hung (a cached statement awaited a lost result)",
+            );
+            assert!(
+                matches!(next, Ok(Some(_))),
+                "the next claim gets a row: {next:?}"
+            );
         }
-        let fresh = prepares(&mut conn) - before;
-        assert!(
-            fresh <= 2,
-            "{fresh} prepares for 10 batches that each lost a row: the statement cache was emptied"
-        );
-        let done: i64 = importjobs::table
-            .filter(importjobs::statuscode.eq("DONE"))
-            .count()
-            .get_result(&mut conn)
-            .unwrap();
-        assert_eq!(done, 44, "four rows of each of the 11 batches");
+
+        /// How many statements this session has prepared so far (its own query included).
+        fn prepares(conn: &mut <B as crate::common::TestBackend>::Conn) -> u64 {
+            #[derive(QueryableByName)]
+            struct Status {
+                #[diesel(sql_type = diesel::sql_types::Text)]
+                #[diesel(column_name = Value)]
+                value: String,
+            }
+            diesel::sql_query("SHOW SESSION STATUS LIKE 'Com_stmt_prepare'")
+                .get_result::<Status>(conn)
+                .unwrap()
+                .value
+                .parse()
+                .unwrap()
+        }
+
+        /// A `complete_batch` that finds a row no longer its own rolls its first statement back
+        /// on purpose (fewer rows changed than it sent) and then moves exactly its rows. No
+        /// statement failed, so Diesel's statement cache stays: ten such batches after a first
+        /// one prepare next to nothing. (A failed transaction empties the cache, see
+        /// `backend/mysql_like.rs`; this rollback used to count as one, and every statement of
+        /// the next claim and completion was prepared again.)
+        pub(crate) fn a_batch_with_a_lost_row_keeps_the_statement_cache(db: &TestDb<B>) {
+            fixtures::seed_jobs(db, 100);
+            let mut conn = db.conn();
+            let mut other = db.conn();
+            let mut claim_lose_one_complete = |conn: &mut <B as crate::common::TestBackend>::Conn| {
+                let rows = ImportJob::claim_batch(conn, 5).unwrap();
+                assert_eq!(rows.len(), 5);
+                diesel::update(importjobs::table.find(rows[2].id))
+                    .set(importjobs::worker.eq("someone-else"))
+                    .execute(&mut other)
+                    .unwrap();
+                let outcome = ImportJob::complete_batch(conn, &rows).unwrap();
+                assert_eq!(outcome, [true, true, false, true, true]);
+            };
+            // Warm Diesel's cache with every statement of a claim and both completion paths.
+            claim_lose_one_complete(&mut conn);
+            let before = prepares(&mut conn);
+            for _ in 0..10 {
+                claim_lose_one_complete(&mut conn);
+            }
+            let fresh = prepares(&mut conn) - before;
+            assert!(
+                fresh <= 2,
+                "{fresh} prepares for 10 batches that each lost a row: the statement cache was emptied"
+            );
+            let done: i64 = importjobs::table
+                .filter(importjobs::statuscode.eq("DONE"))
+                .count()
+                .get_result(&mut conn)
+                .unwrap();
+            assert_eq!(done, 44, "four rows of each of the 11 batches");
+        }
     }
-    crate::common::run::<crate::common::Mysql>(
-        "mysql_a_batch_with_a_lost_row_keeps_the_statement_cache",
-        body,
-    )
 }
 
 /// The farm's deadlock counter counts the library's retry event, written as the library writes

@@ -81,6 +81,7 @@ macro_rules! network_suite {
     (tests: [$($t:ident),* $(,)?]; $($body:item)*) => {
         $crate::backend_suite!(@one "postgres", postgres, $crate::common::Postgres, {}, [$($t),*], $($body)*);
         $crate::backend_suite!(@one "mysql", mysql, $crate::common::Mysql, {}, [$($t),*], $($body)*);
+        $crate::backend_suite!(@one "mariadb", mariadb, $crate::common::Mariadb, {}, [$($t),*], $($body)*);
     };
 }
 

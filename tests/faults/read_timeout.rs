@@ -1,5 +1,5 @@
 //! MySQL / MariaDB: a client waiting for a reply the server will never send. Diesel sets no
-//! client-side read timeout on `MysqlConnection` and offers no way to set one, so
+//! client-side read timeout on `MysqlConnection` (nor `MariadbConnection`) and offers no way to set one, so
 //! `ConnectionTuning::mysql_idle_timeout` has the server close the idle session instead
 //! (`wait_timeout`). Injected with a TCP proxy between the client and the server that swallows
 //! the server's replies from a given moment on: the server answers, goes idle, and the client
@@ -17,7 +17,7 @@ use diesel_lease::pool::ConnectionTuning;
 use diesel_lease::prelude::*;
 use diesel_lease::Error;
 
-use crate::common::{Mysql, TestDb};
+use crate::common::TestDb;
 use crate::models::ImportJob;
 
 /// Forwards one client connection to `upstream`; once `swallow` is set, the server's bytes are
@@ -59,53 +59,49 @@ fn through(url: &str, port: u16) -> String {
     format!("{scheme_auth}@127.0.0.1:{port}/{db}")
 }
 
-fn a_reply_that_never_comes_ends_in_connection_lost(db: &TestDb<Mysql>) {
-    crate::claim::basics::mysql::cases::seed_jobs(db, 3);
-    let (host, port) = {
-        let rest = db.url.rsplit_once('@').unwrap().1;
-        let host_port = rest.split_once('/').unwrap().0;
-        let (host, port) = host_port.rsplit_once(':').unwrap();
-        (host.to_owned(), port.to_owned())
-    };
-    let swallow = Arc::new(AtomicBool::new(false));
-    let local = proxy(format!("{host}:{port}"), Arc::clone(&swallow));
-    let mut conn = diesel::MysqlConnection::establish(&through(&db.url, local)).unwrap();
-    let tuning = ConnectionTuning {
-        mysql_idle_timeout: Some(Duration::from_secs(2)),
-        ..ConnectionTuning::default()
-    };
-    tuning.apply(&mut conn).unwrap();
-    // The connection works through the proxy.
-    let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
-    assert!(job.complete(&mut conn).unwrap());
+crate::mysql_suite! {
+    fixtures: crate::claim::basics;
+    tests: [a_reply_that_never_comes_ends_in_connection_lost];
 
-    // From now on no reply reaches the client.
-    swallow.store(true, Ordering::SeqCst);
-    let (tx, rx) = mpsc::channel();
-    let started = Instant::now();
-    std::thread::spawn(move || {
-        let outcome = ImportJob::claim_next(&mut conn);
-        let _ = tx.send((outcome.map(|row| row.map(|r| r.id)), started.elapsed()));
-    });
-    let (outcome, took) = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the claim still waits for its reply after 30 s: no read timeout");
-    assert!(
-        matches!(outcome, Err(Error::ConnectionLost(_))),
-        "expected ConnectionLost, got {outcome:?}"
-    );
-    assert!(
-        took >= Duration::from_millis(1500),
-        "failed after {took:?}, before the idle timeout"
-    );
-    eprintln!("a swallowed reply ended in ConnectionLost after {took:?} (idle timeout 2 s)");
-}
+    pub(crate) fn a_reply_that_never_comes_ends_in_connection_lost(db: &TestDb<B>) {
+        fixtures::seed_jobs(db, 3);
+        let (host, port) = {
+            let rest = db.url.rsplit_once('@').unwrap().1;
+            let host_port = rest.split_once('/').unwrap().0;
+            let (host, port) = host_port.rsplit_once(':').unwrap();
+            (host.to_owned(), port.to_owned())
+        };
+        let swallow = Arc::new(AtomicBool::new(false));
+        let local = proxy(format!("{host}:{port}"), Arc::clone(&swallow));
+        let mut conn = <B as crate::common::TestBackend>::Conn::establish(&through(&db.url, local)).unwrap();
+        let tuning = ConnectionTuning {
+            mysql_idle_timeout: Some(Duration::from_secs(2)),
+            ..ConnectionTuning::default()
+        };
+        tuning.apply(&mut conn).unwrap();
+        // The connection works through the proxy.
+        let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        assert!(job.complete(&mut conn).unwrap());
 
-#[cfg(feature = "mysql")]
-#[test]
-fn mysql_a_reply_that_never_comes_ends_in_connection_lost() {
-    crate::common::run::<Mysql>(
-        "a_reply_that_never_comes_ends_in_connection_lost",
-        a_reply_that_never_comes_ends_in_connection_lost,
-    )
+        // From now on no reply reaches the client.
+        swallow.store(true, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            let outcome = ImportJob::claim_next(&mut conn);
+            let _ = tx.send((outcome.map(|row| row.map(|r| r.id)), started.elapsed()));
+        });
+        let (outcome, took) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the claim still waits for its reply after 30 s: no read timeout");
+        assert!(
+            matches!(outcome, Err(Error::ConnectionLost(_))),
+            "expected ConnectionLost, got {outcome:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(1500),
+            "failed after {took:?}, before the idle timeout"
+        );
+        eprintln!("a swallowed reply ended in ConnectionLost after {took:?} (idle timeout 2 s)");
+    }
 }

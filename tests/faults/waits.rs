@@ -94,7 +94,7 @@ fn a_frozen_client_holds_up_nobody_past_their_deadline<B: TestBackend>(db: &Test
 /// The same connection, used again after its wait for the resource's lock timed out, works
 /// (the lock-wait bound of the failed transaction is put back, and on MySQL the timed-out read
 /// of the resource's row, a lookup by key that fails before any result is sent, leaves no
-/// half-read result in Diesel's statement cache; see `Uncached` in `backend/mysql.rs`).
+/// half-read result in Diesel's statement cache; see `Uncached` in `backend/mysql_like.rs`).
 fn a_connection_whose_lock_wait_timed_out_works_again<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let sem = Semaphore::new(RESOURCE, 3);

@@ -71,6 +71,11 @@ macro_rules! on_conn {
             type $db = diesel::mysql::Mysql;
             return $body;
         }
+        #[cfg(feature = "mariadb")]
+        if let Some($c) = any.downcast_mut::<diesel::mariadb::MariadbConnection>() {
+            type $db = diesel::mariadb::Mariadb;
+            return $body;
+        }
         let _ = any;
         panic!("unsupported connection type")
     }};

@@ -162,7 +162,7 @@ backend_suite! {
     fn analyze(db: &TestDb<B>, table: &str) {
         let sql = pick::<B>("ANALYZE {t}", "ANALYZE {t}", "ANALYZE TABLE {t}").replace("{t}", table);
         let mut conn = db.conn();
-        if B::NAME == "mysql" {
+        if B::KIND == diesel_lease::BackendKind::Mysql {
             // It answers with a result set, which a batch would leave unread.
             #[derive(QueryableByName)]
             #[allow(dead_code)]

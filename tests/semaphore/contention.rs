@@ -424,7 +424,7 @@ where
         let acquirer = s.spawn(|| mutex.acquire(&pool, LONG));
         if !waiting.is_empty() {
             wait_until("the acquirer waits for the resource's lock", || {
-                if B::NAME == "mysql" {
+                if B::KIND == diesel_lease::BackendKind::Mysql {
                     // InnoDB refreshes what INNODB_TRX shows only when it was last read more
                     // than 0.1 s ago: faster polls would keep reading the same stale snapshot.
                     std::thread::sleep(Duration::from_millis(250));

@@ -76,6 +76,7 @@ macro_rules! sem_test_conn {
 sem_test_conn!("postgres", diesel::PgConnection);
 sem_test_conn!("sqlite", diesel::SqliteConnection);
 sem_test_conn!("mysql", diesel::MysqlConnection);
+sem_test_conn!("mariadb", diesel::mariadb::MariadbConnection);
 
 /// The largest number of simultaneous holders in `events`, and whether a writer ever shared.
 pub(crate) fn replay(events: &[Event]) -> (usize, bool) {

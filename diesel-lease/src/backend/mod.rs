@@ -1,7 +1,7 @@
 //! The ground floor: the connections diesel-lease runs on, and what differs between their
 //! backends that is no operation's own.
 //!
-//! - [`SqlDialect`], on Diesel's backend type (`Pg`, `Sqlite`, `Mysql`): how SQL text differs —
+//! - [`SqlDialect`], on Diesel's backend type (`Pg`, `Sqlite`, `Mysql`, `Mariadb`): how SQL text differs —
 //!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division, binds.
 //! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, bounded
 //!   lock waits, connection tuning, migrations — and, beside them, how the server's errors are
@@ -10,7 +10,8 @@
 //! Nothing here knows an operation. Each operation (claims, leases, semaphores, insert-once,
 //! admin) has its own trait on top of [`Dialect`], implemented per backend in the operation's
 //! own folder; notifications are `notify/`'s. One file per backend here: `postgres.rs`,
-//! `sqlite.rs`, `mysql.rs`.
+//! `sqlite.rs`, and `mysql_like.rs`, compiled once for `MysqlConnection` and once for
+//! `MariadbConnection` (so in each operation's folder).
 
 use std::borrow::Cow;
 use std::marker::PhantomData;
@@ -30,8 +31,31 @@ use crate::Error;
 
 #[cfg(feature = "postgres")]
 mod libpq;
+/// MySQL 8 / MariaDB 10.6+ through Diesel's `MysqlConnection` (backend `Mysql`): row locks with
+/// `SKIP LOCKED`, but no `UPDATE … RETURNING` and no `ON CONFLICT`. Claims and lease grants take
+/// the fewest statements that are safe, in one READ COMMITTED transaction; a matched-rows count
+/// stands in for `RETURNING` wherever the predicate holds the old state (so "one row matched"
+/// means "this caller won").
 #[cfg(feature = "mysql")]
-pub(crate) mod mysql;
+mod mysql {
+    type Db = diesel::mysql::Mysql;
+    type Conn = diesel::MysqlConnection;
+    /// Diesel's `Mysql` backend writes no `RETURNING` (MySQL has none).
+    const INSERT_RETURNING: bool = false;
+    include!("mysql_like.rs");
+}
+/// The same through Diesel's `MariadbConnection` (backend `Mariadb`, Diesel 2.4): one source,
+/// compiled for each connection type. MariaDB (10.5+) has `INSERT … RETURNING`, so an insert
+/// whose generated key the operation needs (a semaphore's ticket, a control table's request,
+/// `insert_once`'s row) returns it in the same statement; `UPDATE … RETURNING` only came with
+/// MariaDB 13, so claims and lease takeovers take the same statements as on `MysqlConnection`.
+#[cfg(feature = "mariadb")]
+mod mariadb {
+    type Db = diesel::mariadb::Mariadb;
+    type Conn = diesel::mariadb::MariadbConnection;
+    const INSERT_RETURNING: bool = true;
+    include!("mysql_like.rs");
+}
 #[cfg(feature = "postgres")]
 mod postgres;
 mod server;
@@ -62,7 +86,7 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// How SQL text differs between backends (implemented for `Pg`, `Sqlite` and `Mysql`).
+/// How SQL text differs between backends (implemented for `Pg`, `Sqlite`, `Mysql` and `Mariadb`).
 ///
 /// Sealed; its items are internal and carry no stability promise.
 // `Default` (for the backend and its query builder): a statement can be rendered to text without a
@@ -174,7 +198,7 @@ impl Offset {
 /// the value plus this unit, so `value + unit <= deadline` never acts early, without reading the
 /// column's declared precision from the catalog.
 // Used by the backends whose columns have a precision (PostgreSQL, MySQL).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "__mysql_like"))]
 pub(crate) fn push_apparent_unit<DB: diesel::backend::Backend>(
     out: &mut AstPass<'_, '_, DB>,
     fraction: &dyn Fn(&mut AstPass<'_, '_, DB>) -> QueryResult<()>,
@@ -231,8 +255,8 @@ macro_rules! binds {
 }
 pub(crate) use binds;
 
-/// How behaviour differs between backends (implemented for `PgConnection`, `SqliteConnection`
-/// and `MysqlConnection`). Every operation is written once against it.
+/// How behaviour differs between backends (implemented for `PgConnection`, `SqliteConnection`,
+/// `MysqlConnection` and `MariadbConnection`). Every operation is written once against it.
 ///
 /// Sealed; its items are internal and carry no stability promise.
 pub trait Dialect:
@@ -434,6 +458,60 @@ macro_rules! raw_connection {
 }
 pub(crate) use raw_connection;
 
+/// What MySQL's and MariaDB's connections share beyond [`Dialect`] (implemented for
+/// `MysqlConnection` and `MariadbConnection` in `mysql_like.rs`).
+#[cfg(feature = "__mysql_like")]
+pub(crate) trait MysqlLike: Dialect<Backend: diesel::mysql_like::MysqlLikeBackend> {
+    /// Whether inserts may end in `RETURNING` (MariaDB's backend; not MySQL's).
+    const INSERT_RETURNING: bool;
+
+    /// The auto-increment value the connection's last insert generated.
+    fn inserted_id(&mut self) -> QueryResult<i64>;
+
+    /// Runs `insert` and returns the `BIGINT` value the database generated for `column`: in the
+    /// same statement (`RETURNING`) where the backend has it, else from `LAST_INSERT_ID()`.
+    fn insert_returning_id<I>(&mut self, insert: I, column: &'static str) -> QueryResult<i64>
+    where
+        I: QueryFragment<Self::Backend> + QueryId,
+    {
+        if Self::INSERT_RETURNING {
+            return diesel::RunQueryDsl::get_result(ReturningColumn { insert, column }, self);
+        }
+        self.execute_returning_count(&insert)?;
+        self.inserted_id()
+    }
+}
+
+/// `<insert> RETURNING <column>`, the column a `BIGINT` the database generates.
+#[cfg(feature = "__mysql_like")]
+struct ReturningColumn<I> {
+    insert: I,
+    column: &'static str,
+}
+
+#[cfg(feature = "__mysql_like")]
+impl<I> QueryId for ReturningColumn<I> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+#[cfg(feature = "__mysql_like")]
+impl<I: QueryFragment<DB>, DB: Backend> QueryFragment<DB> for ReturningColumn<I> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        self.insert.walk_ast(out.reborrow())?;
+        out.push_sql(" RETURNING ");
+        out.push_identifier(self.column)
+    }
+}
+
+#[cfg(feature = "__mysql_like")]
+impl<I> diesel::query_builder::Query for ReturningColumn<I> {
+    type SqlType = diesel::sql_types::BigInt;
+}
+
+#[cfg(feature = "__mysql_like")]
+impl<I, C> diesel::RunQueryDsl<C> for ReturningColumn<I> {}
+
 /// Whether `conn` is inside a transaction (the caller's, or one of ours).
 pub(crate) fn in_transaction<C>(conn: &mut C) -> QueryResult<bool>
 where
@@ -447,7 +525,7 @@ where
 
 /// How a backend opens and ends the transactions [`own_transaction`] runs: statements of our
 /// own, cheaper than Diesel's (each of which goes through `batch_execute`).
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "__mysql_like", feature = "sqlite"))]
 pub(crate) trait TransactionEnds:
     Connection<TransactionManager = AnsiTransactionManager>
 {
@@ -465,7 +543,7 @@ pub(crate) trait TransactionEnds:
 /// Diesel's transaction manager as Diesel does, so that `f` sees itself in a transaction and can
 /// nest savepoints. A rollback that fails leaves a transaction nothing can end: the transaction
 /// manager is marked broken, as Diesel marks it, and the pool drops the connection.
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "__mysql_like", feature = "sqlite"))]
 pub(crate) fn own_transaction<C, T, E, F>(c: &mut C, f: F) -> Result<T, E>
 where
     C: TransactionEnds,
@@ -495,7 +573,7 @@ where
 }
 
 /// [`TransactionEnds::rollback`], marking the transaction manager broken when it fails.
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "__mysql_like", feature = "sqlite"))]
 fn rollback<C: TransactionEnds>(c: &mut C) -> QueryResult<()> {
     use diesel::connection::TransactionManager;
     c.rollback().inspect_err(|_| {
@@ -505,7 +583,7 @@ fn rollback<C: TransactionEnds>(c: &mut C) -> QueryResult<()> {
 
 /// Moves the depth Diesel's transaction manager keeps for `c` by one level (nothing to move
 /// once the manager is broken).
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "__mysql_like", feature = "sqlite"))]
 fn change_depth<C>(c: &mut C, change: diesel::connection::TransactionDepthChange) -> QueryResult<()>
 where
     C: Connection<TransactionManager = AnsiTransactionManager>,
@@ -545,7 +623,7 @@ where
 /// caller's transaction (`lock_next`, whose failure the caller handles) and the rate limit's
 /// key lock use this wrapper, at the cost of one prepare and one close per execution.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "mysql"), allow(dead_code))] // what the MySQL statements need
+#[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))] // what the MySQL statements need
 pub(crate) struct Uncached<Q>(pub(crate) Q);
 
 impl<Q> QueryId for Uncached<Q> {
@@ -737,12 +815,35 @@ impl From<diesel::result::Error> for Error {
 }
 
 /// The kind of the first pattern `message` contains.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(any(feature = "postgres", feature = "__mysql_like"))]
 fn first_match(patterns: &[(&str, Kind)], message: &str) -> Option<Kind> {
     patterns
         .iter()
         .find(|(pattern, _)| message.contains(pattern))
         .map(|&(_, kind)| kind)
+}
+
+#[cfg(feature = "__mysql_like")]
+/// MySQL's and MariaDB's messages for the errors a caller can act on (error numbers in
+/// brackets; Diesel maps only 1213 to a kind of its own).
+fn classify_mysql_message(message: &str) -> Option<Kind> {
+    const PATTERNS: &[(&str, Kind)] = &[
+        // 1205 ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout)
+        ("Lock wait timeout exceeded", Kind::Timeout),
+        // 3024 (MySQL max_execution_time), 1969 (MariaDB max_statement_time)
+        ("maximum statement execution time exceeded", Kind::Timeout),
+        ("max_statement_time exceeded", Kind::Timeout),
+        // 2006 CR_SERVER_GONE_ERROR, 2013 CR_SERVER_LOST, 1927 ER_CONNECTION_KILLED,
+        // 1053 ER_SERVER_SHUTDOWN, 2002/2003 cannot connect
+        ("server has gone away", Kind::ConnectionLost),
+        ("Lost connection to", Kind::ConnectionLost),
+        ("Connection was killed", Kind::ConnectionLost),
+        ("Server shutdown in progress", Kind::ConnectionLost),
+        ("Can't connect to", Kind::ConnectionLost),
+        // 1213 ER_LOCK_DEADLOCK
+        ("Deadlock found when trying to get lock", Kind::Conflict),
+    ];
+    first_match(PATTERNS, message)
 }
 
 /// The message patterns of every backend compiled in (an error comes from exactly one server, and
@@ -752,8 +853,8 @@ fn classify_message(message: &str) -> Option<Kind> {
     if let Some(kind) = postgres::classify_message(message) {
         return Some(kind);
     }
-    #[cfg(feature = "mysql")]
-    if let Some(kind) = mysql::classify_message(message) {
+    #[cfg(feature = "__mysql_like")]
+    if let Some(kind) = classify_mysql_message(message) {
         return Some(kind);
     }
     #[cfg(feature = "sqlite")]

@@ -321,10 +321,10 @@ pub(crate) fn load_unnest_positions<M: ClaimModel<C>, C: Dialect>(
 }
 
 /// Executes a statement, for its count of changed rows.
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "__mysql_like", feature = "sqlite"))]
 struct Count<'s, 'c, C: Dialect>(&'c mut C, &'s dyn QueryFragment<C::Backend>);
 
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "__mysql_like", feature = "sqlite"))]
 impl<C: Dialect> WithId for Count<'_, '_, C> {
     type Out = QueryResult<usize>;
     fn run<K: QueryId>(self) -> QueryResult<usize> {
@@ -375,7 +375,7 @@ where
 /// The positions' `CASE` costs SQLite a comparison per earlier row for every row it returns
 /// (BENCHMARKS.md, "Session 6"); MySQL's locking read of the positions was one statement and
 /// 151 parameters more per batch ("Session 8").
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
+#[cfg(any(feature = "__mysql_like", feature = "sqlite"))]
 pub(crate) fn count_then_exact<M, C>(
     conn: &mut C,
     rows: &[BatchRow<'_, M>],
@@ -401,7 +401,7 @@ where
 
 /// MySQL's [`ClaimDialect::finish_rows`](super::ClaimDialect::finish_rows): lock the rows that
 /// are still ours, then change exactly those, in the caller's write transaction.
-#[cfg(feature = "mysql")]
+#[cfg(feature = "__mysql_like")]
 pub(crate) fn lock_then_update<M, C>(
     conn: &mut C,
     rows: &[BatchRow<'_, M>],

@@ -1,7 +1,7 @@
 //! What claims need of a backend beyond the ground floor's [`Dialect`](crate::backend::Dialect):
 //! the claim statement's shape, and the steps a backend without `UPDATE … RETURNING` takes
 //! instead. Implemented once per backend in this folder (`postgres.rs`, `sqlite.rs`,
-//! `mysql.rs`); the claim operations are written once against [`ClaimDialect`].
+//! `mysql_like.rs`); the claim operations are written once against [`ClaimDialect`].
 //!
 //! Sealed; its items are internal and carry no stability promise.
 
@@ -16,8 +16,8 @@ use super::statements::{
 use crate::backend::SqlDialect;
 use crate::notify::Notifications;
 
-/// How the claim statement's SQL differs between backends (implemented for `Pg`, `Sqlite` and
-/// `Mysql`).
+/// How the claim statement's SQL differs between backends (implemented for `Pg`, `Sqlite`, `Mysql`
+/// and `Mariadb`).
 pub trait ClaimSqlDialect: SqlDialect {
     /// The claim in one statement: `UPDATE` the rows `stmt` picks and return them. Backends
     /// without `UPDATE … RETURNING` (MySQL) keep this default, which refuses, and claim in
@@ -33,8 +33,8 @@ pub trait ClaimSqlDialect: SqlDialect {
     }
 }
 
-/// How claims run on a connection (implemented for `PgConnection`, `SqliteConnection` and
-/// `MysqlConnection`). Every claim operation is written once against it.
+/// How claims run on a connection (implemented for `PgConnection`, `SqliteConnection`,
+/// `MysqlConnection` and `MariadbConnection`). Every claim operation is written once against it.
 pub trait ClaimDialect: Notifications + Connection<Backend: ClaimSqlDialect> {
     /// The SQL of [`ClaimDialect::claim_rows`]'s claim statement, with its bind values (Diesel's
     /// `debug_query` format), for review and tests. On MySQL: the statement that picks the rows.

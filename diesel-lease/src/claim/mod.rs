@@ -34,8 +34,12 @@ pub(crate) mod schedule;
 pub mod statements;
 pub(crate) mod wait;
 
-#[cfg(feature = "mysql")]
-mod mysql;
+mysql_like_modules! {
+    /// MySQL's claims: no `UPDATE … RETURNING`, so a claim reaps, picks (stale claims by a plain read
+    /// and a lock by key, then ready rows with `FOR UPDATE SKIP LOCKED`), marks, and reads back in
+    /// one READ COMMITTED transaction; a batch completion locks the rows still ours, then changes
+    /// exactly those.
+}
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]

@@ -281,7 +281,7 @@ fn no(what: &str) -> diesel::result::Error {
     diesel::result::Error::QueryBuilderError(format!("the table has no {what}").into())
 }
 
-/// How a batch statement differs between backends (implemented for `Pg`, `Sqlite` and `Mysql`).
+/// How a batch statement differs between backends (implemented for `Pg`, `Sqlite`, `Mysql` and `Mariadb`).
 ///
 /// Sealed; its items are internal and carry no stability promise.
 pub trait RetentionSqlDialect: SqlDialect {
@@ -324,21 +324,30 @@ fn push_pk<DB: SqlDialect>(out: &mut AstPass<'_, '_, DB>, pk: &[&str]) -> QueryR
 impl RetentionSqlDialect for diesel::pg::Pg {}
 #[cfg(feature = "sqlite")]
 impl RetentionSqlDialect for diesel::sqlite::Sqlite {}
-#[cfg(feature = "mysql")]
-impl RetentionSqlDialect for diesel::mysql::Mysql {
-    /// MySQL refuses `LIMIT` inside `IN (SELECT …)` and a subquery of the table it changes, and
-    /// has single-table `DELETE … LIMIT` and `UPDATE … LIMIT` instead.
-    fn push_batch<'b>(
-        out: &mut AstPass<'_, 'b, Self>,
-        stmt: &'b BatchStmt<'_, Self>,
-    ) -> QueryResult<()> {
-        stmt.push_head(out)?;
-        out.push_sql(" WHERE ");
-        stmt.push_which(out)?;
-        out.push_sql(" LIMIT ");
-        Self::bind_i64(out, &stmt.limit)
-    }
+/// MySQL and MariaDB.
+#[cfg(feature = "__mysql_like")]
+macro_rules! mysql_like_retention {
+    ($db:ty) => {
+        impl RetentionSqlDialect for $db {
+            /// MySQL refuses `LIMIT` inside `IN (SELECT …)` and a subquery of the table it changes, and
+            /// has single-table `DELETE … LIMIT` and `UPDATE … LIMIT` instead.
+            fn push_batch<'b>(
+                out: &mut AstPass<'_, 'b, Self>,
+                stmt: &'b BatchStmt<'_, Self>,
+            ) -> QueryResult<()> {
+                stmt.push_head(out)?;
+                out.push_sql(" WHERE ");
+                stmt.push_which(out)?;
+                out.push_sql(" LIMIT ");
+                Self::bind_i64(out, &stmt.limit)
+            }
+        }
+    };
 }
+#[cfg(feature = "mysql")]
+mysql_like_retention!(diesel::mysql::Mysql);
+#[cfg(feature = "mariadb")]
+mysql_like_retention!(diesel::mariadb::Mariadb);
 
 impl<DB: RetentionSqlDialect> QueryFragment<DB> for BatchStmt<'_, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {

@@ -604,16 +604,16 @@ fn claimable_predicate<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
 }
 
 /// Which claimable rows a pick looks at: ready or stale (one statement, PostgreSQL and SQLite),
-/// or one of the two (MySQL's claims, see `backend/mysql.rs`).
+/// or one of the two (MySQL's claims, see `backend/mysql_like.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Which {
     /// Ready rows, and stale claims that may be rescued.
     Both,
     /// Ready rows only.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     Ready,
     /// Stale claims that may be rescued only.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     Stale,
 }
 
@@ -718,7 +718,7 @@ impl<'a, M: ClaimTarget<DB>, DB: SqlDialect> PickStmt<'a, M, DB> {
 
     /// [`locking`](Self::locking), of the ready rows or the stale claims only; `lock: false`
     /// reads without locking anything (a probe).
-    #[cfg(feature = "mysql")]
+    #[cfg(feature = "__mysql_like")]
     pub(crate) fn only(
         parts: &'a ClaimParts<M, DB>,
         limit: i64,
@@ -896,7 +896,7 @@ impl<M: Claimable> AnyPk<M> {
     /// The keys of `rows`, the last one repeated up to `len` keys in all (at least
     /// `rows.len()`): a repeated key matches its row once, and statements padded to a few
     /// lengths are a few prepared statements on the server instead of one per row count.
-    #[cfg(feature = "mysql")]
+    #[cfg(feature = "__mysql_like")]
     pub(crate) fn padded(rows: &[M], len: usize) -> Self {
         let last = rows.len().saturating_sub(1);
         let len = if rows.is_empty() {
@@ -949,7 +949,7 @@ pub struct ByKeyStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
 
 impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ByKeyStmt<'a, M, DB> {
     /// `step` on `rows`, without a caller filter.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     pub(crate) fn new(parts: &'a ClaimParts<M, DB>, rows: &'a AnyPk<M>, step: ByKey) -> Self {
         ByKeyStmt {
             parts,
@@ -968,15 +968,15 @@ pub enum ByKey {
     /// `SELECT <model> … AND <state> = <claimed> [AND <owner> = <this claim's stamp>] FOR UPDATE`.
     ReadBack,
     /// `UPDATE … SET <state> = <failed>`: exhausted stale claims the reap picked.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     Fail,
     /// `SELECT <model> … AND <stale, rescuable> [AND (filter)] FOR UPDATE SKIP LOCKED`: lock the
     /// stale claims a probe found, if they still are (and still match the caller's filter) and
     /// nobody holds them.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     LockStale,
     /// `SELECT <model> … AND <stale, out of attempts> FOR UPDATE SKIP LOCKED`: the reap's lock.
-    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     LockExhausted,
 }
 
@@ -1062,13 +1062,13 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, D
 
 /// The probe of MySQL's reap: `SELECT <model> FROM t WHERE <reap predicate> LIMIT $n`, a plain
 /// read that locks nothing (see `reap_skip_locked`).
-#[cfg(feature = "mysql")]
+#[cfg(feature = "__mysql_like")]
 pub struct ReapProbeStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) limit: i64,
 }
 
-#[cfg(feature = "mysql")]
+#[cfg(feature = "__mysql_like")]
 impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for ReapProbeStmt<'_, M, DB> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("SELECT ");

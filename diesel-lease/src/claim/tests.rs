@@ -127,20 +127,25 @@ fn sqlite_claim_is_one_update_returning() {
     assert!(!text.contains("DROP TABLE"));
 }
 
-#[cfg(feature = "mysql")]
+#[cfg(feature = "__mysql_like")]
 #[test]
 fn mysql_pick_locks_with_skip_locked() {
-    let sql = diesel::MysqlConnection::claim_sql(&parts(), 5);
-    let (text, _) = sql.split_once(" -- binds: ").unwrap();
-    assert!(text.starts_with("SELECT `jobs`.`id`"), "{text}");
-    assert!(
-        text.contains("`claimed_at` < (UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"),
-        "{text}"
-    );
-    assert!(
-        text.ends_with("ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"),
-        "{text}"
-    );
+    fn check(sql: String) {
+        let (text, _) = sql.split_once(" -- binds: ").unwrap();
+        assert!(text.starts_with("SELECT `jobs`.`id`"), "{text}");
+        assert!(
+            text.contains("`claimed_at` < (UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("ORDER BY `id` ASC LIMIT ? FOR UPDATE SKIP LOCKED"),
+            "{text}"
+        );
+    }
+    #[cfg(feature = "mysql")]
+    check(diesel::MysqlConnection::claim_sql(&parts(), 5));
+    #[cfg(feature = "mariadb")]
+    check(diesel::mariadb::MariadbConnection::claim_sql(&parts(), 5));
 }
 
 #[cfg(feature = "postgres")]
@@ -235,6 +240,12 @@ fn only_the_table_s_batch_sizes_are_written_inline() {
         use diesel::mysql::Mysql;
         assert_eq!(inline_limit::<Mysql>(1), Some(" LIMIT 1"));
         assert_eq!(inline_limit::<Mysql>(50), None);
+    }
+    #[cfg(feature = "mariadb")]
+    {
+        use diesel::mariadb::Mariadb;
+        assert_eq!(inline_limit::<Mariadb>(1), Some(" LIMIT 1"));
+        assert_eq!(inline_limit::<Mariadb>(50), None);
     }
 }
 

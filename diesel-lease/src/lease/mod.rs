@@ -74,8 +74,10 @@ use crate::{BorrowConnection, Error, Result};
 
 mod guard;
 pub mod job;
-#[cfg(feature = "mysql")]
-mod mysql;
+mysql_like_modules! {
+    /// MySQL's lease grant: no `ON CONFLICT`, so a takeover of the existing row if it is grantable,
+    /// else a plain insert of the name's first grant.
+}
 pub mod schedule;
 pub(crate) mod schema;
 #[doc(hidden)]

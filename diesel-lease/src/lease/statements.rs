@@ -7,7 +7,7 @@
 //!
 //! The statements that read the same on every backend are written once, in the macros
 //! `lease_statements!` and `grant_by_upsert!`, and expanded below for PostgreSQL and SQLite; MySQL,
-//! which has no `ON CONFLICT`, grants with statements of its own (`mysql.rs`) built from the
+//! which has no `ON CONFLICT`, grants with statements of its own (`mysql_like.rs`) built from the
 //! same `grantable!` condition and `first_grant!` row.
 
 use diesel::expression::{
@@ -406,8 +406,8 @@ macro_rules! lease_statements {
         }
     };
 }
-// For `mysql.rs`; PostgreSQL and SQLite expand it above, in this file.
-#[cfg_attr(not(feature = "mysql"), allow(unused_imports))]
+// For `mysql_like.rs`; PostgreSQL and SQLite expand it above, in this file.
+#[cfg_attr(not(feature = "__mysql_like"), allow(unused_imports))]
 pub(crate) use lease_statements;
 
 /// The one-statement grant of the backends with `INSERT … ON CONFLICT DO UPDATE … RETURNING`.

@@ -100,3 +100,5 @@ impl Notifications for diesel::SqliteConnection {}
 
 #[cfg(feature = "mysql")]
 impl Notifications for diesel::MysqlConnection {}
+#[cfg(feature = "mariadb")]
+impl Notifications for diesel::mariadb::MariadbConnection {}

@@ -1,5 +1,5 @@
 //! What `insert_once` needs of a backend: a plain `ON CONFLICT DO NOTHING` by default, MySQL's
-//! own steps (`mysql.rs`) where there is no `ON CONFLICT`.
+//! own steps (`mysql_like.rs`) where there is no `ON CONFLICT`.
 
 use diesel::query_builder::{QueryFragment, QueryId};
 use diesel::QueryResult;
@@ -8,8 +8,8 @@ use lease_core::InsertOutcome;
 use super::RunInsertOnce;
 use crate::backend::Dialect;
 
-/// How a connection inserts a row once (implemented for `PgConnection`, `SqliteConnection` and
-/// `MysqlConnection`).
+/// How a connection inserts a row once (implemented for `PgConnection`, `SqliteConnection`,
+/// `MysqlConnection` and `MariadbConnection`).
 ///
 /// Sealed; its items are internal and carry no stability promise.
 pub trait InsertOnceDialect: Dialect {

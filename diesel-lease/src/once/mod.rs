@@ -10,8 +10,11 @@
 //!   `AUTO_INCREMENT` value in the same transaction ([`InsertedRowStmt`]).
 
 mod dialect;
-#[cfg(feature = "mysql")]
-mod mysql;
+mysql_like_modules! {
+    /// MySQL's `insert_once`: no `ON CONFLICT … DO NOTHING` and no `RETURNING`, so a plain insert
+    /// whose duplicate-key error means "already exists", and the row read back by the value it
+    /// generated for the table's `AUTO_INCREMENT` column.
+}
 
 pub use dialect::InsertOnceDialect;
 
@@ -160,12 +163,15 @@ where
     })
 }
 
-/// `<insert> ON CONFLICT DO NOTHING [RETURNING …]` (PostgreSQL, SQLite ≥ 3.35).
+/// `<insert> ON CONFLICT DO NOTHING [RETURNING …]` (PostgreSQL, SQLite ≥ 3.35), or, without
+/// `ON CONFLICT`, `<insert> RETURNING …` (MariaDB, where a duplicate is the unique-violation
+/// error).
 #[doc(hidden)]
 #[allow(missing_debug_implementations)]
 pub struct InsertOnceStmt<I, S> {
     insert: I,
     returning: Option<S>,
+    do_nothing_on_conflict: bool,
 }
 
 impl<I, S> QueryId for InsertOnceStmt<I, S> {
@@ -181,7 +187,9 @@ where
 {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         self.insert.walk_ast(out.reborrow())?;
-        out.push_sql(" ON CONFLICT DO NOTHING");
+        if self.do_nothing_on_conflict {
+            out.push_sql(" ON CONFLICT DO NOTHING");
+        }
         if let Some(s) = &self.returning {
             out.push_sql(" RETURNING ");
             s.walk_ast(out.reborrow())?;
@@ -225,6 +233,18 @@ where
 {
     fn insert_once_into(&mut self, table: T, values: V) -> QueryResult<InsertOutcome<R::Output>> {
         InsertOnceDialect::insert_once::<_, R>(self, diesel::insert_into(table).values(values))
+    }
+}
+
+/// A plain insert's result as an outcome: its unique-violation error is `AlreadyExists`.
+fn unless_duplicate<R>(inserted: QueryResult<Option<R>>) -> QueryResult<InsertOutcome<R>> {
+    match inserted {
+        Ok(row) => Ok(InsertOutcome::Inserted(row)),
+        Err(diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UniqueViolation,
+            _,
+        )) => Ok(InsertOutcome::AlreadyExists),
+        Err(e) => Err(e),
     }
 }
 
@@ -294,6 +314,12 @@ pub trait RunInsertOnce<C: Connection, I>: InsertReturning<C::Backend> {
     #[doc(hidden)]
     fn run(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<Self::Output>>;
 
+    /// [`run`](RunInsertOnce::run) for a backend with `RETURNING` but no `ON CONFLICT`
+    /// (MariaDB): the plain insert, whose unique-violation error means "already exists" (it
+    /// leaves a transaction usable there).
+    #[doc(hidden)]
+    fn run_plain(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<Self::Output>>;
+
     /// The rows of [`Self::Table`](RunInsertOnce::Table) whose `column` holds `key`, as this
     /// mode's row ([`InsertedRowStmt`]). Empty, without a query, in the mode that returns no row.
     #[doc(hidden)]
@@ -314,11 +340,21 @@ where
         let stmt = InsertOnceStmt::<_, NoReturning> {
             insert,
             returning: None,
+            do_nothing_on_conflict: true,
         };
         Ok(match conn.execute_returning_count(&stmt)? {
             0 => InsertOutcome::AlreadyExists,
             _ => InsertOutcome::Inserted(None),
         })
+    }
+
+    fn run_plain(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<()>> {
+        let stmt = InsertOnceStmt::<_, NoReturning> {
+            insert,
+            returning: None,
+            do_nothing_on_conflict: false,
+        };
+        unless_duplicate(conn.execute_returning_count(&stmt).map(|_| None))
     }
 
     fn load_where(_conn: &mut C, _column: &str, _key: i64) -> QueryResult<Vec<()>> {
@@ -347,12 +383,22 @@ where
         let stmt = InsertOnceStmt {
             insert: &insert,
             returning: Self::select(),
+            do_nothing_on_conflict: true,
         };
         let rows: Vec<R> = stmt.load(conn)?;
         Ok(match rows.into_iter().next() {
             Some(row) => InsertOutcome::Inserted(Some(row)),
             None => InsertOutcome::AlreadyExists,
         })
+    }
+
+    fn run_plain(conn: &mut C, insert: I) -> QueryResult<InsertOutcome<R>> {
+        let stmt = InsertOnceStmt {
+            insert: &insert,
+            returning: Self::select(),
+            do_nothing_on_conflict: false,
+        };
+        unless_duplicate(stmt.load::<R>(conn).map(|rows| rows.into_iter().next()))
     }
 
     fn load_where(conn: &mut C, column: &str, key: i64) -> QueryResult<Vec<R>> {

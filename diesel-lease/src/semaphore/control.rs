@@ -110,8 +110,8 @@ pub struct ModeColumn {
 
 /// A table Diesel can render on every backend this build enables (blanket-implemented; the
 /// bound lets the statements below be written once for all backends).
-pub trait OnEveryBackend: PgFragment + SqliteFragment + MysqlFragment {}
-impl<T: PgFragment + SqliteFragment + MysqlFragment> OnEveryBackend for T {}
+pub trait OnEveryBackend: PgFragment + SqliteFragment + MysqlFragment + MariadbFragment {}
+impl<T: PgFragment + SqliteFragment + MysqlFragment + MariadbFragment> OnEveryBackend for T {}
 
 macro_rules! fragment_on {
     ($name:ident, $feature:literal, $db:ty) => {
@@ -130,10 +130,11 @@ macro_rules! fragment_on {
 fragment_on!(PgFragment, "postgres", diesel::pg::Pg);
 fragment_on!(SqliteFragment, "sqlite", diesel::sqlite::Sqlite);
 fragment_on!(MysqlFragment, "mysql", diesel::mysql::Mysql);
+fragment_on!(MariadbFragment, "mariadb", diesel::mariadb::Mariadb);
 /// What a semaphore on a control table needs of a connection beyond [`SemaphoreStatements`]
 /// (which keep the resource's row): how a new request's ticket comes back, and which of a
 /// table's [`ControlRequests`] is its own. Implemented per connection: PostgreSQL and SQLite
-/// below (`INSERT … RETURNING`), MySQL in `mysql.rs` (the session's last auto-increment
+/// below (`INSERT … RETURNING`), MySQL in `mysql_like.rs` (the session's last auto-increment
 /// value).
 pub trait ControlDialect: SemaphoreStatements + Dialect {
     /// Runs `insert` and returns the new request's ticket.
@@ -177,16 +178,28 @@ macro_rules! requests_on {
 requests_on!(RequestsOnPg, "postgres", diesel::PgConnection);
 requests_on!(RequestsOnSqlite, "sqlite", diesel::SqliteConnection);
 requests_on!(RequestsOnMysql, "mysql", diesel::MysqlConnection);
+requests_on!(
+    RequestsOnMariadb,
+    "mariadb",
+    diesel::mariadb::MariadbConnection
+);
 
 /// A control table reached through every connection type this build enables: what a semaphore
 /// on it keeps (a `TableOf<T>`). Each connection type takes its own [`ControlRequests`] from it
 /// ([`ControlDialect::requests_on`]).
 pub trait OnEveryConnection:
-    RequestsOnPg + RequestsOnSqlite + RequestsOnMysql + fmt::Debug + Send + Sync
+    RequestsOnPg + RequestsOnSqlite + RequestsOnMysql + RequestsOnMariadb + fmt::Debug + Send + Sync
 {
 }
 impl<T> OnEveryConnection for T where
-    T: RequestsOnPg + RequestsOnSqlite + RequestsOnMysql + fmt::Debug + Send + Sync + ?Sized
+    T: RequestsOnPg
+        + RequestsOnSqlite
+        + RequestsOnMysql
+        + RequestsOnMariadb
+        + fmt::Debug
+        + Send
+        + Sync
+        + ?Sized
 {
 }
 

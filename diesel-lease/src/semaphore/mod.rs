@@ -85,8 +85,10 @@
 mod access;
 mod control;
 mod gate;
-#[cfg(feature = "mysql")]
-mod mysql;
+mysql_like_modules! {
+    /// MySQL's semaphore statements: no `ON CONFLICT` and no `RETURNING`, so the resource row is an
+    /// `INSERT IGNORE` and a new ticket is the session's last auto-increment value.
+}
 mod permit;
 pub(crate) mod protocol;
 mod request;
@@ -106,12 +108,12 @@ use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 use crate::pool::{AnySource, ConnectionSource, DROP_WAIT};
 #[doc(hidden)]
 pub use control::{
-    ControlDialect, ControlRequests, Insert, OnEveryConnection, RequestsOnMysql, RequestsOnPg,
-    RequestsOnSqlite, SemaphoreDialect,
+    ControlDialect, ControlRequests, Insert, OnEveryConnection, RequestsOnMariadb, RequestsOnMysql,
+    RequestsOnPg, RequestsOnSqlite, SemaphoreDialect,
 };
 pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 #[doc(hidden)]
-pub use control::{MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
+pub use control::{MariadbFragment, MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
 pub use lease_core::admission::{Mode, QueueEntry};
 pub use permit::{Permit, PermitGuard};
 pub use rwlock::RwLock;

@@ -2,9 +2,9 @@
 //!
 //! [`SemaphoreStatements`] is object safe, so the protocol (`protocol.rs`) is plain code over
 //! `&mut dyn SemaphoreStatements`; every connection implements it, below (PostgreSQL, SQLite)
-//! and in `mysql.rs`. The statements that read the same on every backend are written once, in
+//! and in `mysql_like.rs`. The statements that read the same on every backend are written once, in
 //! `semaphore_statements!`; the ones that differ (the insert that returns the ticket) in
-//! `insert_returning_statements!` and `mysql.rs`. Notifications are the ground floor's
+//! `insert_returning_statements!` and `mysql_like.rs`. Notifications are the ground floor's
 //! ([`Notifications`](crate::notify::Notifications)).
 
 use std::time::Duration;
@@ -84,7 +84,7 @@ pub trait SemaphoreStatements {
     fn insert_ticket(&mut self, new: &NewTicket<'_>) -> QueryResult<i64>;
     /// Makes the transaction write the resource's row (`permits`: its stored count) where the
     /// row's lock alone does not make two deciding transactions conflict (MySQL, for a
-    /// multi-primary cluster: see `mysql.rs`); nothing elsewhere. Every transaction that grants
+    /// multi-primary cluster: see `mysql_like.rs`); nothing elsewhere. Every transaction that grants
     /// calls it, right before [`SemaphoreStatements::grant`]; one that only looks, queues or
     /// leaves does not, so it does not conflict with the others.
     #[doc(hidden)]
@@ -324,8 +324,8 @@ macro_rules! semaphore_statements {
         crate::semaphore::statements::semaphore_statements!(lock: [$($lock)*]);
     };
 }
-// For `mysql.rs`; PostgreSQL and SQLite expand it above, in this file.
-#[cfg_attr(not(feature = "mysql"), allow(unused_imports))]
+// For `mysql_like.rs`; PostgreSQL and SQLite expand it above, in this file.
+#[cfg_attr(not(feature = "__mysql_like"), allow(unused_imports))]
 pub(crate) use semaphore_statements;
 
 /// The resource row and the ticket insert of the backends with `ON CONFLICT` and `RETURNING`.

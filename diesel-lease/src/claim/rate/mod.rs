@@ -279,7 +279,7 @@ impl RateLimit {
     }
 }
 
-/// How rate limits' SQL differs between backends (implemented for `Pg`, `Sqlite` and `Mysql`).
+/// How rate limits' SQL differs between backends (implemented for `Pg`, `Sqlite`, `Mysql` and `Mariadb`).
 ///
 /// Sealed; its items are internal and carry no stability promise.
 pub trait RateSqlDialect: SqlDialect {
@@ -324,7 +324,7 @@ fn push_column<'b, DB: SqlDialect>(
 }
 
 /// How rate-limited claims run on a connection: loading the few values they read. Implemented
-/// for `PgConnection`, `SqliteConnection` and `MysqlConnection`.
+/// for `PgConnection`, `SqliteConnection`, `MysqlConnection` and `MariadbConnection`.
 ///
 /// Sealed; its items are internal and carry no stability promise.
 pub trait RateDialect: ClaimDialect<Backend: RateSqlDialect> {
@@ -365,27 +365,35 @@ impl RateSqlDialect for diesel::sqlite::Sqlite {}
 #[cfg(feature = "sqlite")]
 rate_dialect!(diesel::SqliteConnection);
 
-#[cfg(feature = "mysql")]
-impl RateSqlDialect for diesel::mysql::Mysql {
-    const INSERT_IGNORE: (&'static str, &'static str) = ("INSERT IGNORE INTO ", "");
+/// MySQL and MariaDB.
+#[cfg(feature = "__mysql_like")]
+macro_rules! mysql_like_rate {
+    ($db:ty, $conn:ty) => {
+        impl RateSqlDialect for $db {
+            const INSERT_IGNORE: (&'static str, &'static str) = ("INSERT IGNORE INTO ", "");
 
-    /// MySQL casts to `CHAR`; the key columns are `utf8mb4_bin`, so the text is too (two
-    /// collations of one character set refuse to compare).
-    fn push_key_text<'b>(
-        out: &mut AstPass<'_, 'b, Self>,
-        qualifier: Option<&'b dyn QueryFragment<Self>>,
-        column: &str,
-    ) -> QueryResult<()> {
-        out.push_sql("SUBSTR(COALESCE(CAST(");
-        push_column(out, qualifier, column)?;
-        out.push_sql(" AS CHAR CHARACTER SET utf8mb4), ''), 1, ");
-        out.push_sql(KEY_CHARS);
-        out.push_sql(") COLLATE utf8mb4_bin");
-        Ok(())
-    }
+            /// MySQL casts to `CHAR`; the key columns are `utf8mb4_bin`, so the text is too (two
+            /// collations of one character set refuse to compare).
+            fn push_key_text<'b>(
+                out: &mut AstPass<'_, 'b, Self>,
+                qualifier: Option<&'b dyn QueryFragment<Self>>,
+                column: &str,
+            ) -> QueryResult<()> {
+                out.push_sql("SUBSTR(COALESCE(CAST(");
+                push_column(out, qualifier, column)?;
+                out.push_sql(" AS CHAR CHARACTER SET utf8mb4), ''), 1, ");
+                out.push_sql(KEY_CHARS);
+                out.push_sql(") COLLATE utf8mb4_bin");
+                Ok(())
+            }
+        }
+        rate_dialect!($conn);
+    };
 }
 #[cfg(feature = "mysql")]
-rate_dialect!(diesel::MysqlConnection);
+mysql_like_rate!(diesel::mysql::Mysql, diesel::MysqlConnection);
+#[cfg(feature = "mariadb")]
+mysql_like_rate!(diesel::mariadb::Mariadb, diesel::mariadb::MariadbConnection);
 
 /// One limit as a claim applies it: its name and numbers.
 struct Applied<'a> {

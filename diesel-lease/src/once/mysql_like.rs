@@ -1,28 +1,29 @@
-//! MySQL's `insert_once`: no `ON CONFLICT … DO NOTHING` and no `RETURNING`, so a plain insert
-//! whose duplicate-key error means "already exists", and the row read back by the value it
-//! generated for the table's `AUTO_INCREMENT` column.
-
-use diesel::mysql::Mysql;
+// Included twice by `mod.rs`, as `mysql` (Diesel's `Mysql`, `MysqlConnection`) and as
+// `mariadb` (`Mariadb`, `MariadbConnection`): `Db` and `Conn` are that module's backend and
+// connection types. See the module's docs there.
 use diesel::prelude::*;
 use diesel::query_builder::{QueryFragment, QueryId};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use diesel::MysqlConnection;
 use lease_core::InsertOutcome;
 
 use super::dialect::InsertOnceDialect;
 use super::RunInsertOnce;
-use crate::backend::mysql::inserted_id;
+use crate::backend::MysqlLike;
 use crate::backend::{in_transaction, Dialect};
 
-impl InsertOnceDialect for MysqlConnection {
+impl InsertOnceDialect for Conn {
     fn insert_once<I, R>(&mut self, insert: I) -> QueryResult<InsertOutcome<R::Output>>
     where
-        I: QueryFragment<Mysql> + QueryId,
+        I: QueryFragment<Db> + QueryId,
         R: RunInsertOnce<Self, I>,
     {
-        // No ON CONFLICT … DO NOTHING (INSERT IGNORE would also hide unrelated errors) and no
-        // RETURNING. A duplicate-key error does not abort a MySQL transaction, so the plain insert
-        // is safe inside the caller's transaction.
+        // No ON CONFLICT … DO NOTHING (INSERT IGNORE would also hide unrelated errors). A
+        // duplicate-key error does not abort a MySQL transaction, so the plain insert is safe
+        // inside the caller's transaction. MariaDB's backend returns the row from the insert.
+        if <Self as MysqlLike>::INSERT_RETURNING {
+            return R::run_plain(self, insert);
+        }
+        // MySQL's has no RETURNING: the row is read back by the value the insert generated.
         let generated = if R::RETURNS_ROW {
             auto_increment_column(self, &R::Table::default().from_clause())?
         } else {
@@ -46,7 +47,7 @@ impl InsertOnceDialect for MysqlConnection {
             if !insert_unless_duplicate(c, &insert)? {
                 return Ok(InsertOutcome::AlreadyExists);
             }
-            let key = inserted_id(c)?;
+            let key = c.inserted_id()?;
             if key == 0 {
                 // The insert gave the AUTO_INCREMENT column its value itself.
                 return Ok(InsertOutcome::Inserted(None));
@@ -74,9 +75,9 @@ impl InsertOnceDialect for MysqlConnection {
 
 /// Runs a plain insert: `true` when it inserted, `false` when a unique constraint already holds an
 /// equal row (the duplicate-key error, which leaves a transaction usable on MySQL).
-fn insert_unless_duplicate<I>(conn: &mut MysqlConnection, insert: &I) -> QueryResult<bool>
+fn insert_unless_duplicate<I>(conn: &mut Conn, insert: &I) -> QueryResult<bool>
 where
-    I: QueryFragment<Mysql> + QueryId,
+    I: QueryFragment<Db> + QueryId,
 {
     match conn.execute_returning_count(insert) {
         Ok(_) => Ok(true),
@@ -104,12 +105,12 @@ mod catalog {
 
 /// The AUTO_INCREMENT column of the table `from` names, if it has one (a table has at most one),
 /// as the database's catalog spells it.
-fn auto_increment_column<F>(conn: &mut MysqlConnection, from: &F) -> QueryResult<Option<String>>
+fn auto_increment_column<F>(conn: &mut Conn, from: &F) -> QueryResult<Option<String>>
 where
-    F: QueryFragment<Mysql>,
+    F: QueryFragment<Db>,
 {
     use catalog::columns as c;
-    let rendered = diesel::debug_query::<Mysql, _>(from).to_string();
+    let rendered = diesel::debug_query::<Db, _>(from).to_string();
     let Some((schema, table)) = rendered.strip_suffix(" -- binds: []").and_then(table_path) else {
         return Err(DieselError::QueryBuilderError(
             format!("insert_once: `{rendered}` is not a table name").into(),
@@ -198,12 +199,10 @@ mod tests {
         diesel::table! { plain_job (id) { id -> BigInt, } }
         use diesel::QuerySource;
         let render = |sql: String| sql.strip_suffix(" -- binds: []").map(str::to_owned);
-        let qualified = render(
-            diesel::debug_query::<diesel::mysql::Mysql, _>(&job::table.from_clause()).to_string(),
-        );
+        let qualified =
+            render(diesel::debug_query::<super::Db, _>(&job::table.from_clause()).to_string());
         let plain = render(
-            diesel::debug_query::<diesel::mysql::Mysql, _>(&plain_job::table.from_clause())
-                .to_string(),
+            diesel::debug_query::<super::Db, _>(&plain_job::table.from_clause()).to_string(),
         );
         assert_eq!(
             qualified.as_deref().and_then(table_path),

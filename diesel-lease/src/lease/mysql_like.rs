@@ -1,10 +1,8 @@
-//! MySQL's lease grant: no `ON CONFLICT`, so a takeover of the existing row if it is grantable,
-//! else a plain insert of the name's first grant.
-
-use diesel::mysql::Mysql;
+// Included twice by `mod.rs`, as `mysql` (Diesel's `Mysql`, `MysqlConnection`) and as
+// `mariadb` (`Mariadb`, `MariadbConnection`): `Db` and `Conn` are that module's backend and
+// connection types. See the module's docs there.
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use diesel::MysqlConnection;
 
 use super::statements::{
     first_grant, grantable, lease_statements, Grant, Granted, LeaseStatements,
@@ -48,7 +46,7 @@ macro_rules! first_insert {
     }};
 }
 
-impl LeaseStatements for MysqlConnection {
+impl LeaseStatements for Conn {
     lease_statements!();
 
     fn lease_grant(&mut self, g: &Grant<'_>) -> QueryResult<Option<Granted>> {
@@ -59,7 +57,7 @@ impl LeaseStatements for MysqlConnection {
         // (MariaDB Galera) a grant that loses to a concurrent grant on another node fails at
         // its commit, and nothing was read from a transaction that did not commit.
         if self.keyed_write(|c| takeover!(g).execute(c))? == 1 {
-            let token = crate::backend::mysql::inserted_id(self)?;
+            let token = crate::backend::MysqlLike::inserted_id(self)?;
             // Our own commit, on the node we are connected to: the row has it unless a later
             // grant (after ours expired or was released) took the name over meanwhile.
             let next_run = l::table
@@ -92,8 +90,8 @@ impl LeaseStatements for MysqlConnection {
     fn lease_grant_sql(g: &Grant<'_>) -> String {
         format!(
             "{};\n{}",
-            diesel::debug_query::<Mysql, _>(&takeover!(g)),
-            diesel::debug_query::<Mysql, _>(&first_insert!(g))
+            diesel::debug_query::<Db, _>(&takeover!(g)),
+            diesel::debug_query::<Db, _>(&first_insert!(g))
         )
     }
 }

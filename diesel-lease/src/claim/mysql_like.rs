@@ -1,12 +1,8 @@
-//! MySQL's claims: no `UPDATE … RETURNING`, so a claim reaps, picks (stale claims by a plain read
-//! and a lock by key, then ready rows with `FOR UPDATE SKIP LOCKED`), marks, and reads back in
-//! one READ COMMITTED transaction; a batch completion locks the rows still ours, then changes
-//! exactly those.
-
-use diesel::mysql::Mysql;
+// Included twice by `mod.rs`, as `mysql` (Diesel's `Mysql`, `MysqlConnection`) and as
+// `mariadb` (`Mariadb`, `MariadbConnection`): `Db` and `Conn` are that module's backend and
+// connection types. See the module's docs there.
 use diesel::prelude::*;
 use diesel::query_builder::QueryId;
-use diesel::MysqlConnection;
 
 use super::batch::{padded_len, CHUNK};
 use super::dialect::{ClaimDialect, ClaimSqlDialect};
@@ -16,16 +12,16 @@ use super::statements::{
 };
 use crate::backend::{Dialect, Uncached};
 
-impl ClaimSqlDialect for Mysql {}
+impl ClaimSqlDialect for Db {}
 
-impl ClaimDialect for MysqlConnection {
-    fn claim_sql<M: ClaimSql<Mysql>>(parts: &ClaimParts<M, Mysql>, limit: i64) -> String {
-        diesel::debug_query::<Mysql, _>(&PickStmt::locking(parts, limit, None)).to_string()
+impl ClaimDialect for Conn {
+    fn claim_sql<M: ClaimSql<Db>>(parts: &ClaimParts<M, Db>, limit: i64) -> String {
+        diesel::debug_query::<Db, _>(&PickStmt::locking(parts, limit, None)).to_string()
     }
 
-    fn claim_statements<'a, T: ClaimTarget<Mysql>>(
-        parts: &'a ClaimParts<T, Mysql>,
-    ) -> Vec<ClaimStatement<'a, Mysql>> {
+    fn claim_statements<'a, T: ClaimTarget<Db>>(
+        parts: &'a ClaimParts<T, Db>,
+    ) -> Vec<ClaimStatement<'a, Db>> {
         // As `claim_rows` and `reap_skip_locked` run them; the locks by key and the marking
         // address rows by primary key.
         let mut steps = Vec::new();
@@ -49,7 +45,7 @@ impl ClaimDialect for MysqlConnection {
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
-        filter: Filter<'_, Mysql>,
+        filter: Filter<'_, Db>,
     ) -> QueryResult<Vec<M>> {
         // No UPDATE … RETURNING: pick and lock, mark, read back, in one transaction.
         self.write_tx(|c| {
@@ -129,7 +125,7 @@ impl ClaimDialect for MysqlConnection {
         &mut self,
         parts: &ClaimParts<M, Self::Backend>,
         limit: i64,
-        filter: Filter<'_, Mysql>,
+        filter: Filter<'_, Db>,
     ) -> QueryResult<Vec<M>> {
         M::load::<Dynamic>(self, &Uncached(PickStmt::locking(parts, limit, filter)))
     }
@@ -185,12 +181,9 @@ const REAP_BATCH: i64 = 100;
 /// entries the completion needs next. A locking scan that skips locked rows still locks the
 /// index record that ends its range, which is often the next ready row, and the claim marking
 /// that row then waits for it: claims deadlocked with each other instead.
-fn reap_skip_locked<M>(
-    conn: &mut diesel::MysqlConnection,
-    parts: &ClaimParts<M, diesel::mysql::Mysql>,
-) -> QueryResult<()>
+fn reap_skip_locked<M>(conn: &mut Conn, parts: &ClaimParts<M, Db>) -> QueryResult<()>
 where
-    M: ClaimModel<diesel::MysqlConnection>,
+    M: ClaimModel<Conn>,
 {
     if !parts.needs_reap() {
         return Ok(());

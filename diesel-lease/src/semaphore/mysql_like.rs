@@ -1,13 +1,12 @@
-//! MySQL's semaphore statements: no `ON CONFLICT` and no `RETURNING`, so the resource row is an
-//! `INSERT IGNORE` and a new ticket is the session's last auto-increment value.
-
+// Included twice by `mod.rs`, as `mysql` (Diesel's `Mysql`, `MysqlConnection`) and as
+// `mariadb` (`Mariadb`, `MariadbConnection`): `Db` and `Conn` are that module's backend and
+// connection types. See the module's docs there.
 use diesel::prelude::*;
-use diesel::MysqlConnection;
 
 use super::control::{ControlDialect, ControlRequests, ControlTable, Insert, OnEveryConnection};
 use super::statements::{new_ticket_values, semaphore_statements, NewTicket, SemaphoreStatements};
 
-impl SemaphoreStatements for MysqlConnection {
+impl SemaphoreStatements for Conn {
     semaphore_statements!(lock: [.for_update()], write_set: write_resource_row);
 
     fn create_resource(&mut self, resource: &str, permits: i32) -> QueryResult<()> {
@@ -23,10 +22,8 @@ impl SemaphoreStatements for MysqlConnection {
 
     fn insert_ticket(&mut self, new: &NewTicket<'_>) -> QueryResult<i64> {
         use super::schema::diesel_lease_semaphore_tickets as tickets;
-        diesel::insert_into(tickets::table)
-            .values(new_ticket_values!(new))
-            .execute(self)?;
-        crate::backend::mysql::inserted_id(self)
+        let insert = diesel::insert_into(tickets::table).values(new_ticket_values!(new));
+        crate::backend::MysqlLike::insert_returning_id(self, insert, "ticket")
     }
 }
 
@@ -52,7 +49,7 @@ impl SemaphoreStatements for MysqlConnection {
 /// It is not enough on its own: looped under load with clients on three nodes, Galera let two
 /// such grants both commit a few times in a hundred runs (`tests/faults/galera.rs`, the
 /// `#[ignore]`d reproductions). README asks for every client of a semaphore on one node.
-fn write_resource_row(c: &mut MysqlConnection, resource: &str, permits: i32) -> QueryResult<()> {
+fn write_resource_row(c: &mut Conn, resource: &str, permits: i32) -> QueryResult<()> {
     use super::schema::diesel_lease_semaphores as resources;
     let other = if permits == i32::MAX {
         permits - 1
@@ -67,10 +64,13 @@ fn write_resource_row(c: &mut MysqlConnection, resource: &str, permits: i32) -> 
     Ok(())
 }
 
-impl ControlDialect for MysqlConnection {
+impl ControlDialect for Conn {
     fn insert_request<T: ControlTable>(&mut self, insert: Insert<'_, T>) -> QueryResult<i64> {
+        if <Self as crate::backend::MysqlLike>::INSERT_RETURNING {
+            return insert.returning_ticket().get_result(self);
+        }
         insert.execute(self)?;
-        crate::backend::mysql::inserted_id(self)
+        crate::backend::MysqlLike::inserted_id(self)
     }
 
     fn requests_on(table: &dyn OnEveryConnection) -> &dyn ControlRequests<Self> {

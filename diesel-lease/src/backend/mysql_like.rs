@@ -1,26 +1,22 @@
-//! MySQL 8 / MariaDB 10.6+: row locks with `SKIP LOCKED`, but no `UPDATE … RETURNING` and no
-//! `ON CONFLICT`. Claims and lease grants take the fewest statements that are safe, in one READ
-//! COMMITTED transaction; a matched-rows count stands in for `RETURNING` wherever the predicate
-//! holds the old state (so "one row matched" means "this caller won").
-
+// Included twice by `mod.rs`, as `mysql` (Diesel's `Mysql`, `MysqlConnection`) and as
+// `mariadb` (`Mariadb`, `MariadbConnection`): `Db` and `Conn` are that module's backend and
+// connection types. See the module's docs there.
 use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
-use diesel::mysql::Mysql;
 use diesel::prelude::*;
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::result::Error as DieselError;
-use diesel::MysqlConnection;
 use diesel_migrations::EmbeddedMigrations;
 
 use super::{
-    raw_connection, BackendKind, Dialect, Kind, Offset, ServerEngine, SqlDialect, TransactionEnds,
+    raw_connection, BackendKind, Dialect, Offset, ServerEngine, SqlDialect, TransactionEnds,
 };
 
-raw_connection!(MysqlConnection);
+raw_connection!(Conn);
 
 /// Makes the session's next transaction READ COMMITTED.
-fn read_committed_next(c: &mut MysqlConnection) -> QueryResult<()> {
+fn read_committed_next(c: &mut Conn) -> QueryResult<()> {
     c.execute_returning_count(&SetReadCommitted).map(drop)
 }
 
@@ -30,21 +26,21 @@ fn read_committed_next(c: &mut MysqlConnection) -> QueryResult<()> {
 #[derive(Debug, Clone, Copy, diesel::query_builder::QueryId)]
 struct SetReadCommitted;
 
-impl QueryFragment<Mysql> for SetReadCommitted {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+impl QueryFragment<Db> for SetReadCommitted {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Db>) -> QueryResult<()> {
         out.push_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED");
         Ok(())
     }
 }
 
 /// Our write transactions' ends on MySQL ([`super::own_transaction`]): READ COMMITTED, and
-/// fewer round trips than Diesel's. Diesel's `MysqlConnection::batch_execute` switches the
+/// fewer round trips than Diesel's. Diesel's `MysqlConnection::batch_execute` (and `MariadbConnection`'s) switches the
 /// session's multi-statement option on and off around every call: two `COM_SET_OPTION` round
 /// trips besides the statement itself. Diesel's own transaction sends `BEGIN` and `COMMIT` that
 /// way (three round trips each, six with the isolation level as a call of its own); here the
 /// level and `BEGIN` go as one batch (three) and `COMMIT` as a statement prepared once per
 /// connection (one).
-impl TransactionEnds for MysqlConnection {
+impl TransactionEnds for Conn {
     fn begin(&mut self) -> QueryResult<()> {
         // `START TRANSACTION` cannot be prepared on MySQL; `SET` and `COMMIT` can.
         self.batch_execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN")
@@ -65,16 +61,16 @@ impl TransactionEnds for MysqlConnection {
 #[derive(Debug, Clone, Copy, diesel::query_builder::QueryId)]
 struct Commit;
 
-impl QueryFragment<Mysql> for Commit {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Mysql>) -> QueryResult<()> {
+impl QueryFragment<Db> for Commit {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Db>) -> QueryResult<()> {
         out.push_sql("COMMIT");
         Ok(())
     }
 }
 
-impl super::sealed::Sealed for Mysql {}
+impl super::sealed::Sealed for Db {}
 
-impl SqlDialect for Mysql {
+impl SqlDialect for Db {
     const KIND: BackendKind = BackendKind::Mysql;
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const INT_DIV: &'static str = " DIV ";
@@ -126,7 +122,7 @@ impl SqlDialect for Mysql {
     super::binds!();
 }
 
-impl Dialect for MysqlConnection {
+impl Dialect for Conn {
     const MIGRATIONS: EmbeddedMigrations = diesel_migrations::embed_migrations!("migrations/mysql");
 
     fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
@@ -229,10 +225,7 @@ impl Dialect for MysqlConnection {
 /// they also take gap locks, and `SKIP LOCKED` claims then deadlock on the secondary index they
 /// update. Inside the caller's transaction the level cannot change (error 1568): the caller's
 /// level stays and this runs as a savepoint.
-fn read_committed_tx<T, E>(
-    c: &mut MysqlConnection,
-    f: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
-) -> Result<T, E>
+fn read_committed_tx<T, E>(c: &mut Conn, f: impl FnOnce(&mut Conn) -> Result<T, E>) -> Result<T, E>
 where
     E: From<DieselError>,
 {
@@ -255,7 +248,7 @@ where
 /// `Killed`), measured on the claim's read-back by key. The failed transaction is rolled back
 /// whole and retried; its statements must not come from the cache again. Closing a statement
 /// right after its failure is what `Uncached` does on every run, and it returns.
-fn forget_prepared_statements(c: &mut MysqlConnection) {
+fn forget_prepared_statements(c: &mut Conn) {
     use diesel::connection::CacheSize;
     // Dropping the cache closes its statements; the default (unbounded) cache comes back.
     c.set_prepared_statement_cache_size(CacheSize::Disabled);
@@ -265,9 +258,9 @@ fn forget_prepared_statements(c: &mut MysqlConnection) {
 /// Runs `f` with the session's `innodb_lock_wait_timeout` at `max_wait` (whole seconds, rounded
 /// up, at least 1), then puts the session's own value back, whatever `f` returned.
 fn with_lock_wait<T, E>(
-    c: &mut MysqlConnection,
+    c: &mut Conn,
     max_wait: Duration,
-    f: impl FnOnce(&mut MysqlConnection) -> Result<T, E>,
+    f: impl FnOnce(&mut Conn) -> Result<T, E>,
 ) -> Result<T, E>
 where
     E: From<DieselError>,
@@ -295,37 +288,18 @@ where
 /// The largest `innodb_lock_wait_timeout` MySQL and MariaDB take, in seconds (about 34 years).
 const MAX_LOCK_WAIT_SECS: i64 = 1_073_741_824;
 
-/// The auto-increment value the connection's last insert generated.
-pub(crate) fn inserted_id(conn: &mut MysqlConnection) -> QueryResult<i64> {
-    let id: u64 = diesel::select(last_insert_id()).get_result(conn)?;
-    i64::try_from(id).map_err(|e| DieselError::DeserializationError(Box::new(e)))
+impl super::MysqlLike for Conn {
+    const INSERT_RETURNING: bool = INSERT_RETURNING;
+
+    fn inserted_id(&mut self) -> QueryResult<i64> {
+        let id: u64 = diesel::select(last_insert_id()).get_result(self)?;
+        i64::try_from(id).map_err(|e| DieselError::DeserializationError(Box::new(e)))
+    }
 }
 
 diesel::define_sql_function! {
     /// The auto-increment value this connection's last insert generated.
     fn last_insert_id() -> diesel::sql_types::Unsigned<diesel::sql_types::BigInt>;
-}
-
-/// MySQL's and MariaDB's messages for the errors a caller can act on (error numbers in
-/// brackets; Diesel maps only 1213 to a kind of its own).
-pub(super) fn classify_message(message: &str) -> Option<Kind> {
-    const PATTERNS: &[(&str, Kind)] = &[
-        // 1205 ER_LOCK_WAIT_TIMEOUT (innodb_lock_wait_timeout)
-        ("Lock wait timeout exceeded", Kind::Timeout),
-        // 3024 (MySQL max_execution_time), 1969 (MariaDB max_statement_time)
-        ("maximum statement execution time exceeded", Kind::Timeout),
-        ("max_statement_time exceeded", Kind::Timeout),
-        // 2006 CR_SERVER_GONE_ERROR, 2013 CR_SERVER_LOST, 1927 ER_CONNECTION_KILLED,
-        // 1053 ER_SERVER_SHUTDOWN, 2002/2003 cannot connect
-        ("server has gone away", Kind::ConnectionLost),
-        ("Lost connection to", Kind::ConnectionLost),
-        ("Connection was killed", Kind::ConnectionLost),
-        ("Server shutdown in progress", Kind::ConnectionLost),
-        ("Can't connect to", Kind::ConnectionLost),
-        // 1213 ER_LOCK_DEADLOCK
-        ("Deadlock found when trying to get lock", Kind::Conflict),
-    ];
-    super::first_match(PATTERNS, message)
 }
 
 /// A row of `SHOW VARIABLES` or `SHOW STATUS`.
@@ -336,8 +310,8 @@ struct Variable {
 }
 
 /// The rows of a `SHOW` statement (a fixed text: no user input reaches it).
-fn show<T: diesel::QueryableByName<Mysql> + 'static>(
-    c: &mut MysqlConnection,
+fn show<T: diesel::QueryableByName<Db> + 'static>(
+    c: &mut Conn,
     statement: &'static str,
 ) -> QueryResult<Vec<T>> {
     diesel::sql_query(statement).load(c)
