@@ -1462,6 +1462,30 @@ fn floor_targets(r: &Report) -> Vec<TargetCheck> {
                 0.9,
                 paired_detail(r, group, e2e::BATCH, batch_floor, w, 0.9),
             ));
+            if group == "e2e-mysql" {
+                // The same targets through Diesel's MariadbConnection.
+                for (ours, against, name, min) in [
+                    (
+                        floors::CLAIM_NEXT_MARIADB,
+                        floor,
+                        "claim_next + complete / literal floor",
+                        min,
+                    ),
+                    (
+                        floors::BATCH_MARIADB,
+                        batch_floor,
+                        "claim_batch(50) + complete_batch / batch floor",
+                        0.9,
+                    ),
+                ] {
+                    out.push(TargetCheck::at_least(
+                        &format!("{backend} (MariadbConnection): {name}, {w} workers"),
+                        ratio(rate(ours), rate(against)),
+                        min,
+                        paired_detail(r, group, ours, against, w, min),
+                    ));
+                }
+            }
         }
     }
     out
