@@ -104,6 +104,9 @@ loud() { # a message nobody should miss in a long log
     echo
 }
 
+# MariaDB servers of the further isolation levels: "directory port pid" each (see below).
+MYSQL_LEVEL_STATE=()
+
 # --- cleanup on every exit path, keeping the exit status --------------------------------------
 # shellcheck disable=SC2317 # invoked by the trap
 cleanup() {
@@ -118,6 +121,12 @@ cleanup() {
     fi
     stop_galera
     rm -f "${GALERA_STATE:-}" "${GALERA_STATE:-}.log"
+    local state
+    for state in "${MYSQL_LEVEL_STATE[@]}"; do
+        # shellcheck disable=SC2086 # three words: directory, port, pid
+        set -- $state
+        MYSQL_DIR=$1 MYSQL_PORT=$2 MYSQL_PID=$3 stop_mariadb
+    done
     stop_mariadb
     stop_postgres
     end_section
@@ -170,6 +179,26 @@ elif [ "${CI:-}" = "true" ]; then
     exit 1
 else
     loud "MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
+fi
+
+# The further isolation levels (READ COMMITTED by default) each get a MariaDB server of their
+# own, started with that level, so that their pass runs beside the full one instead of after it.
+MYSQL_LEVEL_URLS=()
+if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
+    saved_mysql=("$MYSQL_DIR" "$MYSQL_PORT" "$MYSQL_PID" "$MYSQL_URL")
+    for level in "${ISOLATION_LEVELS[@]:1}"; do
+        section "Starting MariaDB at $level"
+        sql=$(isolation_sql "$level")
+        if ! start_mariadb --transaction-isolation="${sql// /-}"; then
+            loud "MariaDB at $level did not start: $SERVERS_ERROR"
+            stop_mariadb
+            exit 1
+        fi
+        MYSQL_LEVEL_URLS+=("$MYSQL_URL")
+        MYSQL_LEVEL_STATE+=("$MYSQL_DIR $MYSQL_PORT $MYSQL_PID")
+        echo "$level: $MYSQL_URL ($(mariadb_sql 'SELECT @@GLOBAL.tx_isolation'))"
+    done
+    MYSQL_DIR=${saved_mysql[0]} MYSQL_PORT=${saved_mysql[1]} MYSQL_PID=${saved_mysql[2]} MYSQL_URL=${saved_mysql[3]}
 fi
 
 section "Starting PgBouncer (transaction pooling)"
@@ -290,8 +319,12 @@ SUMMARY=()
 PASS_LOGS=$(mktemp -d "${TMPDIR:-/tmp}/diesel-lease-test-logs.XXXXXX")
 FAILED_TESTS=()
 failed_tests_of() { # the names of the failing tests in a pass's log, one per line
-    sed -nE 's/^test (.+) \.\.\. FAILED$/\1/p' "$1"
-    grep -E '^error: could not compile' "$1" || true
+    {
+        sed -nE 's/^test (.+) \.\.\. FAILED$/\1/p' "$1"
+        # cargo-nextest: `FAIL [ 1.2s] (3/9) <binary> <test>`, also TIMEOUT, SIGSEGV, ...
+        sed -nE 's/^ *(FAIL|TIMEOUT|SIG[A-Z]+|ABORT|LEAK-FAIL) +\[[^]]*\]( \([^)]*\))? +(.+)$/\3/p' "$1"
+        grep -E '^error: could not compile' "$1" || true
+    } | awk '!seen[$0]++'
 }
 
 # The suite runs the examples' binaries (tests/examples.rs), which `cargo test` does not build:
@@ -312,44 +345,75 @@ galera_ready
 echo "DIESEL_LEASE_TEST_REQUIRE=$DIESEL_LEASE_TEST_REQUIRE"
 
 FIRST_LEVEL=${ISOLATION_LEVELS[0]}
+# cargo-nextest runs the tests: each in a process of its own, many at once (.config/nextest.toml
+# says how many, and which must not overlap). Installed from the registry when missing.
+if ! cargo nextest --version >/dev/null 2>&1; then
+    section "Installing cargo-nextest"
+    cargo install --locked cargo-nextest
+fi
+NEXTEST=(cargo nextest run --workspace --all-features --no-fail-fast --no-tests=warn)
+
+# The full pass, and beside it the MySQL-family tests on each further isolation level's own
+# server: one nextest run each, at the same time (the tests wait far more than they compute).
 if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
     PASS="full suite (MySQL at $FIRST_LEVEL)"
-    section "$PASS"
     set_mysql_isolation "$FIRST_LEVEL"
 else
     PASS="full suite (without MySQL)"
-    section "$PASS"
 fi
+section "test passes: $PASS${MYSQL_LEVEL_URLS:+, and the MySQL-family tests at ${ISOLATION_LEVELS[*]:1}}"
+PASS_LABELS=("$PASS")
+PASS_FILES=(full)
+PASS_PROFILES=(default)
+# Without a filter from the caller, `mysql::` and `mariadb::` select the MySQL-family instances
+# of every suite test (MysqlConnection and MariadbConnection); with one,
+# DIESEL_LEASE_TEST_BACKENDS skips the other backends' matches.
+MYSQL_TEST_ARGS=("${TEST_ARGS[@]}")
+[ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql:: mariadb::)
+passes_start=$(now)
+PASS_PIDS=()
+(
+    DIESEL_LEASE_TEST_ISOLATION=$FIRST_LEVEL \
+        "${NEXTEST[@]}" "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" >"$PASS_LOGS/full.log" 2>&1
+) &
+PASS_PIDS+=($!)
+i=0
+for level in "${ISOLATION_LEVELS[@]:1}"; do
+    [ -n "${MYSQL_LEVEL_URLS[$i]:-}" ] || break
+    PASS_LABELS+=("MySQL-family tests at $level")
+    PASS_FILES+=("$level")
+    PASS_PROFILES+=("level-$((i + 1))")
+    (
+        # Let the full pass take cargo's build lock first: both find everything built.
+        sleep 2
+        DIESEL_LEASE_TEST_ISOLATION=$level DIESEL_LEASE_TEST_MYSQL=${MYSQL_LEVEL_URLS[$i]} \
+            DIESEL_LEASE_TEST_BACKENDS=mysql,mariadb DIESEL_LEASE_TEST_REQUIRE=mysql,mariadb \
+            "${NEXTEST[@]}" --profile "level-$((i + 1))" "${CARGO_ARGS[@]}" -- "${MYSQL_TEST_ARGS[@]}" \
+            >"$PASS_LOGS/$level.log" 2>&1
+    ) &
+    PASS_PIDS+=($!)
+    i=$((i + 1))
+done
+for n in "${!PASS_PIDS[@]}"; do
+    rc=0
+    wait "${PASS_PIDS[$n]}" || rc=$?
+    cat "$PASS_LOGS/${PASS_FILES[$n]}.log"
+    SUMMARY+=("${PASS_LABELS[$n]}: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$passes_start")")
+    while IFS= read -r t; do FAILED_TESTS+=("$t (${PASS_LABELS[$n]})"); done < <(failed_tests_of "$PASS_LOGS/${PASS_FILES[$n]}.log")
+    [ "$STATUS" -ne 0 ] || STATUS=$rc
+    junit=target/nextest/${PASS_PROFILES[$n]}/junit.xml
+    [ -f "$junit" ] && cp "$junit" "$PASS_LOGS/${PASS_FILES[$n]}.xml"
+done
+
+# Doctests (nextest does not run them): the library crates' examples, compiled and run.
+section "doctests"
 pass_start=$(now)
 rc=0
-DIESEL_LEASE_TEST_ISOLATION=$FIRST_LEVEL \
-    cargo test --workspace --all-features --no-fail-fast "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" 2>&1 |
-    tee "$PASS_LOGS/full.log" || rc=$?
-SUMMARY+=("$PASS: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
-while IFS= read -r t; do FAILED_TESTS+=("$t ($PASS)"); done < <(failed_tests_of "$PASS_LOGS/full.log")
+cargo test --workspace --all-features --doc "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" 2>&1 |
+    tee "$PASS_LOGS/doc.log" || rc=$?
+SUMMARY+=("doctests: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+while IFS= read -r t; do FAILED_TESTS+=("$t (doctests)"); done < <(failed_tests_of "$PASS_LOGS/doc.log")
 [ "$STATUS" -ne 0 ] || STATUS=$rc
-
-if [ -n "${DIESEL_LEASE_TEST_MYSQL:-}" ]; then
-    # Without a filter from the caller, `mysql::` and `mariadb::` select the MySQL-family
-    # instances of every suite test (MysqlConnection and MariadbConnection); with one,
-    # DIESEL_LEASE_TEST_BACKENDS skips the other backends' matches. The cargo
-    # arguments are the full run's on purpose: narrowing them (`-p`, `--test suite`) changes
-    # feature unification and rebuilds everything (measured: +75 s).
-    MYSQL_TEST_ARGS=("${TEST_ARGS[@]}")
-    [ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql:: mariadb::)
-    for level in "${ISOLATION_LEVELS[@]:1}"; do
-        section "MySQL tests at $level"
-        set_mysql_isolation "$level"
-        pass_start=$(now)
-        rc=0
-        DIESEL_LEASE_TEST_ISOLATION=$level DIESEL_LEASE_TEST_BACKENDS=mysql,mariadb DIESEL_LEASE_TEST_REQUIRE=mysql,mariadb \
-            cargo test --workspace --all-features --no-fail-fast "${CARGO_ARGS[@]}" -- "${MYSQL_TEST_ARGS[@]}" 2>&1 |
-            tee "$PASS_LOGS/$level.log" || rc=$?
-        SUMMARY+=("MySQL tests at $level: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
-        while IFS= read -r t; do FAILED_TESTS+=("$t (MySQL at $level)"); done < <(failed_tests_of "$PASS_LOGS/$level.log")
-        [ "$STATUS" -ne 0 ] || STATUS=$rc
-    done
-fi
 
 # Dependencies resolved afresh (scripts/resolve.sh): the newest versions the requirements allow,
 # the oldest (every direct dependency of the published crates at its declared minimum), and a
@@ -373,6 +437,11 @@ done
 
 section "Summary"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
+reports=()
+for n in "${!PASS_FILES[@]}"; do
+    [ -f "$PASS_LOGS/${PASS_FILES[$n]}.xml" ] && reports+=("${PASS_FILES[$n]}=$PASS_LOGS/${PASS_FILES[$n]}.xml")
+done
+[ ${#reports[@]} -eq 0 ] || python3 scripts/test-summary.py "${reports[@]}" || true
 if [ -n "$MYSQL_SKIP_REASON" ]; then
     echo "  MySQL tests SKIPPED: $MYSQL_SKIP_REASON"
 fi

@@ -110,7 +110,7 @@ backend_suite! {
                     let mut conn = pool.get().unwrap();
                     let mut mine = Vec::new();
                     loop {
-                        match ImportJob::claim_next(&mut conn).unwrap() {
+                        match crate::common::again_after_a_timeout(|| ImportJob::claim_next(&mut conn)) {
                             Some(job) => {
                                 history.record(hand_out(&job));
                                 mine.push(job.id);

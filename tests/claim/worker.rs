@@ -729,9 +729,12 @@ backend_suite! {
     pub(crate) fn the_per_key_limit_holds_across_processes(db: &TestDb<B>) {
         db.migrate();
         seed(db, 30, &["acme", "globex"]);
+        // The runs under way, one file each: a run waits there for a second one of its tenant.
+        let runs_dir = tempfile::tempdir().unwrap();
         let mut children: Vec<_> = (0..3)
             .map(|_| {
                 std::process::Command::new(crate::common::worker_bin("claim-worker"))
+                    .env("DIESEL_LEASE_TEST_RUNS_DIR", runs_dir.path())
                     .args([B::NAME, &db.url, "tenants", "3", "2"])
                     .stdout(std::process::Stdio::piped())
                     .spawn()

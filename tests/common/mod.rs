@@ -111,6 +111,20 @@ pub fn lost_in_time(
     lost_after
 }
 
+/// Runs `claim` until it ends in anything but [`Error::Timeout`](diesel_lease::Error::Timeout),
+/// and unwraps that: what a worker does when its claim gave up waiting for a lock (SQLite's file
+/// lock, a row lock). A claim that timed out changed nothing, so farms that judge each row's
+/// hand-outs retry it: how long a lock wait takes depends on the machine's load, which no verdict
+/// may.
+pub fn again_after_a_timeout<T>(mut claim: impl FnMut() -> diesel_lease::Result<T>) -> T {
+    loop {
+        match claim() {
+            Err(diesel_lease::Error::Timeout { .. }) => continue,
+            other => return other.expect("claim"),
+        }
+    }
+}
+
 /// Picks the text for backend `B`.
 pub fn pick<'a, B: TestBackend>(postgres: &'a str, sqlite: &'a str, mysql: &'a str) -> &'a str {
     match B::KIND {

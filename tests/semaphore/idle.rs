@@ -30,6 +30,19 @@ struct Fared {
     most: AtomicUsize,
 }
 
+/// A release's outcome: released, or [`Error::Timeout`](diesel_lease::Error::Timeout) when the
+/// resource's row lock (which a thousand polling waiters take in turn) was not had within the
+/// pool's connection timeout, and the release goes on in the background (as documented). How
+/// long that lock takes depends on the machine's load; the test judges who held the mutex when,
+/// and that every waiter got it in the end.
+fn released_or_late(released: diesel_lease::Result<bool>) {
+    match released {
+        Ok(_) => {}
+        Err(diesel_lease::Error::Timeout { .. }) => {}
+        Err(e) => panic!("release: {e}"),
+    }
+}
+
 /// Ten waiters for one held mutex, then a thousand for another, each group on a pool of its own:
 /// the thousand cost at most twice what the ten cost, plus a few polls. Then both holders
 /// release: every waiter gets its mutex, one at a time.
@@ -58,7 +71,7 @@ fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend
             fared.acquired.fetch_add(1, Ordering::SeqCst);
             fared.inside.fetch_sub(1, Ordering::SeqCst);
             history.permit_released(name, &me);
-            permit.release().unwrap();
+            released_or_late(permit.release());
         }
         Err(e) => failures.lock().unwrap().push(e.to_string()),
     };
@@ -95,9 +108,9 @@ fn idle_semaphore_waiters_cost_the_same_whether_ten_or_a_thousand<B: TestBackend
             "nobody enters a held mutex"
         );
         history.permit_released("idle-few", "first");
-        few_held.release().unwrap();
+        released_or_late(few_held.release());
         history.permit_released("idle-many", "first");
-        many_held.release().unwrap();
+        released_or_late(many_held.release());
     });
     history.check_permits(1);
     assert_eq!(failures.into_inner().unwrap(), Vec::<String>::new());

@@ -22,7 +22,7 @@ use diesel::QueryResult;
 
 use super::statements::{push_finish_assignments, push_stamp_check, ClaimModel, ClaimSql};
 use super::{Claimable, Finish};
-use crate::backend::{Dialect, SqlDialect};
+use crate::backend::{BackendKind, Dialect, SqlDialect};
 
 /// Rows per statement: at most 4 binds each (composite keys add more), far below every
 /// backend's limit on parameters.
@@ -107,10 +107,27 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> BatchFinishStmt<'a, M, DB> {
     /// `state = <claimed> AND ((<pk 1> AND owner = $ AND attempts = $) OR …)`, or with a
     /// [shared owner](Self::shared_owner) `state = <claimed> AND owner = $ AND ((<pk 1> AND
     /// attempts = $) OR …)`: the same rows match either way.
+    ///
+    /// On SQLite the terms every row of the batch shares (the state, a shared owner) are written
+    /// `+col = …`, which keeps an index on those columns out of the plan. Without statistics
+    /// SQLite takes any equality on an indexed column for a handful of rows, and would read
+    /// every claimed row of the table through the state's index, testing each against the
+    /// batch's keys: 0.35 s for 200 keys among 70,000 claimed rows, where the keys' own lookups
+    /// (`MULTI-INDEX OR` on the primary key) take 2 ms (measured with SQLite 3.40).
     fn push_still_ours<'b>(&'b self, out: &mut AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        let unindexed = if DB::KIND == BackendKind::Sqlite {
+            "+"
+        } else {
+            ""
+        };
+        out.push_sql(unindexed);
         M::CLAIMED_SQL.push_eq(out, M::STATE)?;
-        if let Some(owner) = self.shared_owner {
-            push_stamp_check::<M, DB>(out, owner, &None)?;
+        if let (Some(Some(owner)), Some(col)) = (self.shared_owner, M::OWNER) {
+            out.push_sql(" AND ");
+            out.push_sql(unindexed);
+            out.push_identifier(col)?;
+            out.push_sql(" = ");
+            DB::bind_opt_str(out, owner)?;
         }
         out.push_sql(" AND (");
         for (i, row) in self.padded_rows().enumerate() {
