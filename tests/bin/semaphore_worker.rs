@@ -74,13 +74,18 @@ where
             } else {
                 (sem, RwLock::new(resource.as_str()))
             };
+            // Releases wait for the resource's row lock up to 20 s, as the test's own threads
+            // do (tests/semaphore/contention.rs, RELEASE_WAIT): sixteen clients and the
+            // machine's load can hold it longer than the default 2 s.
             let sem = sem
                 .with_ttl(ms(ttl_ms)?)
-                .with_max_poll_interval(ms(max_poll_ms)?);
+                .with_max_poll_interval(ms(max_poll_ms)?)
+                .with_drop_wait(Duration::from_secs(20));
             let rw = rw
                 .with_max_readers(permits.parse()?)
                 .with_ttl(ms(ttl_ms)?)
-                .with_max_poll_interval(ms(max_poll_ms)?);
+                .with_max_poll_interval(ms(max_poll_ms)?)
+                .with_drop_wait(Duration::from_secs(20));
             let rw_kind = kind == "rw" || kind == "control-rw";
             for _ in 0..iterations.parse::<u32>()? {
                 let permit = if rw_kind && rand::random_bool(0.3) {

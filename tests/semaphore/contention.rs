@@ -18,6 +18,8 @@ use crate::common::{TestBackend, TestDb};
 const TTL: Duration = Duration::from_secs(5);
 /// Fast hand-over on SQLite and MySQL, where waiters poll.
 const POLL: Duration = Duration::from_millis(50);
+/// How long a release may wait for the resource's row lock (the workers' is the same).
+const RELEASE_WAIT: Duration = Duration::from_secs(20);
 
 /// ≥ 16 contenders (threads and processes) acquire and release repeatedly with random holds;
 /// replaying the recorded enter/exit history never shows more than `permits` holders.
@@ -67,11 +69,18 @@ where
     } else {
         (RwLock::new(resource), Semaphore::new(resource, permits))
     };
+    // A release waits for the resource's row lock at most its drop wait (2 s by default), and
+    // sixteen clients of one resource, with the machine's load beside them, can keep it longer:
+    // a release that gave up would fail the test on the time it took, not on who held what.
     let rw = rw
         .with_max_readers(permits)
         .with_ttl(TTL)
-        .with_max_poll_interval(POLL);
-    let sem = sem.with_ttl(TTL).with_max_poll_interval(POLL);
+        .with_max_poll_interval(POLL)
+        .with_drop_wait(RELEASE_WAIT);
+    let sem = sem
+        .with_ttl(TTL)
+        .with_max_poll_interval(POLL)
+        .with_drop_wait(RELEASE_WAIT);
     std::thread::scope(|s| {
         for t in 0..THREADS {
             let (pool, rw, sem) = (&pool, &rw, &sem);
