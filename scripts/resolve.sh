@@ -10,8 +10,8 @@
 #
 # The workspace's own Cargo.lock pins what the full suite runs with; these passes make sure a
 # requirement such as `diesel = "2.4"` holds at both of its ends. `newest` builds everything
-# (`--workspace --all-features --bins --tests`), `oldest` the published crates and the
-# integration suite; both run a fast part: the library crates' unit tests and doctests and the
+# (`--workspace --all-features --bins --tests`), `oldest` the published crates, the integration
+# suite and the CLI; both run a fast part: the library crates' unit tests and doctests and the
 # integration suite's SQLite tests. When `cargo update` changes nothing, `newest` says so and
 # stops: the full suite has just run those exact versions.
 #
@@ -60,13 +60,13 @@ else
 fi
 
 # `newest` builds every package (what a contributor gets after `cargo update`); `oldest` the
-# three published crates and the integration suite, the only packages whose requirements users
-# resolve (the CLI, benchmark and examples are not published): that build is cold, and the
-# benchmark's peers alone would double it.
+# three published crates, the integration suite and the CLI its `ops::` tests run: the
+# benchmark and the examples are not published, that build is cold, and the benchmark's peers
+# alone would double it.
 if [ "$MODE" = newest ]; then
     PACKAGES=(--workspace)
 else
-    PACKAGES=(-p lease-core -p lease-derive -p diesel-lease -p diesel-lease-tests)
+    PACKAGES=(-p lease-core -p lease-derive -p diesel-lease -p diesel-lease-tests -p diesel-lease-cli)
 fi
 LIBRARIES=(-p lease-core -p lease-derive -p diesel-lease)
 cargo build "${PACKAGES[@]}" --all-features --bins --tests
