@@ -72,7 +72,7 @@ backend_suite! {
         assert!(diesel_lease::admin::force_release_lease(&mut db.conn(), "nightly").unwrap().is_some());
         assert!(guard.lost_signal().wait_timeout(Duration::from_secs(10)), "the lost signal fires");
         assert!(guard.is_lost());
-        assert!(!guard.release().unwrap(), "a lost lease is not released as if held");
+        assert!(guard.release().unwrap().was_lost(), "a lost lease is not released as if held");
     }
 
     /// `run_exclusive` and `with_lock` on the deadpool pool see a lease an r2d2 holder keeps,
@@ -94,7 +94,7 @@ backend_suite! {
             .unwrap()
         };
         assert_eq!(ran, None, "the r2d2 holder's lease is seen through deadpool connections");
-        assert!(holder.release().unwrap());
+        assert!(holder.release().unwrap().was_held());
         let token = run_exclusive(&source, "digest", &options, |lease| Ok::<_, Error>(lease.token().get()))
             .unwrap()
             .expect("free once released");
@@ -148,7 +148,7 @@ backend_suite! {
                         most.fetch_max(now, Ordering::SeqCst);
                         std::thread::sleep(Duration::from_millis(40));
                         inside.fetch_sub(1, Ordering::SeqCst);
-                        assert!(permit.release()?, "held until released");
+                        assert!(permit.release()?.was_held(), "held until released");
                     }
                     Ok::<_, Error>(())
                 })

@@ -235,7 +235,7 @@ fn lease_guards_have_one_holder_at_a_time_and_increasing_tokens(db: &TestDb<Post
                     std::thread::sleep(Duration::from_millis(hold));
                     guard.ensure_held().expect("held throughout, kept alive");
                     holders.fetch_sub(1, Ordering::SeqCst);
-                    assert!(guard.release().unwrap(), "released while held");
+                    assert!(guard.release().unwrap().was_held(), "released while held");
                 }
             });
         }
@@ -268,7 +268,7 @@ fn a_semaphore_never_has_more_than_n_holders(db: &TestDb<Postgres>, url: &str) {
                     grants.fetch_add(1, Ordering::SeqCst);
                     std::thread::sleep(Duration::from_millis(15));
                     holders.fetch_sub(1, Ordering::SeqCst);
-                    assert!(permit.release().unwrap());
+                    assert!(permit.release().unwrap().was_held());
                 }
             });
         }
@@ -281,13 +281,13 @@ fn a_semaphore_never_has_more_than_n_holders(db: &TestDb<Postgres>, url: &str) {
     std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(200));
-            assert!(held.release().unwrap());
+            assert!(held.release().unwrap().was_held());
         });
         let mut conn = pool.get().unwrap();
         let permit = mutex
             .acquire_on(&mut conn, Duration::from_secs(30))
             .unwrap();
-        assert!(permit.release(&mut conn).unwrap());
+        assert!(permit.release(&mut conn).unwrap().was_held());
     });
 }
 
@@ -359,14 +359,14 @@ fn waiters_are_woken_through_the_direct_listen_url(db: &TestDb<Postgres>, url: &
         // Past the waiter's polls that the listener's first LISTEN causes.
         std::thread::sleep(Duration::from_millis(500));
         let released = Instant::now();
-        assert!(holder.release().unwrap());
+        assert!(holder.release().unwrap().was_held());
         let permit = waiter.join().unwrap().expect("woken, not timed out");
         assert!(
             released.elapsed() < Duration::from_secs(10),
             "handed over after {:?}",
             released.elapsed()
         );
-        assert!(permit.release().unwrap());
+        assert!(permit.release().unwrap().was_held());
     });
 }
 
@@ -391,9 +391,9 @@ fn without_a_listen_url_nothing_listens_and_waiters_poll(db: &TestDb<Postgres>, 
         wait_for_queue(db, &sem, 2);
         std::thread::sleep(Duration::from_millis(300));
         assert_eq!(listener_roles(db), Vec::<String>::new(), "nothing listens");
-        assert!(holder.release().unwrap());
+        assert!(holder.release().unwrap().was_held());
         let permit = waiter.join().unwrap().expect("granted at a poll");
-        assert!(permit.release().unwrap());
+        assert!(permit.release().unwrap().was_held());
     });
 }
 

@@ -127,7 +127,8 @@ fn bad_input_is_refused<B: TestBackend>(db: &TestDb<B>) {
 
     // A name at the limit works on every backend.
     let long = Semaphore::mutex("é".repeat(127));
-    long.try_acquire(&pool)
+    let _ = long
+        .try_acquire(&pool)
         .unwrap()
         .expect("free")
         .release()
@@ -164,7 +165,7 @@ fn permits_mismatch_is_refused_while_in_use<B: TestBackend>(db: &TestDb<B>) {
             ..
         })
     ));
-    five_held.release().unwrap();
+    let _ = five_held.release().unwrap();
 }
 
 fn timeout_zero_tries_once<B: TestBackend>(db: &TestDb<B>) {
@@ -189,7 +190,7 @@ fn timeout_zero_tries_once<B: TestBackend>(db: &TestDb<B>) {
     let q = queue::<B>(&pool, "m");
     assert_eq!(q.len(), 1, "failed attempts leave no ticket: {q:?}");
     assert_eq!(q[0].ticket, held.ticket());
-    held.release().unwrap();
+    let _ = held.release().unwrap();
 }
 
 /// A wait of a month (longer than PostgreSQL's `lock_timeout` takes, an `int` of milliseconds,
@@ -203,10 +204,10 @@ fn a_wait_of_a_month_is_a_wait<B: TestBackend>(db: &TestDb<B>) {
     let month = Duration::from_secs(30 * 24 * 3600);
     for wait in [month, Duration::from_millis(u64::MAX), Duration::MAX] {
         let held = mutex.acquire(&pool, wait).expect("free: granted");
-        held.release().unwrap();
+        let _ = held.release().unwrap();
         let mut conn = pool.get().unwrap();
         let held = mutex.acquire_on(&mut conn, wait).expect("free: granted");
-        held.release(&mut conn).unwrap();
+        let _ = held.release(&mut conn).unwrap();
     }
 }
 
@@ -225,9 +226,9 @@ fn releasing_twice_or_after_loss_is_not_held<B: TestBackend>(db: &TestDb<B>) {
         ),
         "{inside:?}"
     );
-    assert!(manual.release(&mut conn).unwrap());
+    assert!(manual.release(&mut conn).unwrap().was_held());
     assert!(
-        !manual.release(&mut conn).unwrap(),
+        manual.release(&mut conn).unwrap().was_lost(),
         "a second release reports that nothing was held"
     );
     assert!(matches!(
@@ -239,7 +240,7 @@ fn releasing_twice_or_after_loss_is_not_held<B: TestBackend>(db: &TestDb<B>) {
     let permit = sem.acquire(&pool, LONG).unwrap();
     delete_requests(db);
     assert!(
-        !permit.release().unwrap(),
+        permit.release().unwrap().was_lost(),
         "the release reports the lost permit"
     );
     assert!(queue::<B>(&pool, "reports").is_empty());
@@ -264,7 +265,7 @@ fn heartbeat_keeps_a_permit_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
     let next = mutex.try_acquire(&pool).unwrap().expect("free again");
     drop(permit); // releasing a lost permit does not touch the new holder
     assert_eq!(granted::<B>(&pool, "long-job"), 1);
-    next.release().unwrap();
+    let _ = next.release().unwrap();
 }
 
 fn drop_releases_and_resources_are_independent<B: TestBackend>(db: &TestDb<B>) {
@@ -299,7 +300,7 @@ fn owners_are_recorded<B: TestBackend>(db: &TestDb<B>) {
     assert!(q[0].granted);
     assert!(q[0].granted_at_micros.is_some());
     assert!(q[0].expires_at_micros > q[0].requested_at_micros);
-    permit.release().unwrap();
+    let _ = permit.release().unwrap();
 }
 
 fn refused_inside_a_transaction<B: TestBackend>(db: &TestDb<B>) {
@@ -333,7 +334,8 @@ fn refused_inside_a_transaction<B: TestBackend>(db: &TestDb<B>) {
         "{aborted:?}"
     );
     // The connection is fine afterwards.
-    sem.acquire_on(&mut conn, LONG)
+    let _ = sem
+        .acquire_on(&mut conn, LONG)
         .unwrap()
         .release(&mut conn)
         .unwrap();
@@ -355,11 +357,11 @@ fn plain_connections_hand_a_mutex_over<B: TestBackend>(db: &TestDb<B>) {
             let waiting = s.spawn(|| mutex.acquire_on(&mut waiter, Duration::from_secs(20)));
             // Ordering only: the waiter queued before the release, or it finds the mutex free.
             std::thread::sleep(Duration::from_millis(20));
-            assert!(held.release(&mut holder).unwrap());
+            assert!(held.release(&mut holder).unwrap().was_held());
             waiting.join().unwrap()
         });
         let got = got.unwrap_or_else(|e| panic!("round {round}: {e:?}"));
-        assert!(got.release(&mut waiter).unwrap());
+        assert!(got.release(&mut waiter).unwrap().was_held());
     }
 }
 
@@ -440,8 +442,8 @@ fn a_granted_waiter_behind_a_frozen_writer_gives_up_at_its_deadline(
             }
             // Rare: the waiter confirmed its grant between the blocker's two transactions.
             Ok((permit, mut conn)) if round < 3 => {
-                permit.release(&mut conn).unwrap();
-                held.release(&mut holder).unwrap();
+                let _ = permit.release(&mut conn).unwrap();
+                let _ = held.release(&mut holder).unwrap();
             }
             other => panic!("round {round}: {:?}", other.map(drop)),
         }

@@ -25,7 +25,7 @@ fn migrations_revert_and_apply_again<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
     let options = LeaseOptions::new(std::time::Duration::from_secs(10));
-    lease::try_acquire(&mut c, "job", &options)
+    let _ = lease::try_acquire(&mut c, "job", &options)
         .unwrap()
         .expect("free")
         .release(&mut c)

@@ -58,7 +58,7 @@ where
                 .push(ns);
         }
         *last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        permit.release(conn)?;
+        let _ = permit.release(conn)?;
         Ok(1)
     })?;
     let mut ns = handoffs_ns.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -109,7 +109,7 @@ where
         window,
         |(conn, name, options)| match lease::try_acquire(conn, name, options)? {
             Some(mut held) => {
-                held.release(conn)?;
+                let _ = held.release(conn)?;
                 Ok(1)
             }
             None => Ok(0),

@@ -80,7 +80,7 @@ where
             writeln!(out, "G {}", unix_ns())?;
             std::thread::sleep(Duration::from_millis(args.hold_ms));
             writeln!(out, "R {}", unix_ns())?;
-            permit.release()?;
+            let _ = permit.release()?;
         }
         return Ok(());
     }
@@ -182,7 +182,7 @@ where
         let after = C::questions(&mut counter)?.unwrap_or(0);
         // Minus the counter's own statement.
         rates.push((after - before - 1) as f64 / args.idle_secs as f64);
-        held.release()?;
+        let _ = held.release()?;
         for child in &mut children {
             child.wait()?;
         }

@@ -217,7 +217,7 @@ pub(crate) fn run<C: IdleBackend>(
         for id in first..first + i64::try_from(waiters)? {
             conn.insert(id)?;
         }
-        held.release()?;
+        let _ = held.release()?;
         Ok((claim_rate, sem_rate))
     })?;
     if semaphore_failures.load(Ordering::SeqCst) > 0 {

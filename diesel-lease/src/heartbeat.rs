@@ -383,7 +383,7 @@ impl LostSignal {
     ///     .expect("free");
     /// let signal = guard.lost_signal();
     /// assert_eq!(signal.lost_at(), None);
-    /// guard.release()?;
+    /// assert!(guard.release()?.was_held());
     /// assert!(signal.lost_at().is_some());
     /// # Ok(()) }
     /// # }

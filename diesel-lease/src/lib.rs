@@ -157,7 +157,7 @@ pub use clock::db_now;
 pub use connection::LeaseConnection;
 pub use error::{Error, Result};
 pub use heartbeat::{LostReason, LostSignal};
-pub use held::Held;
+pub use held::{Held, Released};
 pub use lease::{Lease, LeaseGuard, LeaseOptions};
 pub use lease_core::{
     Backoff, ClaimStamp, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl, MAX_OWNER_LEN,

@@ -655,7 +655,9 @@ pub(crate) struct Block11;
 /// let options = LeaseOptions::new(Duration::from_secs(60)); // held at most 60 s
 /// if let Some(mut held) = lease::try_acquire(&mut conn, "nightly-report", &options)? {
 ///     do_the_work(held.token())?;
-///     let in_time = held.release(&mut conn)?; // false if it expired or was taken over meanwhile
+///     if held.release(&mut conn)?.was_lost() {
+///         // it expired or was taken over meanwhile: the work may have run twice
+///     }
 /// }
 /// # Ok(())
 /// # }
@@ -791,7 +793,7 @@ pub(crate) struct BlockCron;
 /// let imports = Semaphore::new("partner-api", 3);
 /// let permit = imports.acquire(&pool, Duration::from_secs(600))?; // waits its turn
 /// import_everything()?;
-/// permit.release()?; // or drop it
+/// let _ = permit.release()?; // or drop it
 ///
 /// let mutex = Semaphore::mutex("schema-change");
 /// if let Some(_held) = mutex.try_acquire(&pool)? { /* never waits */ }

@@ -1,5 +1,7 @@
 //! Compile-fail and compile-pass tests of `#[derive(Claimable)]`: every error message the derive
 //! can produce has a case under `tests/ui/fail/` with the expected compiler output beside it.
+//! `fail/release_answer_ignored.rs` checks that a release's `#[must_use]` answer cannot be
+//! dropped unnoticed.
 //!
 //! The expected output is that of the toolchain CI uses. Regenerate with
 //! `TRYBUILD=overwrite cargo test -p diesel-lease --all-features --test ui` and review every

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use diesel::r2d2::R2D2Connection;
 use diesel_lease::lease::schedule::every;
 use diesel_lease::lease::{self, LeaseOptions};
-use diesel_lease::{BorrowConnection, LeaseConnection};
+use diesel_lease::{BorrowConnection, LeaseConnection, Released};
 
 #[path = "../lease/support.rs"]
 mod support;
@@ -102,10 +102,10 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
                 "EXTEND {}",
                 outcome(held.extend(&mut conn, ms(ttl)))
             ));
-            // A release of a lost lease reports `false`; the protocol keeps its word for it.
+            // A release of a lost lease reports `WasLost`; the protocol keeps its word for it.
             let released = match held.release(&mut conn) {
-                Ok(true) => "ok".to_string(),
-                Ok(false) => "LeaseLost".to_string(),
+                Ok(Released::WasHeld) => "ok".to_string(),
+                Ok(Released::WasLost) => "LeaseLost".to_string(),
                 Err(e) => format!("{e}"),
             };
             say(format!("RELEASE {released}"));
@@ -123,7 +123,7 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
                 taken.token(),
                 record.acquired_at_micros
             ));
-            taken.release(&mut conn).expect("release");
+            let _ = taken.release(&mut conn).expect("release");
         }
         ["contend", name, count] => {
             let mut conn = connect::<C>(url);
@@ -137,7 +137,7 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
                     "INSERT INTO grants (token, pid) VALUES (?, ?)",
                     &[held.token().get(), pid],
                 );
-                held.release(&mut conn).expect("release");
+                let _ = held.release(&mut conn).expect("release");
             }
             say("DONE".to_string());
         }

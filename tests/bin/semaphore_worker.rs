@@ -99,7 +99,7 @@ where
                 pool.get()?.record(who, "enter", mode)?;
                 std::thread::sleep(Duration::from_millis(rand::random_range(0..10)));
                 pool.get()?.record(who, "exit", mode)?;
-                permit.release()?;
+                let _ = permit.release()?;
             }
         }
         ("hold", []) => {
@@ -113,7 +113,7 @@ where
         ("wait", [timeout_ms]) => match sem.acquire(&pool, ms(timeout_ms)?) {
             Ok(permit) => {
                 writeln!(out, "GOT {}", permit.ticket())?;
-                permit.release()?;
+                let _ = permit.release()?;
             }
             Err(diesel_lease::Error::Timeout { .. }) => writeln!(out, "TIMEOUT")?,
             Err(e) => return Err(e.into()),

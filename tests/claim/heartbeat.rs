@@ -168,7 +168,7 @@ backend_suite! {
         assert_eq!(source.wait_for(Duration::from_secs(10), |p| p == Phase::Held), Some(Phase::Held), "no heartbeat came");
         // The release stops the heartbeat (its wait for the held beat runs out) and hands the row
         // back on another connection.
-        assert!(guard.release().unwrap(), "it was still claimed");
+        assert!(guard.release().unwrap().was_held(), "it was still claimed");
         assert_eq!(status(db, 1), "JOBEXTRACTED");
         let mut conn = db.conn();
         let again = StampOnly::claim_next(&mut conn).unwrap().expect("claimable at once");

@@ -290,7 +290,7 @@ backend_suite! {
         conn.batch_execute("SET SESSION innodb_lock_wait_timeout = 7").unwrap();
         let mutex = diesel_lease::semaphore::Semaphore::mutex("session-vars");
         let permit = mutex.acquire_on(&mut conn, Duration::from_secs(3)).unwrap();
-        permit.release(&mut conn).unwrap();
+        let _ = permit.release(&mut conn).unwrap();
         let after = read(&mut conn);
         assert_eq!(after.wait, 7, "the session's lock wait is back");
         assert!(after.var_unset, "@diesel_lease_lock_wait is left in the caller's session");

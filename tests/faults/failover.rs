@@ -198,7 +198,7 @@ fn grant_and_release(conn: &mut PgConnection, n: usize) -> Vec<i64> {
                 .expect("grant")
                 .expect("free");
             let token = lease.token().get();
-            assert!(lease.release(conn).expect("release"), "released");
+            assert!(lease.release(conn).expect("release").was_held(), "released");
             token
         })
         .collect()
@@ -281,7 +281,7 @@ fn replication_is_said(pair: &Pair, mode: Replication) {
             assert_eq!(seen, Seen::SyncStandbys { standbys: 1 });
             assert_eq!(seen.warning(), None);
             let mut lease = granted.unwrap().expect("free");
-            assert!(lease.release(&mut conn).unwrap());
+            assert!(lease.release(&mut conn).unwrap().was_held());
         }
         Replication::Async => {
             assert!(

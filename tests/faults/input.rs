@@ -167,9 +167,9 @@ backend_suite! {
             .expect("free");
         assert_eq!(lease::inspect(&mut conn, "long-owner").unwrap().unwrap().holder, owner.as_str());
         let mut held = held;
-        assert!(held.release(&mut conn).unwrap());
+        assert!(held.release(&mut conn).unwrap().was_held());
         let permit = Semaphore::mutex("long-owner").with_owner(owner).try_acquire(&pool).unwrap().expect("free");
-        assert!(permit.release().unwrap());
+        assert!(permit.release().unwrap().was_held());
     }
 
     /// A lock wait the database ends names what waited: the lease for `try_acquire`, the
@@ -181,10 +181,10 @@ backend_suite! {
         // The lease's and the resource's rows exist (granted once, released).
         let mut conn = db.conn();
         let mut first = lease::try_acquire(&mut conn, "nightly", &LeaseOptions::new(TTL)).unwrap().unwrap();
-        first.release(&mut conn).unwrap();
+        let _ = first.release(&mut conn).unwrap();
         let pool = db.pool(2);
         let mutex = Semaphore::mutex("api").with_drop_wait(Duration::from_millis(300));
-        assert!(mutex.try_acquire(&pool).unwrap().expect("free").release().unwrap());
+        assert!(mutex.try_acquire(&pool).unwrap().expect("free").release().unwrap().was_held());
 
         let mut probe = impatient(db);
         let lease_row = (

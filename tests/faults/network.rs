@@ -138,7 +138,7 @@ network_suite! {
         let mutex = Semaphore::mutex("net-try").with_drop_wait(WAIT);
         let lock = diesel_lease::semaphore::RwLock::new("net-try-rw").with_drop_wait(WAIT);
         // On a working link first: the pool's connections exist and were used.
-        mutex.try_acquire(&pool).unwrap().expect("free").release().unwrap();
+        let _ = mutex.try_acquire(&pool).unwrap().expect("free").release().unwrap();
         proxy.black_hole();
         let (p, m) = (pool.clone(), mutex.clone());
         let (out, took) = within("try_acquire", 2 * WAIT + Duration::from_secs(1), move || m.try_acquire(&p).map(|g| g.is_some()));
@@ -152,7 +152,7 @@ network_suite! {
         // What the abandoned tries queued is gone once the link ends: nothing is held.
         let mut conn = db.conn();
         let free = mutex.acquire_on(&mut conn, TTL + SLACK).expect("free again");
-        free.release(&mut conn).unwrap();
+        let _ = free.release(&mut conn).unwrap();
     }
 
     /// The same for a permit: lost before its row expires, dropped within its drop wait, and the
@@ -178,7 +178,7 @@ network_suite! {
             .acquire_on(&mut conn, TTL + SLACK)
             .expect("admitted after the ttl");
         assert_ne!(next.ticket(), ticket);
-        next.release(&mut conn).unwrap();
+        let _ = next.release(&mut conn).unwrap();
         drop(proxy);
     }
 
@@ -290,9 +290,9 @@ network_suite! {
             eprintln!("{what}: {out:?} after {took:?}");
         }
         drop(proxy);
-        held.release(&mut holder).unwrap();
+        let _ = held.release(&mut holder).unwrap();
         let mut lease_held = lease_held;
-        lease_held.release(&mut holder).unwrap();
+        let _ = lease_held.release(&mut holder).unwrap();
         assert!(claimed.complete(&mut holder).unwrap());
     }
 

@@ -25,6 +25,6 @@ backend_suite! {
         let mut lease = lease::try_acquire(&mut conn, "strict", &strict)
             .unwrap()
             .expect("free");
-        assert!(lease.release(&mut conn).unwrap());
+        assert!(lease.release(&mut conn).unwrap().was_held());
     }
 }

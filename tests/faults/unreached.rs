@@ -66,9 +66,9 @@ backend_suite! {
         three_waits(&pool);
         drop(held);
         let sem = Semaphore::mutex("unreached");
-        sem.acquire(&pool, WAIT).unwrap().release().unwrap();
+        let _ = sem.acquire(&pool, WAIT).unwrap().release().unwrap();
         let options = LeaseOptions::new(Duration::from_secs(60));
-        LeaseGuard::acquire(&pool, "unreached", &options, WAIT)
+        let _ = LeaseGuard::acquire(&pool, "unreached", &options, WAIT)
             .unwrap()
             .release()
             .unwrap();

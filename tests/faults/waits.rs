@@ -88,7 +88,7 @@ fn a_frozen_client_holds_up_nobody_past_their_deadline<B: TestBackend>(db: &Test
     );
     let again = sem.acquire(&pool, TIMEOUT).unwrap();
     assert!(!again.is_lost());
-    again.release().unwrap();
+    let _ = again.release().unwrap();
 }
 
 /// The same connection, used again after its wait for the resource's lock timed out, works
@@ -99,7 +99,8 @@ fn a_connection_whose_lock_wait_timed_out_works_again<B: TestBackend>(db: &TestD
     db.migrate();
     let sem = Semaphore::new(RESOURCE, 3);
     let mut conn = db.conn();
-    sem.acquire_on(&mut conn, TIMEOUT)
+    let _ = sem
+        .acquire_on(&mut conn, TIMEOUT)
         .unwrap()
         .release(&mut conn)
         .unwrap();
@@ -124,7 +125,8 @@ fn a_connection_whose_lock_wait_timed_out_works_again<B: TestBackend>(db: &TestD
         let permit = s.acquire_on(&mut conn, TIMEOUT);
         permit.map(|p| p.release(&mut conn))
     });
-    held.expect("acquired again on the same connection")
+    let _ = held
+        .expect("acquired again on the same connection")
         .expect("released");
 }
 
@@ -181,7 +183,7 @@ fn a_queued_waiter_frozen_out_returns_after_its_deadline_and_one_drop_wait<B: Te
         took < WAITED + LONG_DROP + SLACK,
         "acquire_on took {took:?}: more than its deadline and one drop wait ({LONG_DROP:?})"
     );
-    held.release(&mut holder).unwrap();
+    let _ = held.release(&mut holder).unwrap();
 }
 
 backend_tests!(

@@ -43,8 +43,8 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
     let mut other = lease::try_acquire(&mut c, " report", &opts(1_000))
         .unwrap()
         .expect("a name of its own");
-    report.release(&mut c).unwrap();
-    other.release(&mut c).unwrap();
+    let _ = report.release(&mut c).unwrap();
+    let _ = other.release(&mut c).unwrap();
     // 255 bytes fit the column on every backend, multi-byte characters included.
     let fits = format!("{}{}", "é".repeat(100), "y".repeat(55));
     assert_eq!(fits.len(), 255);
@@ -78,7 +78,7 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
         invalid(held.extend(&mut c, ms(0))),
         InvalidInput::ZeroDuration { .. }
     ));
-    held.release(&mut c).unwrap();
+    let _ = held.release(&mut c).unwrap();
     // Releasing what you no longer hold.
     assert!(matches!(held.release(&mut c), Err(Error::LeaseNotHeld { ref name }) if name == "job"));
     let pool = db.pool(2);
@@ -125,7 +125,7 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
     })
     .unwrap();
     assert!(released.unwrap_err().contains("transaction"));
-    outside.release(&mut c).unwrap();
+    let _ = outside.release(&mut c).unwrap();
     // Error messages say what to do.
     let msg = Error::from(InvalidInput::EmptyName { what: "lease" }).to_string();
     assert!(msg.contains("non-empty name"), "{msg}");
@@ -168,7 +168,7 @@ fn the_last_fencing_token_is_refused<B: TestBackend>(db: &TestDb<B>) {
     let mut first = lease::try_acquire(&mut c, "job", &opts(10_000))
         .unwrap()
         .expect("free");
-    first.release(&mut c).unwrap();
+    let _ = first.release(&mut c).unwrap();
     batch(
         &mut c,
         "UPDATE diesel_lease_leases SET token = 9223372036854775807, expires_at = 0",

@@ -87,7 +87,7 @@ fn cron_runs_each_slot_once_across_nodes<B: TestBackend>(db: &TestDb<B>) {
 /// beyond its one-second grace (more than 1.5 s, less than 4 s after it).
 fn an_hour_of_missed_slots<B: TestBackend>(db: &TestDb<B>, name: &str, every_five: &Cron) -> i64 {
     let mut conn = db.conn();
-    lease::try_acquire(&mut conn, name, &opts(1_000))
+    let _ = lease::try_acquire(&mut conn, name, &opts(1_000))
         .unwrap()
         .unwrap()
         .release(&mut conn)
@@ -203,7 +203,7 @@ fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
 fn a_cron_grant_past_its_start_bound_is_refused<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut conn = db.conn();
-    lease::try_acquire(&mut conn, "bound", &opts(1_000))
+    let _ = lease::try_acquire(&mut conn, "bound", &opts(1_000))
         .unwrap()
         .unwrap()
         .release(&mut conn)

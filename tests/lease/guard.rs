@@ -32,7 +32,7 @@ fn guard_releases_on_drop<B: TestBackend>(db: &TestDb<B>) {
         .unwrap()
         .expect("released on drop");
     assert_eq!(again.token().get(), 2);
-    again.release().unwrap();
+    let _ = again.release().unwrap();
 }
 
 fn keep_alive_holds_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
@@ -51,7 +51,7 @@ fn keep_alive_holds_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
     }
     assert!(!guard.is_lost());
     assert!(guard.confirm_held().unwrap());
-    guard.release().unwrap();
+    let _ = guard.release().unwrap();
 }
 
 /// `extend` to a shorter ttl paces the keep-alive by the new ttl: beats a third of the first
@@ -79,7 +79,7 @@ fn keep_alive_follows_an_extension_to_a_shorter_ttl<B: TestBackend>(db: &TestDb<
     }
     guard.ensure_held().expect("held for three of the new ttls");
     assert!(guard.confirm_held().unwrap());
-    assert!(guard.release().unwrap());
+    assert!(guard.release().unwrap().was_held());
 }
 
 fn keep_alive_marks_the_guard_lost_when_taken_over<B: TestBackend>(db: &TestDb<B>) {
@@ -113,7 +113,7 @@ fn keep_alive_marks_the_guard_lost_when_taken_over<B: TestBackend>(db: &TestDb<B
     ));
     assert!(matches!(guard.ensure_held(), Err(Error::LeaseLost { .. })));
     assert!(
-        !guard.release().unwrap(),
+        guard.release().unwrap().was_lost(),
         "a lost guard's release reports the loss"
     );
     assert!(
@@ -132,7 +132,7 @@ fn run_exclusive_skips_when_held<B: TestBackend>(db: &TestDb<B>) {
         run_exclusive(&pool, "job", &opts(60_000), |_| Ok::<_, Error>("ran")).unwrap(),
         None
     );
-    held.release().unwrap();
+    let _ = held.release().unwrap();
     let ran = run_exclusive(&pool, "job", &opts(60_000), |lease| {
         Ok::<_, Error>(lease.token().get())
     })
@@ -175,7 +175,7 @@ fn a_release_past_the_local_deadline_says_the_lease_was_lost<B: TestBackend>(db:
         .expect("free");
     until_lost(&|| lease.is_lost());
     assert!(
-        !lease.release(&mut conn).unwrap(),
+        lease.release(&mut conn).unwrap().was_lost(),
         "released past the local deadline"
     );
     // Released or expired, the next holder gets it at once.
@@ -389,7 +389,7 @@ fn leases_interval_and_cron_jobs_share_one_connection<B: TestBackend>(db: &TestD
         let guard = LeaseGuard::try_acquire(&pool, name, &opts(60_000))
             .unwrap()
             .expect("free");
-        assert!(guard.release().unwrap());
+        assert!(guard.release().unwrap().was_held());
         assert_eq!(next_run(name), None, "a plain lease has no next run");
     };
     plain("plain");
@@ -472,7 +472,7 @@ fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend
                 std::thread::sleep(ms(20));
                 inside.fetch_sub(1, Ordering::SeqCst);
                 history.grant_ended("small-pool", &name);
-                guard.release().unwrap();
+                let _ = guard.release().unwrap();
             });
         }
         let until = Instant::now() + ms(3_500);
@@ -490,7 +490,7 @@ fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend
             "a waiter got in while it was held"
         );
         history.grant_ended("small-pool", "holder");
-        holder.release().unwrap();
+        let _ = holder.release().unwrap();
     });
     let tokens = tokens.into_inner().unwrap();
     let expected: Vec<i64> = (1..=WAITERS as i64).map(|n| held_token + n).collect();
@@ -580,7 +580,7 @@ fn an_extend_waits_for_a_keep_alive_extension_under_way<B: TestBackend>(db: &Tes
         "the database kept the extension's expiry: {kept} µs later than the grant's"
     );
     guard.ensure_held().expect("held");
-    assert!(guard.release().unwrap());
+    assert!(guard.release().unwrap().was_held());
 }
 
 backend_tests!(mod locking on [postgres, mysql]: an_extend_waits_for_a_keep_alive_extension_under_way);

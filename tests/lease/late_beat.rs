@@ -39,7 +39,10 @@ fn a_keep_alive_extension_landing_after_the_release_changes_nothing<B: TestBacke
     // The release stops the keep-alive (its wait for the held beat runs out) and releases on
     // another connection of the pool.
     let signal = guard.lost_signal();
-    assert!(guard.release().expect("released"), "it was still held");
+    assert!(
+        guard.release().expect("released").was_held(),
+        "it was still held"
+    );
     let mut watcher = db.conn();
     let released = lease::inspect(&mut watcher, &name).unwrap().unwrap();
     assert!(released.released_at_micros.is_some(), "{released:?}");

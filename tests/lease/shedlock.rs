@@ -59,7 +59,7 @@ fn lock_twice_in_a_row_after_release<B: TestBackend>(db: &TestDb<B>) {
             .unwrap()
             .expect("free");
         tokens.push(held.token().get());
-        held.release(&mut c).unwrap();
+        let _ = held.release(&mut c).unwrap();
     }
     assert_eq!(tokens, [1, 2, 3]);
 }
@@ -93,7 +93,7 @@ fn lock_right_after_unlock<B: TestBackend>(db: &TestDb<B>) {
     let mut first = lease::try_acquire(&mut a, "job", &opts(60_000))
         .unwrap()
         .expect("free");
-    first.release(&mut a).unwrap();
+    let _ = first.release(&mut a).unwrap();
     let second = lease::try_acquire(&mut b, "job", &opts(60_000)).unwrap();
     assert_eq!(second.map(|l| l.token().get()), Some(2));
 }
@@ -110,7 +110,7 @@ fn at_least_for_keeps_it_held_after_release<B: TestBackend>(db: &TestDb<B>) {
         .unwrap()
         .unwrap()
         .acquired_at_micros;
-    first.release(&mut a).unwrap();
+    let _ = first.release(&mut a).unwrap();
     let record = lease::inspect(&mut b, "job").unwrap().unwrap();
     // Released before at_least_for ran out (database clock): held until acquired_at + at_least_for.
     if record.read_at_micros < acquired + at_least {
@@ -149,7 +149,7 @@ fn extend_several_times<B: TestBackend>(db: &TestDb<B>) {
             .is_none());
     }
     assert!(held.confirm_held(&mut a).unwrap());
-    held.release(&mut a).unwrap();
+    let _ = held.release(&mut a).unwrap();
     assert!(lease::try_acquire(&mut b, "job", &opts(5_000))
         .unwrap()
         .is_some());
@@ -161,7 +161,7 @@ fn cannot_extend_unlocked_lock<B: TestBackend>(db: &TestDb<B>) {
     let mut held = lease::try_acquire(&mut c, "job", &opts(5_000))
         .unwrap()
         .expect("free");
-    held.release(&mut c).unwrap();
+    let _ = held.release(&mut c).unwrap();
     assert!(matches!(
         held.extend(&mut c, ms(5_000)),
         Err(Error::LeaseNotHeld { .. })
@@ -192,7 +192,7 @@ fn cannot_extend_expired_lock<B: TestBackend>(db: &TestDb<B>) {
     assert!(held.is_lost());
     assert!(matches!(held.ensure_held(), Err(Error::LeaseLost { .. })));
     assert!(
-        !held.release(&mut c).unwrap(),
+        held.release(&mut c).unwrap().was_lost(),
         "a lost lease's release reports the loss"
     );
 }
@@ -221,12 +221,12 @@ fn cannot_extend_or_release_after_losing_it<B: TestBackend>(db: &TestDb<B>) {
         other => panic!("expected LeaseLost, got {other:?}"),
     }
     assert!(
-        !first.release(&mut a).unwrap(),
+        first.release(&mut a).unwrap().was_lost(),
         "a lost lease's release reports the loss"
     );
     // The loser's calls changed nothing for the new holder.
     assert!(second.confirm_held(&mut b).unwrap());
-    second.release(&mut b).unwrap();
+    let _ = second.release(&mut b).unwrap();
 }
 
 /// 8 threads, 2 names, a read-sleep-write counter per name guarded only by the lease. Each
@@ -277,7 +277,7 @@ fn fuzz_counter_under_lease_is_exact<B: TestBackend>(db: &TestDb<B>) {
                         &[n + 1, id],
                     );
                     history.grant_ended(&name, &holder);
-                    held.release(&mut c).unwrap();
+                    let _ = held.release(&mut c).unwrap();
                 }
             })
         })

@@ -428,7 +428,7 @@ fn a_released_lease_kept_by_its_at_least_for_is_listed_as_kept<B: TestBackend>(d
     let mut held = diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
         .unwrap()
         .expect("free");
-    assert!(held.release(&mut conn).unwrap());
+    assert!(held.release(&mut conn).unwrap().was_held());
     let table = ok(db, &["leases"]);
     let row = table
         .lines()

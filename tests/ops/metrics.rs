@@ -94,7 +94,7 @@ backend_suite! {
             assert!(paused.extend(&mut conn, Duration::from_secs(1)).is_err());
 
             let permit = Semaphore::new("metrics", 1).acquire_on(&mut conn, Duration::from_secs(5)).unwrap();
-            permit.release(&mut conn).unwrap();
+            let _ = permit.release(&mut conn).unwrap();
         });
         assert_eq!(sums.get("diesel_lease_claims_total{table=importjobs}"), 5.0);
         assert_eq!(sums.get("diesel_lease_claim_seconds{table=importjobs}"), 2.0, "one sample per claim statement");

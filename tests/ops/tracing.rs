@@ -127,7 +127,7 @@ fn an_operation_is_one_span_with_its_fields<B: TestBackend>(db: &TestDb<B>) {
         let mut held = lease::try_acquire(&mut conn, &name, &opts(5_000))
             .unwrap()
             .unwrap();
-        held.release(&mut conn).unwrap();
+        let _ = held.release(&mut conn).unwrap();
     });
     let text = capture.text();
     let acquire = text

@@ -96,7 +96,7 @@ where
                     pool.get().unwrap().record(&who, "enter", mode).unwrap();
                     std::thread::sleep(Duration::from_millis(rand::random_range(0..10)));
                     pool.get().unwrap().record(&who, "exit", mode).unwrap();
-                    permit.release().unwrap();
+                    let _ = permit.release().unwrap();
                 }
             });
         }
@@ -168,7 +168,7 @@ fn commit_order_race_never_admits_two<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 8);
     let mutex = Semaphore::mutex("race").with_ttl(TTL);
     // Make sure the resource row exists, like in a running system.
-    mutex
+    let _ = mutex
         .try_acquire(&pool)
         .unwrap()
         .unwrap()
@@ -253,7 +253,7 @@ where
     };
     let (slow, fast) = (make("slow"), make("fast"));
     // The resource row exists, as in a running system.
-    fast.try_acquire(&pool).unwrap().unwrap().release().unwrap();
+    let _ = fast.try_acquire(&pool).unwrap().unwrap().release().unwrap();
     let order = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for (who, sem, delay) in [("slow", &slow, 0), ("fast", &fast, 200)] {
@@ -265,7 +265,7 @@ where
                 order.lock().unwrap().push((who, permit.ticket()));
                 std::thread::sleep(Duration::from_millis(50));
                 pool.get().unwrap().record(who, "exit", "shared").unwrap();
-                permit.release().unwrap();
+                let _ = permit.release().unwrap();
             });
         }
     });
@@ -297,7 +297,7 @@ fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
                 order.lock().unwrap().push((i, permit.ticket()));
                 std::thread::sleep(Duration::from_millis(5));
                 history.permit_released("fifo", &format!("waiter-{i}"));
-                permit.release().unwrap();
+                let _ = permit.release().unwrap();
             });
             // Queue them one after the other, so request order is known.
             wait_until("the waiter is queued", || {
@@ -307,7 +307,7 @@ fn grants_come_in_ticket_order<B: TestBackend>(db: &TestDb<B>) {
         let q = queue::<B>(&pool, "fifo");
         assert_eq!(q.iter().filter(|r| r.granted).count(), 1);
         history.permit_released("fifo", "first");
-        holder.release().unwrap();
+        let _ = holder.release().unwrap();
     });
     history.check_permits(1);
     let order = order.into_inner().unwrap();
@@ -332,7 +332,7 @@ fn writer_is_not_starved_by_readers<B: TestBackend>(db: &TestDb<B>) {
             let w = rw_ref.write(pool_ref, LONG).unwrap();
             order_ref.lock().unwrap().push("writer".to_string());
             std::thread::sleep(Duration::from_millis(50));
-            w.release().unwrap();
+            let _ = w.release().unwrap();
         });
         wait_until("the writer is queued", || {
             queue::<B>(&pool, "list").len() == 3
@@ -341,7 +341,7 @@ fn writer_is_not_starved_by_readers<B: TestBackend>(db: &TestDb<B>) {
             s.spawn(move || {
                 let r = rw_ref.read(pool_ref, LONG).unwrap();
                 order_ref.lock().unwrap().push(format!("reader-{i}"));
-                r.release().unwrap();
+                let _ = r.release().unwrap();
             });
         }
         wait_until("the late readers are queued", || {
@@ -382,9 +382,9 @@ fn waiting_writer_timeout_lets_readers_in<B: TestBackend>(db: &TestDb<B>) {
         let q = queue::<B>(&pool, "doc");
         assert_eq!(q.len(), 2, "{q:?}");
         assert!(q.iter().all(|r| r.granted && r.mode == Mode::Shared));
-        r2.release().unwrap();
+        let _ = r2.release().unwrap();
     });
-    r1.release().unwrap();
+    let _ = r1.release().unwrap();
 }
 
 /// A resource row deleted while an acquirer waits for its lock (what the last release of a
@@ -401,7 +401,7 @@ where
     let pool = setup(db, 4);
     let mutex = Semaphore::mutex("gone");
     // The row exists, as for a key that was used before.
-    mutex
+    let _ = mutex
         .try_acquire(&pool)
         .unwrap()
         .unwrap()
@@ -449,7 +449,7 @@ where
     assert_eq!(q.len(), 1, "{q:?}");
     assert!(q[0].granted && q[0].ticket == permit.ticket(), "{q:?}");
     assert_eq!(count(rows), 1, "the row is back");
-    permit.release().unwrap();
+    let _ = permit.release().unwrap();
 }
 
 backend_tests!(

@@ -109,7 +109,7 @@ fn seed_style_insert_never_makes_two_holders<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 8);
     control_table(db);
     let mutex = ProcessControl::semaphore("race", 1).with_ttl(TTL);
-    mutex
+    let _ = mutex
         .try_acquire(&pool)
         .unwrap()
         .unwrap()
@@ -167,7 +167,7 @@ fn a_dead_holder_is_cleaned_up<B: TestBackend>(db: &TestDb<B>) {
     let pool = setup(db, 4);
     control_table(db);
     let mutex = ProcessControl::semaphore("cleanup", 1);
-    mutex
+    let _ = mutex
         .try_acquire(&pool)
         .unwrap()
         .unwrap()
@@ -185,7 +185,7 @@ fn a_dead_holder_is_cleaned_up<B: TestBackend>(db: &TestDb<B>) {
     let q = mutex.queue(&mut conn).unwrap();
     assert_eq!(q.len(), 1, "the stale row is gone: {q:?}");
     assert_eq!(q[0].ticket, permit.ticket());
-    permit.release().unwrap();
+    let _ = permit.release().unwrap();
 }
 
 diesel::table! {
@@ -227,7 +227,7 @@ fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
         let waiter = s.spawn(|| mutex.acquire(&pool, LONG).unwrap());
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(mutex.queue(&mut pool.get().unwrap()).unwrap().len(), 2);
-        held.release().unwrap();
+        let _ = held.release().unwrap();
         waiter.join().unwrap()
     });
     let q = mutex.queue(&mut pool.get().unwrap()).unwrap();
@@ -305,8 +305,8 @@ fn a_builtin_semaphore_named_like_a_lock_row_adds_no_holders<B: TestBackend>(db:
             builtin_holder.ticket()
         );
         // Each queue still hands over to its own waiter.
-        holder.release().unwrap();
-        builtin_holder.release().unwrap();
+        let _ = holder.release().unwrap();
+        let _ = builtin_holder.release().unwrap();
         let next = waiter.join().unwrap();
         let builtin_next = builtin_waiter.join().unwrap();
         assert_eq!(mutex.queue(&mut conn).unwrap().len(), 1);

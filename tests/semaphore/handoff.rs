@@ -42,7 +42,7 @@ fn a_waiter_in_another_process_notices_a_release_at_once<B: TestBackend>(db: &Te
     });
     std::thread::sleep(HOLD);
     let released = Instant::now();
-    held.release().unwrap();
+    let _ = held.release().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -64,7 +64,7 @@ fn a_waiter_in_the_same_process_notices_a_release_at_once<B: TestBackend>(db: &T
         let waiter = s.spawn(|| {
             let permit = sem.acquire(&pool, TTL).unwrap();
             let granted = Instant::now();
-            permit.release().unwrap();
+            let _ = permit.release().unwrap();
             granted
         });
         wait_until("the waiter is queued", || {
@@ -72,7 +72,7 @@ fn a_waiter_in_the_same_process_notices_a_release_at_once<B: TestBackend>(db: &T
         });
         std::thread::sleep(HOLD);
         let released = Instant::now();
-        held.release().unwrap();
+        let _ = held.release().unwrap();
         let noticed = waiter.join().unwrap().duration_since(released);
         assert!(
             noticed < NOTICED_WITHIN,
@@ -107,14 +107,14 @@ fn postgres_acquire_on_keeps_the_callers_listen() {
             std::thread::scope(|s| {
                 let waiter = s.spawn(|| {
                     let permit = sem.acquire_on(&mut conn, TTL).unwrap();
-                    assert!(permit.release(&mut conn).unwrap());
+                    assert!(permit.release(&mut conn).unwrap().was_held());
                 });
                 wait_until("the waiter is queued", || {
                     queue::<crate::common::Postgres>(&pool, "listen-on").len() == 2
                 });
                 // Sent while the waiter waits.
                 db.conn().batch_execute("NOTIFY mine, 'during'").unwrap();
-                held.release().unwrap();
+                let _ = held.release().unwrap();
                 waiter.join().unwrap();
             });
             db.conn().batch_execute("NOTIFY mine, 'after'").unwrap();

@@ -35,7 +35,7 @@ struct Fared {
 /// pool's connection timeout, and the release goes on in the background (as documented). How
 /// long that lock takes depends on the machine's load; the test judges who held the mutex when,
 /// and that every waiter got it in the end.
-fn released_or_late(released: diesel_lease::Result<bool>) {
+fn released_or_late(released: diesel_lease::Result<diesel_lease::Released>) {
     match released {
         Ok(_) => {}
         Err(diesel_lease::Error::Timeout { .. }) => {}
@@ -167,8 +167,8 @@ fn a_head_that_waits_long_reads_its_row_less_often<B: TestBackend>(db: &TestDb<B
             "a head of the queue that waited {HEAD_AGE:?} sent {sent} statements in {WINDOW:?}"
         );
         assert!(!waiter.is_finished(), "nobody enters a held mutex");
-        held.release().unwrap();
-        waiter
+        let _ = held.release().unwrap();
+        let _ = waiter
             .join()
             .unwrap()
             .expect("the head gets the mutex once it is released")

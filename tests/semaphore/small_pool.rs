@@ -41,7 +41,7 @@ fn holder_keeps_its_permit_while_waiters_share_the_pool<B: TestBackend>(db: &Tes
                 granted.lock().unwrap().push(permit.ticket());
                 std::thread::sleep(Duration::from_millis(20));
                 history.permit_released("small-pool", &format!("waiter-{i}"));
-                permit.release().unwrap();
+                let _ = permit.release().unwrap();
             });
             // One after the other, so the request order is known.
             wait_until("the waiter is queued", || {
@@ -69,7 +69,7 @@ fn holder_keeps_its_permit_while_waiters_share_the_pool<B: TestBackend>(db: &Tes
         }
         assert!(!holder.is_lost());
         history.permit_released("small-pool", "holder");
-        holder.release().unwrap();
+        let _ = holder.release().unwrap();
         waiting
     });
     history.check_permits(1);
@@ -140,7 +140,7 @@ mod listener {
                     tx.send((permit.ticket(), Instant::now())).unwrap();
                     std::thread::sleep(Duration::from_millis(100));
                     released.lock().unwrap().push(Instant::now());
-                    permit.release().unwrap();
+                    let _ = permit.release().unwrap();
                 });
                 wait_until("the waiter is queued", || {
                     queue_on::<Postgres>(&mut watcher, mutex.resource()).len() == i + 2
@@ -152,7 +152,7 @@ mod listener {
             // Backoff from 5 ms doubles to the 10 s cap per poll by now.
             std::thread::sleep(Duration::from_secs(12));
             released.lock().unwrap().push(Instant::now());
-            holder.release().unwrap();
+            let _ = holder.release().unwrap();
         });
         drop(tx);
         let grants: Vec<(i64, Instant)> = rx.iter().collect();
@@ -203,7 +203,7 @@ mod listener {
             let waiter = s.spawn(|| {
                 let permit = polling.acquire(&pool, LONG).unwrap();
                 let granted = Instant::now();
-                permit.release().unwrap();
+                let _ = permit.release().unwrap();
                 granted
             });
             wait_until("the waiter is queued", || {
@@ -221,7 +221,7 @@ mod listener {
             // Let the waiter's polls settle at one per 200 ms.
             std::thread::sleep(Duration::from_secs(1));
             let released = Instant::now();
-            holder.release().unwrap();
+            let _ = holder.release().unwrap();
             let granted = waiter.join().unwrap();
             let waited = granted.duration_since(released);
             eprintln!("release -> grant by polling, listener down: {waited:?}");

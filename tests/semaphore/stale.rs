@@ -55,7 +55,7 @@ fn killed_holder_is_replaced_after_its_ttl<B: TestBackend>(db: &TestDb<B>) {
         granted_at >= dead_until,
         "granted at {granted_at}, before the dead holder expired at {dead_until}"
     );
-    permit.release().unwrap();
+    let _ = permit.release().unwrap();
 }
 
 /// A waiter that times out leaves no ticket; a waiter process killed while waiting stops
@@ -93,13 +93,13 @@ fn waiters_that_give_up_leave_no_ticket<B: TestBackend>(db: &TestDb<B>) {
     });
     child.kill().unwrap();
     child.wait().unwrap();
-    held.release().unwrap();
+    let _ = held.release().unwrap();
     // The dead waiter may be granted first (it was next in line); after its ttl it is removed.
     let next = mutex.acquire(&pool, LONG).unwrap();
     let q = queue::<B>(&pool, "waiters");
     assert_eq!(q.len(), 1, "the dead waiter's ticket is gone: {q:?}");
     assert_eq!(q[0].ticket, next.ticket());
-    next.release().unwrap();
+    let _ = next.release().unwrap();
 }
 
 /// An idle waiter costs about one query per second: count its polls with a trigger on its
@@ -145,7 +145,7 @@ where
         polls <= 10 + waited as i64 + 2,
         "{polls} polls in {waited} s"
     );
-    held.release().unwrap();
+    let _ = held.release().unwrap();
 }
 
 /// PostgreSQL: a release notifies the resource's channel, and a waiter whose polls are far
@@ -168,7 +168,7 @@ fn release_notifies_waiters<B: TestBackend>(db: &TestDb<B>) {
         let waiter = s.spawn(move || {
             let permit = mutex_ref.acquire(pool_ref, LONG).unwrap();
             let woke = Instant::now();
-            permit.release().unwrap();
+            let _ = permit.release().unwrap();
             woke
         });
         wait_until("the waiter is queued", || {
@@ -176,7 +176,7 @@ fn release_notifies_waiters<B: TestBackend>(db: &TestDb<B>) {
         });
         std::thread::sleep(Duration::from_secs(3)); // let its backoff grow
         let released = Instant::now();
-        held.release().unwrap();
+        let _ = held.release().unwrap();
         wait_until("the release is notified", || {
             notified(&mut listener, "notify")
         });

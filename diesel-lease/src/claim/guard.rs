@@ -16,7 +16,7 @@ use crate::claim::ClaimDialect;
 use crate::clock::DbNow;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{end_within, AnySource, ConnectionSource};
-use crate::{Error, Held, Result};
+use crate::{Error, Held, Released, Result};
 
 /// A row claimed through a pool (an r2d2 pool, or any [`ConnectionSource`]), for work that may run longer than the claim timeout.
 ///
@@ -269,9 +269,9 @@ impl<M: Claimable> Held for ClaimGuard<M> {
     }
 
     /// Hands the row back (first ready state, owner cleared) if this worker still owns the
-    /// claim; `false` when it was rescued or finished meanwhile.
-    fn release(mut self) -> Result<bool> {
-        self.finish(Finish::Ready, None)
+    /// claim; [`Released::WasLost`] when it was rescued or finished meanwhile.
+    fn release(mut self) -> Result<Released> {
+        self.finish(Finish::Ready, None).map(Released::from_held)
     }
 }
 

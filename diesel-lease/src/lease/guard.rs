@@ -13,7 +13,7 @@ use crate::courier::Courier;
 use crate::heartbeat::{Beat, Heartbeat, LostSignal};
 use crate::lease::statements::LeaseStatements;
 use crate::pool::{end_within, AnySource, ConnectionSource};
-use crate::{Error, Held, Result};
+use crate::{Error, Held, Released, Result};
 
 /// A lease taken through a pool (an r2d2 pool, or any [`ConnectionSource`]). It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
@@ -23,7 +23,8 @@ use crate::{Error, Held, Result};
 /// With [`LeaseOptions::keep_alive`], a background heartbeat extends the lease by its ttl every
 /// ttl/3. The guard is *lost* ([`Held`]: [`is_lost`](Held::is_lost) turns true,
 /// [`lost_signal`](Held::lost_signal) fires, [`extend`](Self::extend) returns
-/// [`Error::LeaseLost`](crate::Error::LeaseLost) and [`release`](Held::release) `false`) when an extension finds the lease
+/// [`Error::LeaseLost`](crate::Error::LeaseLost) and [`release`](Held::release)
+/// [`Released::WasLost`]) when an extension finds the lease
 /// expired or granted to someone else, *or* when no extension succeeded before the local
 /// deadline (see [`Lease::is_lost`]): a holder cut off from the database (pool exhausted, network
 /// down, server busy) knows it lost before the database gives the lease to another node.
@@ -223,7 +224,7 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
 
     /// Stops the heartbeat and releases the lease, within `wait` in all whatever the database
     /// does (see `pool::end_within`).
-    fn finish(&mut self, wait: Duration) -> Result<bool> {
+    fn finish(&mut self, wait: Duration) -> Result<Released> {
         let lease = Arc::clone(&self.lease);
         end_within(
             self.heartbeat.take(),
@@ -253,7 +254,7 @@ impl<C: LeaseStatements + R2D2Connection> Held for LeaseGuard<C> {
     /// Stops the keep-alive and releases the lease (see [`Lease::release`]), waiting at most the
     /// pool's connection timeout in all: [`Error::Timeout`](crate::Error::Timeout) after that,
     /// and the release goes on in the background.
-    fn release(mut self) -> Result<bool> {
+    fn release(mut self) -> Result<Released> {
         self.finished = true;
         let wait = self.pool.connection_timeout();
         self.finish(wait)

@@ -53,7 +53,7 @@
 //!     .execute(&mut conn)
 //!     .unwrap();
 //! assert_eq!(written, 1, "0 would mean a later holder got there first: stop");
-//! lease.release(&mut conn).unwrap();
+//! assert!(lease.release(&mut conn).unwrap().was_held());
 //! # }
 //! ```
 //!
@@ -70,7 +70,7 @@ use crate::backend::kind_of;
 use crate::heartbeat::{default_margin, HolderState, LostReason, LostSignal};
 use crate::lease::statements::LeaseStatements;
 use crate::observe::op;
-use crate::{BorrowConnection, Error, Result};
+use crate::{BorrowConnection, Error, Released, Result};
 
 mod guard;
 pub mod job;
@@ -159,7 +159,7 @@ impl LeaseOptions {
     /// let options = LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
     /// // SQLite replicates nothing: the grant goes ahead.
     /// let mut lease = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().expect("free");
-    /// assert!(lease.release(&mut conn).unwrap());
+    /// assert!(lease.release(&mut conn).unwrap().was_held());
     /// # }
     /// ```
     pub fn require_synchronous_replication(mut self, on: bool) -> Self {
@@ -294,7 +294,7 @@ enum State {
 /// let options = LeaseOptions::new(Duration::from_secs(30));
 /// let mut first = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
 /// assert!(lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().is_none());
-/// first.release(&mut conn).unwrap();
+/// assert!(first.release(&mut conn).unwrap().was_held());
 ///
 /// let second = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
 /// assert!(second.token() > first.token());
@@ -558,7 +558,7 @@ impl Lease {
     ///     .unwrap();
     /// lease.extend(&mut conn, Duration::from_secs(60)).unwrap();
     /// assert!(lease.confirm_held(&mut conn).unwrap());
-    /// lease.release(&mut conn).unwrap();
+    /// assert!(lease.release(&mut conn).unwrap().was_held());
     /// # }
     /// ```
     pub fn extend(
@@ -614,16 +614,17 @@ impl Lease {
     /// matches a released grant, not even one sent before the release that reaches the database
     /// after it.
     ///
-    /// `true` when the grant was still held; `false` when it had expired or was taken over, or
-    /// its local deadline had passed ([`is_lost`](Self::is_lost); the row, still this grant's,
-    /// is released all the same) — the protected work ran (partly) unprotected.
-    /// [`Error::LeaseNotHeld`] if it was already released.
+    /// [`Released::WasHeld`] when the grant was still held; [`Released::WasLost`] when it had
+    /// expired or was taken over, or its local deadline had passed
+    /// ([`is_lost`](Self::is_lost); the row, still this grant's, is released all the same) —
+    /// the protected work ran (partly) unprotected. [`Error::LeaseNotHeld`] if it was already
+    /// released.
     pub fn release(
         &mut self,
         conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
-    ) -> Result<bool> {
+    ) -> Result<Released> {
         match self.check_held() {
-            Err(Error::LeaseLost { .. }) => return Ok(false),
+            Err(Error::LeaseLost { .. }) => return Ok(Released::WasLost),
             checked => checked?,
         }
         // Past the local deadline the work ran (partly) unprotected, as far as this holder
@@ -645,10 +646,10 @@ impl Lease {
         })? {
             self.state = State::Released;
             self.local.mark_lost(LostReason::Released);
-            Ok(!expired_here)
+            Ok(Released::from_held(!expired_here))
         } else {
             self.mark_lost(conn);
-            Ok(false)
+            Ok(Released::WasLost)
         }
     }
 
@@ -790,7 +791,7 @@ impl LeaseRecord {
 /// assert!(record.is_held());
 /// assert_eq!(record.token, held.token());
 /// assert_eq!(record.expires_at_micros - record.acquired_at_micros, 30_000_000);
-/// held.release(&mut conn).unwrap();
+/// assert!(held.release(&mut conn).unwrap().was_held());
 /// # }
 /// ```
 pub fn inspect(

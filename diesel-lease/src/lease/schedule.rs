@@ -187,7 +187,7 @@ where
 fn release_or_lost<C: LeaseStatements + R2D2Connection>(guard: LeaseGuard<C>) -> Result<()> {
     let lost = guard.ensure_held().err();
     let (name, token) = (guard.name().to_owned(), guard.token());
-    if guard.release()? {
+    if guard.release()?.was_held() {
         return Ok(());
     }
     Err(lost.unwrap_or(Error::LeaseLost {

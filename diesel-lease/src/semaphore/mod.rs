@@ -22,7 +22,7 @@
 //! let imports = Semaphore::new("partner-api", 3);
 //! let permit = imports.acquire(&pool, Duration::from_secs(60)).unwrap();
 //! // ... call the partner API; the permit heartbeats in the background ...
-//! permit.release().unwrap(); // or just drop it
+//! assert!(permit.release().unwrap().was_held()); // or just drop it
 //! # }
 //! ```
 //!

@@ -12,7 +12,7 @@ use super::request::Request;
 use super::Mode;
 use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
 use crate::pool::{end_within, AnySource, ConnectionSource};
-use crate::{BorrowConnection, Error, Held, Result};
+use crate::{BorrowConnection, Error, Held, Released, Result};
 
 /// A held permit (or read/write lock) whose connections come from a pool (an r2d2 pool, or any
 /// [`ConnectionSource`]).
@@ -84,7 +84,7 @@ where
 
     /// Stops the heartbeat and deletes the permit's row, within `wait` in all whatever the
     /// database does (see `pool::end_within`).
-    fn finish(&mut self, wait: Duration) -> Result<bool> {
+    fn finish(&mut self, wait: Duration) -> Result<Released> {
         self.released = true;
         let held = Permit {
             req: self.held.req.clone(),
@@ -119,11 +119,11 @@ where
         self.held.still_held(!self.is_lost())
     }
 
-    /// Releases the permit and lets the next in line in; `false` when it had already expired
-    /// and been removed. Waits at most the pool's connection timeout in all:
+    /// Releases the permit and lets the next in line in; [`Released::WasLost`] when it had
+    /// already expired and been removed. Waits at most the pool's connection timeout in all:
     /// [`Error::Timeout`](crate::Error::Timeout) after that, and the release goes on in the
     /// background.
-    fn release(mut self) -> Result<bool> {
+    fn release(mut self) -> Result<Released> {
         let wait = self.pool.connection_timeout();
         self.finish(wait)
     }
@@ -195,9 +195,9 @@ where
 /// let sem = Semaphore::new("reports", 2);
 /// let permit = sem.acquire_on(&mut conn, Duration::from_secs(5)).unwrap();
 /// permit.heartbeat(&mut conn).unwrap();
-/// assert!(permit.release(&mut conn).unwrap());
+/// assert!(permit.release(&mut conn).unwrap().was_held());
 /// // Releasing twice is reported, and changes nothing.
-/// assert!(!permit.release(&mut conn).unwrap());
+/// assert!(permit.release(&mut conn).unwrap().was_lost());
 /// # }
 /// ```
 #[derive(Debug)]
@@ -253,12 +253,13 @@ impl Permit {
         self.still_held(held)
     }
 
-    /// Releases the permit and lets the next in line in: `true` when it was still held, `false`
-    /// when it was already released or had expired (nothing else changes then).
+    /// Releases the permit and lets the next in line in: [`Released::WasHeld`] when it was still
+    /// held, [`Released::WasLost`] when it was already released or had expired (nothing else
+    /// changes then).
     pub fn release(
         &self,
         conn: &mut impl BorrowConnection<Conn: SemaphoreDialect>,
-    ) -> Result<bool> {
+    ) -> Result<Released> {
         let conn = conn.borrow_connection();
         let op = crate::observe::op!(
             SemaphoreRelease,
@@ -274,6 +275,7 @@ impl Permit {
         op.finish(released, |&found| {
             (if found { "released" } else { "lost" }, 0)
         })
+        .map(Released::from_held)
     }
 
     /// `Ok` when the statement found the permit's row, [`Error::PermitNotHeld`] otherwise.

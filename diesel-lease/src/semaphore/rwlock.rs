@@ -41,7 +41,7 @@ use crate::{BorrowConnection, OwnerId, Result};
 /// drop((r1, r2));
 /// let w = list.write(&pool, Duration::from_secs(5)).unwrap();
 /// assert!(list.try_read(&pool).unwrap().is_none());
-/// w.release().unwrap();
+/// assert!(w.release().unwrap().was_held());
 /// # }
 /// ```
 #[derive(Debug, Clone)]
