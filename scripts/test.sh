@@ -79,8 +79,8 @@ now() { date +%s%N; }
 SCRIPT_START=$(now)
 SECTION_NAME=
 SECTION_START=
-elapsed() { # seconds since $1 (from now), one decimal
-    local ns=$(($(now) - $1))
+elapsed() { # seconds from $1 to $2 (default: now), one decimal
+    local ns=$((${2:-$(now)} - $1))
     printf '%d.%d s' $((ns / 1000000000)) $((ns / 100000000 % 10))
 }
 end_section() {
@@ -372,9 +372,14 @@ MYSQL_TEST_ARGS=("${TEST_ARGS[@]}")
 [ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql:: mariadb::)
 passes_start=$(now)
 PASS_PIDS=()
+# Each pass writes the time it ended to <log>.end, so that the summary gives each its own time
+# although they are waited for one after another.
 (
+    rc=0
     DIESEL_LEASE_TEST_ISOLATION=$FIRST_LEVEL \
-        "${NEXTEST[@]}" "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" >"$PASS_LOGS/full.log" 2>&1
+        "${NEXTEST[@]}" "${CARGO_ARGS[@]}" -- "${TEST_ARGS[@]}" >"$PASS_LOGS/full.log" 2>&1 || rc=$?
+    now >"$PASS_LOGS/full.end"
+    exit $rc
 ) &
 PASS_PIDS+=($!)
 i=0
@@ -386,10 +391,13 @@ for level in "${ISOLATION_LEVELS[@]:1}"; do
     (
         # Let the full pass take cargo's build lock first: both find everything built.
         sleep 2
+        rc=0
         DIESEL_LEASE_TEST_ISOLATION=$level DIESEL_LEASE_TEST_MYSQL=${MYSQL_LEVEL_URLS[$i]} \
             DIESEL_LEASE_TEST_BACKENDS=mysql,mariadb DIESEL_LEASE_TEST_REQUIRE=mysql,mariadb \
             "${NEXTEST[@]}" --profile "level-$((i + 1))" "${CARGO_ARGS[@]}" -- "${MYSQL_TEST_ARGS[@]}" \
-            >"$PASS_LOGS/$level.log" 2>&1
+            >"$PASS_LOGS/$level.log" 2>&1 || rc=$?
+        now >"$PASS_LOGS/$level.end"
+        exit $rc
     ) &
     PASS_PIDS+=($!)
     i=$((i + 1))
@@ -398,7 +406,8 @@ for n in "${!PASS_PIDS[@]}"; do
     rc=0
     wait "${PASS_PIDS[$n]}" || rc=$?
     cat "$PASS_LOGS/${PASS_FILES[$n]}.log"
-    SUMMARY+=("${PASS_LABELS[$n]}: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$passes_start")")
+    ended=$(cat "$PASS_LOGS/${PASS_FILES[$n]}.end" 2>/dev/null || now)
+    SUMMARY+=("${PASS_LABELS[$n]}: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$passes_start" "$ended")")
     while IFS= read -r t; do FAILED_TESTS+=("$t (${PASS_LABELS[$n]})"); done < <(failed_tests_of "$PASS_LOGS/${PASS_FILES[$n]}.log")
     [ "$STATUS" -ne 0 ] || STATUS=$rc
     junit=target/nextest/${PASS_PROFILES[$n]}/junit.xml
