@@ -21,4 +21,10 @@ pub trait Keyed: Sized + 'static {
     fn pk(&self) -> Self::Pk;
     /// `pk = $pk` as a Diesel expression.
     fn pk_filter(pk: Self::Pk) -> Self::PkFilter;
+    /// A one-column key's value as one bind parameter of the column's SQL type, for statements
+    /// that address many rows as `<pk> IN (?, …)` (MySQL's batch claims); `()` for a composite
+    /// key, whose rows such statements address as `(<pk_filter>) OR …`.
+    type PkValue: Send + 'static;
+    /// See [`PkValue`](Self::PkValue): `None` for a composite key.
+    fn pk_value(pk: Self::Pk) -> Option<Self::PkValue>;
 }

@@ -81,6 +81,24 @@ pub(crate) fn expand_keyed(model: &Model) -> TokenStream {
     let pk_fields: Vec<_> = model.pk.iter().map(|(_, f)| &f.ident).collect();
     let pk_tys: Vec<_> = model.pk.iter().map(|(_, f)| &f.ty).collect();
     let pk_ty = key_type(&pk_tys);
+    // A one-column key's value bound alone, as `pk = ?` binds it (`pk IN (?, …)` statements).
+    let (bind_ty, bind) = if model.pk.len() == 1 {
+        let (col, ty) = (&pk_cols[0], pk_tys[0]);
+        (
+            quote!(::diesel::dsl::AsExpr<#ty, #col>),
+            quote!(::core::option::Option::Some(
+                <#ty as ::diesel::expression::AsExpression<::diesel::dsl::SqlTypeOf<#col>>>::as_expression(pk)
+            )),
+        )
+    } else {
+        (
+            quote!(()),
+            quote!({
+                let _ = pk;
+                ::core::option::Option::None
+            }),
+        )
+    };
     let (pk_value, filter_ty, filter) = if model.pk.len() == 1 {
         let (col, value, field, ty) = (&pk_cols[0], &pk_values[0], pk_fields[0], pk_tys[0]);
         (
@@ -127,6 +145,10 @@ pub(crate) fn expand_keyed(model: &Model) -> TokenStream {
             }
             fn pk_filter(pk: Self::Pk) -> Self::PkFilter {
                 #filter
+            }
+            type PkValue = #bind_ty;
+            fn pk_value(pk: Self::Pk) -> ::core::option::Option<Self::PkValue> {
+                #bind
             }
         }
     }

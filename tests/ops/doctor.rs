@@ -432,7 +432,10 @@ backend_suite! {
         statements
             .iter()
             .map(|s| text_of(s).replace(&selection, "*"))
-            .filter(|s| s.contains(&quoted) && !s.contains(&format!("(({quoted}.")))
+            // By key: `((<table>.<pk> = ?)) OR …`, or a one-column key's `(<pk> IN (?, …))`.
+            .filter(|s| {
+                s.contains(&quoted) && !s.contains(&format!("(({quoted}.")) && !s.contains(" IN (?")
+            })
             .collect()
     }
 
