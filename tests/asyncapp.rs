@@ -109,10 +109,11 @@ backend_suite! {
             for _ in 0..3 {
                 s.spawn(|| {
                     every(Duration::from_millis(300))
-                        .lease(LeaseOptions::new(Duration::from_millis(150)))
+                        // Held for the run alone and released after it: a ttl far above the
+                        // run's length, so that a loaded machine cannot make a run outlive it.
+                        .lease(LeaseOptions::new(Duration::from_millis(1_500)))
                         .poll_every(Duration::from_millis(20))
                         .run_until(&source, "tick", || Instant::now() >= until, |o| {
-                            if o.token().get() == 1 { eprintln!("DEBUG first: due {} record {:?}", o.due_at_micros(), diesel_lease::lease::inspect(&mut db.conn(), "tick")); }
                             dues.lock().unwrap().push((o.due_at_micros(), o.token().get()));
                         })
                         .unwrap();
@@ -299,9 +300,10 @@ backend_suite! {
     /// `Deadpool::build` (with `listen_url`): on PostgreSQL the pool's waiters get one listener connection
     /// (seen in `pg_stat_activity` once a waiter waits, and not before), and a row made ready by
     /// the installed trigger (a `NOTIFY` from the server, no call in this process) reaches an
-    /// idle `claim_next_wait` waiter within 300 ms, four times in a row: a waiter that only
-    /// polls (a second apart by then) would do that about once in 100 runs. SQLite and MySQL
-    /// have no notifications: no listener, and the waiter finds the row by polling.
+    /// idle `claim_next_wait` waiter within 300 ms in at least six of eight rounds: a waiter that
+    /// only polls (a second apart by then) would do that about once in 100 runs, and two rounds
+    /// slowed by a loaded machine do not fail the test. SQLite and MySQL have no notifications:
+    /// no listener, and the waiter finds the row by polling.
     pub(crate) fn waiters_on_deadpool_with_a_listen_url_are_woken_by_notify(db: &TestDb<B>) {
         fixtures::tasks_table(db);
         db.migrate();
@@ -326,7 +328,8 @@ backend_suite! {
             .unwrap()
         };
         assert_eq!(listeners(), 0, "nothing starts before a waiter waits");
-        for round in 0..4 {
+        let mut latencies = Vec::new();
+        for round in 0..8 {
             let (task, latency) = std::thread::scope(|s| {
                 let waiter = s.spawn(|| {
                     let task = Task::claim_next_wait(&source, Duration::from_secs(20)).unwrap();
@@ -344,9 +347,11 @@ backend_suite! {
                 (task.unwrap(), at - inserted)
             });
             assert!(task.complete(&mut db.conn()).unwrap());
-            if postgres {
-                assert!(latency < Duration::from_millis(300), "round {round}: woken after {latency:?}");
-            }
+            latencies.push(latency);
+        }
+        if postgres {
+            let fast = latencies.iter().filter(|l| **l < Duration::from_millis(300)).count();
+            assert!(fast >= 6, "woken within 300 ms in {fast} of 8 rounds: {latencies:?}");
         }
     }
 }
