@@ -23,7 +23,7 @@ pub struct Test {
 fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     let _claimed: Option<Test> = Test::claim_next(conn)?;
     let _batch: Vec<Test> = Test::claim_batch(conn, 10)?;
-    let _locked: Option<Test> = conn.transaction(|conn| Test::lock_next(conn))?;
+    let _locked: Option<Test> = conn.transaction(Test::lock_next)?;
     let _only_a: Option<Test> =
         conn.transaction(|conn| Test::lock_next_where(conn, test::data.like("a%")))?;
     let _done: Option<()> = Test::with_next_locked(conn, |conn, row: Test| {
@@ -34,5 +34,3 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     })?;
     Ok(())
 }
-
-fn main() {}

@@ -32,5 +32,3 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     let _claimed: Option<Reusable> = Reusable::claim_next(conn)?;
     Ok(())
 }
-
-fn main() {}

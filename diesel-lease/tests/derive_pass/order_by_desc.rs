@@ -36,5 +36,3 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     }
     Ok(())
 }
-
-fn main() {}

@@ -46,5 +46,3 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     }
     Ok(())
 }
-
-fn main() {}

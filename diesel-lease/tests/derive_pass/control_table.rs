@@ -30,8 +30,10 @@ pub struct ProcessControl {
     pub queue_position: i32,
 }
 
-fn main() {
-    let pool = diesel_lease::pool::build_pool::<diesel::SqliteConnection>(":memory:", 1).unwrap();
+/// Uses the model as an application would (compiled, not run: the table does not exist).
+fn use_it() {
+    let pool = diesel_lease::pool::build_pool::<diesel::SqliteConnection>(":memory:", 1)
+        .expect("an in-memory pool");
     let sem = ProcessControl::semaphore("etl", 3);
     let rw = ProcessControl::rw_lock("report");
     let _ = (sem.try_acquire(&pool), rw.try_write(&pool));

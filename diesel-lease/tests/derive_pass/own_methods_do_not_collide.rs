@@ -48,8 +48,9 @@ where
     Ok(done)
 }
 
-fn main() {
-    let mut conn = SqliteConnection::establish(":memory:").unwrap();
+/// Uses the model as an application would (compiled, not run: the table does not exist).
+fn use_it() {
+    let mut conn = SqliteConnection::establish(":memory:").expect("an in-memory database");
     if let Ok(Some(job)) = Job::claim_next(&mut conn) {
         let _mine: bool = job.complete();
         let _theirs: diesel_lease::Result<bool> = ClaimDsl::complete(&job, &mut conn);

@@ -25,5 +25,3 @@ fn send(conn: &mut SqliteConnection, m: &Mailing) -> diesel_lease::Result<bool> 
     let by_row = m.claim_if_null(conn, "worker-2")?;
     Ok(by_key || by_row)
 }
-
-fn main() {}

@@ -1,7 +1,7 @@
 //! Seed 002's follow-up row, inserted once, without reading it back.
 use diesel::prelude::*;
-use diesel_lease::InsertOutcome;
 use diesel_lease::prelude::*;
+use diesel_lease::InsertOutcome;
 
 diesel::table! {
     notification (id) {
@@ -25,5 +25,3 @@ fn follow_up(conn: &mut SqliteConnection, next: NewNotification) -> diesel_lease
     let outcome: InsertOutcome<()> = next.insert_once(conn)?;
     Ok(matches!(outcome, InsertOutcome::Inserted(_)))
 }
-
-fn main() {}
