@@ -22,6 +22,7 @@ backend_suite! {
         insert_once_with_a_key_the_insert_supplies,
         insert_once_still_reports_other_errors,
         insert_once_without_returning_reports_the_outcome,
+        insert_once_sends_one_statement_where_the_insert_returns_its_row,
     ];
 
     fn guard_tables(db: &TestDb<B>) {
@@ -179,6 +180,51 @@ backend_suite! {
             .transaction_depth()
             .unwrap();
         assert_eq!(depth, None, "a transaction was left open");
+    }
+
+    /// The statements an `insert_once` that returns its row sends, inserted and duplicate,
+    /// outside a transaction: the insert alone wherever it returns the row itself (PostgreSQL
+    /// `ON CONFLICT DO NOTHING RETURNING`, MariadbConnection `INSERT … RETURNING`; SQLite's
+    /// inside the `BEGIN IMMEDIATE … COMMIT` every SQLite write of the library takes).
+    /// MysqlConnection, which has no RETURNING, finds the generated key and reads the row back
+    /// in a transaction of its own.
+    pub(crate) fn insert_once_sends_one_statement_where_the_insert_returns_its_row(db: &TestDb<B>) {
+        use std::sync::{Arc, Mutex};
+        guard_tables(db);
+        let mut conn = db.conn();
+        let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = Arc::clone(&sent);
+        conn.set_instrumentation(move |event: diesel::connection::InstrumentationEvent<'_>| {
+            if let diesel::connection::InstrumentationEvent::StartQuery { query, .. } = event {
+                log.lock().unwrap().push(query.to_string());
+            }
+        });
+        let mut statements = |f: &mut dyn FnMut(&mut <B as crate::common::TestBackend>::Conn)| {
+            sent.lock().unwrap().clear();
+            f(&mut conn);
+            std::mem::take(&mut *sent.lock().unwrap())
+        };
+        let row = NewNotification { user_id: 7, previous_notification: 3, body: "day 4".into() };
+        let inserted = statements(&mut |c| {
+            assert!(matches!(row.clone().insert_once(c).unwrap(), InsertOutcome::Inserted(Some(_))));
+        });
+        let duplicate = statements(&mut |c| {
+            assert_eq!(row.clone().insert_once(c).unwrap(), InsertOutcome::AlreadyExists);
+        });
+        let kinds = |sent: &[String]| -> Vec<String> {
+            sent.iter().map(|q| q.split_whitespace().next().unwrap_or("").to_uppercase()).collect()
+        };
+        let name = <B as crate::common::TestBackend>::NAME;
+        let expected: &[&str] = match name {
+            "sqlite" => &["BEGIN", "INSERT", "COMMIT"],
+            _ => &["INSERT"],
+        };
+        if name == "mysql" {
+            assert!(inserted.len() > 1 && kinds(&inserted).contains(&"SELECT".to_owned()), "MysqlConnection reads the row back: {inserted:#?}");
+        } else {
+            assert_eq!(kinds(&inserted), expected, "{name}, inserted: {inserted:#?}");
+            assert_eq!(kinds(&duplicate), expected, "{name}, duplicate: {duplicate:#?}");
+        }
     }
 
     /// A table that generates no key (the insert supplies all of it): the row comes back where
