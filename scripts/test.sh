@@ -25,28 +25,29 @@
 #    own database), DIESEL_LEASE_TEST_PGBOUNCER (the same PostgreSQL through PgBouncer) and
 #    DIESEL_LEASE_TEST_REQUIRE (the servers that must be there: a test of a required one whose URL
 #    is missing fails instead of skipping). SQLite needs no server.
-# 4. Builds every binary (`cargo build --workspace --all-features --bins --tests`: the suite runs
-#    the examples' binaries, which `cargo test` alone does not build), then
-#    runs `cargo test --workspace --all-features --no-fail-fast CARGO_ARGS -- TEST_ARGS`: unit
-#    tests, the integration suite on all three backends, the derive's UI tests and the doctests
-#    (cargo test runs doctests of library crates itself, so there is no separate doc pass). A
-#    failing test target does not stop the others; the summary at the end lists every failing
-#    test by name, with its pass.
+# 4. Builds every binary and test target (`cargo build --workspace --all-features --bins
+#    --tests`: the suite runs the examples' and its own worker binaries), then runs the tests with
+#    cargo-nextest (installed from the registry when missing): unit tests, the integration suite
+#    on every backend and the derive's compile-fail cases, each test in a process of its own, many
+#    at once (.config/nextest.toml: how many, and the groups that must not overlap). Doctests
+#    follow with `cargo test --doc`. A failing test does not stop the others; the summary at the
+#    end gives the time per pass, group and backend, the 20 slowest tests, the count, and every
+#    failing test by name, with its pass.
 # 5. MySQL isolation levels. The suite must hold under REPEATABLE READ (InnoDB's default) and
-#    READ COMMITTED. The full run uses the first level of DIESEL_LEASE_TEST_ISOLATION (default
-#    `repeatable-read,read-committed`); for each further level the script switches the running
-#    server (SET GLOBAL TRANSACTION ISOLATION LEVEL, which every new connection inherits, worker
-#    processes included) and re-runs only the MySQL-family tests (filters `mysql::` and
-#    `mariadb::` unless TEST_ARGS give one; DIESEL_LEASE_TEST_BACKENDS=mysql,mariadb makes the
-#    other backends' tests return at once).
-#    Re-using the server costs no second start, the build is the full run's, and only the MySQL
-#    tests run twice, which keeps CI short.
-#    During each pass DIESEL_LEASE_TEST_ISOLATION holds that pass's single level, for tests that
-#    want to know it. PostgreSQL runs at its default (READ COMMITTED) and SQLite is serializable.
+#    READ COMMITTED. The full pass runs at the first level of DIESEL_LEASE_TEST_ISOLATION
+#    (default `repeatable-read,read-committed`); each further level gets a MariaDB server of its
+#    own, started at that level, and a second nextest run of only the MySQL-family tests
+#    (filters `mysql::` and `mariadb::` unless TEST_ARGS give one;
+#    DIESEL_LEASE_TEST_BACKENDS=mysql,mariadb makes the other backends' tests return at once)
+#    beside the full pass. During each pass DIESEL_LEASE_TEST_ISOLATION holds that pass's single
+#    level, for tests that want to know it. PostgreSQL runs at its default (READ COMMITTED) and
+#    SQLite is serializable.
 #    Example: DIESEL_LEASE_TEST_ISOLATION=read-committed runs everything once, at that level.
 # 6. Dependencies resolved afresh (full runs only): scripts/resolve.sh builds and tests copies
 #    of the workspace at the newest and at the oldest versions its requirements allow, and a new
 #    application outside the workspace that depends on diesel-lease by path with no lockfile.
+#    They run in the background beside the test passes (cold builds in target/resolve/), and
+#    their logs follow the doctests'.
 # 7. Stops both servers and deletes their temp dirs on every exit path (trap), and exits with the
 #    tests' status (the first failing pass's cargo status). Ctrl-C reaches cargo and the script
 #    alike; a SIGTERM sent to the script's pid alone takes effect when the running cargo ends
@@ -104,6 +105,14 @@ loud() { # a message nobody should miss in a long log
     echo
 }
 
+# The background dependency checks (scripts/resolve.sh), while they run.
+RESOLVE_PID=
+kill_tree() { # a process and everything it started
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+
 # MariaDB servers of the further isolation levels: "directory port pid" each (see below).
 MYSQL_LEVEL_STATE=()
 
@@ -112,6 +121,10 @@ MYSQL_LEVEL_STATE=()
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
+    if [ -n "${RESOLVE_PID:-}" ]; then
+        echo "stopping the dependency checks still running beside the tests"
+        kill_tree "$RESOLVE_PID"
+    fi
     section "Stopping servers"
     stop_pgbouncer
     if [ -n "${GALERA_JOB:-}" ]; then wait "$GALERA_JOB" 2>/dev/null || true; fi
@@ -372,6 +385,30 @@ MYSQL_TEST_ARGS=("${TEST_ARGS[@]}")
 [ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql:: mariadb::)
 passes_start=$(now)
 PASS_PIDS=()
+# Dependencies resolved afresh (scripts/resolve.sh): the newest versions the requirements allow,
+# the oldest (every direct dependency of the published crates at its declared minimum), and a
+# new application outside the workspace. Full runs only (no CARGO_ARGS or TEST_ARGS), unless
+# DIESEL_LEASE_TEST_RESOLVE names the passes (comma-separated; empty skips them). They build
+# cold copies in target/resolve/ (the oldest takes about nine minutes of CPU on two cores), so
+# they run one after another in the background, beside the test passes, whose tests mostly
+# wait; their logs are printed after the doctests.
+if [ ${#CARGO_ARGS[@]} -eq 0 ] && [ ${#TEST_ARGS[@]} -eq 0 ]; then
+    RESOLVE_DEFAULT=newest,oldest,new-app
+else
+    RESOLVE_DEFAULT=
+fi
+IFS=',' read -r -a RESOLVE_PASSES <<<"${DIESEL_LEASE_TEST_RESOLVE-$RESOLVE_DEFAULT}"
+if [ ${#RESOLVE_PASSES[@]} -gt 0 ]; then
+    (
+        for mode in "${RESOLVE_PASSES[@]}"; do
+            started=$(now)
+            rc=0
+            bash scripts/resolve.sh "$mode" >"$PASS_LOGS/resolve-$mode.log" 2>&1 </dev/null || rc=$?
+            echo "$rc $started $(now)" >"$PASS_LOGS/resolve-$mode.status"
+        done
+    ) &
+    RESOLVE_PID=$!
+fi
 # Each pass writes the time it ended to <log>.end, so that the summary gives each its own time
 # although they are waited for one after another.
 (
@@ -424,25 +461,27 @@ SUMMARY+=("doctests: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elaps
 while IFS= read -r t; do FAILED_TESTS+=("$t (doctests)"); done < <(failed_tests_of "$PASS_LOGS/doc.log")
 [ "$STATUS" -ne 0 ] || STATUS=$rc
 
-# Dependencies resolved afresh (scripts/resolve.sh): the newest versions the requirements allow,
-# the oldest (every direct dependency of the published crates at its declared minimum), and a
-# new application outside the workspace. Full runs only (no CARGO_ARGS or TEST_ARGS), unless
-# DIESEL_LEASE_TEST_RESOLVE names the passes (comma-separated; empty skips them).
-if [ ${#CARGO_ARGS[@]} -eq 0 ] && [ ${#TEST_ARGS[@]} -eq 0 ]; then
-    RESOLVE_DEFAULT=newest,oldest,new-app
-else
-    RESOLVE_DEFAULT=
+# The dependency checks started beside the test passes: their logs, times and failing tests.
+if [ -n "$RESOLVE_PID" ]; then
+    section "dependencies resolved afresh (scripts/resolve.sh ${RESOLVE_PASSES[*]}, run beside the test passes)"
+    wait "$RESOLVE_PID" || true
+    RESOLVE_PID=
+    for mode in "${RESOLVE_PASSES[@]}"; do
+        echo "--- scripts/resolve.sh $mode"
+        cat "$PASS_LOGS/resolve-$mode.log" 2>/dev/null || true
+        # "status start end", written when the pass ended; missing if it never ran
+        rc=
+        [ ! -f "$PASS_LOGS/resolve-$mode.status" ] || read -r rc started ended <"$PASS_LOGS/resolve-$mode.status"
+        if [ -z "$rc" ]; then
+            rc=1
+            SUMMARY+=("resolve.sh $mode: FAILED (did not run)")
+        else
+            SUMMARY+=("resolve.sh $mode: $([ "$rc" -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$started" "$ended")")
+        fi
+        while IFS= read -r t; do FAILED_TESTS+=("$t (resolve.sh $mode)"); done < <(failed_tests_of "$PASS_LOGS/resolve-$mode.log")
+        [ "$STATUS" -ne 0 ] || STATUS=$rc
+    done
 fi
-IFS=',' read -r -a RESOLVE_PASSES <<<"${DIESEL_LEASE_TEST_RESOLVE-$RESOLVE_DEFAULT}"
-for mode in "${RESOLVE_PASSES[@]}"; do
-    section "dependencies at their $mode (scripts/resolve.sh $mode)"
-    pass_start=$(now)
-    rc=0
-    bash scripts/resolve.sh "$mode" 2>&1 | tee "$PASS_LOGS/resolve-$mode.log" || rc=$?
-    SUMMARY+=("resolve.sh $mode: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
-    while IFS= read -r t; do FAILED_TESTS+=("$t (resolve.sh $mode)"); done < <(failed_tests_of "$PASS_LOGS/resolve-$mode.log")
-    [ "$STATUS" -ne 0 ] || STATUS=$rc
-done
 
 section "Summary"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done

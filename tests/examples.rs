@@ -109,6 +109,37 @@ fn leave_user_tables_untouched(db: &TestDb<Postgres>) {
     }
 }
 
+/// Every example runs as a reader first runs it: no `DATABASE_URL`, so on SQLite in a
+/// temporary directory of its own, with nothing set up, and exits successfully. (`.ci/run` runs
+/// the README's demo command, `cargo run -p claim-jobs`, the same way.)
+#[test]
+fn every_example_runs_with_no_set_up() {
+    let examples = examples();
+    assert!(
+        examples.len() >= 6,
+        "expected the examples under examples/, found {}",
+        examples.len()
+    );
+    for example in &examples {
+        let dir = tempfile::tempdir().expect("a working directory");
+        let bin = binary(&example.name);
+        let out = Command::new(&bin)
+            .env_remove("DATABASE_URL")
+            .env("TMPDIR", dir.path())
+            .current_dir(dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", bin.display()));
+        assert!(
+            out.status.success(),
+            "{} failed with no set-up ({}):\n{}\n{}",
+            example.name,
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// The examples under `examples/` that are programs, with the tables they create.
 fn examples() -> Vec<Example> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
