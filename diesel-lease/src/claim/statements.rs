@@ -903,9 +903,11 @@ fn debug_assert_walk_agrees<DB: diesel::backend::Backend>(
 /// a disjunction term by term, and when its statistics misjudge the rows in a state (taken
 /// before a large claim) MariaDB reads a state index and tests the list on every entry of it:
 /// with 200 `OR` terms a 70,000-row claim cost it a minute of CPU.
-pub struct AnyPk<M: Claimable> {
-    values: Vec<M::PkValue>,
-    filters: Vec<M::PkFilter>,
+pub enum AnyPk<M: Claimable> {
+    /// A one-column key: `<pk> IN (?, …)` (empty: matches nothing).
+    Values(Vec<M::PkValue>),
+    /// A composite key: one typed primary-key filter per row, joined by `OR`.
+    Filters(Vec<M::PkFilter>),
 }
 
 impl<M: Claimable> AnyPk<M> {
@@ -922,14 +924,8 @@ impl<M: Claimable> AnyPk<M> {
         };
         let keys = || (0..len).map(|i| rows[i.min(last)].pk());
         match keys().map(M::pk_value).collect::<Option<Vec<_>>>() {
-            Some(values) => AnyPk {
-                values,
-                filters: Vec::new(),
-            },
-            _ => AnyPk {
-                values: Vec::new(),
-                filters: keys().map(M::pk_filter).collect(),
-            },
+            Some(values) => AnyPk::Values(values),
+            None => AnyPk::Filters(keys().map(M::pk_filter).collect()),
         }
     }
 
@@ -937,29 +933,30 @@ impl<M: Claimable> AnyPk<M> {
     where
         M: ClaimSql<DB>,
     {
-        if self.values.is_empty() && self.filters.is_empty() {
-            out.push_sql("1 = 0");
-            return Ok(());
-        }
-        if !self.values.is_empty() {
-            out.push_identifier(M::PK[0])?;
-            out.push_sql(" IN (");
-            for (i, v) in self.values.iter().enumerate() {
-                if i > 0 {
-                    out.push_sql(", ");
+        match self {
+            AnyPk::Values(values) if values.is_empty() => out.push_sql("1 = 0"),
+            AnyPk::Filters(filters) if filters.is_empty() => out.push_sql("1 = 0"),
+            AnyPk::Values(values) => {
+                out.push_identifier(M::PK[0])?;
+                out.push_sql(" IN (");
+                for (i, v) in values.iter().enumerate() {
+                    if i > 0 {
+                        out.push_sql(", ");
+                    }
+                    M::push_pk_value(out, v)?;
                 }
-                M::push_pk_value(out, v)?;
+                out.push_sql(")");
             }
-            out.push_sql(")");
-            return Ok(());
-        }
-        for (i, f) in self.filters.iter().enumerate() {
-            if i > 0 {
-                out.push_sql(" OR ");
+            AnyPk::Filters(filters) => {
+                for (i, f) in filters.iter().enumerate() {
+                    if i > 0 {
+                        out.push_sql(" OR ");
+                    }
+                    out.push_sql("(");
+                    M::push_pk(out, f)?;
+                    out.push_sql(")");
+                }
             }
-            out.push_sql("(");
-            M::push_pk(out, f)?;
-            out.push_sql(")");
         }
         Ok(())
     }
