@@ -293,13 +293,15 @@ backend_suite! {
     pub(crate) fn a_long_run_is_heartbeated_and_never_rescued(db: &TestDb<B>) {
         seed(db, 1, &[""]);
         let runs = AtomicUsize::new(0);
-        // Claims older than 600 ms are rescued; the run takes 2 s, and an idle second thread
-        // polls with the same timeout all along.
-        let options = ClaimOptions::default().timeout(Duration::from_millis(600));
+        // Claims older than 3 s are rescued; the run takes 7 s (more than two timeouts), and an
+        // idle second thread polls with the same timeout all along. (The timeout leaves the
+        // heartbeat seconds of slack: with 600 ms, a run beside a cold build on two cores once
+        // starved it past the deadline and the row was rescued.)
+        let options = ClaimOptions::default().timeout(Duration::from_secs(3));
         let worker = Worker::new(db.pool(6)).concurrency(2).claim_options(options);
         let report = run_until_settled(worker, |_, _t: &Task| {
             runs.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_secs(2));
+            std::thread::sleep(Duration::from_secs(7));
             Ok(())
         }, || left(db, "done") == 1);
         assert_eq!(runs.into_inner(), 1);
@@ -314,16 +316,17 @@ backend_suite! {
     pub(crate) fn a_long_run_after_an_idle_wait_is_heartbeated_and_never_rescued(db: &TestDb<B>) {
         seed(db, 0, &[""]);
         let runs = AtomicUsize::new(0);
-        let options = ClaimOptions::default().timeout(Duration::from_millis(600));
+        // As above: a 3 s timeout, a 7 s run.
+        let options = ClaimOptions::default().timeout(Duration::from_secs(3));
         let worker = Worker::new(db.pool(6)).concurrency(2).claim_options(options);
         let (started, inserted) = (Instant::now(), std::cell::Cell::new(None));
         let report = run_until_settled(worker, |_, _t: &Task| {
             runs.fetch_add(1, Ordering::SeqCst);
-            std::thread::sleep(Duration::from_secs(2));
+            std::thread::sleep(Duration::from_secs(7));
             Ok(())
         }, || {
-            // The row comes after 1.5 s of waiting, two and a half timeouts.
-            if inserted.get().is_none() && started.elapsed() >= Duration::from_millis(1500) {
+            // The row comes after 7.5 s of waiting, two and a half timeouts.
+            if inserted.get().is_none() && started.elapsed() >= Duration::from_millis(7500) {
                 inserted.set(Some(fixtures::insert_task(&mut db.conn(), -10, "")));
             }
             inserted.get().is_some() && left(db, "done") == 1
