@@ -84,9 +84,21 @@ elapsed() { # seconds from $1 to $2 (default: now), one decimal
     local ns=$((${2:-$(now)} - $1))
     printf '%d.%d s' $((ns / 1000000000)) $((ns / 100000000 % 10))
 }
+# CPU seconds the machine has spent busy so far (all cores, every process; see .ci/run), empty
+# without /proc/stat. Each section ends with its wall time and the CPU it kept busy: on two
+# cores, a section that keeps both busy cannot end sooner than half its CPU seconds.
+cpu_busy() {
+    [ -r /proc/stat ] || return 0
+    awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print int(($2 + $3 + $4 + $7 + $8 + $9) / hz); exit}' /proc/stat
+}
+cpu_since() { # ", CPU busy N s" since $1 (a cpu_busy reading), or nothing
+    [ -n "$1" ] && echo ", CPU busy $(($(cpu_busy) - $1)) s"
+}
+SCRIPT_CPU=$(cpu_busy)
+SECTION_CPU=
 end_section() {
     if [ -n "$SECTION_NAME" ]; then
-        echo "--- $SECTION_NAME: $(elapsed "$SECTION_START")"
+        echo "--- $SECTION_NAME: $(elapsed "$SECTION_START")$(cpu_since "$SECTION_CPU")"
         SECTION_NAME=
     fi
 }
@@ -94,6 +106,7 @@ section() {
     end_section
     SECTION_NAME=$1
     SECTION_START=$(now)
+    SECTION_CPU=$(cpu_busy)
     echo
     echo "=== $1"
 }
@@ -143,7 +156,7 @@ cleanup() {
     stop_mariadb
     stop_postgres
     end_section
-    echo "=== total: $(elapsed "$SCRIPT_START"), exit status $rc"
+    echo "=== total: $(elapsed "$SCRIPT_START")$(cpu_since "$SCRIPT_CPU") on $(nproc) cores, exit status $rc"
     exit "$rc"
 }
 trap cleanup EXIT
@@ -350,6 +363,9 @@ rc=0
 cargo build --workspace --all-features --bins --tests "${CARGO_ARGS[@]}" 2>&1 |
     tee "$PASS_LOGS/build.log" || rc=$?
 SUMMARY+=("build: $([ $rc -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$pass_start")")
+# Everything after the build (the issue-53 budget: ten minutes on two cores), with its CPU.
+AFTER_BUILD_START=$(now)
+AFTER_BUILD_CPU=$(cpu_busy)
 while IFS= read -r t; do FAILED_TESTS+=("$t (build)"); done < <(failed_tests_of "$PASS_LOGS/build.log")
 [ "$STATUS" -ne 0 ] || STATUS=$rc
 
@@ -483,6 +499,7 @@ if [ -n "$RESOLVE_PID" ]; then
     done
 fi
 
+SUMMARY+=("everything after the build: $(elapsed "$AFTER_BUILD_START")$(cpu_since "$AFTER_BUILD_CPU") on $(nproc) cores")
 section "Summary"
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
 reports=()
