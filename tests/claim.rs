@@ -2,6 +2,7 @@
 
 pub(crate) mod basics;
 mod batch;
+mod builder;
 mod cancel;
 mod contention;
 mod cursor;

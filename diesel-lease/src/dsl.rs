@@ -50,6 +50,11 @@ type Backend<C> = <<C as BorrowConnection>::Conn as Connection>::Backend;
 
 /// Claims of a [`Claimable`] model's rows: each row to exactly one worker.
 ///
+/// [`claim`](Self::claim) is the entry point: a [`Claim`](crate::claim::Claim) builder whose
+/// steps are the options and whose terminal call says what comes back
+/// (`Job::claim().batch(10).rows(&mut conn)`). The methods in the table below spell some of its
+/// combinations one by one; they remain until a later release removes them.
+///
 /// | one row | many rows | what |
 /// |---|---|---|
 /// | [`claim_next`](Self::claim_next) | [`claim_batch`](Self::claim_batch) | claim now, or nothing |
@@ -106,6 +111,14 @@ type Backend<C> = <<C as BorrowConnection>::Conn as Connection>::Backend;
 /// # }
 /// ```
 pub trait ClaimDsl: Claimable {
+    /// Starts a claim of this model's rows, described step by step and run by a terminal call
+    /// that says what comes back: `Job::claim().filter(jobs::queue.eq("mail")).batch(10).rows(conn)`.
+    /// The one entry point for claiming; see [`Claim`](crate::claim::Claim) for its steps
+    /// (filter, batch, options, wait, cursor) and terminals (one row, rows, a locked row, guards).
+    fn claim() -> crate::claim::Claim<Self> {
+        crate::claim::Claim::new()
+    }
+
     /// Claims the next claimable row for this process (`FOR UPDATE SKIP LOCKED` on PostgreSQL
     /// and MySQL, one write transaction on SQLite); `None` when no unclaimed, unlocked row is
     /// left. See the [crate docs](crate#claim-the-next-row).

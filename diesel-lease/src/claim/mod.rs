@@ -19,6 +19,7 @@ use crate::{BorrowConnection, Error, OwnerId, Result};
 
 #[doc(hidden)]
 pub mod batch;
+pub mod builder;
 mod by_key;
 pub mod cancel;
 mod cursor;
@@ -45,6 +46,7 @@ mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
+pub use builder::Claim;
 pub use by_key::{
     lock_by_pk_if_claimable, lock_by_pk_if_claimable_within, lock_by_pk_if_null,
     lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
