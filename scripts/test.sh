@@ -91,8 +91,8 @@ cpu_busy() {
     [ -r /proc/stat ] || return 0
     awk -v hz="$(getconf CLK_TCK)" '/^cpu /{print int(($2 + $3 + $4 + $7 + $8 + $9) / hz); exit}' /proc/stat
 }
-cpu_since() { # ", CPU busy N s" since $1 (a cpu_busy reading), or nothing
-    [ -n "$1" ] && echo ", CPU busy $(($(cpu_busy) - $1)) s"
+cpu_since() { # ", CPU busy N s" since $1 (a cpu_busy reading), or nothing; never fails
+    [ -z "$1" ] || echo ", CPU busy $(($(cpu_busy) - $1)) s"
 }
 SCRIPT_CPU=$(cpu_busy)
 SECTION_CPU=
@@ -405,7 +405,7 @@ PASS_PIDS=()
 # the oldest (every direct dependency of the published crates at its declared minimum), and a
 # new application outside the workspace. Full runs only (no CARGO_ARGS or TEST_ARGS), unless
 # DIESEL_LEASE_TEST_RESOLVE names the passes (comma-separated; empty skips them). They build
-# cold copies in target/resolve/ (the oldest takes about nine minutes of CPU on two cores), so
+# cold copies in target/resolve/ (the oldest about nine minutes on two cores by itself), so
 # they run one after another in the background, beside the test passes, whose tests mostly
 # wait; their logs are printed after the doctests.
 if [ ${#CARGO_ARGS[@]} -eq 0 ] && [ ${#TEST_ARGS[@]} -eq 0 ]; then

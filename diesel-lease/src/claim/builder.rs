@@ -21,6 +21,26 @@
 //! A step that does not apply to a terminal is a compile error, not an option silently
 //! ignored: a locked row has no batch, owner or wait, and a guard does not wait.
 //!
+//! The per-combination methods it replaces, each as a claim:
+//!
+//! | method | claim |
+//! |---|---|
+//! | `M::claim_next(conn)` | `M::claim().row(conn)` |
+//! | `M::claim_batch(conn, n)` | `M::claim().batch(n).rows(conn)` |
+//! | `M::claim_next_with(conn, &o)` | `M::claim().options(&o).row(conn)` |
+//! | `M::claim_batch_with(conn, n, &o)` | `M::claim().batch(n).options(&o).rows(conn)` |
+//! | `M::claim_next_where(conn, &o, f)` | `M::claim().filter(f).options(&o).row(conn)` |
+//! | `M::claim_batch_where(conn, n, &o, f)` | `M::claim().filter(f).batch(n).options(&o).rows(conn)` |
+//! | `M::claim_next_wait(pool, t)` | `M::claim().wait(t).row(pool)` |
+//! | `M::claim_batch_wait(pool, n, t)` | `M::claim().batch(n).wait(t).rows(pool)` |
+//! | `M::claim_next_guarded(pool)` | `M::claim().guard(pool)` |
+//! | `M::claim_batch_guarded(pool, n)` | `M::claim().batch(n).guards(pool)` |
+//! | `M::lock_next(conn)` | `M::claim().locked(conn)` |
+//! | `M::lock_next_where(conn, f)` | `M::claim().filter(f).locked(conn)` |
+//! | `M::with_next_locked(conn, work)` | `M::claim().locked_with(conn, work)` |
+//! | `cursor.claim_next(conn)`, `cursor.claim_batch_with(conn, n, &o)`, … | `M::claim().cursor(&cursor)` with the same steps and terminals |
+//! | `ClaimGuard::claim_next_with(pool, &o)` | `M::claim().options(&o).guard(pool)` |
+//!
 //! ```
 //! # #[cfg(feature = "sqlite")] {
 //! use diesel::prelude::*;
@@ -345,6 +365,8 @@ impl<M: Claimable, F, N, O, K> Claim<M, F, N, Now, O, K> {
     /// the pool's [`WaiterWakeups`](crate::pool::WaiterWakeups)), else at the next poll. No
     /// connection is held while it sleeps; it returns within `timeout` plus the claim's drop
     /// wait whatever the network does (see [`claim_batch_wait`](super::claim_batch_wait)).
+    /// Each poll runs on a thread of its own, so a filter on a waiting claim must own its
+    /// values (`'static`, `Send`, `Sync`): `jobs::queue.eq(name.clone())`, not `.eq(&name)`.
     pub fn wait(self, timeout: Duration) -> Claim<M, F, N, Wait, O, K> {
         self.with(|f, n, _, o, k| (f, n, Wait(Until::Timeout(timeout)), o, k))
     }
