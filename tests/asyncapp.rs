@@ -253,7 +253,7 @@ backend_suite! {
         }
         // A waiting claim says so too, instead of polling in a loop until its timeout.
         fixtures::tasks_table(db);
-        match Task::claim_next_wait(&bare, Duration::from_secs(5)) {
+        match Task::claim().wait(Duration::from_secs(5)).row(&bare) {
             Err(Error::Config(message)) => assert!(message.contains("runtime"), "{message}"),
             other => panic!("expected a configuration error, got {other:?}"),
         }
@@ -307,7 +307,7 @@ backend_suite! {
     pub(crate) fn waiters_on_deadpool_with_a_listen_url_are_woken_by_notify(db: &TestDb<B>) {
         fixtures::tasks_table(db);
         db.migrate();
-        diesel_lease::claim::install_ready_trigger::<Task, _>(&mut db.conn()).unwrap();
+        Task::queue().install_ready_trigger(&mut db.conn()).unwrap();
         let rt = runtime();
         // Deadpool::build: build_deadpool, from_current and listen_url in one call.
         let source = {
@@ -332,7 +332,7 @@ backend_suite! {
         for round in 0..8 {
             let (task, latency) = std::thread::scope(|s| {
                 let waiter = s.spawn(|| {
-                    let task = Task::claim_next_wait(&source, Duration::from_secs(20)).unwrap();
+                    let task = Task::claim().wait(Duration::from_secs(20)).row(&source).unwrap();
                     (task, Instant::now())
                 });
                 // Idle long enough that the waiter's polls are a second apart.

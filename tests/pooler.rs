@@ -105,7 +105,7 @@ fn a_claim_farm_takes_each_row_exactly_once(db: &TestDb<Postgres>, url: &str) {
         for _ in 0..THREADS {
             s.spawn(|| {
                 let mut conn = pool.get().unwrap();
-                while let Some(job) = ImportJob::claim_next(&mut conn).unwrap() {
+                while let Some(job) = ImportJob::claim().row(&mut conn).unwrap() {
                     history.record(hand_out(&job));
                     claimed.lock().unwrap().push(job.id);
                     let acknowledged = job.complete(&mut conn).unwrap();
@@ -180,11 +180,11 @@ fn batches_claimed_and_completed_through_the_pooler_finish_each_row_once(
             s.spawn(|| {
                 let mut conn = pool.get().unwrap();
                 loop {
-                    let rows = ImportJob::claim_batch(&mut conn, 7).unwrap();
+                    let rows = ImportJob::claim().batch(7).rows(&mut conn).unwrap();
                     if rows.is_empty() {
                         break;
                     }
-                    let outcome = ImportJob::complete_batch(&mut conn, &rows).unwrap();
+                    let outcome = rows.complete(&mut conn).unwrap();
                     assert_eq!(
                         outcome,
                         vec![true; rows.len()],
@@ -457,9 +457,9 @@ fn a_pool_not_built_for_the_pooler_fails_at_its_first_call(db: &TestDb<Postgres>
     build_pool::<PgConnection>(&db.url, 2).expect("a direct URL is no pooler");
 
     let mut first = PgConnection::establish(url).unwrap();
-    let job = ImportJob::claim_next(&mut first).unwrap().expect("a row");
+    let job = ImportJob::claim().row(&mut first).unwrap().expect("a row");
     let mut second = PgConnection::establish(url).unwrap();
-    match ImportJob::claim_next(&mut second) {
+    match ImportJob::claim().row(&mut second) {
         Err(Error::Config(msg)) => {
             assert!(msg.contains(fix), "{msg}");
             assert!(

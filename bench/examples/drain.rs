@@ -54,17 +54,17 @@ where
     loop {
         let start = lat.is_some().then(std::time::Instant::now);
         let done = if n == 1 {
-            let Some(job) = BenchJob::claim_next(conn).expect("claim_next") else {
+            let Some(job) = BenchJob::claim().row(conn).expect("claim_next") else {
                 return total;
             };
             assert!(job.complete(conn).expect("complete"));
             1
         } else {
-            let jobs = BenchJob::claim_batch(conn, n).expect("claim_batch");
+            let jobs = BenchJob::claim().batch(n).rows(conn).expect("claim_batch");
             if jobs.is_empty() {
                 return total;
             }
-            let ok = BenchJob::complete_batch(conn, &jobs).expect("complete_batch");
+            let ok = jobs.complete(conn).expect("complete_batch");
             assert!(ok.iter().all(|o| *o));
             jobs.len()
         };

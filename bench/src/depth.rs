@@ -265,7 +265,7 @@ pub(crate) fn cursor_job(
     conn: &mut PgConnection,
     cursor: &ClaimCursor<BenchJobBySeq>,
 ) -> BenchResult<u64> {
-    let Some(job) = cursor.claim_next(conn)? else {
+    let Some(job) = BenchJobBySeq::claim().cursor(cursor).row(conn)? else {
         return Ok(0);
     };
     if !job.complete(conn)? {
@@ -277,11 +277,11 @@ pub(crate) fn cursor_job(
 /// One job: `claim_next` then `complete` in the layout's order; 0 when the table is empty.
 pub(crate) fn job(conn: &mut PgConnection, order: Order) -> BenchResult<u64> {
     let ours = match order {
-        Order::Id => match BenchJob::claim_next(conn)? {
+        Order::Id => match BenchJob::claim().row(conn)? {
             Some(job) => job.complete(conn)?,
             None => return Ok(0),
         },
-        Order::Seq => match BenchJobBySeq::claim_next(conn)? {
+        Order::Seq => match BenchJobBySeq::claim().row(conn)? {
             Some(job) => job.complete(conn)?,
             None => return Ok(0),
         },

@@ -102,7 +102,7 @@ impl PgBench {
     pub(crate) fn claim_next_complete(&self, workers: usize) -> BenchResult<Sample> {
         let (_pool, conns) = self.connections(workers)?;
         measure::timed(conns, self.window, |conn| {
-            let Some(job) = BenchJob::claim_next(conn)? else {
+            let Some(job) = BenchJob::claim().row(conn)? else {
                 return Ok(0);
             };
             if !job.complete(conn)? {
@@ -122,7 +122,7 @@ impl PgBench {
     ) -> BenchResult<Sample> {
         let (_pool, conns) = self.connections(workers)?;
         measure::timed(conns, self.window, |conn| {
-            let jobs = BenchJob::claim_batch(conn, n)?;
+            let jobs = BenchJob::claim().batch(n).rows(conn)?;
             let ours = if each {
                 let mut ours = 0;
                 for job in &jobs {
@@ -130,10 +130,7 @@ impl PgBench {
                 }
                 ours
             } else {
-                BenchJob::complete_batch(conn, &jobs)?
-                    .into_iter()
-                    .filter(|ok| *ok)
-                    .count() as u64
+                jobs.complete(conn)?.into_iter().filter(|ok| *ok).count() as u64
             };
             if ours != jobs.len() as u64 {
                 return Err("a fresh claim was not ours".into());

@@ -186,16 +186,13 @@ where
     C::Conn: ClaimConnection<M>,
 {
     let jobs = match batch {
-        None => M::claim_next(conn)?.into_iter().collect(),
-        Some(n) => M::claim_batch(conn, n)?,
+        None => M::claim().row(conn)?.into_iter().collect(),
+        Some(n) => M::claim().batch(n).rows(conn)?,
     };
     let ours = match jobs.as_slice() {
         [] => 0,
         [job] if batch.is_none() => u64::from(job.complete(conn)?),
-        _ => M::complete_batch(conn, &jobs)?
-            .into_iter()
-            .filter(|ok| *ok)
-            .count() as u64,
+        _ => jobs.complete(conn)?.into_iter().filter(|ok| *ok).count() as u64,
     };
     if ours != jobs.len() as u64 {
         return Err("a fresh claim was not ours".into());
@@ -230,13 +227,15 @@ where
     // Once unlogged first: statements prepared on first use look the same either way, but a
     // first call may run set-up queries (server version, session settings) the loop never runs.
     let one = |conn: &mut C| -> BenchResult<()> {
-        let job = BenchJob::claim_next(conn)?.ok_or("no ready row to capture")?;
+        let job = BenchJob::claim()
+            .row(conn)?
+            .ok_or("no ready row to capture")?;
         job.complete(conn)?;
         Ok(())
     };
     let many = |conn: &mut C| -> BenchResult<()> {
-        let jobs = BenchJob::claim_batch(conn, BATCH_N)?;
-        BenchJob::complete_batch(conn, &jobs)?;
+        let jobs = BenchJob::claim().batch(BATCH_N).rows(conn)?;
+        jobs.complete(conn)?;
         Ok(())
     };
     one(&mut conn)?;
@@ -855,10 +854,7 @@ impl SqliteFloors {
                 .filter(bench_jobs::owner.eq(&owner))
                 .select(BenchJob::as_select())
                 .load(c)?;
-            let ours = BenchJob::complete_batch(c, &jobs)?
-                .into_iter()
-                .filter(|ok| *ok)
-                .count() as u64;
+            let ours = jobs.complete(c)?.into_iter().filter(|ok| *ok).count() as u64;
             if ours != ids.len() as u64 {
                 return Err("a fresh claim was not ours".into());
             }

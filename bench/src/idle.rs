@@ -168,7 +168,10 @@ pub(crate) fn run<C: IdleBackend>(
         for _ in 0..waiters {
             s.spawn(|| {
                 while !done.load(Ordering::SeqCst) {
-                    match IdleJob::claim_next_wait(&claim_pool, Duration::from_secs(60)) {
+                    match IdleJob::claim()
+                        .wait(Duration::from_secs(60))
+                        .row(&claim_pool)
+                    {
                         Ok(Some(job)) => {
                             let at = Instant::now();
                             if let Ok(mut claimed) = claimed.lock() {

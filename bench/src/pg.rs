@@ -191,7 +191,7 @@ impl PgBench {
     pub(crate) fn claim_next(&self, workers: usize) -> BenchResult<Sample> {
         let (_pool, conns) = self.connections(workers)?;
         measure::timed(conns, self.window, |conn| {
-            Ok(u64::from(BenchJob::claim_next(conn)?.is_some()))
+            Ok(u64::from(BenchJob::claim().row(conn)?.is_some()))
         })
     }
 
@@ -199,7 +199,7 @@ impl PgBench {
     pub(crate) fn claim_batch(&self, workers: usize, n: usize) -> BenchResult<Sample> {
         let (_pool, conns) = self.connections(workers)?;
         measure::timed(conns, self.window, |conn| {
-            Ok(BenchJob::claim_batch(conn, n)?.len() as u64)
+            Ok(BenchJob::claim().batch(n).rows(conn)?.len() as u64)
         })
     }
 
@@ -254,7 +254,7 @@ impl PgBench {
         let (_pool, mut conns) = self.connections(1)?;
         let conn = conns.pop().ok_or("the pool gave no connection")?;
         measure::counted(conn, warmup, ops, |conn| {
-            Ok(u64::from(BenchJob::claim_next(conn)?.is_some()))
+            Ok(u64::from(BenchJob::claim().row(conn)?.is_some()))
         })
     }
 
@@ -269,8 +269,8 @@ impl PgBench {
         let (_pool, conns) = self.connections(workers)?;
         measure::consecutive(conns, total, |conn| {
             let claimed = match index {
-                Index::PartialReadySeq => BenchJobBySeq::claim_next(conn)?.is_some(),
-                Index::PartialReady | Index::PkOnly => BenchJob::claim_next(conn)?.is_some(),
+                Index::PartialReadySeq => BenchJobBySeq::claim().row(conn)?.is_some(),
+                Index::PartialReady | Index::PkOnly => BenchJob::claim().row(conn)?.is_some(),
             };
             Ok(u64::from(claimed))
         })

@@ -70,7 +70,7 @@ impl SqliteBench {
             .map(|_| pool.get())
             .collect::<Result<Vec<_>, _>>()?;
         measure::timed(conns, self.window, |conn| {
-            Ok(u64::from(BenchJob::claim_next(conn)?.is_some()))
+            Ok(u64::from(BenchJob::claim().row(conn)?.is_some()))
         })
     }
 }

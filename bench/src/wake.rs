@@ -1,6 +1,6 @@
 //! Insert-to-claim latency (issue 13): how long a row waits between the commit of its insert and
 //! its claim by one of 8 idle workers, each blocked in `claim_next_wait` on the pool's shared
-//! listener, woken by the producer's `notify_ready` in the insert's transaction.
+//! listener, woken by the producer's `queue().notify` in the insert's transaction.
 //!
 //! The producer inserts one row at a time with a random pause between inserts (so the workers are
 //! idle when it comes), and a row's latency runs from just after its insert committed to just
@@ -58,8 +58,9 @@ pub(crate) fn insert_to_claim(url: &str, rows: usize) -> BenchResult<Sample> {
             .map(|_| {
                 s.spawn(|| -> BenchResult<()> {
                     while !done.load(Ordering::SeqCst) {
-                        if let Some(job) =
-                            WakeJob::claim_next_wait(&pool, Duration::from_millis(500))?
+                        if let Some(job) = WakeJob::claim()
+                            .wait(Duration::from_millis(500))
+                            .row(&pool)?
                         {
                             let at = Instant::now();
                             claimed.lock().map_err(|_| "poisoned")?.insert(job.id, at);
@@ -80,7 +81,7 @@ pub(crate) fn insert_to_claim(url: &str, rows: usize) -> BenchResult<Sample> {
                     .values(bench_wake::status.eq("new"))
                     .returning(bench_wake::id)
                     .get_result::<i64>(conn)?;
-                diesel_lease::claim::notify_ready::<WakeJob, _>(conn)?;
+                WakeJob::queue().notify(conn)?;
                 Ok(id)
             })?;
             inserted

@@ -179,7 +179,7 @@ pub(crate) struct DeadRows<'a> {
 }
 
 /// Moves `rows` back to ready (at most `limit`, `batch` per transaction; see
-/// `claim::retention::redrive_dead`).
+/// `Queue::redrive`).
 pub(crate) fn redrive_rows<C: CliConnection>(
     conn: &mut C,
     rows: &DeadRows<'_>,

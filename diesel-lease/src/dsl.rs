@@ -15,30 +15,19 @@
 //! `complete` or `release` never collide with these: a type's inherent methods win, and the
 //! trait's are still there as `ClaimDsl::complete(&row, conn)`.
 //!
-//! Free-standing operations take the connection first (`ImportJob::claim_next(&mut conn)`);
+//! Free-standing operations take the connection first (`ImportJob::claim().row(&mut conn)`);
 //! operations on a row take it as their argument (`job.complete(&mut conn)`).
 
 use std::time::Duration;
 
-use diesel::expression::{AppearsOnTable, Expression};
-use diesel::query_builder::{QueryFragment, QueryId};
-use diesel::r2d2::R2D2Connection;
-use diesel::sql_types::Bool;
-use diesel::Connection;
-
-use crate::claim::retention::{self, Purged, Retention, RetentionSqlDialect};
-use crate::claim::statements::ClaimSql;
 use crate::claim::{
-    self, ClaimConnection, ClaimGuard, ClaimOptions, ClaimableLockConnection, Finish, HasAttempts,
-    HasCancelState, HasClaimedAt, HasDoneState, HasFailedState, HasPauseKey, NullLockConnection,
-    Pausable, RetryOutcome, RetryPolicy,
+    self, ClaimConnection, ClaimableLockConnection, Finish, HasAttempts, HasClaimedAt,
+    HasDoneState, HasFailedState, NullLockConnection, RetryOutcome, RetryPolicy,
 };
-use crate::clock::TimestampType;
 use crate::lease::job::{self, JobConnection, JobRun, JobRunOptions};
 use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertReturning};
-use crate::pool::ConnectionSource;
 use crate::semaphore::{HasModeColumn, OneResource, ResourceColumn, RwLock, Semaphore};
-use crate::{BorrowConnection, InsertOutcome, LeaseConnection, Result};
+use crate::{BorrowConnection, InsertOutcome, Result};
 
 pub use crate::claim::{Claimable, Keyed};
 pub use crate::lease::job::JobLease;
@@ -46,29 +35,24 @@ pub use crate::once::{ClaimIfNull, InsertOnce};
 pub use crate::semaphore::ControlTable;
 
 /// The backend of connection `C`.
-type Backend<C> = <<C as BorrowConnection>::Conn as Connection>::Backend;
+type Backend<C> = <<C as BorrowConnection>::Conn as diesel::Connection>::Backend;
 
 /// Claims of a [`Claimable`] model's rows: each row to exactly one worker.
 ///
 /// [`claim`](Self::claim) is the entry point: a [`Claim`](crate::claim::Claim) builder whose
-/// steps are the options and whose terminal call says what comes back
-/// (`Job::claim().batch(10).rows(&mut conn)`). The methods in the table below spell some of its
-/// combinations one by one; they remain until a later release removes them.
+/// steps are the options (filter, batch, claim options, wait, cursor) and whose terminal call
+/// says what comes back: one row, rows, a row locked for the caller's transaction, or guarded
+/// rows (`Job::claim().batch(10).rows(&mut conn)`). Claimed rows are finished with
+/// [`FinishDsl`] (`complete`, `fail`, `release`, on one row or a slice).
 ///
-/// | one row | many rows | what |
-/// |---|---|---|
-/// | [`claim_next`](Self::claim_next) | [`claim_batch`](Self::claim_batch) | claim now, or nothing |
-/// | [`claim_next_with`](Self::claim_next_with) | [`claim_batch_with`](Self::claim_batch_with) | … as another owner, with another stale-claim timeout |
-/// | [`claim_next_where`](Self::claim_next_where) | [`claim_batch_where`](Self::claim_batch_where) | … only rows that also match a filter |
-/// | [`claim_next_wait`](Self::claim_next_wait) | [`claim_batch_wait`](Self::claim_batch_wait) | wait for rows, through a pool |
-/// | [`claim_next_guarded`](Self::claim_next_guarded) | [`claim_batch_guarded`](Self::claim_batch_guarded) | claim through a pool, heartbeat in the background ([`ClaimGuard`]) |
-/// | [`complete`](Self::complete), [`fail`](Self::fail), [`release`](Self::release) | [`complete_batch`](Self::complete_batch), [`fail_batch`](Self::fail_batch), [`release_batch`](Self::release_batch) | finish a claim, if still ours |
+/// [`queue`](Self::queue) is the entry point for the table's controls, built the same way
+/// ([`Queue`](crate::claim::queue::Queue)): pause and resume (the table, or one key's rows),
+/// notify waiters, cancel a row, purge finished rows, redrive dead ones.
 ///
-/// and, keeping a row locked for the caller's transaction instead of claiming it:
-/// [`lock_next`](Self::lock_next), [`lock_next_where`](Self::lock_next_where),
-/// [`with_next_locked`](Self::with_next_locked) (skip locked rows), and
-/// [`lock_by_pk_if_claimable`](Self::lock_by_pk_if_claimable), [`with_locked`](Self::with_locked)
-/// (wait for this row's holder).
+/// The rest works on one row: [`heartbeat`](Self::heartbeat), [`retry`](Self::retry),
+/// [`fail_or_retry`](Self::fail_or_retry) on a claimed row;
+/// [`lock_by_pk_if_claimable`](Self::lock_by_pk_if_claimable) and
+/// [`with_locked`](Self::with_locked) lock a row by key, waiting for its holder.
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -99,13 +83,13 @@ type Backend<C> = <<C as BorrowConnection>::Conn as Connection>::Backend;
 /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
 /// #     "CREATE TABLE importjobs (id INTEGER PRIMARY KEY, statuscode TEXT NOT NULL, worker TEXT);
 /// #      INSERT INTO importjobs (statuscode) VALUES ('JOBEXTRACTED'), ('JOBEXTRACTED'), ('JOBEXTRACTED');")?;
-/// let first = ImportJob::claim_next(&mut conn)?.expect("a ready row");
+/// let first = ImportJob::claim().row(&mut conn)?.expect("a ready row");
 /// assert!(first.complete(&mut conn)?, "still ours");
 ///
-/// let rest = ImportJob::claim_batch(&mut conn, 10)?;
+/// let rest = ImportJob::claim().batch(10).rows(&mut conn)?;
 /// assert_eq!(rest.len(), 2);
-/// assert_eq!(ImportJob::complete_batch(&mut conn, &rest)?, vec![true, true]);
-/// assert!(ImportJob::claim_next(&mut conn)?.is_none());
+/// assert_eq!(rest.complete(&mut conn)?, [true, true]);
+/// assert!(ImportJob::claim().row(&mut conn)?.is_none());
 /// # Ok(()) }
 /// # main().unwrap();
 /// # }
@@ -119,173 +103,13 @@ pub trait ClaimDsl: Claimable {
         crate::claim::Claim::new()
     }
 
-    /// Claims the next claimable row for this process (`FOR UPDATE SKIP LOCKED` on PostgreSQL
-    /// and MySQL, one write transaction on SQLite); `None` when no unclaimed, unlocked row is
-    /// left. See the [crate docs](crate#claim-the-next-row).
-    fn claim_next<C>(conn: &mut C) -> Result<Option<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::claim_next(conn)
-    }
-
-    /// Claims up to `n` rows at once; never more than `n`, even under contention. `n = 0` is
-    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero), before any query.
-    fn claim_batch<C>(conn: &mut C, n: usize) -> Result<Vec<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::claim_batch(conn, n)
-    }
-
-    /// [`claim_next`](Self::claim_next) as `options` say: another owner, another stale-claim
-    /// timeout.
-    fn claim_next_with<C>(conn: &mut C, options: &ClaimOptions) -> Result<Option<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::claim_batch_with(conn, 1, options).map(first)
-    }
-
-    /// [`claim_batch`](Self::claim_batch) as `options` say.
-    fn claim_batch_with<C>(conn: &mut C, n: usize, options: &ClaimOptions) -> Result<Vec<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::claim_batch_with(conn, n, options)
-    }
-
-    /// [`claim_next_with`](Self::claim_next_with), only rows that also match `filter` (a Diesel
-    /// boolean expression on the model's table, e.g. `jobs::queue.eq("emails")`).
-    fn claim_next_where<C, F>(
-        conn: &mut C,
-        options: &ClaimOptions,
-        filter: F,
-    ) -> Result<Option<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-        F: Expression<SqlType = Bool>
-            + AppearsOnTable<Self::Table>
-            + QueryFragment<Backend<C>>
-            + QueryId,
-    {
-        claim::claim_batch_where(conn, 1, options, filter).map(first)
-    }
-
-    /// [`claim_batch_with`](Self::claim_batch_with), only rows that also match `filter`.
-    fn claim_batch_where<C, F>(
-        conn: &mut C,
-        n: usize,
-        options: &ClaimOptions,
-        filter: F,
-    ) -> Result<Vec<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-        F: Expression<SqlType = Bool>
-            + AppearsOnTable<Self::Table>
-            + QueryFragment<Backend<C>>
-            + QueryId,
-    {
-        claim::claim_batch_where(conn, n, options, filter)
-    }
-
-    /// Claims the next row through `pool`, waiting up to `timeout` for one: at once when a row
-    /// is there, within milliseconds of a [`notify_ready`](Self::notify_ready) (PostgreSQL, with
-    /// the pool's [`WaiterWakeups`](crate::pool::WaiterWakeups)), else at the next poll. `None`
-    /// when the timeout passed without a row. No connection is held while it sleeps. It returns
-    /// within `timeout` plus the claim's drop wait whatever the network does (see
-    /// [`claim_next_wait`](crate::claim::claim_next_wait)).
-    fn claim_next_wait<C>(
-        pool: &impl ConnectionSource<Connection = C>,
-        timeout: Duration,
-    ) -> Result<Option<Self>>
-    where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
-        Self: Send,
-    {
-        claim::claim_next_wait(pool, timeout)
-    }
-
-    /// [`claim_next_wait`](Self::claim_next_wait) for up to `n` rows; returns as soon as at
-    /// least one row was claimed. `n = 0` is [`InvalidInput::Zero`](crate::InvalidInput::Zero).
-    fn claim_batch_wait<C>(
-        pool: &impl ConnectionSource<Connection = C>,
-        n: usize,
-        timeout: Duration,
-    ) -> Result<Vec<Self>>
-    where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
-        Self: Send,
-    {
-        claim::claim_batch_wait(pool, n, ClaimOptions::shared_default(), timeout)
-    }
-
-    /// Claims the next row through `pool` and guards it: the [`ClaimGuard`] heartbeats while
-    /// the work runs (with a claim timeout) and hands the row back if dropped unfinished.
-    fn claim_next_guarded<C>(
-        pool: &impl ConnectionSource<Connection = C>,
-    ) -> Result<Option<ClaimGuard<Self>>>
-    where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
-        Self: Send + Sync,
-    {
-        ClaimGuard::claim_next(pool)
-    }
-
-    /// [`claim_next_guarded`](Self::claim_next_guarded) for up to `n` rows, each with its own
-    /// guard.
-    fn claim_batch_guarded<C>(
-        pool: &impl ConnectionSource<Connection = C>,
-        n: usize,
-    ) -> Result<Vec<ClaimGuard<Self>>>
-    where
-        C: LeaseConnection + R2D2Connection + ClaimConnection<Self>,
-        Self: Send + Sync,
-    {
-        ClaimGuard::claim_batch(pool, n)
-    }
-
-    /// Selects the next claimable row and keeps it locked until the caller's transaction ends,
-    /// skipping rows other transactions hold (JPA's `PESSIMISTIC_WRITE` with the skip-locked
-    /// hint). Call it inside a transaction; see [`claim::lock_next`] for each backend.
-    fn lock_next<C>(conn: &mut C) -> Result<Option<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::lock_next(conn)
-    }
-
-    /// [`lock_next`](Self::lock_next), only rows that also match `filter`.
-    fn lock_next_where<C, F>(conn: &mut C, filter: F) -> Result<Option<Self>>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-        F: Expression<SqlType = Bool>
-            + AppearsOnTable<Self::Table>
-            + QueryFragment<Backend<C>>
-            + QueryId,
-    {
-        claim::lock_next_where(conn, filter)
-    }
-
-    /// Locks the next claimable row and runs `work` on it in one transaction: commits on `Ok`,
-    /// rolls back (the row is available again) on `Err`. `Ok(None)` without calling `work` when
-    /// no row is available.
-    fn with_next_locked<C, T, E, W>(conn: &mut C, work: W) -> std::result::Result<Option<T>, E>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-        E: From<diesel::result::Error>,
-        W: FnOnce(&mut C::Conn, Self) -> std::result::Result<T, E>,
-    {
-        claim::with_next_locked(conn, work)
+    /// The controls of this model's table as a queue: `Job::queue().pause(conn)`,
+    /// `Job::queue().key("acme").resume(conn)`, `Job::queue().notify(conn)`,
+    /// `Job::queue().cancel(conn, pk)`, `Job::queue().purge(conn, jobs::done_at, &retention)`,
+    /// `Job::queue().filter(jobs::queue.eq("mail")).redrive(conn, 100)`. See
+    /// [`Queue`](crate::claim::queue::Queue).
+    fn queue() -> crate::claim::queue::Queue<Self> {
+        crate::claim::queue::Queue::new()
     }
 
     /// Locks the row with primary key `pk` for the caller's transaction if it is in a ready
@@ -316,74 +140,9 @@ pub trait ClaimDsl: Claimable {
         claim::with_locked(conn, pk, work)
     }
 
-    /// Marks this claimed row done if this worker still owns the claim; `false` when it was
-    /// rescued by another worker (or already finished). Needs `done = …`.
-    fn complete<C>(&self, conn: &mut C) -> Result<bool>
-    where
-        Self: HasDoneState,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::finish(conn, self, Finish::Done)
-    }
-
-    /// Marks this claimed row failed if this worker still owns the claim. Needs `failed = …`.
-    fn fail<C>(&self, conn: &mut C) -> Result<bool>
-    where
-        Self: HasFailedState,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::finish(conn, self, Finish::Failed)
-    }
-
-    /// Hands this claimed row back (first ready state, owner cleared) if this worker still owns
-    /// the claim.
-    fn release<C>(&self, conn: &mut C) -> Result<bool>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::finish(conn, self, Finish::Ready)
-    }
-
-    /// Marks the claimed `rows` done in one statement per 200 rows, each only if this worker
-    /// still owns its claim: for each row in order, `true` when it was moved, `false` when it
-    /// had been rescued (or finished) and was left alone. Needs `done = …`.
-    fn complete_batch<C>(conn: &mut C, rows: &[Self]) -> Result<Vec<bool>>
-    where
-        Self: HasDoneState,
-        Self::Pk: PartialEq,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::finish_batch(conn, rows, Finish::Done)
-    }
-
-    /// [`complete_batch`](Self::complete_batch), to the failed state. Needs `failed = …`.
-    fn fail_batch<C>(conn: &mut C, rows: &[Self]) -> Result<Vec<bool>>
-    where
-        Self: HasFailedState,
-        Self::Pk: PartialEq,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::finish_batch(conn, rows, Finish::Failed)
-    }
-
-    /// [`complete_batch`](Self::complete_batch), back to the first ready state, owner cleared.
-    fn release_batch<C>(conn: &mut C, rows: &[Self]) -> Result<Vec<bool>>
-    where
-        Self::Pk: PartialEq,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::finish_batch(conn, rows, Finish::Ready)
-    }
-
     /// Moves this claimed row's `claimed_at` to the database's now if this worker still owns
     /// the claim, so it is not rescued while its work runs; `false` when it was rescued (stop
-    /// the work). A [`ClaimGuard`] does it for you. Needs `claimed_at = …`.
+    /// the work). A [`ClaimGuard`](crate::claim::ClaimGuard) does it for you. Needs `claimed_at = …`.
     fn heartbeat<C>(&self, conn: &mut C) -> Result<bool>
     where
         Self: HasClaimedAt,
@@ -432,153 +191,150 @@ pub trait ClaimDsl: Claimable {
     {
         claim::fail_or_retry(conn, self, policy, Some(error))
     }
-
-    /// Wakes this table's waiting claimers ([`claim_next_wait`](Self::claim_next_wait), a
-    /// [`Worker`](crate::worker::Worker)) at once: call it in the transaction that inserts ready
-    /// rows (PostgreSQL `NOTIFY`, sent on commit; other backends' waiters poll and this does
-    /// nothing).
-    fn notify_ready<C>(conn: &mut C) -> Result<()>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::notify_ready::<Self, C>(conn)
-    }
-
-    /// Installs (or replaces) a trigger on this table that does what
-    /// [`notify_ready`](Self::notify_ready) does after every insert statement (PostgreSQL; a
-    /// no-op elsewhere).
-    fn install_ready_trigger<C>(conn: &mut C) -> Result<()>
-    where
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::install_ready_trigger::<Self, C>(conn)
-    }
-
-    /// Cancels the row with key `pk`: a ready row is never claimed; a claimed row's holder
-    /// loses its claim (a [`ClaimGuard`]'s heartbeat finds it, so its
-    /// [`lost_signal`](crate::Held::lost_signal) fires within one heartbeat, and `complete`
-    /// returns `false`). The row goes to the `cancelled = …` state, or the failed state when
-    /// the model names none. `true` when the row was ready or claimed and is now cancelled;
-    /// `false` when there is no such row or it had finished already (left alone). Needs
-    /// `cancelled = …` or `failed = …`.
-    ///
-    /// ```
-    /// # #[cfg(feature = "sqlite")] {
-    /// use diesel::prelude::*;
-    /// use diesel_lease::prelude::*;
-    ///
-    /// diesel::table! { mails (id) { id -> BigInt, status -> Text, } }
-    ///
-    /// #[derive(Debug, Queryable, Selectable, Claimable)]
-    /// #[diesel(table_name = mails)]
-    /// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent",
-    ///             cancelled = "cancelled")]
-    /// struct Mail { id: i64, status: String }
-    ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let mut conn = SqliteConnection::establish(":memory:")?;
-    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-    /// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL);
-    /// #      INSERT INTO mails VALUES (1, 'new'), (2, 'new');")?;
-    /// assert!(Mail::cancel_by_pk(&mut conn, 1)?);
-    /// assert!(!Mail::cancel_by_pk(&mut conn, 1)?); // already cancelled
-    /// assert_eq!(Mail::claim_next(&mut conn)?.map(|m| m.id), Some(2));
-    /// # Ok(()) }
-    /// # main().unwrap();
-    /// # }
-    /// ```
-    fn cancel_by_pk<C>(conn: &mut C, pk: Self::Pk) -> Result<bool>
-    where
-        Self: HasCancelState,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::cancel_by_pk(conn, pk)
-    }
-
-    /// Pauses claims from this table for every process of the farm: its claims return nothing
-    /// and its waiters ([`claim_next_wait`](Self::claim_next_wait), a
-    /// [`Worker`](crate::worker::Worker)) keep waiting, until [`resume`](Self::resume). `true`
-    /// when this call paused it, `false` when it was paused already. Needs `pausable` and
-    /// diesel-lease's migrations ([`run_migrations`](crate::run_migrations)).
-    ///
-    /// ```
-    /// # #[cfg(feature = "sqlite")] {
-    /// use diesel::prelude::*;
-    /// use diesel_lease::prelude::*;
-    ///
-    /// diesel::table! { mails (id) { id -> BigInt, status -> Text, tenant -> Text, } }
-    ///
-    /// #[derive(Debug, Queryable, Selectable, Claimable)]
-    /// #[diesel(table_name = mails)]
-    /// #[claimable(state = status, ready = "new", claimed = "sending", pausable(key = tenant))]
-    /// struct Mail { id: i64, status: String, tenant: String }
-    ///
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let mut conn = SqliteConnection::establish(":memory:")?;
-    /// diesel_lease::run_migrations(&mut conn)?;
-    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-    /// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, tenant TEXT NOT NULL);
-    /// #      INSERT INTO mails VALUES (1, 'new', 'acme'), (2, 'new', 'globex');")?;
-    /// Mail::pause(&mut conn)?;
-    /// assert!(Mail::claim_next(&mut conn)?.is_none());
-    /// Mail::resume(&mut conn)?;
-    /// Mail::pause_key(&mut conn, "acme")?; // only acme's rows wait
-    /// assert_eq!(Mail::claim_next(&mut conn)?.map(|m| m.tenant), Some("globex".to_string()));
-    /// assert!(Mail::claim_next(&mut conn)?.is_none());
-    /// # Ok(()) }
-    /// # main().unwrap();
-    /// # }
-    /// ```
-    fn pause<C>(conn: &mut C) -> Result<bool>
-    where
-        Self: Pausable,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::pause::<Self, C>(conn)
-    }
-
-    /// Resumes claims from this table and wakes its waiters at once (PostgreSQL `NOTIFY`, sent
-    /// at commit; elsewhere this process's waiters, and other processes' at their next poll).
-    /// `true` when it was paused. Needs `pausable`.
-    fn resume<C>(conn: &mut C) -> Result<bool>
-    where
-        Self: Pausable,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::resume::<Self, C>(conn)
-    }
-
-    /// [`pause`](Self::pause) for the rows whose key column (`pausable(key = …)`) holds `key`:
-    /// the other rows are claimed as before.
-    fn pause_key<C>(conn: &mut C, key: &str) -> Result<bool>
-    where
-        Self: HasPauseKey,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::pause_key::<Self, C>(conn, key)
-    }
-
-    /// [`resume`](Self::resume) for the rows of `key`.
-    fn resume_key<C>(conn: &mut C, key: &str) -> Result<bool>
-    where
-        Self: HasPauseKey,
-        C: BorrowConnection,
-        C::Conn: ClaimConnection<Self>,
-    {
-        claim::resume_key::<Self, C>(conn, key)
-    }
 }
 
 impl<M: Claimable> ClaimDsl for M {}
 
-fn first<M>(rows: Vec<M>) -> Option<M> {
-    rows.into_iter().next()
+/// Finishes claimed rows, each only if this worker still owns its claim: one row
+/// (`job.complete(conn)`) or a slice of them (`jobs.complete(conn)`), one method name each.
+///
+/// A claim is still this worker's while the row is claimed with the stamp this claim wrote
+/// (every claim writes a fresh one, so a rescue, even by another thread of this process, makes
+/// it differ). For one row the outcome is `true` when the row was moved and `false` when it had
+/// been rescued or finished meanwhile and was left alone; for a slice it is one such `bool` per
+/// row, in order, from one statement per 200 rows.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_lease::prelude::*;
+///
+/// diesel::table! { jobs (id) { id -> BigInt, status -> Text, owner -> Nullable<Text>, } }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = jobs)]
+/// #[claimable(state = status, ready = "new", claimed = "running", done = "done",
+///             failed = "failed", owner = owner)]
+/// struct Job {
+///     id: i64,
+///     status: String,
+///     owner: Option<String>,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let mut conn = diesel::SqliteConnection::establish(":memory:")?;
+/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+/// #     "CREATE TABLE jobs (id INTEGER PRIMARY KEY, status TEXT NOT NULL, owner TEXT);
+/// #      INSERT INTO jobs (status) VALUES ('new'), ('new'), ('new'), ('new');")?;
+/// let one = Job::claim().row(&mut conn)?.expect("a row");
+/// assert!(one.complete(&mut conn)?, "still ours: done");
+/// assert!(!one.complete(&mut conn)?, "already finished: left alone");
+///
+/// let rows = Job::claim().batch(3).rows(&mut conn)?;
+/// assert_eq!(rows[..1].fail(&mut conn)?, [true]);
+/// assert_eq!(rows[1..].release(&mut conn)?, [true, true], "back to new");
+/// assert_eq!(Job::claim().batch(3).rows(&mut conn)?.len(), 2);
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
+pub trait FinishDsl {
+    /// The model whose rows these are.
+    type Model: Claimable;
+    /// What a finish returns: `bool` for one row, `Vec<bool>` (one per row, in order) for a
+    /// slice.
+    type Outcome;
+
+    /// Marks the row(s) done, each only if this worker still owns its claim. Needs `done = …`
+    /// (a compile error without it).
+    #[must_use = "`false` means the claim was rescued meanwhile: the row is not done by this worker"]
+    fn complete<C>(&self, conn: &mut C) -> Result<Self::Outcome>
+    where
+        Self::Model: HasDoneState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self::Model>;
+
+    /// Marks the row(s) failed, each only if this worker still owns its claim. Needs
+    /// `failed = …`.
+    #[must_use = "`false` means the claim was rescued meanwhile: the row was not failed by this worker"]
+    fn fail<C>(&self, conn: &mut C) -> Result<Self::Outcome>
+    where
+        Self::Model: HasFailedState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self::Model>;
+
+    /// Hands the row(s) back (the first ready state, owner cleared) for another worker to
+    /// claim, each only if this worker still owns its claim.
+    #[must_use = "`false` means the claim was rescued meanwhile: another worker has the row"]
+    fn release<C>(&self, conn: &mut C) -> Result<Self::Outcome>
+    where
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<Self::Model>;
+}
+
+impl<M: Claimable> FinishDsl for M {
+    type Model = M;
+    type Outcome = bool;
+
+    fn complete<C>(&self, conn: &mut C) -> Result<bool>
+    where
+        M: HasDoneState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<M>,
+    {
+        claim::finish(conn, self, Finish::Done)
+    }
+
+    fn fail<C>(&self, conn: &mut C) -> Result<bool>
+    where
+        M: HasFailedState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<M>,
+    {
+        claim::finish(conn, self, Finish::Failed)
+    }
+
+    fn release<C>(&self, conn: &mut C) -> Result<bool>
+    where
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<M>,
+    {
+        claim::finish(conn, self, Finish::Ready)
+    }
+}
+
+impl<M: Claimable> FinishDsl for [M]
+where
+    M::Pk: PartialEq,
+{
+    type Model = M;
+    type Outcome = Vec<bool>;
+
+    fn complete<C>(&self, conn: &mut C) -> Result<Vec<bool>>
+    where
+        M: HasDoneState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<M>,
+    {
+        claim::finish_batch(conn, self, Finish::Done)
+    }
+
+    fn fail<C>(&self, conn: &mut C) -> Result<Vec<bool>>
+    where
+        M: HasFailedState,
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<M>,
+    {
+        claim::finish_batch(conn, self, Finish::Failed)
+    }
+
+    fn release<C>(&self, conn: &mut C) -> Result<Vec<bool>>
+    where
+        C: BorrowConnection,
+        C::Conn: ClaimConnection<M>,
+    {
+        claim::finish_batch(conn, self, Finish::Ready)
+    }
 }
 
 /// At-most-once work on a [`ClaimIfNull`] model: set a nullable column only while it is `NULL`
@@ -882,86 +638,3 @@ pub trait OneResourceControlTableDsl: ControlTable + OneResource + Sized {
 }
 
 impl<T: ControlTable + OneResource> OneResourceControlTableDsl for T {}
-
-/// Retention and redrive of a claimable model's rows: delete done and dead rows older than a
-/// period in small batches, and move dead letters back to ready (see the README, "Retention
-/// and redrive").
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel::prelude::*;
-/// use diesel_lease::prelude::*;
-///
-/// diesel::table! {
-///     mails (id) {
-///         id -> BigInt, status -> Text, owner -> Nullable<Text>, attempts -> Integer,
-///         last_error -> Nullable<Text>,
-///     }
-/// }
-///
-/// #[derive(Debug, Queryable, Selectable, Claimable)]
-/// #[diesel(table_name = mails)]
-/// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent", failed = "dead",
-///             owner = owner, attempts = attempts, error = last_error)]
-/// struct Mail {
-///     id: i64,
-///     status: String,
-///     owner: Option<String>,
-///     attempts: i32,
-///     last_error: Option<String>,
-/// }
-///
-/// # let mut conn = SqliteConnection::establish(":memory:").unwrap();
-/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-/// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, owner TEXT,
-/// #          attempts INTEGER NOT NULL, last_error TEXT);
-/// #      INSERT INTO mails VALUES (1, 'dead', 'w1', 5, 'smtp down'), (2, 'dead', 'w1', 5, 'smtp down');").unwrap();
-/// // The mail server is back: both dead letters are new mails again, with no attempt used.
-/// assert_eq!(Mail::redrive_dead(&mut conn, 100).unwrap(), 2);
-/// let mail = Mail::claim_next(&mut conn).unwrap().expect("ready again");
-/// assert_eq!((mail.attempts, mail.last_error), (1, None));
-/// # }
-/// ```
-pub trait RetentionDsl: Claimable {
-    /// Deletes done and dead rows whose `column` is older than the retention's period by the
-    /// database clock, in batches; see
-    /// [`claim::retention::purge_finished`](crate::claim::retention::purge_finished()).
-    fn purge_finished<C, Col>(conn: &mut C, column: Col, retention: &Retention) -> Result<Purged>
-    where
-        Self: ClaimSql<<C::Conn as Connection>::Backend>,
-        C: BorrowConnection,
-        <C::Conn as Connection>::Backend: RetentionSqlDialect,
-        Col: diesel::Column<Table = Self::Table>,
-        Col::SqlType: TimestampType,
-    {
-        retention::purge_finished::<Self, C, Col>(conn, column, retention)
-    }
-
-    /// Moves up to `limit` dead rows back to ready, attempts reset (kept counting on a model
-    /// without an owner column, where they fence the claims: such a row that had used its
-    /// `max_attempts` gets one try and no retry); see
-    /// [`claim::retention::redrive_dead`](crate::claim::retention::redrive_dead()).
-    fn redrive_dead<C>(conn: &mut C, limit: u64) -> Result<u64>
-    where
-        Self: HasFailedState + ClaimSql<<C::Conn as Connection>::Backend>,
-        C: BorrowConnection,
-        <C::Conn as Connection>::Backend: RetentionSqlDialect,
-    {
-        retention::redrive_dead::<Self, C>(conn, limit)
-    }
-
-    /// [`redrive_dead`](Self::redrive_dead) of the dead rows that also match `filter`.
-    fn redrive_dead_where<C, F>(conn: &mut C, limit: u64, filter: F) -> Result<u64>
-    where
-        Self: HasFailedState + ClaimSql<<C::Conn as Connection>::Backend>,
-        C: BorrowConnection,
-        <C::Conn as Connection>::Backend: RetentionSqlDialect,
-        F: Expression<SqlType = Bool>
-            + AppearsOnTable<Self::Table>
-            + QueryFragment<<C::Conn as Connection>::Backend>,
-    {
-        retention::redrive_dead_where::<Self, C, F>(conn, limit, filter)
-    }
-}
-
-impl<M: Claimable> RetentionDsl for M {}

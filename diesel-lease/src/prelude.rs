@@ -6,7 +6,7 @@
 //! [`InsertOutcome`], which every caller of `insert_once` matches on.
 
 pub use crate::dsl::{
-    ClaimDsl, ClaimIfNullDsl, ControlTableDsl, InsertOnceDsl, JobLeaseDsl,
-    OneResourceControlTableDsl, RetentionDsl,
+    ClaimDsl, ClaimIfNullDsl, ControlTableDsl, FinishDsl, InsertOnceDsl, JobLeaseDsl,
+    OneResourceControlTableDsl,
 };
 pub use crate::{Claimable, Held, InsertOutcome};

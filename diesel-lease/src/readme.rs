@@ -39,11 +39,11 @@
 ///
 /// // every worker, on every server, in a loop:
 /// let mut conn = pool.get()?;
-/// while let Some(job) = ImportJob::claim_next(&mut conn)? {   // each row to exactly one worker
+/// while let Some(job) = ImportJob::claim().row(&mut conn)? {   // each row to exactly one worker
 ///     import(&job)?;
 ///     job.complete(&mut conn)?;                              // false if a rescuer took it over
 /// }
-/// let batch = ImportJob::claim_batch(&mut conn, 50)?;        // never more than 50
+/// let batch = ImportJob::claim().batch(50).rows(&mut conn)?;        // never more than 50
 /// # let _ = batch;
 /// # Ok(())
 /// # }
@@ -71,7 +71,7 @@ pub(crate) struct Block1;
 /// #[claimable(state = col1, ready = None, claimed = Some("sent".into()))]
 /// struct Table1 { id: i64, col1: Option<String> }
 /// // in a transaction:
-/// if let Some(row) = Table1::lock_next_where(conn, table1::id.eq(id))? { /* … update col1 … */ }
+/// if let Some(row) = Table1::claim().filter(table1::id.eq(id)).locked(conn)? { /* … update col1 … */ }
 /// # Ok(())
 /// # }
 /// ```
@@ -107,7 +107,7 @@ pub(crate) struct Block2;
 /// # fn import(_: &ImportJob, _: &diesel_lease::LostSignal) -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
-/// while let Some(job) = ImportJob::claim_next_guarded(&pool)? {
+/// while let Some(job) = ImportJob::claim().guard(&pool)? {
 ///     import(&job, &job.lost_signal())?;   // the signal fires if the claim is lost: stop then
 ///     job.complete()?;                     // false if it was rescued meanwhile
 /// }
@@ -141,11 +141,11 @@ pub(crate) struct Block3;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let mut conn = SqliteConnection::establish("readme.db")?;
 /// let cursor = ClaimCursor::<Job>::new(Duration::from_secs(1))?;  // clones share it
-/// while let Some(job) = cursor.claim_next(&mut conn)? {
+/// while let Some(job) = Job::claim().cursor(&cursor).row(&mut conn)? {
 ///     run(&job)?;
 ///     job.complete(&mut conn)?;
 /// }
-/// // also: cursor.claim_next_wait(&pool, t), cursor.claim_next_guarded(&pool),
+/// // also: Job::claim().cursor(&cursor).wait(t).row(&pool), Job::claim().cursor(&cursor).guard(&pool),
 /// // Worker::new(pool).claim_cursor(cursor)
 /// # Ok(())
 /// # }
@@ -275,10 +275,10 @@ pub(crate) struct Block6;
 /// # let new_email = NewEmail { tenant: "acme".into(), status: "new".into() };
 /// conn.transaction(|conn| {
 ///     diesel::insert_into(emails::table).values(&new_email).execute(conn)?;
-///     Email::notify_ready(conn)   // sent at commit; no-op off PostgreSQL
+///     Email::queue().notify(conn)   // sent at commit; no-op off PostgreSQL
 /// })?;
-/// // or once, instead of calling notify_ready: a statement-level AFTER INSERT trigger
-/// Email::install_ready_trigger(&mut conn)?;
+/// // or once, instead of calling queue().notify: a statement-level AFTER INSERT trigger
+/// Email::queue().install_ready_trigger(&mut conn)?;
 /// # Ok(())
 /// # }
 /// ```
@@ -380,10 +380,10 @@ pub(crate) struct BlockPriorities;
 ///             pausable(key = tenant))]
 /// struct Email { id: i64, status: String, tenant: String }
 ///
-/// Email::pause(&mut conn)?;                 // every claim of the table returns nothing
-/// Email::resume(&mut conn)?;                // claims go on; waiting claimers wake at once
-/// Email::pause_key(&mut conn, "acme")?;     // only acme's rows wait, the others are claimed
-/// Email::resume_key(&mut conn, "acme")?;
+/// Email::queue().pause(&mut conn)?;                 // every claim of the table returns nothing
+/// Email::queue().resume(&mut conn)?;                // claims go on; waiting claimers wake at once
+/// Email::queue().key("acme").pause(&mut conn)?;     // only acme's rows wait, the others are claimed
+/// Email::queue().key("acme").resume(&mut conn)?;
 /// # Ok(())
 /// # }
 /// ```
@@ -413,7 +413,7 @@ pub(crate) struct BlockPause;
 ///             owner = owner, claimed_at = claimed_at, timeout_secs = 30)]
 /// struct Export { id: i64, status: String, owner: Option<String>, claimed_at: Option<NaiveDateTime> }
 ///
-/// if Export::cancel_by_pk(&mut conn, 42)? {
+/// if Export::queue().cancel(&mut conn, 42)? {
 ///     println!("export 42 will not run (or its worker stops at its next heartbeat)");
 /// }
 /// # Ok(())
@@ -467,7 +467,7 @@ pub(crate) struct BlockCancel;
 ///
 /// // Plain claims take the same limits through their options.
 /// let options = ClaimOptions::default().rate_limit(RateLimit::global(100, Duration::from_secs(60)));
-/// let batch = Email::claim_batch_with(&mut conn, 10, &options)?;   // at most the room left
+/// let batch = Email::claim().batch(10).options(&options).rows(&mut conn)?;   // at most the room left
 /// # let _ = (report, batch);
 /// # Ok(())
 /// # }
@@ -511,11 +511,11 @@ pub(crate) struct Block7a;
 /// // Hourly, on one node: done and dead emails whose claimed_at is older than 30 days.
 /// let retention = Retention::older_than(Duration::from_secs(30 * 24 * 3600)).batch_size(500);
 /// every(Duration::from_secs(3600)).run_if_due(&pool, "purge-emails", |_| {
-///     Email::purge_finished(&mut pool.get()?, emails::claimed_at, &retention)
+///     Email::queue().purge(&mut pool.get()?, emails::claimed_at, &retention)
 /// })?;
 ///
 /// // The SMTP relay is back: dead letters of one tenant go back to ready, attempts reset.
-/// let moved = Email::redrive_dead_where(&mut conn, 1000, emails::tenant.eq("acme"))?;
+/// let moved = Email::queue().filter(emails::tenant.eq("acme")).redrive(&mut conn, 1000)?;
 /// # let _ = moved;
 /// # Ok(())
 /// # }

@@ -1,4 +1,4 @@
-//! [`Worker`]: the loop every queue user writes around `claim_next`, written once — wait for
+//! [`Worker`]: the loop every queue user writes around a claim, written once — wait for
 //! rows without hammering the database, run them on `n` threads, heartbeat long runs, complete,
 //! retry with backoff or dead-letter, survive a panicking handler, and stop cleanly.
 
@@ -40,14 +40,14 @@ struct KeyLimit<M> {
 /// Runs a handler on claimed rows of model `M` from an r2d2 pool of `C` connections, on
 /// [`concurrency`](Self::concurrency) threads, until told to stop.
 ///
-/// Each thread waits for rows with [`claim_next_wait`](crate::claim::claim_next_wait)'s waiter
-/// (woken by [`notify_ready`](crate::claim::notify_ready) on PostgreSQL, polling at most once a
+/// Each thread waits for rows with a waiting claim's ([`Claim::wait`](crate::claim::Claim::wait)) waiter
+/// (woken by [`Queue::notify`](crate::claim::queue::Queue::notify) on PostgreSQL, polling at most once a
 /// second when idle), claims one row or a [`batch`](Self::batch), and for each row:
 ///
 /// - runs the handler with a pool connection while a [`ClaimGuard`] heartbeats the claim (when
 ///   the model has `claimed_at` and a timeout), so long runs are not rescued;
 /// - on `Ok` completes the row (done state); on `Err` or a panic calls
-///   [`fail_or_retry`](crate::claim::fail_or_retry()) with the [retry policy](Self::retry_policy)
+///   [`fail_or_retry`](crate::dsl::ClaimDsl::fail_or_retry) with the [retry policy](Self::retry_policy)
 ///   and the error (or panic message) as the error text: retried after a backoff, or moved to the
 ///   failed state after the last attempt. A panicking handler never loses its row.
 ///

@@ -124,7 +124,11 @@ where
                     s.spawn(move || {
                         let mut conn = pool.get().expect("pooled connection");
                         loop {
-                            let rows = cursor.claim_batch(&mut conn, batch).expect("claim");
+                            let rows = ImportJob::claim()
+                                .cursor(cursor)
+                                .batch(batch)
+                                .rows(&mut conn)
+                                .expect("claim");
                             let lines: String = rows.iter().map(claimed_job).collect();
                             let mut o = out.lock().expect("stdout lock");
                             o.write_all(lines.as_bytes()).expect("write");
@@ -144,8 +148,11 @@ where
             let options =
                 ClaimOptions::default().owner(OwnerId::new(owner).map_err(|e| e.to_string())?);
             let mut conn = pool.get().map_err(|e| e.to_string())?;
-            let rows =
-                ImportJob::claim_batch_with(&mut conn, n, &options).map_err(|e| e.to_string())?;
+            let rows = ImportJob::claim()
+                .batch(n)
+                .options(&options)
+                .rows(&mut conn)
+                .map_err(|e| e.to_string())?;
             let mut out = std::io::stdout().lock();
             for r in &rows {
                 out.write_all(claimed_job(r).as_bytes())
@@ -311,7 +318,7 @@ fn drain<C>(
         // A claim that gave up waiting for a lock changed nothing: under load a wait can outlast
         // the bound, and the farm judges hand-outs, not wait times. Try again.
         let rows = loop {
-            match ImportJob::claim_batch(&mut conn, batch) {
+            match ImportJob::claim().batch(batch).rows(&mut conn) {
                 Err(diesel_lease::Error::Timeout { .. }) => continue,
                 other => break other.expect("claim"),
             }

@@ -35,14 +35,14 @@ backend_suite! {
             ])
             .execute(&mut conn)
             .unwrap();
-        let first = LooseJob::claim_next(&mut conn).unwrap().expect("a ready row");
+        let first = LooseJob::claim().row(&mut conn).unwrap().expect("a ready row");
         assert_eq!((first.id, first.attempts), (1, Some(1)));
         assert!(first.complete(&mut conn).unwrap(), "the claim's own complete");
         // Left claimed past its timeout (1 s): rescued, and counted on from there.
-        let second = LooseJob::claim_next(&mut conn).unwrap().expect("a ready row");
+        let second = LooseJob::claim().row(&mut conn).unwrap().expect("a ready row");
         assert_eq!((second.id, second.attempts), (2, Some(1)));
         std::thread::sleep(std::time::Duration::from_millis(1500));
-        let rescued = LooseJob::claim_next(&mut conn).unwrap().expect("a stale row");
+        let rescued = LooseJob::claim().row(&mut conn).unwrap().expect("a stale row");
         assert_eq!((rescued.id, rescued.attempts), (2, Some(2)));
         assert!(!second.complete(&mut conn).unwrap(), "the earlier claim is fenced");
         assert!(rescued.complete(&mut conn).unwrap());
@@ -78,7 +78,7 @@ backend_suite! {
     pub(crate) fn claim_next_takes_rows_in_order_then_none(db: &TestDb<B>) {
         seed_jobs(db, 3);
         let mut conn = db.conn();
-        let first = ImportJob::claim_next(&mut conn).unwrap().expect("a ready row");
+        let first = ImportJob::claim().row(&mut conn).unwrap().expect("a ready row");
         assert_eq!(first.id, 1);
         assert_eq!(first.statuscode, "EXECUTIONINPROGRESS");
         assert_eq!(first.attempts, 1);
@@ -88,24 +88,24 @@ backend_suite! {
             Some(diesel_lease::OwnerId::process_default().as_str())
         );
         assert!(
-            matches!(ImportJob::claim_batch(&mut conn, 0), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
+            matches!(ImportJob::claim().batch(0).rows(&mut conn), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
             "a batch of 0 is a typed error"
         );
         let pool = db.pool(2);
         assert!(
-            matches!(ImportJob::claim_batch_wait(&pool, 0, std::time::Duration::from_secs(5)), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
+            matches!(ImportJob::claim().batch(0).wait(std::time::Duration::from_secs(5)).rows(&pool), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
             "a waiting batch of 0 is a typed error, at once"
         );
         let zero = diesel_lease::claim::ClaimOptions::default().timeout(std::time::Duration::ZERO);
         assert!(
-            matches!(ImportJob::claim_batch_with(&mut conn, 1, &zero), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))),
+            matches!(ImportJob::claim().batch(1).options(&zero).rows(&mut conn), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))),
             "a zero claim timeout must be a typed error"
         );
-        let rest = ImportJob::claim_batch(&mut conn, 5).unwrap();
+        let rest = ImportJob::claim().batch(5).rows(&mut conn).unwrap();
         let mut ids: Vec<i64> = rest.iter().map(|j| j.id).collect();
         ids.sort();
         assert_eq!(ids, vec![2, 3]);
-        assert_eq!(ImportJob::claim_next(&mut conn).unwrap(), None);
+        assert_eq!(ImportJob::claim().row(&mut conn).unwrap(), None);
 
         assert!(first.complete(&mut conn).unwrap());
         assert!(!first.complete(&mut conn).unwrap(), "a finished row cannot be finished twice");
@@ -127,7 +127,7 @@ backend_suite! {
                 let claimed = &claimed;
                 s.spawn(move || {
                     let mut conn = <<B as crate::common::TestBackend>::Conn as Connection>::establish(&db.url).unwrap();
-                    while let Some(job) = ImportJob::claim_next(&mut conn).unwrap() {
+                    while let Some(job) = ImportJob::claim().row(&mut conn).unwrap() {
                         claimed.lock().unwrap().push(job.id);
                     }
                 });
@@ -170,7 +170,7 @@ backend_suite! {
         let (job, claimed_at, ended_at) = std::thread::scope(|s| {
             let writer = s.spawn(|| write_elsewhere(1, &locked));
             locked.wait();
-            let job = ImportJob::claim_next(&mut untuned()).unwrap().expect("a row");
+            let job = ImportJob::claim().row(&mut untuned()).unwrap().expect("a row");
             (job, std::time::Instant::now(), writer.join().unwrap())
         });
         // The claim returned only after the other writer's transaction ended (SQLite: one writer).
@@ -237,7 +237,7 @@ mod mysql_family {
                     "the session's own level is left as it was"
                 );
                 for _ in 0..5 {
-                    let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+                    let job = ImportJob::claim().row(&mut conn).unwrap().expect("a row");
                     assert!(job.complete(&mut conn).unwrap());
                 }
                 assert_eq!(

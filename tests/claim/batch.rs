@@ -43,7 +43,7 @@ backend_suite! {
     pub(crate) fn complete_batch_reports_a_rescued_row_and_leaves_it(db: &TestDb<B>) {
         fixtures::seed_jobs(db, 10);
         let mut conn = db.conn();
-        let mine = ImportJob::claim_batch_with(&mut conn, 5, &owner("worker-a")).unwrap();
+        let mine = ImportJob::claim().batch(5).options(&owner("worker-a")).rows(&mut conn).unwrap();
         assert_eq!(mine.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
         // Row 3's claim is ancient: any timeout rescues it.
         let long_ago = NaiveDate::from_ymd_opt(2000, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap();
@@ -52,10 +52,10 @@ backend_suite! {
             .execute(&mut conn)
             .unwrap();
         let rescuer = owner("worker-b").timeout(std::time::Duration::from_secs(600));
-        let rescued = ImportJob::claim_batch_with(&mut conn, 1, &rescuer).unwrap();
+        let rescued = ImportJob::claim().batch(1).options(&rescuer).rows(&mut conn).unwrap();
         assert_eq!(rescued.iter().map(|r| (r.id, r.attempts)).collect::<Vec<_>>(), vec![(3, 2)]);
 
-        let outcome = ImportJob::complete_batch(&mut conn, &mine).unwrap();
+        let outcome = mine.complete(&mut conn).unwrap();
         assert_eq!(outcome, vec![true, true, false, true, true]);
         for id in [1, 2, 4, 5] {
             assert_eq!(state_of(db, id).0, "DONE", "row {id}");
@@ -64,25 +64,25 @@ backend_suite! {
         assert_eq!(state, "EXECUTIONINPROGRESS", "the rescued row was completed by its old owner");
         assert!(worker.unwrap().starts_with("worker-b#"));
         // Nothing of A's batch is still A's: a second try changes nothing.
-        assert_eq!(ImportJob::complete_batch(&mut conn, &mine).unwrap(), vec![false; 5]);
-        assert_eq!(ImportJob::complete_batch(&mut conn, &rescued).unwrap(), vec![true]);
+        assert_eq!(mine.complete(&mut conn).unwrap(), vec![false; 5]);
+        assert_eq!(rescued.complete(&mut conn).unwrap(), vec![true]);
         assert_eq!(state_of(db, 3).0, "DONE");
-        assert!(ImportJob::complete_batch(&mut conn, &[]).unwrap().is_empty());
+        assert!(<[ImportJob]>::complete(&[], &mut conn).unwrap().is_empty());
     }
 
     pub(crate) fn fail_batch_and_release_batch_move_only_their_rows(db: &TestDb<B>) {
         fixtures::seed_jobs(db, 4);
         let mut conn = db.conn();
-        let rows = ImportJob::claim_batch(&mut conn, 4).unwrap();
+        let rows = ImportJob::claim().batch(4).rows(&mut conn).unwrap();
         assert_eq!(rows.len(), 4);
-        assert_eq!(ImportJob::fail_batch(&mut conn, &rows[..2]).unwrap(), vec![true, true]);
-        assert_eq!(ImportJob::release_batch(&mut conn, &rows[2..]).unwrap(), vec![true, true]);
-        assert_eq!(ImportJob::release_batch(&mut conn, &rows).unwrap(), vec![false; 4]);
+        assert_eq!(rows[..2].fail(&mut conn).unwrap(), vec![true, true]);
+        assert_eq!(rows[2..].release(&mut conn).unwrap(), vec![true, true]);
+        assert_eq!(rows.release(&mut conn).unwrap(), vec![false; 4]);
         assert_eq!(state_of(db, 1), ("FAILED".into(), rows[0].worker.clone()));
         assert_eq!(state_of(db, 2).0, "FAILED");
         assert_eq!(state_of(db, 3), ("JOBEXTRACTED".into(), None), "released: owner cleared");
         assert_eq!(state_of(db, 4), ("JOBEXTRACTED".into(), None));
-        let again = ImportJob::claim_batch(&mut conn, 4).unwrap();
+        let again = ImportJob::claim().batch(4).rows(&mut conn).unwrap();
         assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), vec![3, 4]);
     }
 
@@ -94,8 +94,8 @@ backend_suite! {
     ) {
         fixtures::seed_jobs(db, 9);
         let mut conn = db.conn();
-        let mine = ImportJob::claim_batch_with(&mut conn, 5, &owner("worker-a")).unwrap();
-        let theirs = ImportJob::claim_batch_with(&mut conn, 2, &owner("worker-c")).unwrap();
+        let mine = ImportJob::claim().batch(5).options(&owner("worker-a")).rows(&mut conn).unwrap();
+        let theirs = ImportJob::claim().batch(2).options(&owner("worker-c")).rows(&mut conn).unwrap();
         assert_eq!(mine.len(), 5);
         assert_eq!(theirs.len(), 2);
         // The last of A's rows goes stale and B takes it over.
@@ -105,13 +105,13 @@ backend_suite! {
             .execute(&mut conn)
             .unwrap();
         let rescuer = owner("worker-b").timeout(std::time::Duration::from_secs(600));
-        let rescued = ImportJob::claim_batch_with(&mut conn, 1, &rescuer).unwrap();
+        let rescued = ImportJob::claim().batch(1).options(&rescuer).rows(&mut conn).unwrap();
         assert_eq!(rescued[0].id, mine[4].id);
 
         // In the caller's transaction, which goes on and commits.
         let outcome = conn
             .transaction(|c| {
-                let outcome = ImportJob::complete_batch(c, &mine)?;
+                let outcome = mine.complete(c)?;
                 diesel::update(importjobs::table.find(9))
                     .set(importjobs::statuscode.eq("FAILED"))
                     .execute(c)?;
@@ -127,9 +127,9 @@ backend_suite! {
 
         // Two owners' rows in one batch, one of them twice: each row finished once, and the
         // repeat reported as not (it was no longer claimed when its turn came).
-        let mixed = vec![theirs[0].clone(), rescued[0].clone(), theirs[0].clone(), theirs[1].clone()];
+        let mixed = [theirs[0].clone(), rescued[0].clone(), theirs[0].clone(), theirs[1].clone()];
         assert_eq!(
-            ImportJob::complete_batch(&mut conn, &mixed).unwrap(),
+            mixed.complete(&mut conn).unwrap(),
             vec![true, true, false, true]
         );
         for row in theirs.iter().chain(&rescued) {
@@ -142,7 +142,7 @@ backend_suite! {
     pub(crate) fn a_batch_of_one_owner_still_checks_each_row_s_owner(db: &TestDb<B>) {
         fixtures::seed_jobs(db, 6);
         let mut conn = db.conn();
-        let mine = ImportJob::claim_batch_with(&mut conn, 6, &owner("worker-a")).unwrap();
+        let mine = ImportJob::claim().batch(6).options(&owner("worker-a")).rows(&mut conn).unwrap();
         assert_eq!(mine.len(), 6);
         assert!(mine.iter().all(|r| r.worker == mine[0].worker && r.attempts == 1));
         // Rows 2 and 5 now name another owner; nothing else about them changed.
@@ -152,7 +152,7 @@ backend_suite! {
                 .execute(&mut conn)
                 .unwrap();
         }
-        let outcome = ImportJob::complete_batch(&mut conn, &mine).unwrap();
+        let outcome = mine.complete(&mut conn).unwrap();
         assert_eq!(outcome, vec![true, false, true, true, false, true]);
         for (i, row) in mine.iter().enumerate() {
             let (state, worker) = state_of(db, row.id);
@@ -168,9 +168,9 @@ backend_suite! {
     pub(crate) fn batches_larger_than_one_statement_are_all_completed(db: &TestDb<B>) {
         fixtures::seed_jobs(db, 450);
         let mut conn = db.conn();
-        let rows = ImportJob::claim_batch(&mut conn, 450).unwrap();
+        let rows = ImportJob::claim().batch(450).rows(&mut conn).unwrap();
         assert_eq!(rows.len(), 450);
-        assert_eq!(ImportJob::complete_batch(&mut conn, &rows).unwrap(), vec![true; 450]);
+        assert_eq!(rows.complete(&mut conn).unwrap(), vec![true; 450]);
         let done: i64 = importjobs::table
             .filter(importjobs::statuscode.eq("DONE"))
             .count()
@@ -186,11 +186,11 @@ backend_suite! {
         const N: usize = 70_000;
         fixtures::seed_jobs(db, N as i64);
         let mut conn = db.conn();
-        let rows = ImportJob::claim_batch(&mut conn, N).unwrap();
+        let rows = ImportJob::claim().batch(N).rows(&mut conn).unwrap();
         let ids: HashSet<i64> = rows.iter().map(|r| r.id).collect();
         assert_eq!((rows.len(), ids.len()), (N, N), "every row, once");
         assert!(rows.iter().all(|r| r.statuscode == "EXECUTIONINPROGRESS"), "read back claimed");
-        assert!(ImportJob::complete_batch(&mut conn, &rows).unwrap().iter().all(|ok| *ok));
+        assert!(rows.complete(&mut conn).unwrap().iter().all(|ok| *ok));
         let done: i64 = importjobs::table
             .filter(importjobs::statuscode.eq("DONE"))
             .count()
@@ -210,11 +210,11 @@ backend_suite! {
                 s.spawn(|| {
                     let mut conn = pool.get().unwrap();
                     loop {
-                        let rows = ImportJob::claim_batch(&mut conn, 7).unwrap();
+                        let rows = ImportJob::claim().batch(7).rows(&mut conn).unwrap();
                         if rows.is_empty() {
                             break;
                         }
-                        let outcome = ImportJob::complete_batch(&mut conn, &rows).unwrap();
+                        let outcome = rows.complete(&mut conn).unwrap();
                         assert!(outcome.iter().all(|ok| *ok), "a fresh claim was not ours");
                         seen.lock().unwrap().extend(rows.iter().map(|r| r.id));
                     }

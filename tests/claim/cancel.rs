@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel_lease::claim::{ClaimGuard, ClaimOptions};
+use diesel_lease::claim::ClaimOptions;
 use diesel_lease::prelude::*;
 use diesel_lease::LostReason;
 
@@ -62,23 +62,23 @@ backend_suite! {
     pub(crate) fn a_cancelled_ready_row_is_never_claimed(db: &TestDb<B>) {
         rows(db, 4);
         let mut conn = db.conn();
-        assert!(CancelJob::cancel_by_pk(&mut conn, 2).unwrap());
+        assert!(CancelJob::queue().cancel(&mut conn, 2).unwrap());
         assert_eq!(status(db, 2), "cancelled");
-        assert!(!CancelJob::cancel_by_pk(&mut conn, 2).unwrap(), "already cancelled");
-        assert!(!CancelJob::cancel_by_pk(&mut conn, 99).unwrap(), "no such row");
-        let mut claimed: Vec<i64> = CancelJob::claim_batch(&mut conn, 10).unwrap().into_iter().map(|j| j.id).collect();
+        assert!(!CancelJob::queue().cancel(&mut conn, 2).unwrap(), "already cancelled");
+        assert!(!CancelJob::queue().cancel(&mut conn, 99).unwrap(), "no such row");
+        let mut claimed: Vec<i64> = CancelJob::claim().batch(10).rows(&mut conn).unwrap().into_iter().map(|j| j.id).collect();
         claimed.sort();
         assert_eq!(claimed, [1, 3, 4]);
         // A finished row is left alone.
-        let four = CancelJob::claim_next(&mut conn).unwrap();
+        let four = CancelJob::claim().row(&mut conn).unwrap();
         assert!(four.is_none());
         diesel::update(prio_jobs::table.find(4)).set(prio_jobs::status.eq("done")).execute(&mut conn).unwrap();
-        assert!(!CancelJob::cancel_by_pk(&mut conn, 4).unwrap());
+        assert!(!CancelJob::queue().cancel(&mut conn, 4).unwrap());
         assert_eq!(status(db, 4), "done");
         // Even a stale claim's rescue never takes it: it is no longer in the claimed state.
         let rescue = ClaimOptions::default().timeout(Duration::from_millis(1));
         std::thread::sleep(Duration::from_millis(20));
-        let rescued: Vec<i64> = CancelJob::claim_batch_with(&mut conn, 10, &rescue).unwrap().into_iter().map(|j| j.id).collect();
+        let rescued: Vec<i64> = CancelJob::claim().batch(10).options(&rescue).rows(&mut conn).unwrap().into_iter().map(|j| j.id).collect();
         assert!(!rescued.contains(&2), "{rescued:?}");
     }
 
@@ -90,9 +90,9 @@ backend_suite! {
         rows(db, 1);
         let pool = db.pool(4);
         let options = ClaimOptions::default().timeout(Duration::from_secs(12));
-        let guard = ClaimGuard::<CancelJob>::claim_next_with(&pool, &options).unwrap().expect("the row");
+        let guard = CancelJob::claim().options(&options).guard(&pool).unwrap().expect("the row");
         assert!(!guard.is_lost());
-        assert!(CancelJob::cancel_by_pk(&mut db.conn(), 1).unwrap());
+        assert!(CancelJob::queue().cancel(&mut db.conn(), 1).unwrap());
         assert!(guard.lost_signal().wait_timeout(Duration::from_secs(60)), "never learned of the cancel");
         assert_eq!(guard.lost_signal().lost_reason(), Some(LostReason::Gone));
         let row = guard.row().clone();
@@ -104,11 +104,11 @@ backend_suite! {
     pub(crate) fn without_a_cancelled_state_rows_go_to_the_failed_state(db: &TestDb<B>) {
         rows(db, 2);
         let mut conn = db.conn();
-        let claimed = FailedOnCancel::claim_next(&mut conn).unwrap().expect("row 1");
-        assert!(FailedOnCancel::cancel_by_pk(&mut conn, 2).unwrap());
-        assert!(FailedOnCancel::cancel_by_pk(&mut conn, claimed.id).unwrap());
+        let claimed = FailedOnCancel::claim().row(&mut conn).unwrap().expect("row 1");
+        assert!(FailedOnCancel::queue().cancel(&mut conn, 2).unwrap());
+        assert!(FailedOnCancel::queue().cancel(&mut conn, claimed.id).unwrap());
         assert_eq!((status(db, 1), status(db, 2)), ("dead".to_string(), "dead".to_string()));
         assert!(!claimed.complete(&mut conn).unwrap());
-        assert!(FailedOnCancel::claim_next(&mut conn).unwrap().is_none());
+        assert!(FailedOnCancel::claim().row(&mut conn).unwrap().is_none());
     }
 }

@@ -110,7 +110,7 @@ backend_suite! {
                     let mut conn = pool.get().unwrap();
                     let mut mine = Vec::new();
                     loop {
-                        match crate::common::again_after_a_timeout(|| ImportJob::claim_next(&mut conn)) {
+                        match crate::common::again_after_a_timeout(|| ImportJob::claim().row(&mut conn)) {
                             Some(job) => {
                                 history.record(hand_out(&job));
                                 mine.push(job.id);
@@ -181,7 +181,7 @@ backend_suite! {
                     let mut conn = pool.get().unwrap();
                     let n = 1 + t * 2; // 1, 3, 5, … 15
                     loop {
-                        let rows = ImportJob::claim_batch(&mut conn, n).unwrap();
+                        let rows = ImportJob::claim().batch(n).rows(&mut conn).unwrap();
                         assert!(rows.len() <= n, "claim_batch({n}) returned {} rows", rows.len());
                         if rows.is_empty() {
                             return;
@@ -239,13 +239,13 @@ backend_suite! {
         // long the loaded machine took between the worker's claim and this line.
         let patient = ClaimOptions::default().timeout(Duration::from_secs(60));
         assert!(
-            ImportJob::claim_batch_with(&mut conn, 10, &patient).unwrap().is_empty(),
+            ImportJob::claim().batch(10).options(&patient).rows(&mut conn).unwrap().is_empty(),
             "claims were rescued before their timeout"
         );
         let timeout = Duration::from_secs(2);
         let rescuer = ClaimOptions::default().timeout(timeout);
         std::thread::sleep(timeout + Duration::from_millis(800));
-        let rescued = ImportJob::claim_batch_with(&mut conn, 10, &rescuer).unwrap();
+        let rescued = ImportJob::claim().batch(10).options(&rescuer).rows(&mut conn).unwrap();
         for r in &rescued {
             history.record(hand_out(r));
         }
@@ -290,7 +290,7 @@ backend_suite! {
                 .execute(&mut conn)
                 .unwrap();
         }
-        let got = ImportJob::claim_batch(&mut conn, 10).unwrap();
+        let got = ImportJob::claim().batch(10).rows(&mut conn).unwrap();
         let mut ids: Vec<(i64, i32)> = got.iter().map(|r| (r.id, r.attempts)).collect();
         ids.sort();
         assert_eq!(ids, vec![(2, 3), (3, 1)]);
@@ -315,12 +315,12 @@ backend_suite! {
             ))
             .execute(&mut conn)
             .unwrap();
-        let first = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        let first = ImportJob::claim().row(&mut conn).unwrap().expect("a row");
         let expected_first = if <B as crate::common::TestBackend>::KIND == diesel_lease::BackendKind::Mysql { 2 } else { 1 };
         assert_eq!(first.id, expected_first);
-        let second = ImportJob::claim_next(&mut conn).unwrap().expect("the other row");
+        let second = ImportJob::claim().row(&mut conn).unwrap().expect("the other row");
         assert_eq!(first.id + second.id, 3, "{} then {}", first.id, second.id);
-        assert!(ImportJob::claim_next(&mut conn).unwrap().is_none());
+        assert!(ImportJob::claim().row(&mut conn).unwrap().is_none());
         let rescued = if first.id == 2 { &first } else { &second };
         assert_eq!(rescued.attempts, 2, "the rescue counted an attempt");
     }
@@ -332,18 +332,13 @@ backend_suite! {
             .set(importjobs::payload.eq("bulk"))
             .execute(&mut conn)
             .unwrap();
-        let bulk = ImportJob::claim_batch_where(
-            &mut conn,
-            10,
-            &ClaimOptions::default(),
-            importjobs::payload.eq("bulk"),
-        )
+        let bulk = ImportJob::claim().filter(importjobs::payload.eq("bulk")).batch(10).rows(&mut conn)
         .unwrap();
         let mut ids: Vec<i64> = bulk.iter().map(|r| r.id).collect();
         ids.sort();
         assert_eq!(ids, vec![3, 4]);
 
-        let a = ImportJob::claim_next(&mut conn).unwrap().unwrap();
+        let a = ImportJob::claim().row(&mut conn).unwrap().unwrap();
         assert_eq!(a.id, 1);
         assert!(a.release(&mut conn).unwrap());
         let (status, worker): (String, Option<String>) = importjobs::table
@@ -352,7 +347,7 @@ backend_suite! {
             .first(&mut conn)
             .unwrap();
         assert_eq!((status.as_str(), worker), ("JOBEXTRACTED", None));
-        let again = ImportJob::claim_next(&mut conn).unwrap().unwrap();
+        let again = ImportJob::claim().row(&mut conn).unwrap().unwrap();
         assert_eq!((again.id, again.attempts), (1, 2));
         assert!(!a.fail(&mut conn).unwrap(), "a stale copy of an earlier attempt cannot fail the row");
         assert!(again.fail(&mut conn).unwrap());
@@ -397,7 +392,7 @@ backend_suite! {
         let claimed = std::thread::scope(|s| {
             let claim = s.spawn(|| {
                 let filter = importjobs::payload.eq("a").and(diesel::dsl::sql::<diesel::sql_types::Bool>(sleep));
-                ImportJob::claim_next_where(&mut db.conn(), &ClaimOptions::default(), filter)
+                ImportJob::claim().filter(filter).row(&mut db.conn())
             });
             let mut watch = db.conn();
             let in_pick = (0..300).any(|_| {
@@ -416,7 +411,7 @@ backend_suite! {
             .first(&mut conn)
             .unwrap();
         assert_eq!((status.as_str(), worker.as_deref()), ("EXECUTIONINPROGRESS", Some("gone")), "the stale row is untouched");
-        let rescued = ImportJob::claim_next_where(&mut conn, &ClaimOptions::default(), importjobs::payload.eq("b")).unwrap();
+        let rescued = ImportJob::claim().filter(importjobs::payload.eq("b")).row(&mut conn).unwrap();
         assert_eq!(rescued.map(|j| (j.id, j.attempts)), Some((1, 1)), "the row is rescued where it matches");
     }
 }

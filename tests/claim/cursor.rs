@@ -53,29 +53,29 @@ backend_suite! {
         let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
         let me = ClaimOptions::default().owner(diesel_lease::OwnerId::new("cursor-test").unwrap());
         assert!(
-            matches!(cursor.claim_batch(&mut conn, 0), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
+            matches!(ImportJob::claim().cursor(&cursor).batch(0).rows(&mut conn), Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::Zero { what: "batch size" }))),
             "n = 0 is a typed error"
         );
         let first: Vec<ImportJob> = (0..3)
-            .map(|_| cursor.claim_next_with(&mut conn, &me).unwrap().expect("a row"))
+            .map(|_| ImportJob::claim().cursor(&cursor).options(&me).row(&mut conn).unwrap().expect("a row"))
             .collect();
         assert_eq!(ids(&first), [1, 2, 3], "the first claims look from the front");
         assert!(first.iter().all(|j| j.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of) == Some("cursor-test")));
         assert!(first[0].release(&mut conn).unwrap());
-        let fourth = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        let fourth = ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().expect("a row");
         assert_eq!(fourth.id, 4, "row 1 is ready again before the key (3): the claim resumes at the key");
-        assert_eq!(ids(&cursor.claim_batch(&mut conn, 3).unwrap()), [5, 6, 7]);
+        assert_eq!(ids(&ImportJob::claim().cursor(&cursor).batch(3).rows(&mut conn).unwrap()), [5, 6, 7]);
         assert!(first[1].release(&mut conn).unwrap());
         assert_eq!(
-            ids(&cursor.claim_batch(&mut conn, 10).unwrap()),
+            ids(&ImportJob::claim().cursor(&cursor).batch(10).rows(&mut conn).unwrap()),
             [8, 9, 10],
             "from the key (7) on: three rows, fewer than asked for"
         );
-        let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        let next = ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().expect("a row");
         assert_eq!(next.id, 1, "after a short claim the next looks from the front");
-        let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        let next = ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().expect("a row");
         assert_eq!(next.id, 2, "and resumes at the key it found (1)");
-        assert!(cursor.claim_next(&mut conn).unwrap().is_none(), "nothing ready is left");
+        assert!(ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().is_none(), "nothing ready is left");
         assert_eq!(ready(db), 0);
     }
 
@@ -101,12 +101,12 @@ backend_suite! {
             insert(&mut conn, id, priority);
         }
         let cursor = ClaimCursor::<PrioJob>::new(NO_TIMED_RESCAN).unwrap();
-        let mut claim = || cursor.claim_next(&mut conn).unwrap().map(|j| j.id);
+        let mut claim = || PrioJob::claim().cursor(&cursor).row(&mut conn).unwrap().map(|j| j.id);
         assert_eq!(claim(), Some(1));
         assert_eq!(claim(), Some(2));
         let mut conn = db.conn();
         insert(&mut conn, 5, 9);
-        let mut claim = || cursor.claim_next(&mut conn).unwrap().map(|j| j.id);
+        let mut claim = || PrioJob::claim().cursor(&cursor).row(&mut conn).unwrap().map(|j| j.id);
         assert_eq!(claim(), Some(3), "priority 9 lies before the key (4) in a descending order");
         assert_eq!(claim(), Some(4));
         assert_eq!(claim(), Some(5), "nothing at or below the key: the claim looks from the front");
@@ -153,7 +153,7 @@ backend_suite! {
                     let mut conn = pool.get().unwrap();
                     let mut mine = Vec::new();
                     loop {
-                        let batch = cursor.claim_batch(&mut conn, 1 + t % 3).unwrap();
+                        let batch = ImportJob::claim().cursor(&cursor).batch(1 + t % 3).rows(&mut conn).unwrap();
                         if batch.is_empty() {
                             break;
                         }
@@ -227,7 +227,7 @@ backend_suite! {
         fixtures::seed_jobs(db, 5);
         let pool = db.pool(4);
         let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
-        let mut guards = cursor.claim_batch_guarded(&pool, 3).unwrap();
+        let mut guards = ImportJob::claim().cursor(&cursor).batch(3).guards(&pool).unwrap();
         guards.sort_by_key(|g| g.id);
         assert_eq!(guards.iter().map(|g| g.id).collect::<Vec<_>>(), [1, 2, 3]);
         let mut guards = guards.into_iter();
@@ -236,7 +236,7 @@ backend_suite! {
         for guard in guards {
             assert!(guard.complete().unwrap());
         }
-        let next = |cursor: &ClaimCursor<ImportJob>| cursor.claim_next_guarded(&pool).unwrap().expect("a row");
+        let next = |cursor: &ClaimCursor<ImportJob>| ImportJob::claim().cursor(cursor).guard(&pool).unwrap().expect("a row");
         let four = next(&cursor);
         assert_eq!(four.id, 4, "the claim resumes at the key (3), row 1 waits");
         let five = next(&cursor);
@@ -246,7 +246,7 @@ backend_suite! {
         for guard in [four, five, one] {
             assert!(guard.complete().unwrap());
         }
-        assert!(cursor.claim_next_guarded(&pool).unwrap().is_none());
+        assert!(ImportJob::claim().cursor(&cursor).guard(&pool).unwrap().is_none());
         assert!((1..=5).all(|id| status(db, id) == "DONE"));
     }
 
@@ -258,15 +258,15 @@ backend_suite! {
         let pool = db.pool(4);
         let cursor = ClaimCursor::<ImportJob>::new(NO_TIMED_RESCAN).unwrap();
         let wait = Duration::from_secs(5);
-        let first = cursor.claim_batch_wait(&pool, 2, &ClaimOptions::default(), wait).unwrap();
+        let first = ImportJob::claim().cursor(&cursor).batch(2).wait(wait).rows(&pool).unwrap();
         assert_eq!(ids(&first), [1, 2]);
         assert!(first[0].release(&mut db.conn()).unwrap());
-        assert_eq!(cursor.claim_next_wait(&pool, wait).unwrap().map(|j| j.id), Some(3), "resumes at the key (2)");
-        assert_eq!(cursor.claim_next_wait(&pool, wait).unwrap().map(|j| j.id), Some(4));
-        assert_eq!(cursor.claim_next_wait(&pool, wait).unwrap().map(|j| j.id), Some(1), "then from the front");
-        assert!(cursor.claim_next_wait(&pool, Duration::from_millis(300)).unwrap().is_none(), "nothing ready");
+        assert_eq!(ImportJob::claim().cursor(&cursor).wait(wait).row(&pool).unwrap().map(|j| j.id), Some(3), "resumes at the key (2)");
+        assert_eq!(ImportJob::claim().cursor(&cursor).wait(wait).row(&pool).unwrap().map(|j| j.id), Some(4));
+        assert_eq!(ImportJob::claim().cursor(&cursor).wait(wait).row(&pool).unwrap().map(|j| j.id), Some(1), "then from the front");
+        assert!(ImportJob::claim().cursor(&cursor).wait(Duration::from_millis(300)).row(&pool).unwrap().is_none(), "nothing ready");
         std::thread::scope(|s| {
-            let waiter = s.spawn(|| cursor.claim_next_wait(&pool, Duration::from_secs(30)).unwrap().map(|j| j.id));
+            let waiter = s.spawn(|| ImportJob::claim().cursor(&cursor).wait(Duration::from_secs(30)).row(&pool).unwrap().map(|j| j.id));
             std::thread::sleep(Duration::from_millis(200));
             diesel::insert_into(importjobs::table)
                 .values((importjobs::id.eq(0), importjobs::statuscode.eq("JOBEXTRACTED"), importjobs::payload.eq("late")))
@@ -285,14 +285,14 @@ backend_suite! {
         let mut conn = db.conn();
         let rescan = Duration::from_millis(300);
         let cursor = ClaimCursor::<ImportJob>::new(rescan).unwrap();
-        let first = cursor.claim_batch(&mut conn, 3).unwrap();
+        let first = ImportJob::claim().cursor(&cursor).batch(3).rows(&mut conn).unwrap();
         assert_eq!(ids(&first), [1, 2, 3], "the first claim looks from the front");
         let one = first.iter().find(|j| j.id == 1).unwrap();
         assert!(one.release(&mut conn).unwrap());
         std::thread::sleep(rescan + Duration::from_millis(50));
-        let next = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        let next = ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().expect("a row");
         assert_eq!(next.id, 1, "rows 4-6 are ready after the key (3), yet the rescan looks from the front");
-        let after = cursor.claim_next(&mut conn).unwrap().expect("a row");
+        let after = ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().expect("a row");
         assert_eq!(after.id, 4, "then resumes at the key it found (1): 2 and 3 are claimed");
         assert_eq!(ready(db), 2);
     }

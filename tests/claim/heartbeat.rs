@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use diesel_lease::claim::{ClaimGuard, ClaimOptions};
+use diesel_lease::claim::ClaimOptions;
 use diesel_lease::prelude::*;
 
 use crate::common::holdback::{Holdback, Phase};
@@ -66,7 +66,7 @@ backend_suite! {
         seed(db, 1);
         let pool = db.pool(4);
         let claim_timeout = Duration::from_secs(1);
-        let guard = ClaimGuard::<ImportJob>::claim_next_with(&pool, &timeout(claim_timeout))
+        let guard = ImportJob::claim().options(&timeout(claim_timeout)).guard(&pool)
             .unwrap()
             .expect("a row");
         let done = AtomicBool::new(false);
@@ -75,7 +75,7 @@ backend_suite! {
                 let mut conn = db.conn();
                 let mut rescued = Vec::new();
                 while !done.load(Ordering::SeqCst) {
-                    rescued.extend(ImportJob::claim_batch_with(&mut conn, 1, &timeout(claim_timeout)).unwrap());
+                    rescued.extend(ImportJob::claim().batch(1).options(&timeout(claim_timeout)).rows(&mut conn).unwrap());
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 rescued
@@ -98,12 +98,12 @@ backend_suite! {
     pub(crate) fn a_same_process_rescue_fences_the_stale_complete(db: &TestDb<B>) {
         seed(db, 1);
         let mut conn = db.conn();
-        let stale = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        let stale = ImportJob::claim().row(&mut conn).unwrap().expect("a row");
         std::thread::sleep(Duration::from_millis(1300));
         let rescued = std::thread::scope(|s| {
             s.spawn(|| {
                 let mut conn = db.conn();
-                ImportJob::claim_batch_with(&mut conn, 1, &timeout(Duration::from_secs(1))).unwrap()
+                ImportJob::claim().batch(1).options(&timeout(Duration::from_secs(1))).rows(&mut conn).unwrap()
             })
             .join()
             .unwrap()
@@ -120,9 +120,9 @@ backend_suite! {
         seed(db, 1);
         let mut conn = db.conn();
         let options = timeout(Duration::from_secs(1));
-        let stale = StampOnly::claim_batch_with(&mut conn, 1, &options).unwrap().pop().expect("a row");
+        let stale = StampOnly::claim().batch(1).options(&options).rows(&mut conn).unwrap().pop().expect("a row");
         std::thread::sleep(Duration::from_millis(1300));
-        let rescued = StampOnly::claim_batch_with(&mut conn, 1, &options).unwrap().pop().expect("rescued");
+        let rescued = StampOnly::claim().batch(1).options(&options).rows(&mut conn).unwrap().pop().expect("rescued");
         assert_eq!(rescued.id, stale.id);
         assert_eq!(
             stale.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of),
@@ -138,17 +138,17 @@ backend_suite! {
     pub(crate) fn a_dropped_or_panicking_guard_hands_the_row_back(db: &TestDb<B>) {
         seed(db, 1);
         let pool = db.pool(4);
-        let guard = ClaimGuard::<ImportJob>::claim_next(&pool).unwrap().expect("a row");
+        let guard = ImportJob::claim().guard(&pool).unwrap().expect("a row");
         assert_eq!(status(db, 1), "EXECUTIONINPROGRESS");
         drop(guard);
         assert_eq!(status(db, 1), "JOBEXTRACTED");
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _guard = ImportJob::claim_next_guarded(&pool).unwrap().expect("the row again");
+            let _guard = ImportJob::claim().guard(&pool).unwrap().expect("the row again");
             panic!("the job failed");
         }));
         assert!(panicked.is_err());
         assert_eq!(status(db, 1), "JOBEXTRACTED");
-        let again = ImportJob::claim_next(&mut db.conn()).unwrap().expect("claimable at once");
+        let again = ImportJob::claim().row(&mut db.conn()).unwrap().expect("claimable at once");
         assert_eq!(again.attempts, 3, "three claims in all");
     }
 
@@ -161,7 +161,7 @@ backend_suite! {
         seed(db, 1);
         let source = Holdback::new(db.pool(4));
         // A heartbeat a second in.
-        let guard = ClaimGuard::<StampOnly>::claim_next_with(&source, &timeout(Duration::from_secs(3)))
+        let guard = StampOnly::claim().options(&timeout(Duration::from_secs(3))).guard(&source)
             .unwrap()
             .expect("a row");
         source.set(Phase::Armed);
@@ -171,7 +171,7 @@ backend_suite! {
         assert!(guard.release().unwrap().was_held(), "it was still claimed");
         assert_eq!(status(db, 1), "JOBEXTRACTED");
         let mut conn = db.conn();
-        let again = StampOnly::claim_next(&mut conn).unwrap().expect("claimable at once");
+        let again = StampOnly::claim().row(&mut conn).unwrap().expect("claimable at once");
         source.set(Phase::Let);
         assert_eq!(source.wait_for(Duration::from_secs(30), |p| p == Phase::Landed), Some(Phase::Landed), "the held heartbeat never ran");
         let now: StampOnly = importjobs::table.find(1).select(StampOnly::as_select()).first(&mut conn).unwrap();
@@ -186,14 +186,14 @@ backend_suite! {
         let pool = db.pool(1);
         let claim_timeout = Duration::from_secs(2);
         let claimed_at = Instant::now();
-        let guard = ClaimGuard::<ImportJob>::claim_next_with(&pool, &timeout(claim_timeout))
+        let guard = ImportJob::claim().options(&timeout(claim_timeout)).guard(&pool)
             .unwrap()
             .expect("a row");
         // Opened before the wait, so that the rescue attempt costs no connection set-up.
         let mut other = db.conn();
         let hog = pool.get().unwrap(); // every heartbeat now fails to get a connection
         let lost_after = crate::common::lost_in_time(&guard, claimed_at, claim_timeout);
-        let early = ImportJob::claim_batch_with(&mut other, 1, &timeout(claim_timeout)).unwrap();
+        let early = ImportJob::claim().batch(1).options(&timeout(claim_timeout)).rows(&mut other).unwrap();
         let looked_after = claimed_at.elapsed();
         // Tried within the timeout of the claim (not slowed down past it), nobody can rescue.
         assert!(
@@ -203,7 +203,7 @@ backend_suite! {
         assert!(guard.is_lost());
         assert!(matches!(guard.ensure_held(), Err(diesel_lease::Error::ClaimLost { .. })));
         std::thread::sleep(claim_timeout);
-        let rescued = ImportJob::claim_batch_with(&mut other, 1, &timeout(claim_timeout)).unwrap();
+        let rescued = ImportJob::claim().batch(1).options(&timeout(claim_timeout)).rows(&mut other).unwrap();
         assert_eq!(rescued.len(), 1, "the stale claim was never rescuable");
         drop(hog);
         assert!(!guard.complete().unwrap(), "the starved worker completed a rescued claim");
@@ -216,16 +216,16 @@ backend_suite! {
         seed(db, 10);
         let (pool, mut conn) = (db.pool(4), db.conn());
         let me = ClaimOptions::default().owner(diesel_lease::OwnerId::new("variant-test").unwrap());
-        let with = ImportJob::claim_next_with(&mut conn, &me).unwrap().expect("a row");
+        let with = ImportJob::claim().options(&me).row(&mut conn).unwrap().expect("a row");
         assert_eq!(with.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of), Some("variant-test"));
-        let only_7 = ImportJob::claim_next_where(&mut conn, &me, importjobs::id.eq(7)).unwrap();
+        let only_7 = ImportJob::claim().filter(importjobs::id.eq(7)).options(&me).row(&mut conn).unwrap();
         assert_eq!(only_7.map(|j| j.id), Some(7));
-        assert!(ImportJob::claim_next_where(&mut conn, &me, importjobs::id.eq(7)).unwrap().is_none(), "row 7 is taken");
-        let batch_where = ImportJob::claim_batch_where(&mut conn, 5, &me, importjobs::id.gt(8)).unwrap();
+        assert!(ImportJob::claim().filter(importjobs::id.eq(7)).options(&me).row(&mut conn).unwrap().is_none(), "row 7 is taken");
+        let batch_where = ImportJob::claim().filter(importjobs::id.gt(8)).batch(5).options(&me).rows(&mut conn).unwrap();
         assert_eq!(batch_where.iter().map(|j| j.id).collect::<Vec<_>>(), vec![9, 10]);
-        let waited = ImportJob::claim_batch_wait(&pool, 2, Duration::from_secs(5)).unwrap();
+        let waited = ImportJob::claim().batch(2).wait(Duration::from_secs(5)).rows(&pool).unwrap();
         assert_eq!(waited.len(), 2);
-        let guards = ImportJob::claim_batch_guarded(&pool, 10).unwrap();
+        let guards = ImportJob::claim().batch(10).guards(&pool).unwrap();
         assert_eq!(guards.len(), 4, "what is left: 10 rows, 6 claimed");
         let mut ids: Vec<i64> = [with.id, 7, 9, 10].into_iter().chain(waited.iter().map(|j| j.id)).collect();
         ids.extend(guards.iter().map(|g| g.id));
@@ -241,14 +241,14 @@ backend_suite! {
             assert!(guard.complete().unwrap());
             assert_eq!(status(db, id), "DONE");
         }
-        assert!(ImportJob::claim_next_wait(&pool, Duration::from_secs(5)).unwrap().map(|j| j.id) == Some(dropped_id));
+        assert!(ImportJob::claim().wait(Duration::from_secs(5)).row(&pool).unwrap().map(|j| j.id) == Some(dropped_id));
     }
 
     /// A heartbeat reports `false` once the claim was finished by someone else.
     pub(crate) fn heartbeat_of_a_rescued_claim_is_false(db: &TestDb<B>) {
         seed(db, 1);
         let mut conn = db.conn();
-        let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        let job = ImportJob::claim().row(&mut conn).unwrap().expect("a row");
         assert!(job.heartbeat(&mut conn).unwrap());
         assert!(job.complete(&mut conn).unwrap());
         assert!(!job.heartbeat(&mut conn).unwrap());

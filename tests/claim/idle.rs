@@ -73,7 +73,7 @@ backend_suite! {
             .map(|_| {
                 let (pool, got) = (pool.clone(), got.clone());
                 std::thread::spawn(move || {
-                    let job = IdleJob::claim_next_wait(&pool, Duration::from_secs(180)).unwrap();
+                    let job = IdleJob::claim().wait(Duration::from_secs(180)).row(&pool).unwrap();
                     got.send(job.map(|j| j.id)).unwrap();
                 })
             })
@@ -166,7 +166,7 @@ backend_suite! {
             .map(|_| {
                 let (pool, got) = (pool.clone(), got.clone());
                 std::thread::spawn(move || {
-                    let job = IdleJob::claim_next_wait(&pool, Duration::from_secs(40));
+                    let job = IdleJob::claim().wait(Duration::from_secs(40)).row(&pool);
                     let _ = got.send(job.map(|j| j.map(|j| j.id)).map_err(|e| e.to_string()));
                 })
             })

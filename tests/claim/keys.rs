@@ -131,8 +131,16 @@ fn owner(name: &str) -> ClaimOptions {
 macro_rules! every_finish_reports_each_row {
     ($conn:expr, $model:ty, $table:ident, $key:expr) => {{
         let conn = $conn;
-        let a = <$model>::claim_batch_with(conn, 3, &owner("worker-a")).unwrap();
-        let b = <$model>::claim_batch_with(conn, 3, &owner("worker-b")).unwrap();
+        let a = <$model>::claim()
+            .batch(3)
+            .options(&owner("worker-a"))
+            .rows(conn)
+            .unwrap();
+        let b = <$model>::claim()
+            .batch(3)
+            .options(&owner("worker-b"))
+            .rows(conn)
+            .unwrap();
         assert_eq!((a.len(), b.len()), (3, 3));
         // A's second row now names another owner; nothing else about it changed.
         diesel::update($table::table.find($key(&a[1])))
@@ -156,7 +164,7 @@ macro_rules! every_finish_reports_each_row {
             a[2].clone(),
         ];
         assert_eq!(
-            <$model>::complete_batch(conn, &mixed).unwrap(),
+            mixed.complete(conn).unwrap(),
             vec![true, true, false, true, true]
         );
         assert_eq!(
@@ -168,32 +176,31 @@ macro_rules! every_finish_reports_each_row {
         }
 
         // One owner's rows, one of them twice: finished once, reported at its first place.
-        let c = <$model>::claim_batch_with(conn, 2, &owner("worker-c")).unwrap();
+        let c = <$model>::claim()
+            .batch(2)
+            .options(&owner("worker-c"))
+            .rows(conn)
+            .unwrap();
         let repeated = vec![c[0].clone(), b[2].clone(), c[0].clone(), c[1].clone()];
-        assert_eq!(
-            <$model>::fail_batch(conn, &repeated).unwrap(),
-            vec![true, true, false, true]
-        );
+        assert_eq!(repeated.fail(conn).unwrap(), vec![true, true, false, true]);
         for row in [&c[0], &b[2], &c[1]] {
             assert_eq!(state(conn, row).0, "dead");
         }
 
         // Back to ready: owner cleared, claimable again; a second release changes nothing.
-        let d = <$model>::claim_batch_with(conn, 2, &owner("worker-d")).unwrap();
-        assert_eq!(<$model>::release_batch(conn, &d).unwrap(), vec![true, true]);
-        assert_eq!(
-            <$model>::release_batch(conn, &d).unwrap(),
-            vec![false, false]
-        );
+        let d = <$model>::claim()
+            .batch(2)
+            .options(&owner("worker-d"))
+            .rows(conn)
+            .unwrap();
+        assert_eq!(d.release(conn).unwrap(), vec![true, true]);
+        assert_eq!(d.release(conn).unwrap(), vec![false, false]);
         for row in &d {
             assert_eq!(state(conn, row), ("ready".into(), None));
         }
-        let again = <$model>::claim_batch(conn, 10).unwrap();
+        let again = <$model>::claim().batch(10).rows(conn).unwrap();
         assert_eq!(again.len(), 2, "the two released rows, and nothing else");
-        assert_eq!(
-            <$model>::complete_batch(conn, &again).unwrap(),
-            vec![true, true]
-        );
+        assert_eq!(again.complete(conn).unwrap(), vec![true, true]);
     }};
 }
 

@@ -162,7 +162,7 @@ backend_suite! {
         for id in 1..=200 {
             let locked = conn
                 .write_transaction(|conn| {
-                    let row = Table1::lock_next_where(conn, table1::id.eq(id))?;
+                    let row = Table1::claim().filter(table1::id.eq(id)).locked(conn)?;
                     if let Some(row) = &row {
                         diesel::update(table1::table.find(row.id))
                             .set(table1::col1.eq("sent"))
@@ -173,7 +173,7 @@ backend_suite! {
                 .unwrap();
             assert_eq!(locked, Some(id), "row {id} has col1 IS NULL and must be locked");
             let again = conn
-                .write_transaction(|conn| Table1::lock_next_where(conn, table1::id.eq(id)))
+                .write_transaction(|conn| Table1::claim().filter(table1::id.eq(id)).locked(conn))
                 .unwrap();
             assert!(again.is_none(), "row {id} no longer qualifies");
         }
@@ -191,7 +191,7 @@ backend_suite! {
             for _ in 0..4 {
                 s.spawn(|| {
                     let mut conn = pool.get().unwrap();
-                    while let Some(row) = Table1::claim_next(&mut conn).unwrap() {
+                    while let Some(row) = Table1::claim().row(&mut conn).unwrap() {
                         assert_eq!(row.col1.as_deref(), Some("sent"));
                         assert!(row.complete(&mut conn).unwrap(), "still ours");
                         seen.lock().unwrap().push(row.id);
@@ -215,13 +215,13 @@ backend_suite! {
     pub(crate) fn null_claimed_state_is_written_and_owner_checked(db: &TestDb<B>) {
         fill(db, &[(1, Some("new")), (2, Some("new")), (3, Some("other"))]);
         let mut conn = db.conn();
-        let a = NullClaimed::claim_next(&mut conn).unwrap().expect("row 1");
+        let a = NullClaimed::claim().row(&mut conn).unwrap().expect("row 1");
         assert_eq!((a.id, a.col1.as_deref()), (1, None));
         assert!(a.complete(&mut conn).unwrap());
         assert!(!a.complete(&mut conn).unwrap(), "no longer claimed (col1 is not NULL)");
-        let b = NullClaimed::claim_next(&mut conn).unwrap().expect("row 2");
+        let b = NullClaimed::claim().row(&mut conn).unwrap().expect("row 2");
         assert_eq!(b.id, 2);
-        assert!(NullClaimed::claim_next(&mut conn).unwrap().is_none());
+        assert!(NullClaimed::claim().row(&mut conn).unwrap().is_none());
         assert_eq!(
             states(db),
             vec![(1, Some("it's done".into())), (2, None), (3, Some("other".into()))]
@@ -233,13 +233,13 @@ backend_suite! {
     pub(crate) fn null_done_state_makes_the_row_ready_again(db: &TestDb<B>) {
         fill(db, &[(1, Some("retry")), (2, None), (3, Some("other"))]);
         let mut conn = db.conn();
-        let batch = NullDone::claim_batch(&mut conn, 10).unwrap();
+        let batch = NullDone::claim().batch(10).rows(&mut conn).unwrap();
         assert_eq!(batch.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2]);
         assert!(batch[0].complete(&mut conn).unwrap());
         assert_eq!(states(db)[0], (1, None));
-        let again = NullDone::claim_next(&mut conn).unwrap().expect("row 1 is ready again");
+        let again = NullDone::claim().row(&mut conn).unwrap().expect("row 1 is ready again");
         assert_eq!(again.id, 1);
-        assert!(NullDone::claim_next(&mut conn).unwrap().is_none());
+        assert!(NullDone::claim().row(&mut conn).unwrap().is_none());
     }
 
     /// `ready(0, -1)` claims the rows in 0 and -1 and no other; `complete` and `fail` write the
@@ -252,11 +252,11 @@ backend_suite! {
             rows.iter().map(|(id, code)| (coded::id.eq(*id), coded::code.eq(*code))).collect();
         diesel::insert_into(coded::table).values(&values).execute(&mut db.conn()).unwrap();
         let mut conn = db.conn();
-        let batch = Coded::claim_batch(&mut conn, 10).unwrap();
+        let batch = Coded::claim().batch(10).rows(&mut conn).unwrap();
         assert_eq!(batch.iter().map(|r| (r.id, r.code)).collect::<Vec<_>>(), [(1, 1), (2, 1), (4, 1)]);
         assert!(batch[0].complete(&mut conn).unwrap());
         assert!(batch[1].fail(&mut conn).unwrap());
-        assert!(Coded::claim_next(&mut conn).unwrap().is_none(), "row 3 is in no ready state");
+        assert!(Coded::claim().row(&mut conn).unwrap().is_none(), "row 3 is in no ready state");
         let codes: Vec<(i64, i16)> =
             coded::table.order(coded::id).select((coded::id, coded::code)).load(&mut conn).unwrap();
         assert_eq!(codes, [(1, 32767), (2, -32768), (3, 5), (4, 1)]);
@@ -266,7 +266,7 @@ backend_suite! {
     pub(crate) fn bare_strings_are_states_of_an_option_field(db: &TestDb<B>) {
         fill(db, &[(1, Some("new")), (2, None), (3, Some("other"))]);
         let mut conn = db.conn();
-        let batch = BareOnOption::claim_batch(&mut conn, 10).unwrap();
+        let batch = BareOnOption::claim().batch(10).rows(&mut conn).unwrap();
         let claimed: Vec<_> = batch.iter().map(|r| (r.id, r.col1.as_deref())).collect();
         assert_eq!(claimed, [(1, Some("sent")), (2, Some("sent"))]);
         assert!(batch[1].complete(&mut conn).unwrap());
@@ -290,7 +290,7 @@ backend_suite! {
             .collect();
         diesel::insert_into(keyed_jobs::table).values(&values).execute(&mut db.conn()).unwrap();
         // Another worker runs acme's first row: its state is now NULL.
-        let running = KeyedNullClaimed::claim_next(&mut db.conn()).unwrap().expect("row 1");
+        let running = KeyedNullClaimed::claim().row(&mut db.conn()).unwrap().expect("row 1");
         assert_eq!((running.id, running.status.as_deref()), (1, None));
 
         let seen = Mutex::new(Vec::new());
@@ -429,16 +429,20 @@ mod plan {
         let mut conn = plan_jobs(db);
         const N: i64 = 30;
         for _ in 0..N {
-            let job = PlanJob::claim_next(&mut conn)
+            let job = PlanJob::claim()
+                .row(&mut conn)
                 .unwrap()
                 .expect("a ready row");
             assert!(job.complete(&mut conn).unwrap());
         }
         // A filter with a static query id keeps the claim prepared too.
         for _ in 0..N {
-            let jobs =
-                PlanJob::claim_batch_where(&mut conn, 2, &Default::default(), plan_jobs::id.gt(0))
-                    .unwrap();
+            let jobs = PlanJob::claim()
+                .filter(plan_jobs::id.gt(0))
+                .batch(2)
+                .options(&Default::default())
+                .rows(&mut conn)
+                .unwrap();
             assert_eq!(jobs.len(), 2);
         }
 
@@ -496,8 +500,8 @@ mod plan {
         let mut claimed = std::collections::HashSet::new();
         for _ in 0..N {
             for (n, rows) in [
-                (50, PlanJob::claim_batch(&mut conn, 50)),
-                (7, PlanJob::claim_batch(&mut conn, 7)),
+                (50, PlanJob::claim().batch(50).rows(&mut conn)),
+                (7, PlanJob::claim().batch(7).rows(&mut conn)),
             ] {
                 let rows = rows.unwrap();
                 assert_eq!(rows.len(), n, "a full batch of {n}");
@@ -538,9 +542,9 @@ mod plan {
         const N: i64 = 8;
         for _ in 0..N {
             for n in [50, 7] {
-                let rows = PlanJob::claim_batch(&mut conn, n).unwrap();
+                let rows = PlanJob::claim().batch(n).rows(&mut conn).unwrap();
                 assert_eq!(rows.len(), n, "a full batch of {n}");
-                let done = PlanJob::complete_batch(&mut conn, &rows).unwrap();
+                let done = rows.complete(&mut conn).unwrap();
                 assert_eq!(done, vec![true; n], "every fresh claim is ours");
             }
         }

@@ -46,7 +46,7 @@ backend_suite! {
             let a = s.spawn(move || {
                 let mut conn = db.conn();
                 conn.write_transaction(|conn| {
-                    let row = Test::lock_next(conn)?.expect("a row for A");
+                    let row = Test::claim().locked(conn)?.expect("a row for A");
                     locked_tx.send(row.id).unwrap();
                     // Give B the chance to run while A holds its lock; B must not get this row.
                     let b_row = b_rx.recv_timeout(Duration::from_millis(500)).ok();
@@ -58,7 +58,7 @@ backend_suite! {
             let a_row = locked_rx.recv().unwrap();
             let mut conn = db.conn();
             let b_row = conn
-                .write_transaction(|conn| Test::lock_next(conn).map(|r| r.expect("a row for B").id))
+                .write_transaction(|conn| Test::claim().locked(conn).map(|r| r.expect("a row for B").id))
                 .unwrap();
             let _ = b_tx.send(b_row);
             let (a_row_again, _) = a.join().unwrap();
@@ -70,7 +70,7 @@ backend_suite! {
     pub(crate) fn rollback_makes_the_row_available_again(db: &TestDb<B>) {
         seed_test_rows(db, 2);
         let mut conn = db.conn();
-        let failed: Result<Option<()>, DieselError> = Test::with_next_locked(&mut conn, |conn, row| {
+        let failed: Result<Option<()>, DieselError> = Test::claim().locked_with(&mut conn, |conn, row| {
             assert_eq!(row.id, 1);
             diesel::update(test::table.find(row.id)).set(test::processed.eq(true)).execute(conn)?;
             Err(DieselError::RollbackTransaction)
@@ -78,10 +78,10 @@ backend_suite! {
         assert!(failed.is_err());
         let processed: bool = test::table.find(1).select(test::processed).first(&mut conn).unwrap();
         assert!(!processed, "the rolled-back update stuck");
-        let again = conn.write_transaction(Test::lock_next).unwrap().unwrap();
+        let again = conn.write_transaction(|conn| Test::claim().locked(conn)).unwrap().unwrap();
         assert_eq!(again.id, 1, "the row was not available again after rollback");
 
-        let done = Test::with_next_locked(&mut conn, |conn, row| {
+        let done = Test::claim().locked_with(&mut conn, |conn, row| {
             diesel::update(test::table.find(row.id)).set(test::processed.eq(true)).execute(conn)?;
             Ok::<_, DieselError>(row.id)
         })
@@ -102,7 +102,7 @@ backend_suite! {
                 let (pool, seen) = (pool.clone(), &seen);
                 s.spawn(move || {
                     let mut conn = pool.get().unwrap();
-                    while let Some(id) = Test::with_next_locked(&mut conn, |conn, row| {
+                    while let Some(id) = Test::claim().locked_with(&mut conn, |conn, row| {
                         diesel::update(test::table.find(row.id)).set(test::processed.eq(true)).execute(conn)?;
                         Ok::<_, DieselError>(row.id)
                     })
@@ -128,7 +128,7 @@ backend_suite! {
         seed_test_rows(db, 1);
         let options = diesel_lease::claim::ClaimOptions::default()
             .timeout(Duration::from_secs(5));
-        let err = Test::claim_batch_with(&mut db.conn(), 1, &options).unwrap_err();
+        let err = Test::claim().batch(1).options(&options).rows(&mut db.conn()).unwrap_err();
         assert!(err.to_string().contains("claimed_at"), "{err}");
         let processed: bool = test::table.find(1).select(test::processed).first(&mut db.conn()).unwrap();
         assert!(!processed, "the refused claim changed the row");
@@ -138,7 +138,7 @@ backend_suite! {
         seed_test_rows(db, 3);
         let mut conn = db.conn();
         let row = conn
-            .write_transaction(|c| Test::lock_next_where(c, test::data.eq("row 3")))
+            .write_transaction(|c| Test::claim().filter(test::data.eq("row 3")).locked(c))
             .unwrap()
             .unwrap();
         assert_eq!(row.id, 3);

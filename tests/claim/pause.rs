@@ -90,16 +90,16 @@ backend_suite! {
     pub(crate) fn a_paused_table_claims_nothing_through_any_pool_until_resumed(db: &TestDb<B>) {
         jobs(db, 4);
         let (one, other) = (db.pool(2), db.pool(2));
-        assert!(PauseJob::pause(&mut one.get().unwrap()).unwrap());
-        assert!(!PauseJob::pause(&mut other.get().unwrap()).unwrap(), "paused already");
+        assert!(PauseJob::queue().pause(&mut one.get().unwrap()).unwrap());
+        assert!(!PauseJob::queue().pause(&mut other.get().unwrap()).unwrap(), "paused already");
         let mut conn = other.get().unwrap();
-        assert!(PauseJob::claim_next(&mut conn).unwrap().is_none());
-        assert!(PauseJob::claim_batch(&mut conn, 10).unwrap().is_empty());
-        assert!(PauseJob::claim_next_wait(&other, Duration::from_millis(300)).unwrap().is_none());
+        assert!(PauseJob::claim().row(&mut conn).unwrap().is_none());
+        assert!(PauseJob::claim().batch(10).rows(&mut conn).unwrap().is_empty());
+        assert!(PauseJob::claim().wait(Duration::from_millis(300)).row(&other).unwrap().is_none());
         assert_eq!(ready(db), 4, "nothing was claimed while paused");
-        assert!(PauseJob::resume(&mut one.get().unwrap()).unwrap());
-        assert!(!PauseJob::resume(&mut one.get().unwrap()).unwrap(), "resumed already");
-        let mut claimed: Vec<i64> = PauseJob::claim_batch(&mut conn, 10).unwrap().into_iter().map(|j| j.id).collect();
+        assert!(PauseJob::queue().resume(&mut one.get().unwrap()).unwrap());
+        assert!(!PauseJob::queue().resume(&mut one.get().unwrap()).unwrap(), "resumed already");
+        let mut claimed: Vec<i64> = PauseJob::claim().batch(10).rows(&mut conn).unwrap().into_iter().map(|j| j.id).collect();
         claimed.sort();
         assert_eq!(claimed, [1, 2, 3, 4]);
     }
@@ -107,18 +107,18 @@ backend_suite! {
     pub(crate) fn a_paused_key_skips_only_that_keys_rows(db: &TestDb<B>) {
         jobs(db, 6);
         let mut conn = db.conn();
-        assert!(PauseJob::pause_key(&mut conn, "acme").unwrap());
-        let mut claimed: Vec<PauseJob> = std::iter::from_fn(|| PauseJob::claim_next(&mut db.conn()).unwrap()).collect();
+        assert!(PauseJob::queue().key("acme").pause(&mut conn).unwrap());
+        let mut claimed: Vec<PauseJob> = std::iter::from_fn(|| PauseJob::claim().row(&mut db.conn()).unwrap()).collect();
         claimed.sort_by_key(|j| j.id);
         assert_eq!(claimed.iter().map(|j| j.id).collect::<Vec<_>>(), [2, 4, 6]);
         assert!(claimed.iter().all(|j| j.tenant == "globex"));
-        assert!(PauseJob::claim_batch(&mut conn, 10).unwrap().is_empty(), "acme's rows wait");
+        assert!(PauseJob::claim().batch(10).rows(&mut conn).unwrap().is_empty(), "acme's rows wait");
         // A whole-table pause and a key's pause are separate: resuming the table leaves acme paused.
-        assert!(PauseJob::pause(&mut conn).unwrap());
-        assert!(PauseJob::resume(&mut conn).unwrap());
-        assert!(PauseJob::claim_next(&mut conn).unwrap().is_none());
-        assert!(PauseJob::resume_key(&mut conn, "acme").unwrap());
-        let mut rest: Vec<i64> = PauseJob::claim_batch(&mut conn, 10).unwrap().into_iter().map(|j| j.id).collect();
+        assert!(PauseJob::queue().pause(&mut conn).unwrap());
+        assert!(PauseJob::queue().resume(&mut conn).unwrap());
+        assert!(PauseJob::claim().row(&mut conn).unwrap().is_none());
+        assert!(PauseJob::queue().key("acme").resume(&mut conn).unwrap());
+        let mut rest: Vec<i64> = PauseJob::claim().batch(10).rows(&mut conn).unwrap().into_iter().map(|j| j.id).collect();
         rest.sort();
         assert_eq!(rest, [1, 3, 5]);
     }
@@ -135,8 +135,8 @@ backend_suite! {
                 diesel::update(pause_jobs::table.find(1))
                     .set(pause_jobs::tenant.eq("initech"))
                     .execute(c)?;
-                let first = PauseJob::pause(c).unwrap();
-                let again = PauseJob::pause(c).unwrap();
+                let first = PauseJob::queue().pause(c).unwrap();
+                let again = PauseJob::queue().pause(c).unwrap();
                 // A statement after the duplicate pause, in the same transaction.
                 diesel::update(pause_jobs::table.find(2))
                     .set(pause_jobs::tenant.eq("initech"))
@@ -151,7 +151,7 @@ backend_suite! {
             .load(&mut db.conn())
             .unwrap();
         assert_eq!(tenants, ["initech", "initech"], "both writes committed");
-        assert!(PauseJob::claim_next(&mut db.conn()).unwrap().is_none(), "the pause committed");
+        assert!(PauseJob::claim().row(&mut db.conn()).unwrap().is_none(), "the pause committed");
     }
 
     /// On a plain connection (no busy timeout), behind another writer, a pause and then a resume
@@ -160,12 +160,12 @@ backend_suite! {
     pub(crate) fn a_pause_on_a_plain_connection_waits_for_another_writer(db: &TestDb<B>) {
         jobs(db, 1);
         let lock = "UPDATE pause_jobs SET tenant = tenant WHERE id = 1";
-        let paused = crate::common::on_a_plain_connection_behind_a_writer(db, lock, PauseJob::pause);
+        let paused = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| PauseJob::queue().pause(c));
         assert!(paused.unwrap(), "the pause waited and took effect");
-        assert!(PauseJob::claim_next(&mut db.conn()).unwrap().is_none(), "paused");
-        let resumed = crate::common::on_a_plain_connection_behind_a_writer(db, lock, PauseJob::resume);
+        assert!(PauseJob::claim().row(&mut db.conn()).unwrap().is_none(), "paused");
+        let resumed = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| PauseJob::queue().resume(c));
         assert!(resumed.unwrap(), "the resume waited and took effect");
-        assert_eq!(PauseJob::claim_next(&mut db.conn()).unwrap().map(|j| j.id), Some(1), "resumed");
+        assert_eq!(PauseJob::claim().row(&mut db.conn()).unwrap().map(|j| j.id), Some(1), "resumed");
     }
 
     /// A waiter sleeps through the pause (the row is still ready when it is resumed) and takes
@@ -173,13 +173,13 @@ backend_suite! {
     pub(crate) fn resuming_wakes_a_waiting_claimer_which_takes_the_row(db: &TestDb<B>) {
         jobs(db, 1);
         let pool = db.pool(3);
-        assert!(PauseJob::pause(&mut db.conn()).unwrap());
+        assert!(PauseJob::queue().pause(&mut db.conn()).unwrap());
         let started = Arc::new(AtomicBool::new(false));
         let waiter = {
             let (pool, started) = (pool.clone(), Arc::clone(&started));
             std::thread::spawn(move || {
                 started.store(true, Ordering::SeqCst);
-                PauseJob::claim_next_wait(&pool, Duration::from_secs(60)).unwrap()
+                PauseJob::claim().wait(Duration::from_secs(60)).row(&pool).unwrap()
             })
         };
         while !started.load(Ordering::SeqCst) {
@@ -188,7 +188,7 @@ backend_suite! {
         // Let it poll (and, on PostgreSQL, register with the pool's listener) a few times.
         std::thread::sleep(Duration::from_millis(500));
         assert_eq!(ready(db), 1, "claimed while paused");
-        assert!(PauseJob::resume(&mut pool.get().unwrap()).unwrap());
+        assert!(PauseJob::queue().resume(&mut pool.get().unwrap()).unwrap());
         let row = waiter.join().unwrap();
         assert_eq!(row.map(|j| j.id), Some(1), "the waiter did not get the row");
     }
@@ -197,7 +197,7 @@ backend_suite! {
     pub(crate) fn a_worker_runs_nothing_while_paused_and_everything_after_resume(db: &TestDb<B>) {
         jobs(db, 6);
         let pool = db.pool(6);
-        assert!(PauseJob::pause(&mut db.conn()).unwrap());
+        assert!(PauseJob::queue().pause(&mut db.conn()).unwrap());
         let (ran, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
         let worker = {
             let (pool, ran, stop) = (pool.clone(), Arc::clone(&ran), Arc::clone(&stop));
@@ -214,7 +214,7 @@ backend_suite! {
         std::thread::sleep(Duration::from_millis(800));
         assert_eq!(ran.load(Ordering::SeqCst), 0, "ran while paused");
         assert_eq!(ready(db), 6);
-        assert!(PauseJob::resume(&mut db.conn()).unwrap());
+        assert!(PauseJob::queue().resume(&mut db.conn()).unwrap());
         let began = Instant::now();
         while ran.load(Ordering::SeqCst) < 6 && began.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(20));
@@ -245,12 +245,12 @@ backend_suite! {
         for _ in 0..20 {
             let t = Instant::now();
             for _ in 0..100 {
-                UnpausableJob::claim_next(&mut conn).unwrap().expect("a row");
+                UnpausableJob::claim().row(&mut conn).unwrap().expect("a row");
             }
             plain += t.elapsed();
             let t = Instant::now();
             for _ in 0..100 {
-                PauseJob::claim_next(&mut conn).unwrap().expect("a row");
+                PauseJob::claim().row(&mut conn).unwrap().expect("a row");
             }
             checked += t.elapsed();
         }

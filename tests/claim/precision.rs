@@ -298,16 +298,16 @@ backend_suite! {
         let (mut dead_conn, mut rescuer_conn) = (db.conn(), db.conn());
         let a = reading_a(TICK);
         dead_conn.freeze_at(a);
-        let claimed = ImportJob::claim_batch_with(&mut dead_conn, 1, &options("dead-worker")).unwrap();
+        let claimed = ImportJob::claim().batch(1).options(&options("dead-worker")).rows(&mut dead_conn).unwrap();
         assert_eq!(claimed.len(), 1);
         assert_eq!(claimed[0].claimed_at, Some(a), "the claim's time is the frozen reading");
 
         rescuer_conn.freeze_at(a + ONE_SECOND);
-        let early = ImportJob::claim_batch_with(&mut rescuer_conn, 1, &options("rescuer")).unwrap();
+        let early = ImportJob::claim().batch(1).options(&options("rescuer")).rows(&mut rescuer_conn).unwrap();
         assert!(early.is_empty(), "a claim made at {a} with a 1 s timeout was rescued at {}", a + ONE_SECOND);
 
         rescuer_conn.freeze_at(a + ONE_SECOND + TICK * 2);
-        let rescued = ImportJob::claim_batch_with(&mut rescuer_conn, 1, &options("rescuer")).unwrap();
+        let rescued = ImportJob::claim().batch(1).options(&options("rescuer")).rows(&mut rescuer_conn).unwrap();
         assert_eq!(rescued.len(), 1, "a claim made at {a} with a 1 s timeout was not rescued at {}", a + ONE_SECOND + TICK * 2);
     }
 
@@ -371,10 +371,10 @@ backend_suite! {
         let (dead, rescuer) = (options("dead-worker"), options("rescuer"));
         at_a_third_past_a_second();
         let start = Instant::now();
-        let claimed = ImportJob::claim_batch_with(&mut dead_conn, 1, &dead).unwrap();
+        let claimed = ImportJob::claim().batch(1).options(&dead).rows(&mut dead_conn).unwrap();
         assert_eq!(claimed.len(), 1);
         let rescued = first_success(start, timeout, || {
-            !ImportJob::claim_batch_with(&mut rescuer_conn, 1, &rescuer).unwrap().is_empty()
+            !ImportJob::claim().batch(1).options(&rescuer).rows(&mut rescuer_conn).unwrap().is_empty()
         });
         assert!(rescued >= timeout, "a claim with a {timeout:?} timeout was rescued after {rescued:?}");
     }

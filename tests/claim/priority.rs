@@ -109,7 +109,7 @@ backend_suite! {
         assert_eq!(expected, [4, 2, 9, 5, 6, 1, 3, 8, 7]);
 
         let one_by_one: Vec<i64> =
-            std::iter::from_fn(|| PrioJob::claim_next(&mut conn).unwrap().map(|j| j.id)).collect();
+            std::iter::from_fn(|| PrioJob::claim().row(&mut conn).unwrap().map(|j| j.id)).collect();
         assert_eq!(one_by_one, expected);
 
         // A batch takes the same order's head.
@@ -117,7 +117,7 @@ backend_suite! {
             .set((prio_jobs::status.eq("new"), prio_jobs::owner.eq(None::<String>)))
             .execute(&mut conn)
             .unwrap();
-        let mut batch: Vec<i64> = PrioJob::claim_batch(&mut conn, 4).unwrap().into_iter().map(|j| j.id).collect();
+        let mut batch: Vec<i64> = PrioJob::claim().batch(4).rows(&mut conn).unwrap().into_iter().map(|j| j.id).collect();
         batch.sort_by_key(|id| expected.iter().position(|e| e == id));
         assert_eq!(batch, expected[..4]);
     }

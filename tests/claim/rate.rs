@@ -137,7 +137,7 @@ backend_suite! {
             Start { id: t.id, tenant: t.tenant.clone(), claimed_at: micros(&t), run: None }
         };
         let mut conn = db.conn();
-        let first = Task::claim_next_with(&mut conn, &options).unwrap().expect("the window is empty");
+        let first = Task::claim().options(&options).row(&mut conn).unwrap().expect("the window is empty");
         let mut starts = vec![plain(&mut conn, first)];
         let children = spawn(db, 3, &["2", "5", &period_ms, "global", "0"]);
         starts.extend(std::thread::scope(|s| {
@@ -148,7 +148,7 @@ backend_suite! {
                         let mut conn = db.conn();
                         let mut mine = Vec::new();
                         while mine.len() < 2 && left(db, "done") < 18 {
-                            match Task::claim_next_with(&mut conn, &options).unwrap() {
+                            match Task::claim().options(&options).row(&mut conn).unwrap() {
                                 Some(t) => mine.push(plain(&mut conn, t)),
                                 None => std::thread::sleep(Duration::from_millis(50)),
                             }
@@ -195,11 +195,11 @@ backend_suite! {
         let options = ClaimOptions::default()
             .rate_limit(RateLimit::per_key(tasks::tenant, 1, Duration::from_secs(60)))
             .rate_limit(RateLimit::global(10, Duration::from_secs(60)));
-        let first = Task::claim_batch_with(&mut conn, 10, &options).unwrap();
+        let first = Task::claim().batch(10).options(&options).rows(&mut conn).unwrap();
         let mut tenants: Vec<&str> = first.iter().map(|t| t.tenant.as_str()).collect();
         tenants.sort();
         assert_eq!(tenants, ["a", "b"], "one row per tenant");
-        assert!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().is_empty());
+        assert!(Task::claim().batch(10).options(&options).rows(&mut conn).unwrap().is_empty());
         // Nothing consumed: the others are ready, and claimable without the limit.
         let states: HashMap<String, i64> = tasks::table
             .group_by(tasks::status)
@@ -209,13 +209,13 @@ backend_suite! {
             .into_iter()
             .collect();
         assert_eq!(states, HashMap::from([("new".to_string(), 3), ("running".to_string(), 2)]));
-        assert_eq!(Task::claim_batch(&mut conn, 10).unwrap().len(), 3);
+        assert_eq!(Task::claim().batch(10).rows(&mut conn).unwrap().len(), 3);
         // A global limit on its own counts every claim with it.
         let tight = ClaimOptions::default().rate_limit(RateLimit::global(1, Duration::from_secs(60)));
         fixtures::insert_task(&mut conn, -10, "c");
         fixtures::insert_task(&mut conn, -10, "c");
-        assert_eq!(Task::claim_batch_with(&mut conn, 10, &tight).unwrap().len(), 1);
-        assert!(Task::claim_next_with(&mut conn, &tight).unwrap().is_none());
+        assert_eq!(Task::claim().batch(10).options(&tight).rows(&mut conn).unwrap().len(), 1);
+        assert!(Task::claim().options(&tight).row(&mut conn).unwrap().is_none());
         assert_eq!(left(db, "new"), 1);
     }
 
@@ -225,14 +225,14 @@ backend_suite! {
         seed(db, 2, &["a"]);
         let mut conn = db.conn();
         let options = ClaimOptions::default().rate_limit(RateLimit::global(1, Duration::from_secs(60)));
-        let inside = conn.transaction(|c| Task::claim_next_with(c, &options));
+        let inside = conn.transaction(|c| Task::claim().options(&options).row(c));
         assert!(
             matches!(inside, Err(diesel_lease::Error::Database(diesel::result::Error::AlreadyInTransaction))),
             "{inside:?}"
         );
         assert_eq!(left(db, "new"), 2, "nothing claimed");
-        assert!(Task::claim_next_with(&mut conn, &options).unwrap().is_some());
-        assert!(Task::claim_next_with(&mut conn, &options).unwrap().is_none(), "the limit holds");
+        assert!(Task::claim().options(&options).row(&mut conn).unwrap().is_some());
+        assert!(Task::claim().options(&options).row(&mut conn).unwrap().is_none(), "the limit holds");
     }
 
     /// A key value longer than the rate-key columns (255 characters) made every rate-limited
@@ -251,7 +251,7 @@ backend_suite! {
         }
         let options = ClaimOptions::default().rate_limit(RateLimit::per_key(tasks::tenant, 1, Duration::from_secs(60)));
         let mut claimed = Vec::new();
-        while let Some(task) = Task::claim_next_with(&mut conn, &options).unwrap() {
+        while let Some(task) = Task::claim().options(&options).row(&mut conn).unwrap() {
             claimed.push(task.tenant);
         }
         claimed.sort();
@@ -266,10 +266,10 @@ backend_suite! {
         let mut conn = db.conn();
         let wrong = ClaimOptions::default()
             .rate_limit(RateLimit::per_key(crate::models::schema::reminders::status, 1, PERIOD));
-        let err = Task::claim_next_with(&mut conn, &wrong).unwrap_err();
+        let err = Task::claim().options(&wrong).row(&mut conn).unwrap_err();
         assert!(matches!(err, diesel_lease::Error::Config(_)), "{err}");
         let zero = ClaimOptions::default().rate_limit(RateLimit::global(0, PERIOD));
-        assert!(Task::claim_next_with(&mut conn, &zero).is_err());
+        assert!(Task::claim().options(&zero).row(&mut conn).is_err());
         assert_eq!(left(db, "new"), 1, "nothing claimed");
     }
 
@@ -294,7 +294,7 @@ backend_suite! {
         let per_tenant = RateLimit::per_key(tasks::tenant, 1, short);
         let global = RateLimit::global(10, short);
         let options = ClaimOptions::default().rate_limit(per_tenant.clone()).rate_limit(global.clone());
-        assert_eq!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().len(), 3, "one per tenant");
+        assert_eq!(Task::claim().batch(10).options(&options).rows(&mut conn).unwrap().len(), 3, "one per tenant");
         assert_eq!(rate_rows(db), (4, 6), "three tenants' rows and the global one; 3 + 3 starts");
         let none = per_tenant.forget_idle(&mut conn, tasks::table).unwrap();
         assert_eq!((none.starts, none.keys), (0, 0), "every start is in its window");
@@ -305,8 +305,8 @@ backend_suite! {
         let all = global.forget_idle(&mut conn, tasks::table).unwrap();
         assert_eq!((all.starts, all.keys), (3, 1));
         assert_eq!(rate_rows(db), (0, 0));
-        assert_eq!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().len(), 3, "the keys come back");
-        assert!(Task::claim_batch_with(&mut conn, 10, &options).unwrap().is_empty(), "and still limit");
+        assert_eq!(Task::claim().batch(10).options(&options).rows(&mut conn).unwrap().len(), 3, "the keys come back");
+        assert!(Task::claim().batch(10).options(&options).rows(&mut conn).unwrap().is_empty(), "and still limit");
         assert_eq!(rate_rows(db), (4, 6));
         let err = RateLimit::per_key(crate::models::schema::reminders::status, 1, short)
             .forget_idle(&mut conn, tasks::table)
@@ -347,7 +347,7 @@ backend_suite! {
                         let mut mine = Vec::new();
                         let started = Instant::now();
                         while left(db, "done") < 30 && started.elapsed() < Duration::from_secs(120) {
-                            match Task::claim_next_with(&mut conn, &options).unwrap() {
+                            match Task::claim().options(&options).row(&mut conn).unwrap() {
                                 Some(t) => {
                                     assert!(t.complete(&mut conn).unwrap());
                                     mine.push(Start { id: t.id, tenant: t.tenant.clone(), claimed_at: micros(&t), run: None });
@@ -394,7 +394,7 @@ backend_suite! {
         let limit = RateLimit::per_key(tasks::tenant, 5, period);
         let options = ClaimOptions::default().rate_limit(limit.clone());
         let mut claimer = db.conn();
-        let first = Task::claim_next_with(&mut claimer, &options).unwrap().expect("a ready row");
+        let first = Task::claim().options(&options).row(&mut claimer).unwrap().expect("a ready row");
         assert!(first.complete(&mut claimer).unwrap());
         assert_eq!(rate_rows(db), (1, 1), "key a's row and its start");
         std::thread::sleep(period + Duration::from_millis(100));
@@ -459,7 +459,7 @@ backend_suite! {
             locked_rx.recv().unwrap();
             let claim = s.spawn(|| {
                 claiming_tx.send(()).unwrap();
-                Task::claim_next_with(&mut claimer, &options).unwrap()
+                Task::claim().options(&options).row(&mut claimer).unwrap()
             });
             (deleter.join().unwrap(), claim.join().unwrap())
         });

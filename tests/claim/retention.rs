@@ -114,20 +114,20 @@ backend_suite! {
         let mut conn = db.conn();
         let (keep, _, _) = seed(&mut conn);
         let retention = Retention::older_than(Duration::from_secs(DAY as u64)).batch_size(3);
-        let purged: Purged = Task::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        let purged: Purged = Task::queue().purge(&mut conn, tasks::claimed_at, &retention).unwrap();
         // 12 rows, 3 per statement: four full batches, and a fifth that finds none.
         assert_eq!((purged.deleted, purged.batches, purged.largest_batch), (12, 5, 3));
         assert_eq!(ids(&mut conn), keep);
         // Nothing left to do.
-        let again = Task::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        let again = Task::queue().purge(&mut conn, tasks::claimed_at, &retention).unwrap();
         assert_eq!((again.deleted, again.batches), (0, 1));
         // Inside the caller's transaction it is refused: each batch commits on its own.
         let nested = conn.transaction::<_, diesel_lease::Error, _>(|c| {
-            Task::purge_finished(c, tasks::claimed_at, &retention).map(drop)
+            Task::queue().purge(c, tasks::claimed_at, &retention).map(drop)
         });
         assert!(nested.is_err());
         let zero = Retention::older_than(Duration::from_secs(1)).batch_size(0);
-        assert!(Task::purge_finished(&mut conn, tasks::claimed_at, &zero).is_err());
+        assert!(Task::queue().purge(&mut conn, tasks::claimed_at, &zero).is_err());
     }
 
     pub(crate) fn a_purge_can_keep_the_dead_rows(db: &TestDb<B>) {
@@ -135,7 +135,7 @@ backend_suite! {
         let mut conn = db.conn();
         let (keep, old_done, old_dead) = seed(&mut conn);
         let retention = Retention::older_than(Duration::from_secs(DAY as u64)).failed(false);
-        let purged = Task::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        let purged = Task::queue().purge(&mut conn, tasks::claimed_at, &retention).unwrap();
         assert_eq!((purged.deleted, purged.batches), (7, 1));
         let left = ids(&mut conn);
         assert!(left.is_disjoint(&old_done));
@@ -151,12 +151,12 @@ backend_suite! {
         let mut conn = db.conn();
         let (keep, old_done, old_dead) = seed(&mut conn);
         let retention = Retention::older_than(Duration::from_secs(DAY as u64));
-        let purged = Retried::purge_finished(&mut conn, tasks::claimed_at, &retention).unwrap();
+        let purged = Retried::queue().purge(&mut conn, tasks::claimed_at, &retention).unwrap();
         assert_eq!(purged.deleted, 7, "only the old done rows");
         let left = ids(&mut conn);
         assert!(left.is_disjoint(&old_done));
         assert_eq!(left, keep.union(&old_dead).copied().collect(), "the dead rows are retried, not purged");
-        let recurring = Recurring::purge_finished(&mut conn, tasks::claimed_at, &retention);
+        let recurring = Recurring::queue().purge(&mut conn, tasks::claimed_at, &retention);
         assert!(matches!(recurring, Err(diesel_lease::Error::Config(_))), "{recurring:?}");
         assert_eq!(ids(&mut conn), left, "a refused purge deletes nothing");
     }
@@ -171,9 +171,9 @@ backend_suite! {
         let running = insert(&mut conn, "running", Some(0), "a");
         let before: Vec<Task> = tasks::table.order(tasks::id).select(Task::as_select()).load(&mut conn).unwrap();
         // Only tenant b's one dead row matches the filter.
-        assert_eq!(Task::redrive_dead_where(&mut conn, 3, tasks::tenant.eq("b")).unwrap(), 1);
+        assert_eq!(Task::queue().filter(tasks::tenant.eq("b")).redrive(&mut conn, 3).unwrap(), 1);
         // Then at most three of the others.
-        assert_eq!(Task::redrive_dead(&mut conn, 3).unwrap(), 3);
+        assert_eq!(Task::queue().redrive(&mut conn, 3).unwrap(), 3);
         let after: Vec<Task> = tasks::table.order(tasks::id).select(Task::as_select()).load(&mut conn).unwrap();
         let redriven: Vec<&Task> = after.iter().filter(|t| t.status == "new").collect();
         assert_eq!(redriven.len(), 4);
@@ -192,11 +192,11 @@ backend_suite! {
         assert_eq!(after.iter().find(|t| t.id == done).unwrap().status, "done");
         assert_eq!(after.iter().find(|t| t.id == running).unwrap().status, "running");
         // A redriven row is claimable again, at once, with its first attempt.
-        let claimed = Task::claim_next(&mut conn).unwrap().expect("ready again");
+        let claimed = Task::claim().row(&mut conn).unwrap().expect("ready again");
         assert!(redriven.iter().any(|t| t.id == claimed.id));
         assert_eq!(claimed.attempts, 1);
-        assert_eq!(Task::redrive_dead(&mut conn, 10).unwrap(), 1);
-        assert_eq!(Task::redrive_dead(&mut conn, 10).unwrap(), 0);
+        assert_eq!(Task::queue().redrive(&mut conn, 10).unwrap(), 1);
+        assert_eq!(Task::queue().redrive(&mut conn, 10).unwrap(), 0);
     }
 
     /// A model fenced by `attempts` alone (no owner column): a redrive keeps its attempts
@@ -207,11 +207,11 @@ backend_suite! {
         let mut conn = db.conn();
         let id = insert(&mut conn, "new", None, "a");
         diesel::update(tasks::table.find(id)).set(tasks::attempts.eq(0)).execute(&mut conn).unwrap();
-        let first = FencedByAttempts::claim_next(&mut conn).unwrap().expect("ready");
+        let first = FencedByAttempts::claim().row(&mut conn).unwrap().expect("ready");
         // Given up (an operator's cancel, a reap), then redriven, then claimed by another worker.
         diesel::update(tasks::table.find(id)).set(tasks::status.eq("dead")).execute(&mut conn).unwrap();
-        assert_eq!(FencedByAttempts::redrive_dead(&mut conn, 10).unwrap(), 1);
-        let second = FencedByAttempts::claim_next(&mut conn).unwrap().expect("ready again");
+        assert_eq!(FencedByAttempts::queue().redrive(&mut conn, 10).unwrap(), 1);
+        let second = FencedByAttempts::claim().row(&mut conn).unwrap().expect("ready again");
         assert_eq!((first.id, second.id), (id, id));
         assert_eq!((first.attempts, second.attempts), (1, 2), "the attempts go on counting");
         assert!(!first.complete(&mut conn).unwrap(), "the first claim's worker is fenced off");
@@ -225,8 +225,8 @@ backend_suite! {
         let mut conn = db.conn();
         // Dead after its fifth attempt.
         let id = insert(&mut conn, "dead", None, "a");
-        assert_eq!(FencedByAttempts::redrive_dead(&mut conn, 10).unwrap(), 1);
-        let row = FencedByAttempts::claim_next(&mut conn).unwrap().expect("ready again");
+        assert_eq!(FencedByAttempts::queue().redrive(&mut conn, 10).unwrap(), 1);
+        let row = FencedByAttempts::claim().row(&mut conn).unwrap().expect("ready again");
         assert_eq!((row.id, row.attempts), (id, 6), "one more try, counted on");
         let policy = diesel_lease::claim::RetryPolicy::new(5).unwrap();
         let outcome = row.fail_or_retry(&mut conn, &policy).unwrap();

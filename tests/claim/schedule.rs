@@ -106,9 +106,9 @@ backend_suite! {
         let mut conn = db.conn();
         let id = insert_task(&mut conn, 0, "t");
         conn.batch_execute("UPDATE tasks SET run_at = strftime('%Y-%m-%dT00:00:00', 'now')").unwrap();
-        assert!(Task::claim_next(&mut conn).unwrap().is_none(), "a T-form time of today is due tomorrow");
+        assert!(Task::claim().row(&mut conn).unwrap().is_none(), "a T-form time of today is due tomorrow");
         conn.batch_execute("UPDATE tasks SET run_at = strftime('%Y-%m-%d %H:%M:%f', run_at)").unwrap();
-        assert_eq!(Task::claim_next(&mut conn).unwrap().map(|t| t.id), Some(id), "normalized, it is due");
+        assert_eq!(Task::claim().row(&mut conn).unwrap().map(|t| t.id), Some(id), "normalized, it is due");
     }
 
     pub(crate) fn a_scheduled_row_is_never_claimed_before_its_time(db: &TestDb<B>) {
@@ -116,10 +116,10 @@ backend_suite! {
         let mut conn = db.conn();
         let later = insert_task(&mut conn, 1500, "");
         let now = insert_task(&mut conn, -10, "");
-        assert_eq!(Task::claim_next(&mut conn).unwrap().map(|t| t.id), Some(now));
+        assert_eq!(Task::claim().row(&mut conn).unwrap().map(|t| t.id), Some(now));
         let started = Instant::now();
         let claimed = loop {
-            if let Some(t) = Task::claim_next(&mut conn).unwrap() {
+            if let Some(t) = Task::claim().row(&mut conn).unwrap() {
                 break t;
             }
             assert!(started.elapsed() < Duration::from_secs(10), "never became due");
@@ -138,13 +138,13 @@ backend_suite! {
         let b = insert_task(&mut conn, -3000, "");
         let c = insert_task(&mut conn, -2000, "");
         let _future = insert_task(&mut conn, 60_000, "");
-        let order: Vec<i64> = Task::claim_batch(&mut conn, 10).unwrap().into_iter().map(|t| t.id).collect();
+        let order: Vec<i64> = Task::claim().batch(10).rows(&mut conn).unwrap().into_iter().map(|t| t.id).collect();
         let mut sorted = order.clone();
         sorted.sort_by_key(|id| [b, c, a].iter().position(|x| x == id));
         assert_eq!(sorted, vec![b, c, a], "exactly the due rows");
         // One by one, the claims come in due order.
         diesel::update(tasks::table).set((tasks::status.eq("new"), tasks::owner.eq(None::<String>))).filter(tasks::id.ne(_future)).execute(&mut conn).unwrap();
-        let one_by_one: Vec<i64> = std::iter::from_fn(|| Task::claim_next(&mut conn).unwrap().map(|t| t.id)).collect();
+        let one_by_one: Vec<i64> = std::iter::from_fn(|| Task::claim().row(&mut conn).unwrap().map(|t| t.id)).collect();
         assert_eq!(one_by_one, vec![b, c, a]);
     }
 
@@ -158,8 +158,8 @@ backend_suite! {
             "INSERT INTO reminders (id, not_before) VALUES (2, UTC_TIMESTAMP(6) + INTERVAL 1 HOUR)",
         );
         diesel::sql_query(future).execute(&mut conn).unwrap();
-        assert_eq!(Reminder::claim_next(&mut conn).unwrap().map(|r| r.id), Some(1));
-        assert_eq!(Reminder::claim_next(&mut conn).unwrap(), None, "the other is an hour away");
+        assert_eq!(Reminder::claim().row(&mut conn).unwrap().map(|r| r.id), Some(1));
+        assert_eq!(Reminder::claim().row(&mut conn).unwrap(), None, "the other is an hour away");
     }
 
     pub(crate) fn backoff_grows_then_the_row_is_dead_lettered(db: &TestDb<B>) {
@@ -171,7 +171,7 @@ backend_suite! {
         for attempt in 1..=4i64 {
             let started = Instant::now();
             let t = loop {
-                if let Some(t) = Task::claim_next(&mut conn).unwrap() {
+                if let Some(t) = Task::claim().row(&mut conn).unwrap() {
                     break t;
                 }
                 assert!(started.elapsed() < Duration::from_secs(10));
@@ -190,23 +190,23 @@ backend_suite! {
                 let wait = (after.run_at - t.claimed_at.unwrap()).to_std().unwrap();
                 assert!(wait >= delay, "attempt {attempt}: {wait:?} < {delay:?}");
                 waits.push(wait);
-                assert!(Task::claim_next(&mut conn).unwrap().is_none(), "claimed before its backoff");
+                assert!(Task::claim().row(&mut conn).unwrap().is_none(), "claimed before its backoff");
             } else {
                 assert_eq!(outcome, RetryOutcome::Failed { attempt: 4 });
                 assert_eq!(after.status, "dead");
             }
         }
         assert!(waits.windows(2).all(|w| w[0] < w[1]), "backoff grows: {waits:?}");
-        assert!(Task::claim_next(&mut conn).unwrap().is_none(), "a dead letter is never claimed");
+        assert!(Task::claim().row(&mut conn).unwrap().is_none(), "a dead letter is never claimed");
     }
 
     pub(crate) fn a_retry_is_owner_checked(db: &TestDb<B>) {
         tasks_table(db);
         let mut conn = db.conn();
         let id = insert_task(&mut conn, -10, "");
-        let stale = Task::claim_next(&mut conn).unwrap().unwrap();
+        let stale = Task::claim().row(&mut conn).unwrap().unwrap();
         assert!(stale.retry(&mut conn, Duration::ZERO).unwrap());
-        let fresh = Task::claim_next(&mut conn).unwrap().expect("ready again at once");
+        let fresh = Task::claim().row(&mut conn).unwrap().expect("ready again at once");
         assert_eq!(fresh.id, id);
         // The first claim's copy can no longer move the row.
         assert!(!stale.retry(&mut conn, Duration::from_secs(1)).unwrap());
@@ -224,7 +224,7 @@ backend_suite! {
             .values((importjobs::id.eq(1), importjobs::statuscode.eq("JOBEXTRACTED"), importjobs::payload.eq("")))
             .execute(&mut conn)
             .unwrap();
-        let job = ImportJob::claim_next(&mut conn).unwrap().unwrap();
+        let job = ImportJob::claim().row(&mut conn).unwrap().unwrap();
         assert!(matches!(job.retry(&mut conn, Duration::from_secs(1)), Err(Error::Config(_))));
         assert!(job.retry(&mut conn, Duration::ZERO).unwrap(), "an immediate retry needs no column");
     }
@@ -233,12 +233,12 @@ backend_suite! {
         tasks_table(db);
         let pool = db.pool(4);
         let started = Instant::now();
-        assert!(Task::claim_next_wait(&pool, Duration::from_millis(300)).unwrap().is_none());
+        assert!(Task::claim().wait(Duration::from_millis(300)).row(&pool).unwrap().is_none());
         assert!(started.elapsed() >= Duration::from_millis(300));
         for _ in 0..2 {
             assert_woken(latency_after_idle(db, |conn| {
                 let id = insert_task(conn, -10, "");
-                diesel_lease::claim::notify_ready::<Task, _>(conn).unwrap();
+                Task::queue().notify(conn).unwrap();
                 id
             }));
         }
@@ -254,7 +254,7 @@ backend_suite! {
         let pool = counting_pool(db);
         std::thread::scope(|s| {
             let waiter = s.spawn(|| {
-                let t = Task::claim_next_wait(&pool.pool, Duration::from_secs(20)).unwrap().expect("a row");
+                let t = Task::claim().wait(Duration::from_secs(20)).row(&pool.pool).unwrap().expect("a row");
                 (t, Instant::now(), pool.checkouts())
             });
             std::thread::sleep(Duration::from_millis(2500));
@@ -280,9 +280,9 @@ backend_suite! {
 
     pub(crate) fn the_installed_trigger_wakes_waiters_without_notify_ready(db: &TestDb<B>) {
         tasks_table(db);
-        diesel_lease::claim::install_ready_trigger::<Task, _>(&mut db.conn()).unwrap();
+        Task::queue().install_ready_trigger(&mut db.conn()).unwrap();
         // Installing again replaces it.
-        diesel_lease::claim::install_ready_trigger::<Task, _>(&mut db.conn()).unwrap();
+        Task::queue().install_ready_trigger(&mut db.conn()).unwrap();
         for _ in 0..2 {
             assert_woken(latency_after_idle(db, |conn| insert_task(conn, -10, "")));
         }
@@ -292,7 +292,7 @@ backend_suite! {
         tasks_table(db);
         let pool = counting_pool(db);
         std::thread::scope(|s| {
-            s.spawn(|| Task::claim_next_wait(&pool.pool, Duration::from_millis(6500)).unwrap());
+            s.spawn(|| Task::claim().wait(Duration::from_millis(6500)).row(&pool.pool).unwrap());
             // The first polls come fast (20 ms, doubling); from then on one per second at most.
             std::thread::sleep(Duration::from_millis(1500));
             let before = pool.checkouts();

@@ -55,7 +55,10 @@ where
     if let Some(t) = timeout {
         options = options.timeout(t);
     }
-    diesel_lease::claim::claim_batch_with::<M, _>(conn, 1, &options)
+    M::claim()
+        .batch(1)
+        .options(&options)
+        .rows(conn)
         .unwrap()
         .iter()
         .map(Keyed::pk)
@@ -376,11 +379,11 @@ mod timestamp_column {
             // East stores its UTC reading as +13:00 local time, an instant 13 h ago; west reads
             // that instant as 23 h old and rescues the claim at once: duplicate work.
             assert_eq!(
-                ImportJob::claim_next(&mut east).unwrap().map(|j| j.id),
+                ImportJob::claim().row(&mut east).unwrap().map(|j| j.id),
                 Some(1)
             );
             assert_eq!(
-                ImportJob::claim_next(&mut west).unwrap().map(|j| j.id),
+                ImportJob::claim().row(&mut west).unwrap().map(|j| j.id),
                 Some(1),
                 "a TIMESTAMP column no longer depends on the session's time_zone: update the clock docs"
             );
@@ -389,10 +392,10 @@ mod timestamp_column {
             let utc = "SET time_zone = '+00:00'";
             let (mut a, mut b) = (in_zone(db, utc), in_zone(db, utc));
             assert_eq!(
-                ImportJob::claim_next(&mut a).unwrap().map(|j| j.id),
+                ImportJob::claim().row(&mut a).unwrap().map(|j| j.id),
                 Some(2)
             );
-            assert_eq!(ImportJob::claim_next(&mut b).unwrap().map(|j| j.id), None);
+            assert_eq!(ImportJob::claim().row(&mut b).unwrap().map(|j| j.id), None);
         }
     }
 }

@@ -175,7 +175,7 @@ backend_suite! {
                 diesel::update(tasks::table)
                     .set(tasks::tenant.eq("globex"))
                     .execute(&mut db.conn())?;
-                Task::claim_next(c)
+                Task::claim().row(c)
             });
         match claimed {
             Err(Error::Deadlock { attempts: 1, .. }) => {}
@@ -249,7 +249,7 @@ backend_suite! {
         let mut conn = db.conn();
         conn.batch_execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             .unwrap();
-        let task = Task::claim_next(&mut conn).unwrap().expect("one row");
+        let task = Task::claim().row(&mut conn).unwrap().expect("one row");
         db.conn().batch_execute("RENAME TABLE tasks TO tasks_gone").unwrap();
         let completed = task.complete(&mut conn);
         assert!(matches!(completed, Err(Error::Database(_))), "{completed:?}");

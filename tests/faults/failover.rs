@@ -502,8 +502,9 @@ fn a_claim_farm_goes_on_after_a_promotion_and_completes_each_row_once() {
             s.spawn(|| {
                 while !stop.load(Ordering::SeqCst) {
                     let step = pool.get().map_err(|e| e.to_string()).and_then(|mut conn| {
-                        let Some(job) =
-                            FailoverJob::claim_next(&mut conn).map_err(|e| e.to_string())?
+                        let Some(job) = FailoverJob::claim()
+                            .row(&mut conn)
+                            .map_err(|e| e.to_string())?
                         else {
                             return Ok(false);
                         };

@@ -93,7 +93,7 @@ backend_suite! {
                     let mut conn = db.conn();
                     let mut mine = Vec::new();
                     loop {
-                        match ImportJob::claim_next(&mut conn) {
+                        match ImportJob::claim().row(&mut conn) {
                             Ok(Some(job)) => {
                                 let holder = job.worker.clone().unwrap_or_default();
                                 history.record(Event::HandedOut {
@@ -210,11 +210,7 @@ mod statement_cache {
             use diesel::connection::SimpleConnection;
             // Sleeps `secs` on every row the pick looks at (`id <> SLEEP(secs)`: SLEEP returns 0).
             let claim = |conn: &mut <B as crate::common::TestBackend>::Conn, secs: f64| {
-                ImportJob::claim_next_where(
-                    conn,
-                    &diesel_lease::claim::ClaimOptions::default(),
-                    importjobs::id.ne(sleep(secs)),
-                )
+                ImportJob::claim().filter(importjobs::id.ne(sleep(secs))).options(&diesel_lease::claim::ClaimOptions::default()).row(conn)
             };
             fixtures::seed_jobs(db, 30);
             let mut conn = db.conn();
@@ -288,13 +284,13 @@ mod statement_cache {
             let mut conn = db.conn();
             let mut other = db.conn();
             let mut claim_lose_one_complete = |conn: &mut <B as crate::common::TestBackend>::Conn| {
-                let rows = ImportJob::claim_batch(conn, 5).unwrap();
+                let rows = ImportJob::claim().batch(5).rows(conn).unwrap();
                 assert_eq!(rows.len(), 5);
                 diesel::update(importjobs::table.find(rows[2].id))
                     .set(importjobs::worker.eq("someone-else"))
                     .execute(&mut other)
                     .unwrap();
-                let outcome = ImportJob::complete_batch(conn, &rows).unwrap();
+                let outcome = rows.complete(conn).unwrap();
                 assert_eq!(outcome, [true, true, false, true, true]);
             };
             // Warm Diesel's cache with every statement of a claim and both completion paths.

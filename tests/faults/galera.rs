@@ -292,7 +292,7 @@ fn claim_worker(farm: Arc<Farm>, pools: Vec<MyPool>) {
                         e.to_string(),
                     )
                 };
-                let Some(job) = GaleraJob::claim_next(&mut conn).map_err(lost)? else {
+                let Some(job) = GaleraJob::claim().row(&mut conn).map_err(lost)? else {
                     return Ok(false);
                 };
                 let holder = job.owner.clone().unwrap_or_default();

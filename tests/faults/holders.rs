@@ -7,7 +7,7 @@ use diesel_lease::prelude::*;
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
-use diesel_lease::claim::{ClaimGuard, ClaimOptions};
+use diesel_lease::claim::ClaimOptions;
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
 use diesel_lease::pool::DROP_WAIT;
 use diesel_lease::semaphore::Semaphore;
@@ -97,12 +97,12 @@ backend_suite! {
             .expect("free");
         timed_drop("permit", Box::new(permit));
         let claim_options = ClaimOptions::default().drop_wait(WAIT);
-        let claim = ClaimGuard::<ImportJob>::claim_next_with(&pool, &claim_options)
+        let claim = ImportJob::claim().options(&claim_options).guard(&pool)
             .unwrap()
             .expect("a row");
         timed_drop("claim guard", Box::new(claim));
         // Not handed back (no connection in time): the row stays claimed until its timeout.
-        assert!(ImportJob::claim_next(&mut db.conn()).unwrap().is_none());
+        assert!(ImportJob::claim().row(&mut db.conn()).unwrap().is_none());
 
         // Zero is refused everywhere.
         assert!(matches!(
@@ -115,7 +115,7 @@ backend_suite! {
         ));
         let zero_wait = ClaimOptions::default().drop_wait(Duration::ZERO);
         assert!(matches!(
-            ImportJob::claim_next_with(&mut pool.get().unwrap(), &zero_wait),
+            ImportJob::claim().options(&zero_wait).row(&mut pool.get().unwrap()),
             Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
         ));
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_lease::claim::{ClaimGuard, ClaimOptions};
+use diesel_lease::claim::ClaimOptions;
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
@@ -156,11 +156,11 @@ backend_suite! {
         let owner = OwnerId::new("o".repeat(MAX_OWNER_LEN)).unwrap();
         let options = ClaimOptions::default().owner(owner.clone());
         let mut conn = db.conn();
-        let job = ImportJob::claim_next_with(&mut conn, &options).unwrap().expect("a row");
+        let job = ImportJob::claim().options(&options).row(&mut conn).unwrap().expect("a row");
         assert_eq!(job.worker.as_deref().map(str::len), Some(255));
         assert!(job.complete(&mut conn).unwrap());
         let pool = db.pool(3);
-        let guard = ClaimGuard::<ImportJob>::claim_next_with(&pool, &options).unwrap().expect("a row");
+        let guard = ImportJob::claim().options(&options).guard(&pool).unwrap().expect("a row");
         assert!(guard.complete().unwrap());
         let held = lease::try_acquire(&mut conn, "long-owner", &LeaseOptions::new(TTL).owner(owner.clone()))
             .unwrap()
@@ -205,13 +205,13 @@ backend_suite! {
         );
         timeout_named(while_locked(db, resource_row, || mutex.try_acquire(&pool)), "api");
 
-        let job = ImportJob::claim_next(&mut probe).unwrap().expect("a row");
+        let job = ImportJob::claim().row(&mut probe).unwrap().expect("a row");
         let table = (
             "BEGIN; LOCK TABLE importjobs IN ACCESS EXCLUSIVE MODE",
             "BEGIN IMMEDIATE",
             "LOCK TABLES importjobs WRITE",
         );
-        timeout_named(while_locked(db, table, || ImportJob::claim_next(&mut probe)), "importjobs");
+        timeout_named(while_locked(db, table, || ImportJob::claim().row(&mut probe)), "importjobs");
         timeout_named(while_locked(db, table, || job.complete(&mut probe)), "importjobs");
         // Nothing changed: the row is still claimed, and completes now.
         assert!(job.complete(&mut probe).unwrap());

@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
-use diesel_lease::claim::{ClaimGuard, ClaimOptions};
+use diesel_lease::claim::ClaimOptions;
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
 use diesel_lease::pool::{build_pool, DROP_WAIT};
 use diesel_lease::prelude::*;
@@ -192,7 +192,7 @@ network_suite! {
         let pool = pool_through(db, &proxy, 4);
         let options = ClaimOptions::default().timeout(TTL).drop_wait(WAIT);
         let sent = Instant::now();
-        let guard = ClaimGuard::<ImportJob>::claim_next_with(&pool, &options)
+        let guard = ImportJob::claim().options(&options).guard(&pool)
             .unwrap()
             .expect("a row");
         proxy.black_hole();
@@ -206,7 +206,7 @@ network_suite! {
         let rescue = ClaimOptions::default().timeout(TTL);
         let until = Instant::now() + TTL + SLACK;
         let rescued = loop {
-            if let Some(job) = ImportJob::claim_next_with(&mut conn, &rescue).unwrap() {
+            if let Some(job) = ImportJob::claim().options(&rescue).row(&mut conn).unwrap() {
                 break job;
             }
             assert!(Instant::now() < until, "never rescued");
@@ -235,7 +235,7 @@ network_suite! {
         )
         .unwrap()
         .expect("free");
-        let claimed = ImportJob::claim_next(&mut holder).unwrap().expect("the row");
+        let claimed = ImportJob::claim().row(&mut holder).unwrap().expect("the row");
 
         let proxy = Proxy::to_server_of(&db.url);
         let pool = pool_through(db, &proxy, 6);
@@ -259,7 +259,7 @@ network_suite! {
         {
             let (pool, tx) = (pool.clone(), tx.clone());
             std::thread::spawn(move || {
-                let out = ImportJob::claim_next_wait(&pool, TIMEOUT).map(|row| {
+                let out = ImportJob::claim().wait(TIMEOUT).row(&pool).map(|row| {
                     assert!(row.is_none(), "the only row is claimed");
                 });
                 let _ = tx.send(("claim_next_wait", out, started.elapsed(), DROP_WAIT));

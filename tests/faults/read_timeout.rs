@@ -80,7 +80,7 @@ crate::mysql_suite! {
         };
         tuning.apply(&mut conn).unwrap();
         // The connection works through the proxy.
-        let job = ImportJob::claim_next(&mut conn).unwrap().expect("a row");
+        let job = ImportJob::claim().row(&mut conn).unwrap().expect("a row");
         assert!(job.complete(&mut conn).unwrap());
 
         // From now on no reply reaches the client.
@@ -88,7 +88,7 @@ crate::mysql_suite! {
         let (tx, rx) = mpsc::channel();
         let started = Instant::now();
         std::thread::spawn(move || {
-            let outcome = ImportJob::claim_next(&mut conn);
+            let outcome = ImportJob::claim().row(&mut conn);
             let _ = tx.send((outcome.map(|row| row.map(|r| r.id)), started.elapsed()));
         });
         let (outcome, took) = rx

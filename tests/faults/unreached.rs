@@ -49,7 +49,7 @@ backend_suite! {
                 "lease guard acquire",
                 LeaseGuard::acquire(pool, "unreached", &options, WAIT).map(drop),
             ),
-            expect_pool("claim_next_wait", ImportJob::claim_next_wait(pool, WAIT)),
+            expect_pool("claim_next_wait", ImportJob::claim().wait(WAIT).row(pool)),
         ]
     }
 
@@ -72,7 +72,7 @@ backend_suite! {
             .unwrap()
             .release()
             .unwrap();
-        let row = ImportJob::claim_next_wait(&pool, WAIT).unwrap();
+        let row = ImportJob::claim().wait(WAIT).row(&pool).unwrap();
         assert_eq!(row.map(|j| j.id), Some(1), "the row was there all along");
     }
 

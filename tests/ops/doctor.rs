@@ -456,7 +456,7 @@ backend_suite! {
             .collect();
 
         let by_state = sent_by_state::<DoctorJob>(db, "doctor_jobs", |conn| {
-            let job = DoctorJob::claim_next(conn).unwrap().expect("the ready row");
+            let job = DoctorJob::claim().row(conn).unwrap().expect("the ready row");
             assert_eq!(job.id, 1);
         });
         assert_eq!(by_state, explained);
@@ -514,7 +514,7 @@ backend_suite! {
             .collect();
         assert!(explained[0].contains("diesel_lease_pauses"), "{explained:?}");
         let by_state = sent_by_state::<PauseJob>(db, "pause_jobs", |conn| {
-            assert_eq!(PauseJob::claim_next(conn).unwrap().map(|j| j.id), Some(1));
+            assert_eq!(PauseJob::claim().row(conn).unwrap().map(|j| j.id), Some(1));
         });
         assert_eq!(by_state, explained);
     }

@@ -83,10 +83,10 @@ backend_suite! {
         let sums = Sums::default();
         let mut conn = db.conn();
         metrics::with_local_recorder(&sums, || {
-            let jobs = diesel_lease::claim::claim_batch::<ImportJob, _>(&mut conn, 3).unwrap();
+            let jobs = ImportJob::claim().batch(3).rows(&mut conn).unwrap();
             assert_eq!(jobs.len(), 3);
             assert!(jobs[0].complete(&mut conn).unwrap());
-            assert!(diesel_lease::claim::claim_batch::<ImportJob, _>(&mut conn, 10).unwrap().len() == 2);
+            assert!(ImportJob::claim().batch(10).rows(&mut conn).unwrap().len() == 2);
 
             let mut paused = lease::try_acquire(&mut conn, "metrics", &crate::lease::opts(100)).unwrap().unwrap();
             std::thread::sleep(Duration::from_millis(300));

@@ -620,7 +620,7 @@ where
 /// (claim picks, the batch completion's lock of the rows still ours), it is cached: a failed
 /// statement fails that transaction, and the MySQL `write_tx` then closes every cached
 /// statement of the connection before anything runs on it again. Locking reads that run in the
-/// caller's transaction (`lock_next`, whose failure the caller handles) and the rate limit's
+/// caller's transaction (a claim's `locked`, whose failure the caller handles) and the rate limit's
 /// key lock use this wrapper, at the cost of one prepare and one close per execution.
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))] // what the MySQL statements need

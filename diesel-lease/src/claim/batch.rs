@@ -1,7 +1,7 @@
-//! Finishing many claimed rows in one statement: `complete_batch`, `fail_batch`,
-//! `release_batch`.
+//! Finishing many claimed rows in one statement: `FinishDsl`'s `complete`, `fail` and
+//! `release` on a slice.
 //!
-//! Each row is checked as [`finish`](super::finish) checks one (still claimed, the same claim
+//! Each row is checked as [`FinishDsl`](crate::dsl::FinishDsl) checks one row (still claimed, the same claim
 //! stamp, the same attempt); the statement reports which rows it changed, so a row another worker
 //! rescued in the meantime is reported as no longer this worker's and left alone.
 //!
@@ -66,7 +66,7 @@ pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     /// The rows the text is written for ([`padded_len`]).
     padded: usize,
     /// The claim stamp every row shares, checked once for the whole statement (`owner = $ AND
-    /// (…)`) rather than once per row: the usual batch, claimed by one `claim_batch`. `None`
+    /// (…)`) rather than once per row: the usual batch, claimed by one batch claim. `None`
     /// when the model has no stamp column or the rows' stamps differ.
     shared_owner: Option<&'a Option<Option<Cow<'a, str>>>>,
     pub(crate) to: Finish,

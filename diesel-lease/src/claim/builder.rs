@@ -21,7 +21,8 @@
 //! A step that does not apply to a terminal is a compile error, not an option silently
 //! ignored: a locked row has no batch, owner or wait, and a guard does not wait.
 //!
-//! The per-combination methods it replaces, each as a claim:
+//! The per-combination methods it replaced (removed; the CHANGELOG has the whole upgrade table),
+//! each as a claim:
 //!
 //! | method | claim |
 //! |---|---|
@@ -361,12 +362,28 @@ impl<M: Claimable, F, N, W, K> Claim<M, F, N, W, Defaults, K> {
 
 impl<M: Claimable, F, N, O, K> Claim<M, F, N, Now, O, K> {
     /// Waits up to `timeout` for rows, through a pool: at once when a row is there, within
-    /// milliseconds of a [`notify_ready`](crate::dsl::ClaimDsl::notify_ready) (PostgreSQL, with
-    /// the pool's [`WaiterWakeups`](crate::pool::WaiterWakeups)), else at the next poll. No
-    /// connection is held while it sleeps; it returns within `timeout` plus the claim's drop
-    /// wait whatever the network does (see [`claim_batch_wait`](super::claim_batch_wait)).
-    /// Each poll runs on a thread of its own, so a filter on a waiting claim must own its
-    /// values (`'static`, `Send`, `Sync`): `jobs::queue.eq(name.clone())`, not `.eq(&name)`.
+    /// milliseconds of a [`notify`](super::queue::Queue::notify) (PostgreSQL, with
+    /// the pool's [`WaiterWakeups`](crate::pool::WaiterWakeups), which
+    /// [`build_pool`](crate::pool::build_pool) installs), else at the next poll (at most
+    /// [`MAX_POLL_INTERVAL`](super::MAX_POLL_INTERVAL) apart). The terminal returns nothing
+    /// (`None`, an empty `Vec`) when the timeout passed without a row, and
+    /// [`Error::Pool`] (the last poll's) when none of its polls got a
+    /// connection (the server refused them, or the pool's were all in use the whole time), since
+    /// then nothing was looked at.
+    ///
+    /// The waiters of one pool for one table share their polls (one of them polls, twice per
+    /// interval while others wait with it; the rest wait without a query until a poll finds
+    /// rows), so their idle cost does not grow with their number. Each call looks once when it
+    /// starts, since a row may be there already: an idle loop should wait long per call (or use
+    /// a [`Worker`](crate::worker::Worker)) rather than call it with short timeouts.
+    ///
+    /// No connection is held while it sleeps. Each poll runs on a thread of its own, and the
+    /// terminal returns within `timeout` plus the [drop wait](ClaimOptions::drop_wait) (2 s by
+    /// default) whatever the pool's health check and the network do: a poll still under way
+    /// then fails with [`Error::Timeout`] naming the table and goes on in
+    /// the background, where rows it claims are handed back. Since polls run on their own
+    /// threads, a filter on a waiting claim must own its values (`'static`, `Send`, `Sync`):
+    /// `jobs::queue.eq(name.clone())`, not `.eq(&name)`.
     pub fn wait(self, timeout: Duration) -> Claim<M, F, N, Wait, O, K> {
         self.with(|f, n, _, o, k| (f, n, Wait(Until::Timeout(timeout)), o, k))
     }
@@ -418,10 +435,61 @@ impl<M: Claimable, F, O: OptionsStep> Claim<M, F, One, Now, O, NoCursor> {
         self.claim_on(conn).map(first)
     }
 
-    /// Selects the next claimable row and keeps it locked until the caller's transaction ends,
-    /// skipping rows other transactions hold (JPA's `PESSIMISTIC_WRITE` with the skip-locked
-    /// hint); nothing about the row changes. Call it inside a transaction; see
-    /// [`claim::lock_next`](super::lock_next) for each backend. No batch, options or wait.
+    /// Selects the next claimable row and keeps it locked for the caller's transaction, skipping rows
+    /// other transactions hold (JPA's `PESSIMISTIC_WRITE` with the skip-locked hint).
+    ///
+    /// No batch, options or wait: a locked row is not claimed. Call it inside a transaction: the lock ends with the transaction, so in autocommit mode it
+    /// ends at once. Nothing about the row changes; update it yourself before committing (or use
+    /// [`locked_with`](Self::locked_with)).
+    ///
+    /// - PostgreSQL and MySQL: `SELECT … FOR UPDATE SKIP LOCKED`.
+    /// - SQLite has no row locks. The strongest equivalent: a write that matches nothing takes the
+    ///   database write lock first, so no other writer runs until this transaction ends and no two
+    ///   transactions can hold the same row. Call it first in the transaction (or use
+    ///   [`locked_with`](Self::locked_with), which opens `BEGIN IMMEDIATE`): a transaction that read before may be
+    ///   refused the write lock with `SQLITE_BUSY`.
+    ///
+    /// Two transactions on PostgreSQL never get the same row; the second skips the first's:
+    ///
+    /// ```
+    /// # #[cfg(feature = "postgres")] {
+    /// # mod setup { include!("../doctest_pg.rs"); }
+    /// # use setup::pg_connection;
+    /// use diesel::prelude::*;
+    /// use diesel_lease::prelude::*;
+    ///
+    /// diesel::table! { tasks (id) { id -> BigInt, done -> Bool, } }
+    ///
+    /// #[derive(Debug, Queryable, Selectable, Claimable)]
+    /// #[diesel(table_name = tasks)]
+    /// #[claimable(state = done, ready = false, claimed = true)]
+    /// struct Task {
+    ///     id: i64,
+    ///     done: bool,
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let Some(mut a) = pg_connection() else { return Ok(()) };
+    /// # diesel::connection::SimpleConnection::batch_execute(&mut a,
+    /// #     "CREATE TABLE tasks (id BIGINT PRIMARY KEY, done BOOLEAN NOT NULL);
+    /// #      INSERT INTO tasks VALUES (1, false), (2, false);")?;
+    /// # let url = diesel::sql_query("SELECT current_database() AS name").get_result::<DbName>(&mut a)?;
+    /// # #[derive(QueryableByName)] struct DbName { #[diesel(sql_type = diesel::sql_types::Text)] name: String }
+    /// # let admin = std::env::var("DIESEL_LEASE_TEST_PG")?;
+    /// # let mut b = PgConnection::establish(&format!("{}/{}", admin.rsplit_once('/').unwrap().0, url.name))?;
+    /// a.transaction::<_, diesel_lease::Error, _>(|a| {
+    ///     let first = Task::claim().locked(a)?.expect("a row");
+    ///     // While `a` holds its row, `b` locks the other one instead of waiting.
+    ///     let second = b.transaction::<_, diesel_lease::Error, _>(|b| {
+    ///         Ok(Task::claim().locked(b)?.expect("the other row").id)
+    ///     })?;
+    ///     assert_ne!(first.id, second);
+    ///     Ok(())
+    /// })?;
+    /// # Ok(()) }
+    /// # main().unwrap();
+    /// # }
+    /// ```
     pub fn locked<C>(self, conn: &mut C) -> Result<Option<M>>
     where
         C: BorrowConnection,

@@ -5,7 +5,7 @@
 //! SELECT <model> FROM t WHERE <pk> AND <qualifies> FOR UPDATE   -- waits, bounded by a lock timeout
 //! ```
 //!
-//! Unlike [`lock_next`](super::lock_next) (which skips locked rows), the statement waits for the
+//! Unlike a claim's [`locked`](super::Claim::locked) terminal (which skips locked rows), the statement waits for the
 //! transaction that holds the row; under READ COMMITTED PostgreSQL and InnoDB then check the
 //! predicate again on the row as that transaction left it, so a row that no longer qualifies
 //! after the wait is `None`. The wait is bounded: PostgreSQL `lock_timeout`, MySQL/MariaDB

@@ -11,7 +11,7 @@
 //!
 //! Written once over a [`ClaimShape`], so the operator's tool cancels a row of a table it
 //! describes at run time ([`cancel_described`]) with the very statement a model's
-//! [`cancel_by_pk`] sends.
+//! [`Queue::cancel`](super::queue::Queue::cancel) sends.
 
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::QueryResult;
@@ -27,7 +27,7 @@ use crate::{BorrowConnection, Error, Result};
 /// cancel would put the row back in the queue.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no state for cancelled rows",
-    label = "`cancel_by_pk` needs a cancelled state, or a failed state that is not a ready state",
+    label = "`queue().cancel` needs a cancelled state, or a failed state that is not a ready state",
     note = "add `cancelled = \"<state>\"` (or a `failed = \"<state>\"` that is not a ready state) to `#[claimable(...)]` on `{Self}`"
 )]
 pub trait HasCancelState: Claimable {}
@@ -101,8 +101,8 @@ struct Cancel;
 /// was ready or claimed and is now cancelled; `false` when there is no such row or it had
 /// already finished (done, failed, cancelled), which it leaves alone.
 ///
-/// What [`ClaimDsl::cancel_by_pk`](crate::dsl::ClaimDsl::cancel_by_pk) calls.
-pub fn cancel_by_pk<M, C>(conn: &mut C, pk: M::Pk) -> Result<bool>
+/// What [`Queue::cancel`](super::queue::Queue::cancel) calls.
+pub(crate) fn cancel_by_pk<M, C>(conn: &mut C, pk: M::Pk) -> Result<bool>
 where
     M: HasCancelState,
     C: BorrowConnection,
@@ -152,7 +152,7 @@ impl<M: ClaimSql<DB>, DB: SqlDialect> QueryFragment<DB> for ModelKey<M> {
     }
 }
 
-/// [`cancel_by_pk`] on a table described at run time (the operator's tool): `table` and
+/// [`Queue::cancel`](super::queue::Queue::cancel) on a table described at run time (the operator's tool): `table` and
 /// `key` as fragments (quoted identifiers, the key value a bind parameter), the state column
 /// and states in `shape`, cancelled rows going to `to`. A `to` that is one of the shape's ready
 /// states or its claimed state is refused with [`Error::Config`]: the row would run again.

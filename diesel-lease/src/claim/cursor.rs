@@ -6,17 +6,12 @@ use std::time::{Duration, Instant};
 
 use diesel::expression::{AppearsOnTable, AsExpression, Expression};
 use diesel::query_builder::{QueryFragment, QueryId};
-use diesel::r2d2::R2D2Connection;
 use diesel::sql_types::{Bool, SqlType};
 use diesel::{Column, ExpressionMethods};
 use lease_core::ResumePoint;
 
-use super::{
-    batch_size, ClaimConnection, ClaimDialect, ClaimGuard, ClaimOptions, Claimable, NoFilter,
-    SortOrder,
-};
-use crate::pool::ConnectionSource;
-use crate::{BorrowConnection, Result};
+use super::{batch_size, ClaimConnection, ClaimOptions, Claimable, NoFilter, SortOrder};
+use crate::Result;
 
 /// The first column of a model's claim order, and its value in a row: what a [`ClaimCursor`]
 /// resumes from.
@@ -185,13 +180,13 @@ fn first_order<M: Claimable>() -> SortOrder {
 ///     .execute(&mut conn)?;
 ///
 /// let cursor = ClaimCursor::<Job>::new(Duration::from_secs(60))?;
-/// let a = cursor.claim_next(&mut conn)?.expect("a row");
-/// let b = cursor.claim_next(&mut conn)?.expect("a row");
+/// let a = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");
+/// let b = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");
 /// assert_eq!((a.seq, b.seq), (10, 20));
 /// a.release(&mut conn)?;                     // ready again, before the key (20)
-/// let c = cursor.claim_next(&mut conn)?.expect("a row");
+/// let c = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");
 /// assert_eq!(c.seq, 30, "the claim resumes at the key: row a waits");
-/// let again = cursor.claim_next(&mut conn)?.expect("a row");
+/// let again = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");
 /// assert_eq!(again.seq, 10, "nothing left from the key on: this claim looks from the front");
 /// # Ok(()) }
 /// # }
@@ -236,145 +231,7 @@ impl<M: ClaimOrderKey> ClaimCursor<M> {
         })
     }
 
-    /// The next claimable row, as [`ClaimDsl::claim_next`](crate::dsl::ClaimDsl::claim_next)
-    /// returns it, looked for from the last claimed row on.
-    pub fn claim_next<C>(&self, conn: &mut C) -> Result<Option<M>>
-    where
-        C: BorrowConnection,
-        C::Conn: CursorConnection<M>,
-        M::OrderValue: Clone + PartialOrd,
-    {
-        self.claim_batch_with(conn, 1, ClaimOptions::shared_default())
-            .map(|rows| rows.into_iter().next())
-    }
-
-    /// Up to `n` rows, as [`ClaimDsl::claim_batch`](crate::dsl::ClaimDsl::claim_batch) returns
-    /// them, looked for from the last claimed row on.
-    pub fn claim_batch<C>(&self, conn: &mut C, n: usize) -> Result<Vec<M>>
-    where
-        C: BorrowConnection,
-        C::Conn: CursorConnection<M>,
-        M::OrderValue: Clone + PartialOrd,
-    {
-        self.claim_batch_with(conn, n, ClaimOptions::shared_default())
-    }
-
-    /// [`claim_next`](Self::claim_next) as `options` say (owner, stale-claim timeout, rate
-    /// limits).
-    pub fn claim_next_with<C>(&self, conn: &mut C, options: &ClaimOptions) -> Result<Option<M>>
-    where
-        C: BorrowConnection,
-        C::Conn: CursorConnection<M>,
-        M::OrderValue: Clone + PartialOrd,
-    {
-        self.claim_batch_with(conn, 1, options)
-            .map(|rows| rows.into_iter().next())
-    }
-
-    /// [`claim_batch`](Self::claim_batch) as `options` say. `n = 0` is
-    /// [`InvalidInput::Zero`](crate::InvalidInput::Zero), before any query.
-    pub fn claim_batch_with<C>(
-        &self,
-        conn: &mut C,
-        n: usize,
-        options: &ClaimOptions,
-    ) -> Result<Vec<M>>
-    where
-        C: BorrowConnection,
-        C::Conn: CursorConnection<M>,
-        M::OrderValue: Clone + PartialOrd,
-    {
-        self.claim_rows(conn.borrow_connection(), n, options, None)
-    }
-
-    /// The next row, claimed through `pool` and guarded as
-    /// [`ClaimDsl::claim_next_guarded`](crate::dsl::ClaimDsl::claim_next_guarded) guards it
-    /// (a heartbeat while it is held, handed back if dropped unfinished).
-    pub fn claim_next_guarded<C>(
-        &self,
-        pool: &impl ConnectionSource<Connection = C>,
-    ) -> Result<Option<ClaimGuard<M>>>
-    where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
-        M: Send + Sync,
-        M::OrderValue: Clone + PartialOrd,
-    {
-        self.claim_batch_guarded_with(pool, 1, ClaimOptions::shared_default())
-            .map(|guards| guards.into_iter().next())
-    }
-
-    /// Up to `n` rows, claimed through `pool` and each guarded (see
-    /// [`claim_next_guarded`](Self::claim_next_guarded)).
-    pub fn claim_batch_guarded<C>(
-        &self,
-        pool: &impl ConnectionSource<Connection = C>,
-        n: usize,
-    ) -> Result<Vec<ClaimGuard<M>>>
-    where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
-        M: Send + Sync,
-        M::OrderValue: Clone + PartialOrd,
-    {
-        self.claim_batch_guarded_with(pool, n, ClaimOptions::shared_default())
-    }
-
-    /// [`claim_batch_guarded`](Self::claim_batch_guarded) as `options` say.
-    pub fn claim_batch_guarded_with<C>(
-        &self,
-        pool: &impl ConnectionSource<Connection = C>,
-        n: usize,
-        options: &ClaimOptions,
-    ) -> Result<Vec<ClaimGuard<M>>>
-    where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
-        M: Send + Sync,
-        M::OrderValue: Clone + PartialOrd,
-    {
-        ClaimGuard::claim_and_guard(pool, options, |conn| {
-            self.claim_rows(conn, n, options, None)
-        })
-    }
-
-    /// The next row, waited for through `pool` as
-    /// [`ClaimDsl::claim_next_wait`](crate::dsl::ClaimDsl::claim_next_wait) waits (at once when
-    /// a row is there, on a notification or at the next poll; `None` after `timeout`), each
-    /// poll claiming through the cursor.
-    pub fn claim_next_wait<C>(
-        &self,
-        pool: &impl ConnectionSource<Connection = C>,
-        timeout: Duration,
-    ) -> Result<Option<M>>
-    where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
-        M: Send,
-        M::OrderValue: Clone + PartialOrd + Send + 'static,
-    {
-        self.claim_batch_wait(pool, 1, ClaimOptions::shared_default(), timeout)
-            .map(|rows| rows.into_iter().next())
-    }
-
-    /// Up to `n` rows, waited for as [`claim_next_wait`](Self::claim_next_wait) waits, with
-    /// explicit claim options; returns as soon as at least one row was claimed.
-    pub fn claim_batch_wait<C>(
-        &self,
-        pool: &impl ConnectionSource<Connection = C>,
-        n: usize,
-        options: &ClaimOptions,
-        timeout: Duration,
-    ) -> Result<Vec<M>>
-    where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
-        M: Send,
-        M::OrderValue: Clone + PartialOrd + Send + 'static,
-    {
-        batch_size(n)?;
-        let cursor = self.clone();
-        super::wait::wait_for_rows(pool, options, timeout, move |conn: &mut C, options| {
-            cursor.claim_rows(conn, n, options, None)
-        })
-    }
-
-    /// [`claim_batch_with`](Self::claim_batch_with) on the connection itself (a
+    /// Claims up to `n` rows from the last claimed row on, on the connection itself (a claim's with [`Claim::cursor`](super::Claim::cursor), and a
     /// [`Worker`](crate::worker::Worker)'s claims).
     ///
     /// With `key_limit`, rows whose key column already has `max` claimed rows are skipped, as

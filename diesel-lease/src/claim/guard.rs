@@ -64,7 +64,7 @@ use crate::{Error, Held, Released, Result};
 /// #     "CREATE TABLE reports (id INTEGER PRIMARY KEY, status TEXT NOT NULL, worker TEXT,
 /// #                           claimed_at TIMESTAMP);
 /// #      INSERT INTO reports (status) VALUES ('new');").unwrap();
-/// while let Some(report) = Report::claim_next_guarded(&pool).unwrap() {
+/// while let Some(report) = Report::claim().guard(&pool).unwrap() {
 ///     // … a long rendering; the guard heartbeats every 10 s meanwhile …
 ///     if report.is_lost() {
 ///         continue; // rescued by another worker: drop it, do not complete
@@ -97,58 +97,6 @@ impl<M> ClaimGuard<M>
 where
     M: Claimable + Send + Sync,
 {
-    /// Claims the next row through `pool` (see [`claim_next`](super::claim_next)) and guards it.
-    pub fn claim_next<C>(pool: &impl ConnectionSource<Connection = C>) -> Result<Option<Self>>
-    where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
-    {
-        Self::claim_next_with(pool, ClaimOptions::shared_default())
-    }
-
-    /// [`claim_next`](Self::claim_next) with an explicit owner or claim timeout.
-    pub fn claim_next_with<C>(
-        pool: &impl ConnectionSource<Connection = C>,
-        options: &ClaimOptions,
-    ) -> Result<Option<Self>>
-    where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
-    {
-        let sent_at = Instant::now();
-        let row = pool
-            .with_connection(|conn| super::claim_batch_with::<M, _>(conn, 1, options))?
-            .into_iter()
-            .next();
-        let pool = AnySource::new(pool);
-        row.map(|row| Self::start(&pool, row, options, sent_at))
-            .transpose()
-    }
-
-    /// Claims up to `n` rows through `pool` (see [`claim_batch`](super::claim_batch)) and guards
-    /// each of them.
-    pub fn claim_batch<C>(
-        pool: &impl ConnectionSource<Connection = C>,
-        n: usize,
-    ) -> Result<Vec<Self>>
-    where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
-    {
-        Self::claim_batch_with(pool, n, ClaimOptions::shared_default())
-    }
-
-    /// [`claim_batch`](Self::claim_batch) with an explicit owner or claim timeout.
-    pub fn claim_batch_with<C>(
-        pool: &impl ConnectionSource<Connection = C>,
-        n: usize,
-        options: &ClaimOptions,
-    ) -> Result<Vec<Self>>
-    where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
-    {
-        Self::claim_and_guard(pool, options, |conn| {
-            super::claim_batch_with::<M, _>(conn, n, options)
-        })
-    }
-
     /// Claims rows with `claim` on a connection of `pool` and guards each of them (the claims
     /// above, and a [`ClaimCursor`](super::ClaimCursor)'s).
     pub(crate) fn claim_and_guard<C>(
@@ -225,7 +173,7 @@ where
     }
 
     /// Marks the row done if this worker still owns the claim (see
-    /// [`finish`](super::finish)); `false` when it was rescued. Waits at most the pool's
+    /// [`FinishDsl::complete`](crate::dsl::FinishDsl::complete)); `false` when it was rescued. Waits at most the pool's
     /// connection timeout in all: [`Error::Timeout`] after that (naming the table), and the
     /// completion goes on in the background.
     pub fn complete(mut self) -> Result<bool>

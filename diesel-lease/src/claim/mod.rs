@@ -5,13 +5,10 @@
 //! operations as methods through `#[derive(Claimable)]`; the functions here are what the generated
 //! methods call, usable directly with any type that implements [`Claimable`].
 
-use diesel::expression::{AppearsOnTable, Expression};
-use diesel::query_builder::{QueryFragment, QueryId};
-use diesel::sql_types::Bool;
-use diesel::Connection;
+use diesel::query_builder::QueryId;
 
 use crate::backend::kind_of;
-use crate::backend::{retry_conflicts_on, Dialect};
+use crate::backend::retry_conflicts_on;
 use crate::observe::{op, table_name};
 use lease_core::ClaimStamp;
 
@@ -28,6 +25,7 @@ mod guard;
 mod literal;
 pub mod pause;
 mod per_key;
+pub mod queue;
 mod rate;
 pub mod retention;
 pub(crate) mod schedule;
@@ -52,9 +50,9 @@ pub use by_key::{
     lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
     NullLockConnection, DEFAULT_LOCK_WAIT,
 };
-pub use cancel::{cancel_by_pk, HasCancelState};
+pub use cancel::HasCancelState;
 pub use cursor::{ClaimCursor, ClaimOrderKey, CursorConnection, NotNullOrder};
-pub use pause::{pause, pause_key, resume, resume_key, HasPauseKey, Pausable, PauseShape};
+pub use pause::{HasPauseKey, Pausable, PauseShape};
 
 pub use crate::model::Keyed;
 pub use dialect::{ClaimDialect, ClaimSqlDialect};
@@ -62,10 +60,9 @@ pub use guard::ClaimGuard;
 pub use lease_core::{Pass, ResumePoint, RetryPolicy};
 pub use literal::StateLiteral;
 pub use rate::{Forgotten, RateDialect, RateLimit, RateSqlDialect};
-pub use schedule::{fail_or_retry, retry, RetryOutcome, TimeColumn};
-pub use wait::{
-    claim_batch_wait, claim_next_wait, install_ready_trigger, notify_ready, MAX_POLL_INTERVAL,
-};
+pub(crate) use schedule::{fail_or_retry, retry};
+pub use schedule::{RetryOutcome, TimeColumn};
+pub use wait::MAX_POLL_INTERVAL;
 
 use statements::{finish_target, Change, ClaimModel, ClaimParts, Filter, FinishStmt, NoFilter};
 
@@ -123,9 +120,9 @@ pub trait Claimable: Keyed {
     /// The failed state as an SQL constant, if configured.
     const FAILED_SQL: Option<StateLiteral>;
     /// The state cancelled rows go to (`cancelled = …`), if configured; else they go to the
-    /// failed state ([`cancel_by_pk`]).
+    /// failed state ([`Queue::cancel`](queue::Queue::cancel)).
     const CANCELLED_SQL: Option<StateLiteral> = None;
-    /// Whether claims skip paused rows (`pausable`, `pausable(key = col)`): see [`pause()`].
+    /// Whether claims skip paused rows (`pausable`, `pausable(key = col)`): see [`Queue::pause`](queue::Queue::pause).
     const PAUSE: Option<pause::PauseShape> = None;
 
     /// The owner stored in this row (`None` when unmapped or NULL).
@@ -231,7 +228,7 @@ impl ClaimOptions {
     /// stop, for a pool connection and for the statement that hands the row back (default
     /// [`DROP_WAIT`](crate::pool::DROP_WAIT)), whatever the network does; without them in time
     /// the claim is left to time out. Also what a waiting claim
-    /// ([`claim_batch_wait`]) gets on top of its timeout, and a
+    /// ([`Claim::wait`]) gets on top of its timeout, and a
     /// stopped `Worker` after its handlers. Zero is refused (when a claim uses the options) with
     /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
     pub fn drop_wait(mut self, wait: std::time::Duration) -> Self {
@@ -459,169 +456,6 @@ pub(crate) fn batch_size(n: usize) -> Result<i64> {
     Ok(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// Claims the next claimable row for this process, or `None` when no unclaimed, unlocked row is left.
-///
-/// What [`ClaimDsl::claim_next`](crate::dsl::ClaimDsl::claim_next) calls. One statement on PostgreSQL and SQLite,
-/// one short transaction on MySQL; see the [crate docs](crate#claim-the-next-row).
-pub fn claim_next<M, C>(conn: &mut C) -> Result<Option<M>>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-{
-    claim_batch_with(conn, 1, ClaimOptions::shared_default()).map(|rows| rows.into_iter().next())
-}
-
-/// Claims up to `n` rows at once; never more than `n`, even under contention.
-///
-/// `n = 0` is [`InvalidInput::Zero`](crate::InvalidInput::Zero), before any query.
-pub fn claim_batch<M, C>(conn: &mut C, n: usize) -> Result<Vec<M>>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-{
-    claim_batch_with(conn, n, ClaimOptions::shared_default())
-}
-
-/// [`claim_batch`] with an explicit owner or stale-claim timeout.
-pub fn claim_batch_with<M, C>(conn: &mut C, n: usize, options: &ClaimOptions) -> Result<Vec<M>>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-{
-    let limit = batch_size(n)?;
-    conn.borrow_connection()
-        .claim_matching::<NoFilter>(limit, options, None)
-}
-
-/// [`claim_batch_with`] restricted to rows that also match `filter` (a Diesel boolean
-/// expression on the model's table, e.g. `jobs::queue.eq("emails")`).
-pub fn claim_batch_where<M, C, F>(
-    conn: &mut C,
-    n: usize,
-    options: &ClaimOptions,
-    filter: F,
-) -> Result<Vec<M>>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-    F: Expression<SqlType = Bool>
-        + AppearsOnTable<M::Table>
-        + QueryFragment<<C::Conn as Connection>::Backend>
-        + QueryId,
-{
-    let limit = batch_size(n)?;
-    conn.borrow_connection()
-        .claim_matching::<F>(limit, options, Some(&filter))
-}
-
-/// Selects the next claimable row and keeps it locked for the caller's transaction, skipping rows
-/// other transactions hold (JPA's `PESSIMISTIC_WRITE` with the skip-locked hint).
-///
-/// Call it inside a transaction: the lock ends with the transaction, so in autocommit mode it
-/// ends at once. Nothing about the row changes; update it yourself before committing (or use
-/// [`with_next_locked`]).
-///
-/// - PostgreSQL and MySQL: `SELECT … FOR UPDATE SKIP LOCKED`.
-/// - SQLite has no row locks. The strongest equivalent: a write that matches nothing takes the
-///   database write lock first, so no other writer runs until this transaction ends and no two
-///   transactions can hold the same row. Call it first in the transaction (or use
-///   [`with_next_locked`], which opens `BEGIN IMMEDIATE`): a transaction that read before may be
-///   refused the write lock with `SQLITE_BUSY`.
-///
-/// Two transactions on PostgreSQL never get the same row; the second skips the first's:
-///
-/// ```
-/// # #[cfg(feature = "postgres")] {
-/// # mod setup { include!("../doctest_pg.rs"); }
-/// # use setup::pg_connection;
-/// use diesel::prelude::*;
-/// use diesel_lease::prelude::*;
-///
-/// diesel::table! { tasks (id) { id -> BigInt, done -> Bool, } }
-///
-/// #[derive(Debug, Queryable, Selectable, Claimable)]
-/// #[diesel(table_name = tasks)]
-/// #[claimable(state = done, ready = false, claimed = true)]
-/// struct Task {
-///     id: i64,
-///     done: bool,
-/// }
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let Some(mut a) = pg_connection() else { return Ok(()) };
-/// # diesel::connection::SimpleConnection::batch_execute(&mut a,
-/// #     "CREATE TABLE tasks (id BIGINT PRIMARY KEY, done BOOLEAN NOT NULL);
-/// #      INSERT INTO tasks VALUES (1, false), (2, false);")?;
-/// # let url = diesel::sql_query("SELECT current_database() AS name").get_result::<DbName>(&mut a)?;
-/// # #[derive(QueryableByName)] struct DbName { #[diesel(sql_type = diesel::sql_types::Text)] name: String }
-/// # let admin = std::env::var("DIESEL_LEASE_TEST_PG")?;
-/// # let mut b = PgConnection::establish(&format!("{}/{}", admin.rsplit_once('/').unwrap().0, url.name))?;
-/// a.transaction::<_, diesel_lease::Error, _>(|a| {
-///     let first = Task::lock_next(a)?.expect("a row");
-///     // While `a` holds its row, `b` locks the other one instead of waiting.
-///     let second = b.transaction::<_, diesel_lease::Error, _>(|b| {
-///         Ok(Task::lock_next(b)?.expect("the other row").id)
-///     })?;
-///     assert_ne!(first.id, second);
-///     Ok(())
-/// })?;
-/// # Ok(()) }
-/// # main().unwrap();
-/// # }
-/// ```
-pub fn lock_next<M, C>(conn: &mut C) -> Result<Option<M>>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-{
-    conn.borrow_connection()
-        .lock_matching::<NoFilter>(1, None)
-        .map(|rows| rows.into_iter().next())
-        .map_err(Error::from)
-}
-
-/// [`lock_next`] restricted to rows that also match `filter`.
-pub fn lock_next_where<M, C, F>(conn: &mut C, filter: F) -> Result<Option<M>>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-    F: Expression<SqlType = Bool>
-        + AppearsOnTable<M::Table>
-        + QueryFragment<<C::Conn as Connection>::Backend>
-        + QueryId,
-{
-    conn.borrow_connection()
-        .lock_matching::<F>(1, Some(&filter))
-        .map(|rows| rows.into_iter().next())
-        .map_err(Error::from)
-}
-
-/// Locks the next claimable row and runs `work` on it inside one transaction: commits when `work`
-/// returns `Ok`, rolls back when it returns `Err` (the row is then available again).
-///
-/// Returns `Ok(None)` without calling `work` when no row is available.
-pub fn with_next_locked<M, C, T, E, W>(conn: &mut C, work: W) -> Result<Option<T>, E>
-where
-    M: Claimable,
-    C: BorrowConnection,
-    C::Conn: ClaimConnection<M>,
-    E: From<diesel::result::Error>,
-    W: FnOnce(&mut C::Conn, M) -> Result<T, E>,
-{
-    Dialect::write_tx(conn.borrow_connection(), |conn| {
-        match conn.lock_matching::<NoFilter>(1, None)?.into_iter().next() {
-            Some(row) => work(conn, row).map(Some),
-            None => Ok(None),
-        }
-    })
-}
-
 /// Where an owner-checked transition sends the row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Finish {
@@ -640,7 +474,7 @@ pub enum Finish {
 /// row was already finished.
 ///
 /// [`Error::Config`] when the model has no done/failed state configured.
-pub fn finish<M, C>(conn: &mut C, row: &M, to: Finish) -> Result<bool>
+pub(crate) fn finish<M, C>(conn: &mut C, row: &M, to: Finish) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -695,7 +529,7 @@ fn claim_lost_if<M: Claimable>(row: &M, ours: &Result<bool>) {
 /// finished (left unchanged). An empty `rows` runs no query.
 ///
 /// [`Error::Config`] when the model has no done/failed state configured.
-pub fn finish_batch<M, C>(conn: &mut C, rows: &[M], to: Finish) -> Result<Vec<bool>>
+pub(crate) fn finish_batch<M, C>(conn: &mut C, rows: &[M], to: Finish) -> Result<Vec<bool>>
 where
     M: Claimable,
     M::Pk: PartialEq,
@@ -741,7 +575,7 @@ where
 /// stop the work then: another worker may be running it.
 ///
 /// [`Error::Config`] when the model has no `claimed_at` column (nothing to move).
-pub fn heartbeat<M, C>(conn: &mut C, row: &M) -> Result<bool>
+pub(crate) fn heartbeat<M, C>(conn: &mut C, row: &M) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,

@@ -12,7 +12,7 @@
 //!
 //! a lookup by primary key in a table of one row per pause in force; a model that is not
 //! `pausable` claims exactly as before. Paused rows are skipped, not lost: resuming makes them
-//! claimable again, and wakes the table's waiters (`claim_next_wait`, a `Worker`) at once — on
+//! claimable again, and wakes the table's waiters (waiting claims, a `Worker`) at once — on
 //! PostgreSQL by the `NOTIFY` waiters listen for, elsewhere those of this process
 //! (`notify::local`); waiters of other processes find the rows at their next poll (at most a
 //! second apart).
@@ -42,7 +42,7 @@ pub struct PauseShape {
     pub key: Option<&'static str>,
 }
 
-/// A [`Claimable`] model declared `pausable`: what [`pause`] and [`resume`] need.
+/// A [`Claimable`] model declared `pausable`: what [`Queue::pause`](super::queue::Queue::pause) and [`Queue::resume`](super::queue::Queue::resume) need.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not pausable, so its claims do not look for pauses",
     label = "pausing needs `pausable`",
@@ -50,7 +50,7 @@ pub struct PauseShape {
 )]
 pub trait Pausable: Claimable {}
 
-/// A pausable model with a key column (`pausable(key = …)`): what [`pause_key`] needs.
+/// A pausable model with a key column (`pausable(key = …)`): what [`Queue::key`](super::queue::Queue::key) needs.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no pause key column",
     label = "pausing one key needs `pausable(key = …)`",
@@ -208,7 +208,7 @@ fn ready_resource<DB: SqlDialect>(table: &str) -> String {
     format!("claim:{}", sql.finish())
 }
 
-/// Pauses claims from the table `target` names (see [`pause`]); `true` when this call paused
+/// Pauses claims from the table `target` names (see [`Queue::pause`](super::queue::Queue::pause)); `true` when this call paused
 /// it, `false` when it was paused already. For a table described at run time (the operator's
 /// tool): `target.table` is its name as the model's pauses are stored (its SQL name without
 /// quotes, `schema.table` for a table outside the default schema).
@@ -279,10 +279,10 @@ fn target_of<M: Claimable, C: ClaimConnection<M>>(key: Option<&str>) -> Result<P
 }
 
 /// Pauses claims from `M`'s table, for every process of the farm: its claims
-/// (`claim_next`, `claim_batch`, waits, a `Worker`) return nothing until [`resume`]; waiters
+/// (every claim, waiting ones, a `Worker`) return nothing until [`resume`]; waiters
 /// keep waiting. `true` when this call paused it, `false` when it was paused already. Needs
 /// `pausable` and diesel-lease's migrations.
-pub fn pause<M, C>(conn: &mut C) -> Result<bool>
+pub(crate) fn pause<M, C>(conn: &mut C) -> Result<bool>
 where
     M: Pausable,
     C: BorrowConnection,
@@ -298,7 +298,7 @@ where
 /// `NOTIFY` is sent then, but this process's waiters on SQLite and MySQL are woken at once, may
 /// look before the commit and find the table still paused, and then see the resume at their
 /// next poll (within [`MAX_POLL_INTERVAL`](crate::claim::MAX_POLL_INTERVAL)).
-pub fn resume<M, C>(conn: &mut C) -> Result<bool>
+pub(crate) fn resume<M, C>(conn: &mut C) -> Result<bool>
 where
     M: Pausable,
     C: BorrowConnection,
@@ -310,7 +310,7 @@ where
 
 /// Pauses claims of `M`'s rows whose key column (`pausable(key = …)`) holds `key`; other rows
 /// are claimed as before.
-pub fn pause_key<M, C>(conn: &mut C, key: &str) -> Result<bool>
+pub(crate) fn pause_key<M, C>(conn: &mut C, key: &str) -> Result<bool>
 where
     M: HasPauseKey,
     C: BorrowConnection,
@@ -321,7 +321,7 @@ where
 }
 
 /// Resumes claims of `M`'s rows of `key`, and wakes the table's waiters.
-pub fn resume_key<M, C>(conn: &mut C, key: &str) -> Result<bool>
+pub(crate) fn resume_key<M, C>(conn: &mut C, key: &str) -> Result<bool>
 where
     M: HasPauseKey,
     C: BorrowConnection,

@@ -27,7 +27,7 @@ use crate::{BorrowConnection, Error, InvalidInput, Result};
 /// How many rows a batch deletes or moves by default.
 pub const DEFAULT_BATCH: usize = 500;
 
-/// What [`purge_finished`] deletes: done and dead (failed) rows whose age column is older than a
+/// What [`purge`](super::queue::Queue::purge) deletes: done and dead (failed) rows whose age column is older than a
 /// period by the database clock, `batch` rows per transaction.
 ///
 /// ```
@@ -65,7 +65,7 @@ pub const DEFAULT_BATCH: usize = 500;
 /// #          ('new', NULL);").unwrap();
 /// // Done and dead jobs finished more than 30 days ago go, 100 per transaction.
 /// let retention = Retention::older_than(Duration::from_secs(30 * 24 * 3600)).batch_size(100);
-/// let purged = Job::purge_finished(&mut conn, jobs::finished_at, &retention).unwrap();
+/// let purged = Job::queue().purge(&mut conn, jobs::finished_at, &retention).unwrap();
 /// assert_eq!(purged.deleted, 2);
 /// # }
 /// ```
@@ -102,7 +102,7 @@ impl Retention {
         self
     }
 
-    /// Whether dead (failed) rows go (default `true`); keep them to [`redrive_dead`] later.
+    /// Whether dead (failed) rows go (default `true`); keep them to [`redrive`](super::queue::Queue::redrive) later.
     pub fn failed(mut self, purge: bool) -> Self {
         self.failed = purge;
         self
@@ -484,13 +484,13 @@ where
 /// `NULL` stay. Ready and claimed rows are never touched, also where the done or failed state
 /// is a ready state too (rows that recur, or are retried): that state is not purged, and
 /// [`Error::Config`] says so when no state is left to purge. What
-/// [`RetentionDsl::purge_finished`](crate::dsl::RetentionDsl::purge_finished) calls.
+/// [`Queue::purge`](super::queue::Queue::purge) calls.
 ///
 /// Run it on one node of a farm from a periodic job
 /// ([`every`](crate::lease::schedule::every)); see the README, "Retention and redrive".
 /// Refused inside an open transaction (each batch must commit on its own):
 /// `Error::Database(AlreadyInTransaction)`.
-pub fn purge_finished<M, C, Col>(
+pub(crate) fn purge_finished<M, C, Col>(
     conn: &mut C,
     _column: Col,
     retention: &Retention,
@@ -530,8 +530,8 @@ where
 /// whose running rows you cancel and redrive.
 ///
 /// [`Error::Config`] without a failed state. What
-/// [`RetentionDsl::redrive_dead`](crate::dsl::RetentionDsl::redrive_dead) calls.
-pub fn redrive_dead<M, C>(conn: &mut C, limit: u64) -> Result<u64>
+/// [`Queue::redrive`](super::queue::Queue::redrive) calls.
+pub(crate) fn redrive_dead<M, C>(conn: &mut C, limit: u64) -> Result<u64>
 where
     M: ClaimSql<<C::Conn as Connection>::Backend>,
     C: BorrowConnection,
@@ -542,7 +542,7 @@ where
 
 /// [`redrive_dead`] of the dead rows that also match `filter` (a Diesel boolean expression on
 /// the model's table, e.g. `jobs::queue.eq("emails")`).
-pub fn redrive_dead_where<M, C, F>(conn: &mut C, limit: u64, filter: F) -> Result<u64>
+pub(crate) fn redrive_dead_where<M, C, F>(conn: &mut C, limit: u64, filter: F) -> Result<u64>
 where
     M: ClaimSql<<C::Conn as Connection>::Backend>,
     C: BorrowConnection,

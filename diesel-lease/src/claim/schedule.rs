@@ -72,7 +72,7 @@ pub struct Retry {
     pub(crate) refund_attempt: bool,
 }
 
-/// What [`fail_or_retry`] did with the row.
+/// What [`fail_or_retry`](crate::dsl::ClaimDsl::fail_or_retry) did with the row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryOutcome {
     /// Back to the ready state, claimable again once `delay` has passed (database clock).
@@ -126,7 +126,7 @@ fn not_before<M: Claimable>(delay: Duration) -> Result<Option<Offset>> {
 ///
 /// The owner is cleared; the attempt counts (the claim counted it). [`Error::Config`] for a
 /// non-zero delay on a model without an `available_at` column.
-pub fn retry<M, C>(conn: &mut C, row: &M, delay: Duration) -> Result<bool>
+pub(crate) fn retry<M, C>(conn: &mut C, row: &M, delay: Duration) -> Result<bool>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -148,7 +148,7 @@ where
 ///
 /// Needs an `attempts` column (the attempt is the row's count, which every claim increments)
 /// and a failed state; [`Error::Config`] otherwise.
-pub fn fail_or_retry<M, C>(
+pub(crate) fn fail_or_retry<M, C>(
     conn: &mut C,
     row: &M,
     policy: &RetryPolicy,

@@ -3,7 +3,7 @@
 //! A waiter borrows a pool connection for each poll and gives it back before it sleeps, like a
 //! semaphore waiter. On PostgreSQL it sleeps on the pool's shared listener
 //! ([`WaiterWakeups`](crate::pool::WaiterWakeups), the one semaphores use), registered under the
-//! resource `claim:<table>`; a producer's [`notify_ready`] (or the trigger that
+//! resource `claim:<table>`; a producer's [`notify`](super::queue::Queue::notify) (or the trigger that
 //! [`install_ready_trigger`] installs) wakes it within milliseconds. Everywhere it also polls, with
 //! backoff up to [`MAX_POLL_INTERVAL`]: that is how it finds rows whose `available_at` has come,
 //! rows handed back by an update nobody announced, and — on SQLite and MySQL — every row.
@@ -19,7 +19,7 @@ use lease_core::Backoff;
 
 use super::schedule::release_unstarted;
 use super::statements::ClaimSql;
-use super::{batch_size, ClaimConnection, ClaimOptions, Claimable};
+use super::{ClaimConnection, ClaimOptions, Claimable};
 use crate::backend::SqlDialect;
 use crate::claim::ClaimDialect;
 use crate::courier::Courier;
@@ -66,7 +66,7 @@ pub(crate) fn ready_resource<M: ClaimSql<DB>, DB: SqlDialect>() -> Result<String
     Ok(format!("claim:{}", sql.finish()))
 }
 
-/// Wakes the waiters of model `M` ([`claim_next_wait`], `worker::Worker`) on
+/// Wakes the waiters of model `M` (a claim with a [`wait`](super::Claim::wait) step, `worker::Worker`) on
 /// every pool's listener: call it after inserting rows, or after making rows ready by an
 /// update. Inside a transaction the notification is sent when it commits (PostgreSQL), so
 /// waiters never look before the rows are visible.
@@ -96,13 +96,13 @@ pub(crate) fn ready_resource<M: ClaimSql<DB>, DB: SqlDialect>() -> Result<String
 /// #     "CREATE TABLE mails (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL)")?;
 /// conn.transaction::<_, diesel_lease::Error, _>(|conn| {
 ///     diesel::insert_into(mails::table).values(mails::status.eq("new")).execute(conn)?;
-///     diesel_lease::claim::notify_ready::<Mail, _>(conn)
+///     Mail::queue().notify(conn)
 /// })?;
 /// # Ok(()) }
 /// # main().unwrap();
 /// # }
 /// ```
-pub fn notify_ready<M, C>(conn: &mut C) -> Result<()>
+pub(crate) fn notify_ready<M, C>(conn: &mut C) -> Result<()>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -117,7 +117,7 @@ where
 /// `diesel_lease_notify_ready()` and a statement-level trigger `diesel_lease_ready`; run it once,
 /// e.g. from a migration step). Updates that make rows ready again are not announced by it;
 /// waiters find those at their next poll. On SQLite and MySQL it does nothing.
-pub fn install_ready_trigger<M, C>(conn: &mut C) -> Result<()>
+pub(crate) fn install_ready_trigger<M, C>(conn: &mut C) -> Result<()>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -126,56 +126,7 @@ where
     <C::Conn as ClaimConnection<M>>::install_ready_trigger(conn.borrow_connection())
 }
 
-/// Claims the next row through `pool`, waiting up to `timeout` for one: at once when a row is
-/// there, within milliseconds of a [`notify_ready`] (PostgreSQL, with the pool's
-/// [`WaiterWakeups`](crate::pool::WaiterWakeups), which [`build_pool`](crate::pool::build_pool)
-/// installs), else at the next poll (at most [`MAX_POLL_INTERVAL`] apart). `None` when the
-/// timeout passed without a row; [`Error::Pool`](crate::Error::Pool) (the last poll's) when
-/// none of its polls got a connection (the server refused them, or the pool's were all in use
-/// the whole time), since then nothing was looked at.
-///
-/// The waiters of one pool for one table share their polls (one of them polls, twice per
-/// interval while others wait with it; the rest wait without a query until a poll finds rows),
-/// so their idle cost does not grow with their number. Each call looks once when it starts,
-/// since a row may be there already: an idle loop should wait long per call (or use a
-/// [`Worker`](crate::worker::Worker)) rather than call it with short timeouts.
-///
-/// No connection is held while it sleeps. Each poll runs on a thread of its own, and it returns
-/// within `timeout` plus the [drop wait](ClaimOptions::drop_wait) (2 s by default) whatever the
-/// pool's health check and the network do: a poll still under way then fails with
-/// [`Error::Timeout`](crate::Error::Timeout) naming the table and goes on in the background,
-/// where rows it claims are handed back.
-pub fn claim_next_wait<M, C>(
-    pool: &impl ConnectionSource<Connection = C>,
-    timeout: Duration,
-) -> Result<Option<M>>
-where
-    M: Claimable + Send,
-    C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
-{
-    claim_batch_wait(pool, 1, ClaimOptions::shared_default(), timeout)
-        .map(|rows| rows.into_iter().next())
-}
-
-/// [`claim_next_wait`] for up to `n` rows at once, with explicit claim options; returns as soon
-/// as at least one row was claimed.
-pub fn claim_batch_wait<M, C>(
-    pool: &impl ConnectionSource<Connection = C>,
-    n: usize,
-    options: &ClaimOptions,
-    timeout: Duration,
-) -> Result<Vec<M>>
-where
-    M: Claimable + Send,
-    C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
-{
-    let limit = batch_size(n)?;
-    wait_for_rows(pool, options, timeout, move |conn: &mut C, options| {
-        conn.claim_matching::<super::statements::NoFilter>(limit, options, None)
-    })
-}
-
-/// Waits as [`claim_batch_wait`] does, each poll claiming with `claim` (the claims above, and a
+/// Waits as [`Claim::wait`](super::Claim::wait) says, each poll claiming with `claim` (a claim's, or a
 /// [`ClaimCursor`](super::ClaimCursor)'s).
 pub(crate) fn wait_for_rows<M, C>(
     pool: &impl ConnectionSource<Connection = C>,

@@ -32,7 +32,7 @@ use crate::{Error, Result};
 /// [`ConnectionTuning`] (SQLite's busy timeout and WAL, MySQL's idle timeout, the engine check)
 /// and libpq's network settings on every connection; a pool built otherwise works, without them.
 ///
-/// Waiters on this pool (`claim_next_wait`, a `Worker`, a waiting `acquire`) are woken by
+/// Waiters on this pool (waiting claims, a `Worker`, a waiting `acquire`) are woken by
 /// PostgreSQL's `NOTIFY` once it has a listener: [`listen_url`](Self::listen_url) with the URL
 /// the pool connects to gives it one, as [`build_pool`](super::build_pool) gives an r2d2 pool
 /// (deadpool keeps its URL to itself); [`Deadpool::build`] builds the pool with it. Without one they poll, at most a second apart; a
@@ -152,8 +152,8 @@ where
 
     /// Gives the pool's waiters one listener connection to `url` (PostgreSQL; nothing on SQLite
     /// and MySQL, which have no notifications): a `NOTIFY` from any process (a row made ready
-    /// through [`notify_ready`](crate::claim::notify_ready) or the
-    /// [installed trigger](crate::claim::install_ready_trigger), a permit given up) wakes them
+    /// through [`Queue::notify`](crate::claim::queue::Queue::notify) or the
+    /// [installed trigger](crate::claim::queue::Queue::install_ready_trigger), a permit given up) wakes them
     /// within milliseconds instead of at their next poll, as an r2d2 pool's
     /// [`WaiterWakeups`](super::WaiterWakeups) does. Pass the URL the pool connects to (a
     /// direct one when that goes through a transaction pooler: `LISTEN` needs a session); it

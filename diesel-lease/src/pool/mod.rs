@@ -272,7 +272,7 @@ pub fn with_network_settings<C: Dialect>(url: &str) -> String {
 /// (PostgreSQL; on SQLite and MySQL it does nothing).
 ///
 /// A waiter (`semaphore::Semaphore::acquire`,
-/// `semaphore::RwLock::read`/`write`, `claim::claim_next_wait`)
+/// `semaphore::RwLock::read`/`write`, a claim's `wait`)
 /// borrows a pool connection for each poll and gives it back in between. On PostgreSQL it is woken
 /// between polls by `NOTIFY`, received by one listener per pool: a background thread with its own
 /// connection to `url`, opened outside the pool (it shows in `pg_stat_activity` as

@@ -21,12 +21,12 @@ pub struct Test {
 
 #[allow(dead_code)]
 fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
-    let _claimed: Option<Test> = Test::claim_next(conn)?;
-    let _batch: Vec<Test> = Test::claim_batch(conn, 10)?;
-    let _locked: Option<Test> = conn.transaction(Test::lock_next)?;
+    let _claimed: Option<Test> = Test::claim().row(conn)?;
+    let _batch: Vec<Test> = Test::claim().batch(10).rows(conn)?;
+    let _locked: Option<Test> = conn.transaction(|conn| Test::claim().locked(conn))?;
     let _only_a: Option<Test> =
-        conn.transaction(|conn| Test::lock_next_where(conn, test::data.like("a%")))?;
-    let _done: Option<()> = Test::with_next_locked(conn, |conn, row: Test| {
+        conn.transaction(|conn| Test::claim().filter(test::data.like("a%")).locked(conn))?;
+    let _done: Option<()> = Test::claim().locked_with(conn, |conn, row: Test| {
         diesel::update(test::table.find(row.id))
             .set(test::data.eq("seen"))
             .execute(conn)

@@ -41,7 +41,7 @@ pub struct ImportJob {
 
 #[allow(dead_code)]
 fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
-    if let Some(job) = ImportJob::claim_next(conn)? {
+    if let Some(job) = ImportJob::claim().row(conn)? {
         let _still_mine: bool = job.complete(conn)?;
     }
     Ok(())

@@ -28,7 +28,7 @@ pub struct Reusable {
 #[allow(dead_code)]
 fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     let _locked: Option<Row> =
-        conn.transaction(|conn| Row::lock_next_where(conn, table1::id.eq(1)))?;
-    let _claimed: Option<Reusable> = Reusable::claim_next(conn)?;
+        conn.transaction(|conn| Row::claim().filter(table1::id.eq(1)).locked(conn))?;
+    let _claimed: Option<Reusable> = Reusable::claim().row(conn)?;
     Ok(())
 }

@@ -31,7 +31,12 @@ pub struct Job {
 #[allow(dead_code)]
 fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     let options = ClaimOptions::default();
-    for job in Job::claim_batch_where(conn, 5, &options, jobs::queue.eq("emails"))? {
+    for job in Job::claim()
+        .filter(jobs::queue.eq("emails"))
+        .batch(5)
+        .options(&options)
+        .rows(conn)?
+    {
         job.complete(conn)?;
     }
     Ok(())

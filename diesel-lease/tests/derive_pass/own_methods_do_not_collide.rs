@@ -40,8 +40,8 @@ where
     C::Conn: diesel_lease::claim::ClaimConnection<M>,
 {
     let mut done = 0;
-    while let Some(row) = M::claim_next(conn)? {
-        if ClaimDsl::complete(&row, conn)? {
+    while let Some(row) = M::claim().row(conn)? {
+        if FinishDsl::complete(&row, conn)? {
             done += 1;
         }
     }
@@ -51,9 +51,9 @@ where
 /// Uses the model as an application would (compiled, not run: the table does not exist).
 fn use_it() {
     let mut conn = SqliteConnection::establish(":memory:").expect("an in-memory database");
-    if let Ok(Some(job)) = Job::claim_next(&mut conn) {
+    if let Ok(Some(job)) = Job::claim().row(&mut conn) {
         let _mine: bool = job.complete();
-        let _theirs: diesel_lease::Result<bool> = ClaimDsl::complete(&job, &mut conn);
+        let _theirs: diesel_lease::Result<bool> = FinishDsl::complete(&job, &mut conn);
         let _status: &str = job.release();
     }
     let _ = drain::<Job, _>(&mut conn);

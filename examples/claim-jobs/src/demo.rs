@@ -30,8 +30,8 @@ pub(super) fn run(url: &str, backend: &str) -> Result<(), BoxError> {
         check_each_claimed_once(&claimed, &mut conn)?;
 
         let how = match batch {
-            1 => "one at a time (claim_next)".to_string(),
-            n => format!("in batches of {n} (claim_batch)"),
+            1 => "one at a time (claim().row)".to_string(),
+            n => format!("in batches of {n} (claim().batch(n).rows)"),
         };
         println!(
             "{WORKERS} workers claimed {JOBS} jobs {how}, each exactly once, in {secs:.1} s \
@@ -83,8 +83,8 @@ fn work(pool: &DbPool, batch: usize) -> Result<Vec<i64>, BoxError> {
     let mut claimed = Vec::new();
     loop {
         let jobs = match batch {
-            1 => ImportJob::claim_next(&mut conn)?.into_iter().collect(),
-            n => ImportJob::claim_batch(&mut conn, n)?,
+            1 => ImportJob::claim().row(&mut conn)?.into_iter().collect(),
+            n => ImportJob::claim().batch(n).rows(&mut conn)?,
         };
         if jobs.is_empty() {
             return Ok(claimed);

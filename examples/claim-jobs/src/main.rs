@@ -4,7 +4,7 @@
 //!
 //! The seed does this with `SELECT … FOR UPDATE SKIP LOCKED` plus an `UPDATE` in one transaction,
 //! and a retry loop for the empty results it saw under load. Here it is one call,
-//! `ImportJob::claim_next(&mut conn)`, and `None` means that no job is left.
+//! `ImportJob::claim().row(&mut conn)`, and `None` means that no job is left.
 //!
 //! ```text
 //! cargo run -p claim-jobs                                   # SQLite file in a temporary directory
@@ -28,7 +28,7 @@ mod schema {
 }
 use schema::importjobs;
 
-/// An import job as the application models it. The derive adds `claim_next`, `claim_batch`
+/// An import job as the application models it. The derive adds `claim()`
 /// and `complete`.
 #[derive(Debug, Queryable, Selectable, Claimable)]
 #[diesel(table_name = importjobs)]

@@ -31,7 +31,7 @@ impl From<diesel::result::Error> for ServiceError {
 /// Seed 004's `TestService.doSomething()`: in one transaction, lock the first unprocessed row
 /// that no other transaction holds, process it, save it. `Ok(None)`: no such row is left.
 fn do_something(conn: &mut Conn, flaky: &AtomicBool) -> Result<Option<i64>, ServiceError> {
-    Test::with_next_locked(conn, |conn, row| {
+    Test::claim().locked_with(conn, |conn, row| {
         let data = process(&row, flaky)?;
         diesel::update(test::table.find(row.id))
             .set((test::data.eq(data), test::processed.eq(true)))

@@ -3,7 +3,7 @@
 //! process it, save it — and must never process a row twice or block one another.
 //!
 //! The seed's JPA finder (`@Lock(PESSIMISTIC_WRITE)` plus the skip-locked hint) and its
-//! `@Transactional` service become one call: `Test::with_next_locked(conn, |conn, row| …)` runs
+//! `@Transactional` service become one call: `Test::claim().locked_with(conn, |conn, row| …)` runs
 //! the closure inside the row's transaction; `Ok` commits, `Err` rolls back and the row is
 //! available again. (SQLite has no row locks: there the transaction holds the database's write
 //! lock instead. Same guarantee, one writer at a time; and since SQLite does not queue waiting

@@ -10,6 +10,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel_lease::claim::RetryPolicy;
+use diesel_lease::prelude::*;
 use diesel_lease::worker::Worker;
 
 use super::{emails, BoxError, Email, ATTEMPTS, EMAILS, PER_TENANT, TENANTS, THREADS};
@@ -144,7 +145,7 @@ fn produce(pool: &DbPool) -> Result<(), BoxError> {
                 .execute(&mut conn)?;
         }
         // Wakes idle workers at once on PostgreSQL; nothing to do on SQLite, where they poll.
-        diesel_lease::claim::notify_ready::<Email, _>(&mut conn)?;
+        Email::queue().notify(&mut conn)?;
         std::thread::sleep(Duration::from_millis(15));
     }
     Ok(())

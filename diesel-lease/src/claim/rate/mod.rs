@@ -106,10 +106,10 @@ use schema::{diesel_lease_rate_limits as limits, diesel_lease_rate_starts as sta
 /// // At most one call per tenant per minute.
 /// let options = ClaimOptions::default()
 ///     .rate_limit(RateLimit::per_key(calls::tenant, 1, Duration::from_secs(60)));
-/// let claimed = Call::claim_batch_with(&mut conn, 10, &options).unwrap();
+/// let claimed = Call::claim().batch(10).options(&options).rows(&mut conn).unwrap();
 /// assert_eq!(claimed.len(), 2); // one of tenant a, one of tenant b
 /// // The other row of tenant a waits, ready, for the next minute.
-/// assert!(Call::claim_next_with(&mut conn, &options).unwrap().is_none());
+/// assert!(Call::claim().options(&options).row(&mut conn).unwrap().is_none());
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,7 +233,7 @@ impl RateLimit {
     /// #      INSERT INTO calls (status, tenant) VALUES ('new', 'a'), ('new', 'b');").unwrap();
     /// let limit = RateLimit::per_key(calls::tenant, 1, Duration::from_millis(100));
     /// let options = ClaimOptions::default().rate_limit(limit.clone());
-    /// assert_eq!(Call::claim_batch_with(&mut conn, 10, &options).unwrap().len(), 2);
+    /// assert_eq!(Call::claim().batch(10).options(&options).rows(&mut conn).unwrap().len(), 2);
     /// std::thread::sleep(Duration::from_millis(150));
     /// let forgotten = limit.forget_idle(&mut conn, calls::table).unwrap();
     /// assert_eq!((forgotten.starts, forgotten.keys), (2, 2)); // tenants a and b

@@ -23,16 +23,16 @@ pub struct Job {
 
 fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<usize> {
     let mut done = 0;
-    while let Some(row) = Job::claim_next(conn)? {
+    while let Some(row) = Job::claim().row(conn)? {
         if row.complete(conn)? {
             done += 1;
         }
     }
     let options = diesel_lease::claim::ClaimOptions::default();
-    for row in Job::claim_batch_with(conn, 10, &options)? {
+    for row in Job::claim().batch(10).options(&options).rows(conn)? {
         row.release(conn)?;
     }
-    let _first: Option<i64> = Job::with_next_locked(conn, |conn, row| {
+    let _first: Option<i64> = Job::claim().locked_with(conn, |conn, row| {
         diesel::update(jobs::table.find(row.id))
             .set(jobs::status.eq("seen"))
             .execute(conn)?;
@@ -43,7 +43,7 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<usize> {
 
 fn main() {
     let mut conn = SqliteConnection::establish(":memory:").unwrap();
-    if let Some(row) = Job::claim_next(&mut conn).unwrap() {
+    if let Some(row) = Job::claim().row(&mut conn).unwrap() {
         row.complete(&mut conn).unwrap();
     }
     let _ = work(&mut conn);

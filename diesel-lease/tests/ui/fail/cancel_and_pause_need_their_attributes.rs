@@ -35,9 +35,9 @@ pub struct Retrying {
 }
 
 fn cancel(conn: &mut diesel::SqliteConnection) {
-    let _ = Job::cancel_by_pk(conn, 1);
-    let _ = Job::pause(conn);
-    let _ = Retrying::cancel_by_pk(conn, 1);
+    let _ = Job::queue().cancel(conn, 1);
+    let _ = Job::queue().pause(conn);
+    let _ = Retrying::queue().cancel(conn, 1);
 }
 
 fn main() {}

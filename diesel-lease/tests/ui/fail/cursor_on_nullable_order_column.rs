@@ -25,5 +25,5 @@ pub struct Job {
 fn main() {
     let mut conn = SqliteConnection::establish(":memory:").unwrap();
     let cursor = ClaimCursor::<Job>::new(std::time::Duration::from_secs(1)).unwrap();
-    let _ = cursor.claim_next(&mut conn);
+    let _ = Job::claim().cursor(&cursor).row(&mut conn);
 }

@@ -21,7 +21,7 @@ pub struct Job {
 
 fn main() {
     let mut conn = SqliteConnection::establish(":memory:").unwrap();
-    if let Some(job) = Job::claim_next(&mut conn).unwrap() {
+    if let Some(job) = Job::claim().row(&mut conn).unwrap() {
         job.heartbeat(&mut conn).unwrap();
     }
 }

@@ -18,5 +18,5 @@ pub struct NewNotification {
 
 fn main() {
     let mut conn = SqliteConnection::establish(":memory:").unwrap();
-    let _ = NewNotification::claim_next(&mut conn);
+    let _ = NewNotification::claim().row(&mut conn);
 }
