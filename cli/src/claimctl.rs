@@ -3,8 +3,8 @@
 
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::QueryResult;
+use diesel_lease::__private::{pause_described, resume_described, PauseTarget};
 use diesel_lease::backend::SqlDialect;
-use diesel_lease::claim::pause::{pause_described, resume_described, PauseTarget};
 use diesel_lease::claim::statements::ClaimShape;
 use diesel_lease::claim::StateLiteral;
 use diesel_lease::BorrowConnection;
@@ -151,7 +151,7 @@ pub(crate) fn cancel_row<C: CliConnection + BorrowConnection<Conn = C>>(
         column: Ident(&key_column.name),
         value,
     };
-    diesel_lease::claim::cancel::cancel_described(conn, Ident(table), key_eq, shape, to)
+    diesel_lease::__private::cancel_described(conn, Ident(table), key_eq, shape, to)
         .map_err(|e| e.to_string())
 }
 

@@ -112,9 +112,22 @@ pub trait ClaimDsl: Claimable {
         crate::claim::queue::Queue::new()
     }
 
-    /// Locks the row with primary key `pk` for the caller's transaction if it is in a ready
-    /// state, waiting (bounded) for a transaction that holds it: `None` when the row does not
-    /// qualify, also after its holder changed it. See [`claim::lock_by_pk_if_claimable`].
+    /// Locks the row with primary key `pk` for the caller's transaction if it is in a ready state,
+    /// waiting (up to [`DEFAULT_LOCK_WAIT`](crate::claim::DEFAULT_LOCK_WAIT)) for a transaction that holds it; `None` when the row
+    /// does not qualify, including when the holder changed it while this call waited.
+    ///
+    /// Call it inside a transaction (or use [`with_locked`](Self::with_locked)): outside one it is refused with
+    /// Diesel's `NotInTransaction` (as [`Error::Database`](crate::Error::Database)), because the lock would end at once. A
+    /// wait that runs out is [`Error::Timeout`](crate::Error::Timeout); on PostgreSQL the caller's transaction is then
+    /// aborted and must be rolled back. On SQLite call it first in the transaction: the lock is the
+    /// database write lock, and a transaction that read before is refused it at once
+    /// (`SQLITE_BUSY`, also [`Error::Timeout`](crate::Error::Timeout)) instead of waiting.
+    ///
+    /// Holding the lock while calling an external service holds every writer of the row (and on
+    /// SQLite of the database) for as long as the call takes: the usual advice is to prefer a
+    /// guard then (`claim_if_null`, which marks the row in one short statement and lets the call
+    /// run outside any transaction). Use the waiting lock when the decision needs the row's current
+    /// data and the work in the transaction is short, database work.
     fn lock_by_pk_if_claimable<C>(conn: &mut C, pk: Self::Pk) -> Result<Option<Self>>
     where
         C: BorrowConnection,
@@ -394,9 +407,49 @@ pub trait ClaimIfNullDsl: ClaimIfNull {
         once::claim_if_null::<Self, C, V>(conn, pk, value)
     }
 
-    /// Locks the row with primary key `pk` for the caller's transaction if its column is still
-    /// `NULL`, waiting (bounded) for a transaction that holds it; `None` when it is set, also by
-    /// the holder waited for. Call inside a transaction.
+    /// Locks the row with primary key `pk` for the caller's transaction if its guard column is
+    /// still `NULL` — the classic `SELECT * FROM table1 WHERE id = $id AND col1 IS NULL FOR UPDATE`
+    /// — waiting (up to [`DEFAULT_LOCK_WAIT`](crate::claim::DEFAULT_LOCK_WAIT)) for a transaction that holds it; `None` when the
+    /// guard is set, including by the holder this call waited for. Otherwise as
+    /// [`ClaimDsl::lock_by_pk_if_claimable`].
+    ///
+    /// The at-most-once transaction on PostgreSQL: the first lock gets the row and sets `col1`; once that
+    /// committed, the row no longer qualifies:
+    ///
+    /// ```
+    /// # #[cfg(feature = "postgres")] {
+    /// # mod setup { include!("doctest_pg.rs"); }
+    /// # use setup::pg_connection;
+    /// use diesel::prelude::*;
+    /// use diesel_lease::prelude::*;
+    ///
+    /// diesel::table! { table1 (id) { id -> BigInt, col1 -> Nullable<Text>, } }
+    ///
+    /// #[derive(Debug, Queryable, Selectable, Claimable)]
+    /// #[diesel(table_name = table1)]
+    /// #[claimable(claim_if_null = col1)]
+    /// struct Table1 {
+    ///     id: i64,
+    ///     col1: Option<String>,
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let Some(mut conn) = pg_connection() else { return Ok(()) };
+    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+    /// #     "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT NULL); INSERT INTO table1 VALUES (1, NULL);")?;
+    /// let first = conn.transaction::<_, diesel_lease::Error, _>(|conn| {
+    ///     let Some(row) = Table1::lock_by_pk_if_null(conn, 1)? else { return Ok(false) };
+    ///     // … the external call, under the row lock …
+    ///     diesel::update(table1::table.find(row.id)).set(table1::col1.eq("sent")).execute(conn)?;
+    ///     Ok(true)
+    /// })?;
+    /// assert!(first);
+    /// let again = conn.transaction(|conn| Table1::lock_by_pk_if_null(conn, 1))?;
+    /// assert!(again.is_none(), "col1 is set: the row no longer qualifies");
+    /// # Ok(()) }
+    /// # main().unwrap();
+    /// # }
+    /// ```
     fn lock_by_pk_if_null<C>(conn: &mut C, pk: Self::Pk) -> Result<Option<Self>>
     where
         C: BorrowConnection,

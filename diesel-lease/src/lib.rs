@@ -13,7 +13,7 @@
 //! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable) and [`ClaimDsl::claim`](dsl::ClaimDsl::claim): `Job::claim().row(conn)`, `.batch(n).rows(conn)`; [`FinishDsl`](dsl::FinishDsl): `complete` |
 //! | a deep queue's claims without the walk over the front of its index (order relaxed up to a rescan period) | [`ClaimCursor`](claim::ClaimCursor) in a claim's [`cursor`](claim::Claim::cursor) step, [`Worker::claim_cursor`](worker::Worker::claim_cursor) |
 //! | a row kept locked for your transaction, skipping locked ones | a claim's [`locked`](claim::Claim::locked), [`locked_with`](claim::Claim::locked_with) terminals |
-//! | this row locked if it still qualifies, waiting for its holder (seed 002) | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`ClaimIfNullDsl`](dsl::ClaimIfNullDsl)) |
+//! | this row locked if it still qualifies, waiting for its holder | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`ClaimIfNullDsl`](dsl::ClaimIfNullDsl)) |
 //! | a side effect done at most once | [`ClaimIfNullDsl::claim_if_null`](dsl::ClaimIfNullDsl::claim_if_null) (`#[claimable(claim_if_null = col)]`) |
 //! | a follow-up row inserted once | [`InsertOnceDsl::insert_once`](dsl::InsertOnceDsl::insert_once) (`#[claimable(insert_once)]`) |
 //! | one node of a farm running a scheduled job, on your own `job_status` table | [`JobLeaseDsl::try_start_run`](dsl::JobLeaseDsl::try_start_run) (`#[claimable(job(…))]`) |

@@ -12,6 +12,9 @@ pub use crate::claim::{
     HasFailedState, HasPauseKey, Keyed, Pausable, PauseShape, SortOrder, StateLiteral, TimeColumn,
 };
 pub use crate::clock::TimestampType;
+// The operator's CLI runs the claim module's statements on a table described at run time.
+pub use crate::claim::cancel::{cancel_described, cancel_target, CancelStmt};
+pub use crate::claim::pause::{pause_described, resume_described, PauseTarget};
 pub use crate::lease::job::JobLease;
 pub use crate::once::{ClaimIfNull, InsertOnce, Returning};
 pub use crate::semaphore::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};

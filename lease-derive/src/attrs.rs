@@ -60,7 +60,7 @@ pub(crate) const CANCELLED: &str = "cancelled";
 pub(crate) const PAUSABLE: &str = "pausable";
 
 /// `semaphore(ticket = …, owner = …, resource = …, mode = …, shared = "…", exclusive = "…",
-/// granted = …, expires_at = …)`: seed 001's control table.
+/// granted = …, expires_at = …)`: a semaphore's control table.
 #[derive(Clone)]
 pub(crate) struct SemaphoreAttrs {
     pub(crate) ticket: Ident,
@@ -72,7 +72,7 @@ pub(crate) struct SemaphoreAttrs {
     pub(crate) expires_at: Ident,
 }
 
-/// `job(holder = …, started_at = …, next_run = …)`: seed 000's lease columns.
+/// `job(holder = …, started_at = …, next_run = …)`: a scheduled job's lease columns.
 #[derive(Clone)]
 pub(crate) struct JobAttrs {
     pub(crate) holder: Option<Ident>,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_lease::claim::{ClaimConnection, ClaimOptions, Claimable, Keyed};
-use diesel_lease::lease::job::{self, JobConnection, JobLease, JobRunOptions};
+use diesel_lease::lease::job::{JobConnection, JobLease, JobRunOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::{BorrowConnection, OwnerId};
 
@@ -104,13 +104,17 @@ fn node(name: &str, timeout: Duration) -> JobRunOptions {
     JobRunOptions::new(timeout).holder(OwnerId::new(name).unwrap())
 }
 
-fn start<M, C>(conn: &mut C, job: &str, options: &JobRunOptions) -> Option<job::JobRun>
+fn start<M, C>(
+    conn: &mut C,
+    job: &str,
+    options: &JobRunOptions,
+) -> Option<diesel_lease::lease::job::JobRun>
 where
     M: JobLease + Keyed<Pk = String>,
     C: BorrowConnection,
     C::Conn: JobConnection<M>,
 {
-    job::try_start_run::<M, _>(conn, job.to_owned(), options).unwrap()
+    M::try_start_run(conn, job.to_owned(), options).unwrap()
 }
 
 /// Jobs `a`..`d` exist and are due. A run started in one zone with a 5-minute timeout is not
@@ -136,8 +140,8 @@ where
         start::<M, _>(west, "b", &w).is_none(),
         "west took over east's fresh run"
     );
-    assert!(job::finish_run::<M, _>(west, "a".into(), &west_run).unwrap());
-    assert!(job::finish_run::<M, _>(east, "b".into(), &east_run).unwrap());
+    assert!(M::finish_run(west, "a".into(), &west_run).unwrap());
+    assert!(M::finish_run(east, "b".into(), &east_run).unwrap());
     assert!(
         start::<M, _>(east, "a", &e_every).is_none(),
         "east ran the job before its next_run"

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use diesel_lease::admin;
 use diesel_lease::BorrowConnection;
 
-use diesel_lease::claim::pause::PauseTarget;
+use diesel_lease::__private::PauseTarget;
 
 use super::routes::{CANCEL, PAUSE, RELEASE_LEASE, RELEASE_TICKET, RESUME, RETRY_DEAD};
 use super::{page, token_matches, Reply, State, TableSpec};

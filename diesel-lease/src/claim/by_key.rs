@@ -16,7 +16,7 @@
 //!
 //! What "qualifies" means: a `Claimable` model's ready states (`lock_by_pk_if_claimable`,
 //! `with_locked`), or a `ClaimIfNull` model's guard column still `NULL` (`lock_by_pk_if_null`,
-//! `with_locked_if_null`: seed 002's own `… AND col1 IS NULL FOR UPDATE`).
+//! `with_locked_if_null`: the classic `… AND col1 IS NULL FOR UPDATE`).
 #![allow(missing_debug_implementations)]
 
 use std::marker::PhantomData;
@@ -155,7 +155,7 @@ where
     })
 }
 
-/// The bounds under which a connection can take seed 002's waiting lock on rows of a
+/// The bounds under which a connection can take the waiting lock by key on rows of a
 /// [`Claimable`] model `M`; you never implement it.
 pub trait ClaimableLockConnection<M: Claimable>: ClaimDialect {
     /// Locks row `pk` if it is in a ready state, waiting at most `wait` for its holder.
@@ -183,7 +183,7 @@ where
     }
 }
 
-/// The bounds under which a connection can take seed 002's waiting lock on rows of a
+/// The bounds under which a connection can take the waiting lock by key on rows of a
 /// [`ClaimIfNull`] model `M`; you never implement it.
 pub trait NullLockConnection<M: ClaimIfNull>: ClaimDialect {
     /// Locks row `pk` if its guard is still `NULL`, waiting at most `wait` for its holder.
@@ -214,24 +214,8 @@ fn lock_wait(wait: Duration) -> Result<Duration> {
     Ok(Ttl::new("lock wait", wait)?.as_duration())
 }
 
-/// Locks the row with primary key `pk` for the caller's transaction if it is in a ready state,
-/// waiting (up to [`DEFAULT_LOCK_WAIT`]) for a transaction that holds it; `None` when the row
-/// does not qualify, including when the holder changed it while this call waited. What
-/// `ClaimDsl::lock_by_pk_if_claimable(conn, pk)` calls.
-///
-/// Call it inside a transaction (or use [`with_locked`]): outside one it is refused with
-/// Diesel's `NotInTransaction` (as [`Error::Database`]), because the lock would end at once. A
-/// wait that runs out is [`Error::Timeout`]; on PostgreSQL the caller's transaction is then
-/// aborted and must be rolled back. On SQLite call it first in the transaction: the lock is the
-/// database write lock, and a transaction that read before is refused it at once
-/// (`SQLITE_BUSY`, also [`Error::Timeout`]) instead of waiting.
-///
-/// Holding the lock while calling an external service holds every writer of the row (and on
-/// SQLite of the database) for as long as the call takes: seed 002's own advice is to prefer a
-/// guard then (`claim_if_null`, which marks the row in one short statement and lets the call
-/// run outside any transaction). Use the waiting lock when the decision needs the row's current
-/// data and the work in the transaction is short, database work.
-pub fn lock_by_pk_if_claimable<M, C>(conn: &mut C, pk: M::Pk) -> Result<Option<M>>
+/// What [`ClaimDsl::lock_by_pk_if_claimable`](crate::dsl::ClaimDsl::lock_by_pk_if_claimable) calls.
+pub(crate) fn lock_by_pk_if_claimable<M, C>(conn: &mut C, pk: M::Pk) -> Result<Option<M>>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -240,7 +224,7 @@ where
     lock_by_pk_if_claimable_within(conn, pk, DEFAULT_LOCK_WAIT)
 }
 
-/// [`lock_by_pk_if_claimable`] waiting at most `wait` (zero is refused with
+/// [`ClaimDsl::lock_by_pk_if_claimable`](crate::dsl::ClaimDsl::lock_by_pk_if_claimable) waiting at most `wait` (zero is refused with
 /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
 pub fn lock_by_pk_if_claimable_within<M, C>(
     conn: &mut C,
@@ -263,7 +247,7 @@ where
 /// `Ok(None)` without calling `work` when the row does not qualify (after waiting for its
 /// holder). On SQLite the transaction is `BEGIN IMMEDIATE`, which waits for the write lock
 /// within the same bound.
-pub fn with_locked<M, C, T, E, W>(conn: &mut C, pk: M::Pk, work: W) -> Result<Option<T>, E>
+pub(crate) fn with_locked<M, C, T, E, W>(conn: &mut C, pk: M::Pk, work: W) -> Result<Option<T>, E>
 where
     M: Claimable,
     C: BorrowConnection,
@@ -278,50 +262,8 @@ where
     )
 }
 
-/// Locks the row with primary key `pk` for the caller's transaction if its guard column is
-/// still `NULL` — seed 002's `SELECT * FROM table1 WHERE id = $id AND col1 IS NULL FOR UPDATE`
-/// — waiting (up to [`DEFAULT_LOCK_WAIT`]) for a transaction that holds it; `None` when the
-/// guard is set, including by the holder this call waited for. What the generated
-/// `Model::lock_by_pk_if_null(conn, pk)` calls; otherwise as [`lock_by_pk_if_claimable`].
-///
-/// Seed 002's transaction on PostgreSQL: the first lock gets the row and sets `col1`; once that
-/// committed, the row no longer qualifies:
-///
-/// ```
-/// # #[cfg(feature = "postgres")] {
-/// # mod setup { include!("../doctest_pg.rs"); }
-/// # use setup::pg_connection;
-/// use diesel::prelude::*;
-/// use diesel_lease::prelude::*;
-///
-/// diesel::table! { table1 (id) { id -> BigInt, col1 -> Nullable<Text>, } }
-///
-/// #[derive(Debug, Queryable, Selectable, Claimable)]
-/// #[diesel(table_name = table1)]
-/// #[claimable(claim_if_null = col1)]
-/// struct Table1 {
-///     id: i64,
-///     col1: Option<String>,
-/// }
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let Some(mut conn) = pg_connection() else { return Ok(()) };
-/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-/// #     "CREATE TABLE table1 (id BIGINT PRIMARY KEY, col1 TEXT NULL); INSERT INTO table1 VALUES (1, NULL);")?;
-/// let first = conn.transaction::<_, diesel_lease::Error, _>(|conn| {
-///     let Some(row) = Table1::lock_by_pk_if_null(conn, 1)? else { return Ok(false) };
-///     // … the external call, under the row lock …
-///     diesel::update(table1::table.find(row.id)).set(table1::col1.eq("sent")).execute(conn)?;
-///     Ok(true)
-/// })?;
-/// assert!(first);
-/// let again = conn.transaction(|conn| Table1::lock_by_pk_if_null(conn, 1))?;
-/// assert!(again.is_none(), "col1 is set: the row no longer qualifies");
-/// # Ok(()) }
-/// # main().unwrap();
-/// # }
-/// ```
-pub fn lock_by_pk_if_null<M, C>(conn: &mut C, pk: M::Pk) -> Result<Option<M>>
+/// What [`ClaimIfNullDsl::lock_by_pk_if_null`](crate::dsl::ClaimIfNullDsl::lock_by_pk_if_null) calls.
+pub(crate) fn lock_by_pk_if_null<M, C>(conn: &mut C, pk: M::Pk) -> Result<Option<M>>
 where
     M: ClaimIfNull,
     C: BorrowConnection,
@@ -330,7 +272,7 @@ where
     lock_by_pk_if_null_within(conn, pk, DEFAULT_LOCK_WAIT)
 }
 
-/// [`lock_by_pk_if_null`] waiting at most `wait` (zero is refused with
+/// [`ClaimIfNullDsl::lock_by_pk_if_null`](crate::dsl::ClaimIfNullDsl::lock_by_pk_if_null) waiting at most `wait` (zero is refused with
 /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
 pub fn lock_by_pk_if_null_within<M, C>(conn: &mut C, pk: M::Pk, wait: Duration) -> Result<Option<M>>
 where
@@ -346,7 +288,11 @@ where
 
 /// Locks row `pk` if its guard is still `NULL` ([`lock_by_pk_if_null`]) and runs `work` on it in
 /// one transaction, as [`with_locked`].
-pub fn with_locked_if_null<M, C, T, E, W>(conn: &mut C, pk: M::Pk, work: W) -> Result<Option<T>, E>
+pub(crate) fn with_locked_if_null<M, C, T, E, W>(
+    conn: &mut C,
+    pk: M::Pk,
+    work: W,
+) -> Result<Option<T>, E>
 where
     M: ClaimIfNull,
     C: BorrowConnection,

@@ -18,12 +18,12 @@ use crate::{BorrowConnection, Error, OwnerId, Result};
 pub mod batch;
 pub mod builder;
 mod by_key;
-pub mod cancel;
+pub(crate) mod cancel;
 mod cursor;
 mod dialect;
 mod guard;
 mod literal;
-pub mod pause;
+pub(crate) mod pause;
 mod per_key;
 pub mod queue;
 mod rate;
@@ -45,9 +45,11 @@ mod postgres;
 mod sqlite;
 
 pub use builder::Claim;
+pub(crate) use by_key::{
+    lock_by_pk_if_claimable, lock_by_pk_if_null, with_locked, with_locked_if_null,
+};
 pub use by_key::{
-    lock_by_pk_if_claimable, lock_by_pk_if_claimable_within, lock_by_pk_if_null,
-    lock_by_pk_if_null_within, with_locked, with_locked_if_null, ClaimableLockConnection,
+    lock_by_pk_if_claimable_within, lock_by_pk_if_null_within, ClaimableLockConnection,
     NullLockConnection, DEFAULT_LOCK_WAIT,
 };
 pub use cancel::HasCancelState;

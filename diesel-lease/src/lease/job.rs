@@ -248,7 +248,7 @@ where
     }
 }
 
-/// One node's run of a job: what [`try_start_run`] granted and [`finish_run`] ends.
+/// One node's run of a job: what [`try_start_run`](crate::dsl::JobLeaseDsl::try_start_run) granted and [`finish_run`](crate::dsl::JobLeaseDsl::finish_run) ends.
 ///
 /// It carries the run's [`ClaimStamp`] — the holder plus a random part drawn for this run — which
 /// is what the holder column stores. Ending a run compares the whole stamp, so a run that was
@@ -275,7 +275,7 @@ impl JobRun {
 
 /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner is dead):
 /// `Some(run)` for exactly one node. What [`JobLeaseDsl::try_start_run`](crate::dsl::JobLeaseDsl::try_start_run) calls.
-pub fn try_start_run<M, C>(
+pub(crate) fn try_start_run<M, C>(
     conn: &mut C,
     pk: M::Pk,
     options: &JobRunOptions,
@@ -329,7 +329,7 @@ where
 
 /// Ends `run` of job `pk` (`running_at = NULL`), only if it is still this run; `false` when the
 /// run was taken over (or already finished).
-pub fn finish_run<M, C>(conn: &mut C, pk: M::Pk, run: &JobRun) -> Result<bool>
+pub(crate) fn finish_run<M, C>(conn: &mut C, pk: M::Pk, run: &JobRun) -> Result<bool>
 where
     M: JobLease,
     C: BorrowConnection,

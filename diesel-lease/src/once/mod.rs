@@ -1,10 +1,10 @@
 //! At-most-once work: guards and insert-once.
 //!
-//! - [`claim_if_null`]: `UPDATE t SET col = <value> WHERE pk = … AND col IS NULL`. The caller
+//! - [`claim_if_null`](crate::dsl::ClaimIfNullDsl::claim_if_null): `UPDATE t SET col = <value> WHERE pk = … AND col IS NULL`. The caller
 //!   whose update changed the row won; everyone else sees `false`. The old state (`IS NULL`) is in
 //!   the predicate, so "one row" means "I won" on every backend, including MySQL, whose affected
 //!   count is the matched count.
-//! - [`insert_once`]: insert a row that a unique constraint lets exist once; a duplicate is the
+//! - [`insert_once`](crate::dsl::InsertOnceDsl::insert_once): insert a row that a unique constraint lets exist once; a duplicate is the
 //!   ordinary outcome [`InsertOutcome::AlreadyExists`], not an error. The inserted row comes back
 //!   from `RETURNING` (PostgreSQL, SQLite) or, on MySQL, from a read by the generated
 //!   `AUTO_INCREMENT` value in the same transaction ([`InsertedRowStmt`]).
@@ -148,7 +148,7 @@ where
 /// was already set, including when it was set to the same value. `value` is [`db_now`](crate::db_now) for the
 /// database's clock, or any value of the column's type; not an `Option` (a `NULL` guard would
 /// stay unset, and every caller would win).
-pub fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> Result<bool>
+pub(crate) fn claim_if_null<M, C, V>(conn: &mut C, pk: M::Pk, value: V) -> Result<bool>
 where
     M: ClaimIfNull,
     C: BorrowConnection,
@@ -435,7 +435,7 @@ where
 ///   column a value itself. The caller then knows the key and can load the row by it.
 ///
 /// Any other database error (a foreign key, a `NOT NULL`) is returned as an error.
-pub fn insert_once<R, T, V, C>(
+pub(crate) fn insert_once<R, T, V, C>(
     conn: &mut C,
     table: T,
     values: V,

@@ -204,7 +204,7 @@ impl Semaphore {
     }
 
     /// A semaphore of `permits` holders whose requests are rows of your control table `T`
-    /// (seed 001's `ProcessControl`), described by `#[claimable(semaphore(...))]`; the derive
+    /// (a `ProcessControl`-style table), described by `#[claimable(semaphore(...))]`; the derive
     /// generates `T::semaphore(...)`, which calls this.
     ///
     /// `resource` is the value of `T`'s resource column (`None` when `T` has none: the table
