@@ -236,8 +236,11 @@ backend_suite! {
             // A bounded loan: what a heartbeat or a waiting acquire makes.
             source.lend(Duration::from_millis(200)).map(|_| ())
         };
-        assert!(matches!(busy, Err(Error::Deadpool(_))), "{busy:?}");
-        assert!(busy.unwrap_err().is_retryable());
+        assert!(matches!(busy, Err(Error::Pool(_))), "{busy:?}");
+        let busy = busy.unwrap_err();
+        assert!(busy.is_retryable());
+        assert!(busy.to_string().contains("deadpool-diesel"), "{busy}");
+        assert!(std::error::Error::source(&busy).and_then(std::error::Error::source).is_some(), "the pool's own error is kept");
         assert!(started.elapsed() < Duration::from_secs(20), "bounded by the loan's wait");
         drop(held);
         assert!(LeaseGuard::try_acquire(&source, "after", &options).unwrap().is_some());

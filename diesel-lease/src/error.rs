@@ -61,14 +61,11 @@ pub enum Error {
     /// Any other database error, unchanged. The lock state is whatever the database committed.
     #[error("database error: {0}")]
     Database(#[source] diesel::result::Error),
-    /// No connection could be taken from the r2d2 pool in time.
-    #[error("could not get a connection from the pool: {0}")]
-    Pool(#[source] r2d2::Error),
-    /// No connection could be taken from the `deadpool-diesel` pool in time, or it could not
-    /// make one (feature `deadpool`; see [`pool::Deadpool`](crate::pool::Deadpool)).
-    #[cfg(feature = "deadpool")]
-    #[error("no connection from the deadpool-diesel pool: {0}")]
-    Deadpool(#[source] deadpool_diesel::PoolError),
+    /// No connection could be taken from the pool in time, or the pool could not make one: an
+    /// r2d2 pool's error, or (feature `deadpool`) a [`pool::Deadpool`](crate::pool::Deadpool)'s.
+    /// The pool's own error is the [`source`](std::error::Error::source) of the [`PoolError`].
+    #[error("{0}")]
+    Pool(#[source] PoolError),
     /// Running the built-in migrations failed.
     #[error("running diesel-lease migrations failed: {source}")]
     Migration {
@@ -156,8 +153,6 @@ impl Error {
             | Error::ConnectionLost(_)
             | Error::Deadlock { .. }
             | Error::Pool(_) => true,
-            #[cfg(feature = "deadpool")]
-            Error::Deadpool(_) => true,
             _ => false,
         }
     }
@@ -234,5 +229,47 @@ mod tests {
             Error::Config("x".into()).concerning(|| "jobs".into()),
             Error::Config(_)
         ));
+    }
+}
+
+/// A connection pool's error, as [`Error::Pool`] carries it: which pool refused and why, with
+/// the pool library's own error as its [`source`](std::error::Error::source). Its type is not
+/// part of diesel-lease's API, so a pool library's upgrade is not a breaking change here.
+#[derive(Debug)]
+pub struct PoolError {
+    pool: &'static str,
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl PoolError {
+    pub(crate) fn r2d2(source: r2d2::Error) -> Self {
+        PoolError {
+            pool: "the pool",
+            source: Box::new(source),
+        }
+    }
+
+    #[cfg(feature = "deadpool")]
+    pub(crate) fn deadpool(source: deadpool_diesel::PoolError) -> Self {
+        PoolError {
+            pool: "the deadpool-diesel pool",
+            source: Box::new(source),
+        }
+    }
+}
+
+impl std::fmt::Display for PoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "could not get a connection from {}: {}",
+            self.pool, self.source
+        )
+    }
+}
+
+impl std::error::Error for PoolError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
     }
 }

@@ -155,7 +155,7 @@ pub use backend::{run_migrations, BackendKind, BorrowConnection};
 pub use claim::Claimable;
 pub use clock::db_now;
 pub use connection::LeaseConnection;
-pub use error::{Error, Result};
+pub use error::{Error, PoolError, Result};
 pub use heartbeat::{LostReason, LostSignal};
 pub use held::{Held, Released};
 pub use lease::{Lease, LeaseGuard, LeaseOptions};

@@ -801,7 +801,7 @@ impl From<r2d2::Error> for Error {
         if classify_message(&said) == Some(Kind::Pooler) {
             return server::pooler_error(&said);
         }
-        Error::Pool(e)
+        Error::Pool(crate::error::PoolError::r2d2(e))
     }
 }
 

@@ -216,7 +216,7 @@ where
                      does)"
                         .into(),
                 ),
-                e => Error::Deadpool(e),
+                e => Error::Pool(crate::error::PoolError::deadpool(e)),
             },
         )?;
         if self.listener.is_some() {
