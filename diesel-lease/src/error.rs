@@ -148,13 +148,13 @@ impl Error {
     /// [`ConnectionLost`](Error::ConnectionLost)) may succeed: timeouts, lost connections,
     /// deadlocks and an exhausted pool. Lost leases, bad input and configuration errors are not.
     pub fn is_retryable(&self) -> bool {
-        match self {
+        matches!(
+            self,
             Error::Timeout { .. }
-            | Error::ConnectionLost(_)
-            | Error::Deadlock { .. }
-            | Error::Pool(_) => true,
-            _ => false,
-        }
+                | Error::ConnectionLost(_)
+                | Error::Deadlock { .. }
+                | Error::Pool(_)
+        )
     }
 
     /// Names what a timeout concerns (`name`), when the database reported it and nothing named
