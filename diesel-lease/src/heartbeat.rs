@@ -56,6 +56,7 @@ pub(crate) fn default_margin(ttl: Duration) -> Duration {
 
 /// Why a holder no longer holds its grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LostReason {
     /// The local deadline (last success + ttl - margin) passed without a successful extension:
     /// the database may already have given the grant to somebody else. Usually the database was

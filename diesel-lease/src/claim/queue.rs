@@ -67,11 +67,10 @@ use diesel::query_builder::QueryFragment;
 use diesel::sql_types::Bool;
 use diesel::Connection;
 
-use super::retention::{self, Purged, Retention, RetentionSqlDialect};
-use super::statements::ClaimSql;
+use super::retention::{Purged, Retention, RetentionConnection};
 use super::{
     cancel, pause, wait, ClaimConnection, Claimable, HasCancelState, HasFailedState, HasPauseKey,
-    Pausable,
+    Pausable, TimeColumn,
 };
 use crate::clock::TimestampType;
 use crate::{BorrowConnection, Result};
@@ -259,13 +258,14 @@ impl<M: Claimable> Queue<M> {
     /// [`Retention`] for an example.
     pub fn purge<C, Col>(self, conn: &mut C, column: Col, retention: &Retention) -> Result<Purged>
     where
-        M: ClaimSql<<C::Conn as Connection>::Backend>,
         C: BorrowConnection,
-        <C::Conn as Connection>::Backend: RetentionSqlDialect,
+        C::Conn: RetentionConnection<M>,
         Col: diesel::Column<Table = M::Table>,
         Col::SqlType: TimestampType,
     {
-        retention::purge_finished::<M, C, Col>(conn, column, retention)
+        let _ = column;
+        conn.borrow_connection()
+            .purge_rows(TimeColumn::of::<Col::SqlType>(Col::NAME), retention)
     }
 
     /// Moves up to `limit` dead rows (the failed state) back to the first ready state: attempts
@@ -319,11 +319,11 @@ impl<M: Claimable> Queue<M> {
     /// ```
     pub fn redrive<C>(self, conn: &mut C, limit: u64) -> Result<u64>
     where
-        M: HasFailedState + ClaimSql<<C::Conn as Connection>::Backend>,
+        M: HasFailedState,
         C: BorrowConnection,
-        <C::Conn as Connection>::Backend: RetentionSqlDialect,
+        C::Conn: RetentionConnection<M>,
     {
-        retention::redrive_dead::<M, C>(conn, limit)
+        conn.borrow_connection().redrive_rows(limit, None)
     }
 }
 
@@ -356,11 +356,12 @@ where
     /// [`redrive`](Queue::redrive) of the dead rows that also match the filter.
     pub fn redrive<C>(self, conn: &mut C, limit: u64) -> Result<u64>
     where
-        M: HasFailedState + ClaimSql<<C::Conn as Connection>::Backend>,
+        M: HasFailedState,
         C: BorrowConnection,
-        <C::Conn as Connection>::Backend: RetentionSqlDialect,
+        C::Conn: RetentionConnection<M>,
         F: QueryFragment<<C::Conn as Connection>::Backend>,
     {
-        retention::redrive_dead_where::<M, C, F>(conn, limit, self.scope.0)
+        conn.borrow_connection()
+            .redrive_rows(limit, Some(&self.scope.0))
     }
 }

@@ -11,18 +11,16 @@
 
 use std::time::Duration;
 
-use diesel::expression::{AppearsOnTable, Expression};
 use diesel::query_builder::{AstPass, QueryFragment};
-use diesel::sql_types::Bool;
-use diesel::{Column, Connection, QueryResult};
+use diesel::QueryResult;
 
 use super::schedule::TimeColumn;
 use super::statements::{ClaimSql, Dynamic, Exec};
 use super::wait::TableOf;
 use super::{Claimable, StateLiteral};
 use crate::backend::{Dialect, SqlDialect};
-use crate::clock::{Offset, TimestampType};
-use crate::{BorrowConnection, Error, InvalidInput, Result};
+use crate::clock::Offset;
+use crate::{Error, InvalidInput, Result};
 
 /// How many rows a batch deletes or moves by default.
 pub const DEFAULT_BATCH: usize = 500;
@@ -281,6 +279,58 @@ fn no(what: &str) -> diesel::result::Error {
     diesel::result::Error::QueryBuilderError(format!("the table has no {what}").into())
 }
 
+/// The bounds under which a connection can purge and redrive rows of model `M`
+/// ([`Queue::purge`](super::queue::Queue::purge), [`Queue::redrive`](super::queue::Queue::redrive)).
+/// Implemented for every connection whose backend can read and write `M`'s columns; you never
+/// implement it.
+pub trait RetentionConnection<M: Claimable>: Dialect<Backend: RetentionSqlDialect> {
+    /// Deletes `M`'s finished rows older than the retention by `age` (the statements of
+    /// [`purge_table`] on `M`'s table).
+    #[doc(hidden)]
+    fn purge_rows(&mut self, age: TimeColumn, retention: &Retention) -> Result<Purged>;
+
+    /// Moves up to `limit` of `M`'s dead rows that match `filter` back to ready.
+    #[doc(hidden)]
+    fn redrive_rows(
+        &mut self,
+        limit: u64,
+        filter: Option<&dyn QueryFragment<Self::Backend>>,
+    ) -> Result<u64>;
+}
+
+impl<M, C> RetentionConnection<M> for C
+where
+    M: ClaimSql<C::Backend>,
+    C: Dialect<Backend: RetentionSqlDialect>,
+{
+    fn purge_rows(&mut self, age: TimeColumn, retention: &Retention) -> Result<Purged> {
+        purge_table(
+            self,
+            &TableOf::<M>::new(),
+            &RowShape::of::<M>(),
+            age,
+            retention,
+        )
+    }
+
+    fn redrive_rows(
+        &mut self,
+        limit: u64,
+        filter: Option<&dyn QueryFragment<C::Backend>>,
+    ) -> Result<u64> {
+        let shape = RowShape::of::<M>();
+        let moved = redrive_table(
+            self,
+            &TableOf::<M>::new(),
+            &shape,
+            filter,
+            Some(limit),
+            DEFAULT_BATCH,
+        )?;
+        Ok(moved.deleted)
+    }
+}
+
 /// How a batch statement differs between backends (implemented for `Pg`, `Sqlite`, `Mysql` and `Mariadb`).
 ///
 /// Sealed; its items are internal and carry no stability promise.
@@ -476,103 +526,4 @@ where
             .batch_limit()?,
     };
     in_batches(conn, stmt, max)
-}
-
-/// Deletes the done and dead rows of `M` whose `column` (a timestamp the user names, such as a
-/// `finished_at` or the `claimed_at` column) is older than the retention period by the database
-/// clock, in batches of the retention's size, each its own transaction; rows whose `column` is
-/// `NULL` stay. Ready and claimed rows are never touched, also where the done or failed state
-/// is a ready state too (rows that recur, or are retried): that state is not purged, and
-/// [`Error::Config`] says so when no state is left to purge. What
-/// [`Queue::purge`](super::queue::Queue::purge) calls.
-///
-/// Run it on one node of a farm from a periodic job
-/// ([`every`](crate::lease::schedule::every)); see the README, "Retention and redrive".
-/// Refused inside an open transaction (each batch must commit on its own):
-/// `Error::Database(AlreadyInTransaction)`.
-pub(crate) fn purge_finished<M, C, Col>(
-    conn: &mut C,
-    _column: Col,
-    retention: &Retention,
-) -> Result<Purged>
-where
-    M: ClaimSql<<C::Conn as Connection>::Backend>,
-    C: BorrowConnection,
-    <C::Conn as Connection>::Backend: RetentionSqlDialect,
-    Col: Column<Table = M::Table>,
-    Col::SqlType: TimestampType,
-{
-    let shape = RowShape::of::<M>();
-    let table = TableOf::<M>::new();
-    purge_table(
-        conn.borrow_connection(),
-        &table,
-        &shape,
-        TimeColumn::of::<Col::SqlType>(Col::NAME),
-        retention,
-    )
-}
-
-/// Moves up to `limit` dead-letter rows of `M` (the failed state) back to the first ready state:
-/// attempts reset to 0, owner and last error cleared, not-before set to now, where the model
-/// maps those columns. [`DEFAULT_BATCH`] rows per transaction. Returns how many moved.
-///
-/// A model with an attempts column but no owner column keeps its attempts counting: the number
-/// is what fences the worker of an earlier claim off, and one used again would let that worker
-/// finish the new claim. The price, with `max_attempts` or a
-/// [`RetryPolicy`](crate::claim::RetryPolicy): a redriven row that had used its attempts gets
-/// one more try and no retry (a failure, or a stale claim, makes it dead again at once). Map an
-/// owner column for a redrive that starts the row's attempts over.
-///
-/// A model with neither column cannot fence at all: a row cancelled into the failed state while
-/// a worker ran it, then redriven and claimed again, can be completed by that first worker
-/// (its completion checks only that the row is claimed). Map `owner` or `attempts` on a model
-/// whose running rows you cancel and redrive.
-///
-/// [`Error::Config`] without a failed state. What
-/// [`Queue::redrive`](super::queue::Queue::redrive) calls.
-pub(crate) fn redrive_dead<M, C>(conn: &mut C, limit: u64) -> Result<u64>
-where
-    M: ClaimSql<<C::Conn as Connection>::Backend>,
-    C: BorrowConnection,
-    <C::Conn as Connection>::Backend: RetentionSqlDialect,
-{
-    redrive::<M, C>(conn, limit, None)
-}
-
-/// [`redrive_dead`] of the dead rows that also match `filter` (a Diesel boolean expression on
-/// the model's table, e.g. `jobs::queue.eq("emails")`).
-pub(crate) fn redrive_dead_where<M, C, F>(conn: &mut C, limit: u64, filter: F) -> Result<u64>
-where
-    M: ClaimSql<<C::Conn as Connection>::Backend>,
-    C: BorrowConnection,
-    <C::Conn as Connection>::Backend: RetentionSqlDialect,
-    F: Expression<SqlType = Bool>
-        + AppearsOnTable<M::Table>
-        + QueryFragment<<C::Conn as Connection>::Backend>,
-{
-    redrive::<M, C>(conn, limit, Some(&filter))
-}
-
-fn redrive<M, C>(
-    conn: &mut C,
-    limit: u64,
-    filter: Option<&dyn QueryFragment<<C::Conn as Connection>::Backend>>,
-) -> Result<u64>
-where
-    M: ClaimSql<<C::Conn as Connection>::Backend>,
-    C: BorrowConnection,
-    <C::Conn as Connection>::Backend: RetentionSqlDialect,
-{
-    let shape = RowShape::of::<M>();
-    let table = TableOf::<M>::new();
-    let moved = redrive_table(
-        conn.borrow_connection(),
-        &table,
-        &shape,
-        filter,
-        Some(limit),
-        DEFAULT_BATCH,
-    )?;
-    Ok(moved.deleted)
 }
