@@ -59,7 +59,7 @@ fn main() -> Result<(), BoxError> {
                 let again =
                     |e: &diesel_lease::Error| matches!(e, diesel_lease::Error::Timeout { .. });
                 loop {
-                    let job = match Job::claim_next(&mut conn) {
+                    let job = match Job::claim().row(&mut conn) {
                         Ok(Some(job)) => job,
                         Ok(None) => break,
                         Err(e) if again(&e) => continue,
