@@ -43,7 +43,11 @@
 #    level, for tests that want to know it. PostgreSQL runs at its default (READ COMMITTED) and
 #    SQLite is serializable.
 #    Example: DIESEL_LEASE_TEST_ISOLATION=read-committed runs everything once, at that level.
-# 6. Dependencies resolved afresh (full runs only): scripts/resolve.sh builds and tests copies
+# 6. The public API (full runs only): scripts/public-api.sh lists the crate's public API with
+#    cargo-public-api (installed from the registry) and diffs it against the committed snapshot
+#    diesel-lease/public-api.txt; a change to the surface fails until the snapshot is updated
+#    (`bash scripts/public-api.sh --update`) and so shows in review. Then dependencies resolved
+#    afresh (full runs only): scripts/resolve.sh builds and tests copies
 #    of the workspace at the newest and at the oldest versions its requirements allow, and a new
 #    application outside the workspace that depends on diesel-lease by path with no lockfile.
 #    They run in the background beside the test passes (cold builds in target/resolve/), and
@@ -401,15 +405,16 @@ MYSQL_TEST_ARGS=("${TEST_ARGS[@]}")
 [ ${#MYSQL_TEST_ARGS[@]} -gt 0 ] || MYSQL_TEST_ARGS=(mysql:: mariadb::)
 passes_start=$(now)
 PASS_PIDS=()
-# Dependencies resolved afresh (scripts/resolve.sh): the newest versions the requirements allow,
-# the oldest (every direct dependency of the published crates at its declared minimum), and a
-# new application outside the workspace. Full runs only (no CARGO_ARGS or TEST_ARGS), unless
+# The public API against its committed snapshot (scripts/public-api.sh: cargo-public-api, installed
+# from the registry into target/tools), then dependencies resolved afresh (scripts/resolve.sh): the
+# newest versions the requirements allow, the oldest (every direct dependency of the published
+# crates at its declared minimum), and a new application outside the workspace. Full runs only (no CARGO_ARGS or TEST_ARGS), unless
 # DIESEL_LEASE_TEST_RESOLVE names the passes (comma-separated; empty skips them). They build
 # cold copies in target/resolve/ (the oldest about nine minutes on two cores by itself), so
 # they run one after another in the background, beside the test passes, whose tests mostly
 # wait; their logs are printed after the doctests.
 if [ ${#CARGO_ARGS[@]} -eq 0 ] && [ ${#TEST_ARGS[@]} -eq 0 ]; then
-    RESOLVE_DEFAULT=newest,oldest,new-app
+    RESOLVE_DEFAULT=public-api,newest,oldest,new-app
 else
     RESOLVE_DEFAULT=
 fi
@@ -419,7 +424,11 @@ if [ ${#RESOLVE_PASSES[@]} -gt 0 ]; then
         for mode in "${RESOLVE_PASSES[@]}"; do
             started=$(now)
             rc=0
-            bash scripts/resolve.sh "$mode" >"$PASS_LOGS/resolve-$mode.log" 2>&1 </dev/null || rc=$?
+            case "$mode" in
+            # The public API against its committed snapshot (scripts/public-api.sh).
+            public-api) bash scripts/public-api.sh >"$PASS_LOGS/resolve-$mode.log" 2>&1 </dev/null || rc=$? ;;
+            *) bash scripts/resolve.sh "$mode" >"$PASS_LOGS/resolve-$mode.log" 2>&1 </dev/null || rc=$? ;;
+            esac
             echo "$rc $started $(now)" >"$PASS_LOGS/resolve-$mode.status"
         done
     ) &
@@ -479,22 +488,22 @@ while IFS= read -r t; do FAILED_TESTS+=("$t (doctests)"); done < <(failed_tests_
 
 # The dependency checks started beside the test passes: their logs, times and failing tests.
 if [ -n "$RESOLVE_PID" ]; then
-    section "dependencies resolved afresh (scripts/resolve.sh ${RESOLVE_PASSES[*]}, run beside the test passes)"
+    section "the public API and dependencies resolved afresh (${RESOLVE_PASSES[*]}, run beside the test passes)"
     wait "$RESOLVE_PID" || true
     RESOLVE_PID=
     for mode in "${RESOLVE_PASSES[@]}"; do
-        echo "--- scripts/resolve.sh $mode"
+        echo "--- $mode"
         cat "$PASS_LOGS/resolve-$mode.log" 2>/dev/null || true
         # "status start end", written when the pass ended; missing if it never ran
         rc=
         [ ! -f "$PASS_LOGS/resolve-$mode.status" ] || read -r rc started ended <"$PASS_LOGS/resolve-$mode.status"
         if [ -z "$rc" ]; then
             rc=1
-            SUMMARY+=("resolve.sh $mode: FAILED (did not run)")
+            SUMMARY+=("$mode: FAILED (did not run)")
         else
-            SUMMARY+=("resolve.sh $mode: $([ "$rc" -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$started" "$ended")")
+            SUMMARY+=("$mode: $([ "$rc" -eq 0 ] && echo ok || echo "FAILED ($rc)"), $(elapsed "$started" "$ended")")
         fi
-        while IFS= read -r t; do FAILED_TESTS+=("$t (resolve.sh $mode)"); done < <(failed_tests_of "$PASS_LOGS/resolve-$mode.log")
+        while IFS= read -r t; do FAILED_TESTS+=("$t ($mode)"); done < <(failed_tests_of "$PASS_LOGS/resolve-$mode.log")
         [ "$STATUS" -ne 0 ] || STATUS=$rc
     done
 fi
