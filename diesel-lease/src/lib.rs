@@ -11,6 +11,7 @@
 //! | you want | use |
 //! |---|---|
 //! | each row of a work table handled by exactly one worker | [`#[derive(Claimable)]`](derive@Claimable) and [`ClaimDsl::claim`](dsl::ClaimDsl::claim): `Job::claim().row(conn)`, `.batch(n).rows(conn)`; [`FinishDsl`](dsl::FinishDsl): `complete` |
+//! | a work table paused, resumed, its waiters woken, a row cancelled, finished rows purged, dead ones redriven | [`ClaimDsl::queue`](dsl::ClaimDsl::queue): `Job::queue().pause(conn)`, `.key(k).resume(conn)`, `.cancel(conn, pk)`, `.purge(…)`, `.filter(f).redrive(conn, n)` |
 //! | a deep queue's claims without the walk over the front of its index (order relaxed up to a rescan period) | [`ClaimCursor`](claim::ClaimCursor) in a claim's [`cursor`](claim::Claim::cursor) step, [`Worker::claim_cursor`](worker::Worker::claim_cursor) |
 //! | a row kept locked for your transaction, skipping locked ones | a claim's [`locked`](claim::Claim::locked), [`locked_with`](claim::Claim::locked_with) terminals |
 //! | this row locked if it still qualifies, waiting for its holder | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`ClaimIfNullDsl`](dsl::ClaimIfNullDsl)) |

@@ -2,7 +2,7 @@
 //! impls of the capability traits, with placeholder columns and `unreachable!()` bodies. The
 //! operations are extension traits blanket-implemented over those, so a mistake in the
 //! attribute is reported once, at the attribute, and not again as "no function or associated
-//! item named `claim_next`" or "the trait bound `Job: Claimable` is not satisfied" at every call.
+//! item named `claim`" or "the trait bound `Job: Claimable` is not satisfied" at every call.
 //!
 //! The stubs use the types that did parse (the table, the key, `insert_once`'s row), so calls
 //! that need them to infer types add no errors either. Nothing here runs: the crate does not
