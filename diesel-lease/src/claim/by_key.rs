@@ -1,4 +1,4 @@
-//! Seed 002's waiting lock: lock *this* row if it still qualifies, waiting for a concurrent
+//! The waiting lock by key: lock *this* row if it still qualifies, waiting for a concurrent
 //! holder, then decide.
 //!
 //! ```sql

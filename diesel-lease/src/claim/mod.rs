@@ -1,9 +1,9 @@
 //! Claiming rows of a user's table: each row to exactly one worker.
 //!
 //! The statements live in `statements` (and, where a backend needs its own shape, in the
-//! backend's file); this module turns them into operations. Models get these
-//! operations as methods through `#[derive(Claimable)]`; the functions here are what the generated
-//! methods call, usable directly with any type that implements [`Claimable`].
+//! backend's file); this module turns them into operations. Models get these operations through
+//! the extension traits of [`dsl`](crate::dsl) (`M::claim()`, `M::queue()`, `row.complete(conn)`)
+//! for any type that implements [`Claimable`], which `#[derive(Claimable)]` implements.
 
 use diesel::query_builder::QueryId;
 
