@@ -62,7 +62,7 @@ pub enum Error {
     #[error("database error: {0}")]
     Database(#[source] diesel::result::Error),
     /// No connection could be taken from the pool in time, or the pool could not make one: an
-    /// r2d2 pool's error, or (feature `deadpool`) a [`pool::Deadpool`](crate::pool::Deadpool)'s.
+    /// r2d2 pool's error, or (feature `deadpool`) a `pool::Deadpool`'s.
     /// The pool's own error is the [`source`](std::error::Error::source) of the [`PoolError`].
     #[error("{0}")]
     Pool(#[source] PoolError),
