@@ -66,42 +66,8 @@ pub(crate) fn ready_resource<M: ClaimSql<DB>, DB: SqlDialect>() -> Result<String
     Ok(format!("claim:{}", sql.finish()))
 }
 
-/// Wakes the waiters of model `M` (a claim with a [`wait`](super::Claim::wait) step, `worker::Worker`) on
-/// every pool's listener: call it after inserting rows, or after making rows ready by an
-/// update. Inside a transaction the notification is sent when it commits (PostgreSQL), so
-/// waiters never look before the rows are visible.
-///
-/// On SQLite and MySQL, which have no notifications, it does nothing: their waiters poll.
-///
-/// ```
-/// # #[cfg(feature = "postgres")] {
-/// # mod setup { include!("../doctest_pg.rs"); }
-/// # use setup::pg_connection;
-/// use diesel::prelude::*;
-/// use diesel_lease::prelude::*;
-///
-/// diesel::table! { mails (id) { id -> BigInt, status -> Text, } }
-///
-/// #[derive(Debug, Queryable, Selectable, Claimable)]
-/// #[diesel(table_name = mails)]
-/// #[claimable(state = status, ready = "new", claimed = "sending")]
-/// struct Mail {
-///     id: i64,
-///     status: String,
-/// }
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let Some(mut conn) = pg_connection() else { return Ok(()) };
-/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-/// #     "CREATE TABLE mails (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL)")?;
-/// conn.transaction::<_, diesel_lease::Error, _>(|conn| {
-///     diesel::insert_into(mails::table).values(mails::status.eq("new")).execute(conn)?;
-///     Mail::queue().notify(conn)
-/// })?;
-/// # Ok(()) }
-/// # main().unwrap();
-/// # }
-/// ```
+/// Wakes the waiters of model `M` on every pool's listener: what
+/// [`Queue::notify`](super::queue::Queue::notify) runs (its docs say when to call it).
 pub(crate) fn notify_ready<M, C>(conn: &mut C) -> Result<()>
 where
     M: Claimable,
@@ -112,11 +78,8 @@ where
     Ok(Notifications::notify(conn.borrow_connection(), &resource)?)
 }
 
-/// Installs (or replaces) on `M`'s table a trigger that does what [`notify_ready`] does after
-/// every insert statement, so producers need not call it (PostgreSQL: a function
-/// `diesel_lease_notify_ready()` and a statement-level trigger `diesel_lease_ready`; run it once,
-/// e.g. from a migration step). Updates that make rows ready again are not announced by it;
-/// waiters find those at their next poll. On SQLite and MySQL it does nothing.
+/// Installs the ready trigger on `M`'s table: what
+/// [`Queue::install_ready_trigger`](super::queue::Queue::install_ready_trigger) runs.
 pub(crate) fn install_ready_trigger<M, C>(conn: &mut C) -> Result<()>
 where
     M: Claimable,
