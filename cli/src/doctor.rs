@@ -11,8 +11,8 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use diesel::sql_types::{Timestamp, Timestamptz};
+use diesel_lease::__private::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
 use diesel_lease::backend::SqlDialect;
-use diesel_lease::claim::statements::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
 use diesel_lease::claim::{ClaimDialect, PauseShape, SortOrder, StateLiteral, TimeColumn};
 use diesel_lease::clock::TimestampType;
 use serde_json::{json, Value};

@@ -92,13 +92,13 @@ impl<DB: diesel::backend::Backend> QueryFragment<DB> for AllColumns {
 
 /// `CREATE INDEX name ON table (col [DESC], …) [WHERE predicate]`: the index `doctor` advises,
 /// every name quoted as the backend quotes identifiers; the predicate is diesel-lease's own state
-/// test ([`StatesIn`](diesel_lease::claim::statements::StatesIn)), the text a claim carries.
+/// test ([`StatesIn`](diesel_lease::__private::StatesIn)), the text a claim carries.
 #[derive(Debug)]
 pub(crate) struct CreateIndex<'a> {
     pub(crate) name: String,
     pub(crate) table: Ident<'a>,
     pub(crate) columns: Vec<(Ident<'a>, bool)>,
-    pub(crate) predicate: Option<diesel_lease::claim::statements::StatesIn>,
+    pub(crate) predicate: Option<diesel_lease::__private::StatesIn>,
 }
 
 impl<DB: diesel_lease::backend::SqlDialect> QueryFragment<DB> for CreateIndex<'_> {

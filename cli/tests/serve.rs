@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
 use diesel::Connection;
-use diesel_lease::notify::Notifications;
+use diesel_lease::__private::Notifications;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::{admin, Held, LeaseConnection, LeaseGuard, LeaseOptions, OwnerId};
 use serde_json::{json, Value};
@@ -307,7 +307,7 @@ where
         + diesel_lease::admin::AdminStatements
         + R2D2Connection
         + Notifications
-        + diesel_lease::semaphore::SemaphoreDialect,
+        + diesel_lease::__private::SemaphoreDialect,
 {
     let Some(browser) = Browser::start() else {
         return;

@@ -12,7 +12,7 @@
 //! A model gets exactly the operations its attributes describe: a model that is only a
 //! follow-up insert is not [`Claimable`], `complete` needs a `done` state, and so on; asking
 //! for more is a compile error that says which attribute is missing. Your own methods named
-//! `complete` or `release` never collide with these: a type's inherent methods win, and the
+//! `complete` or `requeue` never collide with these: a type's inherent methods win, and the
 //! trait's are still there as `ClaimDsl::complete(&row, conn)`.
 //!
 //! Free-standing operations take the connection first (`ImportJob::claim().row(&mut conn)`);
@@ -43,7 +43,7 @@ type Backend<C> = <<C as BorrowConnection>::Conn as diesel::Connection>::Backend
 /// steps are the options (filter, batch, claim options, wait, cursor) and whose terminal call
 /// says what comes back: one row, rows, a row locked for the caller's transaction, or guarded
 /// rows (`Job::claim().batch(10).rows(&mut conn)`). Claimed rows are finished with
-/// [`FinishDsl`] (`complete`, `fail`, `release`, on one row or a slice).
+/// [`FinishDsl`] (`complete`, `fail`, `requeue`, on one row or a slice).
 ///
 /// [`queue`](Self::queue) is the entry point for the table's controls, built the same way
 /// ([`Queue`](crate::claim::queue::Queue)): pause and resume (the table, or one key's rows),
@@ -113,7 +113,7 @@ pub trait ClaimDsl: Claimable {
     }
 
     /// Locks the row with primary key `pk` for the caller's transaction if it is in a ready state,
-    /// waiting (up to [`DEFAULT_LOCK_WAIT`](crate::claim::DEFAULT_LOCK_WAIT)) for a transaction that holds it; `None` when the row
+    /// waiting (up to 30 s) for a transaction that holds it; `None` when the row
     /// does not qualify, including when the holder changed it while this call waited.
     ///
     /// Call it inside a transaction (or use [`with_locked`](Self::with_locked)): outside one it is refused with
@@ -245,7 +245,7 @@ impl<M: Claimable> ClaimDsl for M {}
 ///
 /// let rows = Job::claim().batch(3).rows(&mut conn)?;
 /// assert_eq!(rows[..1].fail(&mut conn)?, [true]);
-/// assert_eq!(rows[1..].release(&mut conn)?, [true, true], "back to new");
+/// assert_eq!(rows[1..].requeue(&mut conn)?, [true, true], "back to new");
 /// assert_eq!(Job::claim().batch(3).rows(&mut conn)?.len(), 2);
 /// # Ok(()) }
 /// # main().unwrap();
@@ -276,10 +276,11 @@ pub trait FinishDsl {
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self::Model>;
 
-    /// Hands the row(s) back (the first ready state, owner cleared) for another worker to
-    /// claim, each only if this worker still owns its claim.
+    /// Hands the row(s) back, untouched, for another worker to claim now (the first ready
+    /// state, owner cleared), each only if this worker still owns its claim. [`ClaimDsl::retry`]
+    /// hands one back after a delay, as the answer to a failed run.
     #[must_use = "`false` means the claim was rescued meanwhile: another worker has the row"]
-    fn release<C>(&self, conn: &mut C) -> Result<Self::Outcome>
+    fn requeue<C>(&self, conn: &mut C) -> Result<Self::Outcome>
     where
         C: BorrowConnection,
         C::Conn: ClaimConnection<Self::Model>;
@@ -307,7 +308,7 @@ impl<M: Claimable> FinishDsl for M {
         claim::finish(conn, self, Finish::Failed)
     }
 
-    fn release<C>(&self, conn: &mut C) -> Result<bool>
+    fn requeue<C>(&self, conn: &mut C) -> Result<bool>
     where
         C: BorrowConnection,
         C::Conn: ClaimConnection<M>,
@@ -341,7 +342,7 @@ where
         claim::finish_batch(conn, self, Finish::Failed)
     }
 
-    fn release<C>(&self, conn: &mut C) -> Result<Vec<bool>>
+    fn requeue<C>(&self, conn: &mut C) -> Result<Vec<bool>>
     where
         C: BorrowConnection,
         C::Conn: ClaimConnection<M>,
@@ -350,8 +351,10 @@ where
     }
 }
 
-/// At-most-once work on a [`ClaimIfNull`] model: set a nullable column only while it is `NULL`
-/// (`#[claimable(claim_if_null = col)]`), so exactly one caller wins, however many race.
+/// At-most-once work: on a [`ClaimIfNull`] model (`#[claimable(claim_if_null = col)]`), set a
+/// nullable column only while it is `NULL`, so exactly one caller wins however many race; on an
+/// [`InsertOnce`] model (`#[claimable(insert_once)]` on an `Insertable`), insert a follow-up row
+/// where a duplicate is an outcome, never an error ([`insert_once`](Self::insert_once)).
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -386,21 +389,23 @@ where
 /// # main().unwrap();
 /// # }
 /// ```
-pub trait ClaimIfNullDsl: ClaimIfNull {
+pub trait OnceDsl: Sized {
     /// Sets this row's column to `value` ([`db_now`](crate::db_now) for the database clock) if
     /// it is still `NULL`: `true` for exactly one caller.
     fn claim_if_null<C, V>(&self, conn: &mut C, value: V) -> Result<bool>
     where
+        Self: ClaimIfNull,
         C: BorrowConnection,
         C::Conn: ClaimIfNullConnection<Self, V>,
     {
-        once::claim_if_null::<Self, C, V>(conn, self.pk(), value)
+        once::claim_if_null::<Self, C, V>(conn, Keyed::pk(self), value)
     }
 
     /// [`claim_if_null`](Self::claim_if_null) for the row with primary key `pk` (a tuple for
     /// composite keys).
-    fn claim_if_null_by_pk<C, V>(conn: &mut C, pk: Self::Pk, value: V) -> Result<bool>
+    fn claim_if_null_by_pk<C, V>(conn: &mut C, pk: <Self as Keyed>::Pk, value: V) -> Result<bool>
     where
+        Self: ClaimIfNull,
         C: BorrowConnection,
         C::Conn: ClaimIfNullConnection<Self, V>,
     {
@@ -409,7 +414,7 @@ pub trait ClaimIfNullDsl: ClaimIfNull {
 
     /// Locks the row with primary key `pk` for the caller's transaction if its guard column is
     /// still `NULL` — the classic `SELECT * FROM table1 WHERE id = $id AND col1 IS NULL FOR UPDATE`
-    /// — waiting (up to [`DEFAULT_LOCK_WAIT`](crate::claim::DEFAULT_LOCK_WAIT)) for a transaction that holds it; `None` when the
+    /// — waiting (up to 30 s) for a transaction that holds it; `None` when the
     /// guard is set, including by the holder this call waited for. Otherwise as
     /// [`ClaimDsl::lock_by_pk_if_claimable`].
     ///
@@ -450,8 +455,9 @@ pub trait ClaimIfNullDsl: ClaimIfNull {
     /// # main().unwrap();
     /// # }
     /// ```
-    fn lock_by_pk_if_null<C>(conn: &mut C, pk: Self::Pk) -> Result<Option<Self>>
+    fn lock_by_pk_if_null<C>(conn: &mut C, pk: <Self as Keyed>::Pk) -> Result<Option<Self>>
     where
+        Self: ClaimIfNull,
         C: BorrowConnection,
         C::Conn: NullLockConnection<Self>,
     {
@@ -462,10 +468,11 @@ pub trait ClaimIfNullDsl: ClaimIfNull {
     /// on `Ok`, roll back on `Err`; `Ok(None)` without calling `work` when the column is set.
     fn with_locked_if_null<C, T, E, W>(
         conn: &mut C,
-        pk: Self::Pk,
+        pk: <Self as Keyed>::Pk,
         work: W,
     ) -> std::result::Result<Option<T>, E>
     where
+        Self: ClaimIfNull,
         C: BorrowConnection,
         C::Conn: NullLockConnection<Self>,
         E: From<diesel::result::Error>,
@@ -473,63 +480,65 @@ pub trait ClaimIfNullDsl: ClaimIfNull {
     {
         claim::with_locked_if_null(conn, pk, work)
     }
-}
 
-impl<M: ClaimIfNull> ClaimIfNullDsl for M {}
-
-/// Follow-up inserts of an [`InsertOnce`] model (`#[claimable(insert_once)]` on an
-/// `Insertable`): a duplicate is an ordinary outcome, never an error, and never aborts the
-/// caller's transaction.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel::prelude::*;
-/// use diesel_lease::prelude::*;
-/// use diesel_lease::InsertOutcome;
-///
-/// diesel::table! {
-///     notification (id) {
-///         id -> BigInt,
-///         action_id -> BigInt,
-///     }
-/// }
-///
-/// #[derive(Insertable, Claimable)]
-/// #[diesel(table_name = notification)]
-/// #[claimable(insert_once)]
-/// struct NewNotification {
-///     action_id: i64,
-/// }
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let dir = tempfile::tempdir()?;
-/// # let mut conn = diesel::SqliteConnection::establish(dir.path().join("db").to_str().unwrap())?;
-/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-/// #     "CREATE TABLE notification (id INTEGER PRIMARY KEY, action_id BIGINT NOT NULL UNIQUE);")?;
-/// let first = NewNotification { action_id: 7 }.insert_once(&mut conn)?;
-/// assert!(matches!(first, InsertOutcome::Inserted(_)));
-/// let again = NewNotification { action_id: 7 }.insert_once(&mut conn)?;
-/// assert_eq!(again, InsertOutcome::AlreadyExists);
-/// # Ok(()) }
-/// # main().unwrap();
-/// # }
-/// ```
-pub trait InsertOnceDsl: InsertOnce {
     /// Inserts this row unless a unique constraint already holds an equal one: `Inserted` (with
-    /// the `returning` row where the backend returns it) or `AlreadyExists`.
-    fn insert_once<C>(self, conn: &mut C) -> Result<InsertOutcome<Self::Row>>
+    /// the `returning` row where the backend returns it) or `AlreadyExists`. A duplicate is an
+    /// ordinary outcome, never an error, and never aborts the caller's transaction.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_lease::prelude::*;
+    /// use diesel_lease::InsertOutcome;
+    ///
+    /// diesel::table! {
+    ///     notification (id) {
+    ///         id -> BigInt,
+    ///         action_id -> BigInt,
+    ///     }
+    /// }
+    ///
+    /// #[derive(Insertable, Claimable)]
+    /// #[diesel(table_name = notification)]
+    /// #[claimable(insert_once)]
+    /// struct NewNotification {
+    ///     action_id: i64,
+    /// }
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let mut conn = diesel::SqliteConnection::establish(dir.path().join("db").to_str().unwrap())?;
+    /// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+    /// #     "CREATE TABLE notification (id INTEGER PRIMARY KEY, action_id BIGINT NOT NULL UNIQUE);")?;
+    /// let first = NewNotification { action_id: 7 }.insert_once(&mut conn)?;
+    /// assert!(matches!(first, InsertOutcome::Inserted(_)));
+    /// let again = NewNotification { action_id: 7 }.insert_once(&mut conn)?;
+    /// assert_eq!(again, InsertOutcome::AlreadyExists);
+    /// # Ok(()) }
+    /// # main().unwrap();
+    /// # }
+    /// ```
+    fn insert_once<C>(self, conn: &mut C) -> Result<InsertOutcome<<Self as InsertOnce>::Row>>
     where
+        Self: InsertOnce,
         C: BorrowConnection,
-        C::Conn: InsertOnceConnection<Self::Table, Self, Self::Mode>,
-        Self::Mode: InsertReturning<Backend<C>, Output = Self::Row>,
+        C::Conn:
+            InsertOnceConnection<<Self as InsertOnce>::Table, Self, <Self as InsertOnce>::Mode>,
+        <Self as InsertOnce>::Mode: InsertReturning<Backend<C>, Output = <Self as InsertOnce>::Row>,
     {
-        once::insert_once::<Self::Mode, _, _, C>(conn, Self::Table::default(), self)
+        once::insert_once::<<Self as InsertOnce>::Mode, _, _, C>(
+            conn,
+            <<Self as InsertOnce>::Table as Default>::default(),
+            self,
+        )
     }
 }
 
-impl<M: InsertOnce> InsertOnceDsl for M {}
+/// Every type gets [`OnceDsl`]'s methods, as every query gets Diesel's `RunQueryDsl`: each is
+/// there only for the models with its capability ([`ClaimIfNull`], [`InsertOnce`]).
+impl<T> OnceDsl for T {}
 
-/// Seed 000's job lease on a [`JobLease`] model (`#[claimable(job(...))]` on your own
+/// The job lease of a scheduled job on a farm, on a [`JobLease`] model (`#[claimable(job(...))]` on your own
 /// `job_status` table): one node of a farm runs each occurrence of a job; a dead node's run is
 /// taken over after its timeout, by the database clock.
 ///
@@ -604,8 +613,11 @@ pub trait JobLeaseDsl: JobLease {
 
 impl<M: JobLease> JobLeaseDsl for M {}
 
-/// Seed 001 on a control table with a resource column (`#[claimable(semaphore(resource = …,
-/// …))]`): semaphores and reader/writer locks whose requests are rows of your table.
+/// Semaphores and reader/writer locks on a [`ControlTable`] (`#[claimable(semaphore(…))]`):
+/// their requests are rows of your table, granted first come, first served. A table with a
+/// resource column (`resource = …`) holds many resources ([`semaphore`](Self::semaphore),
+/// [`rw_lock`](Self::rw_lock)); one without queues for one
+/// ([`table_semaphore`](Self::table_semaphore), [`table_rw_lock`](Self::table_rw_lock)).
 ///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
@@ -655,39 +667,42 @@ impl<M: JobLease> JobLeaseDsl for M {}
 /// # main().unwrap();
 /// # }
 /// ```
-pub trait ControlTableDsl: ControlTable + ResourceColumn + Sized {
-    /// A semaphore of `permits` holders over `resource`. Every process using the resource must
-    /// declare the same count.
-    fn semaphore(resource: impl Into<String>, permits: u32) -> Semaphore {
+pub trait ControlTableDsl: ControlTable + Sized {
+    /// A semaphore of `permits` holders over `resource`, on a table with a resource column.
+    /// Every process using the resource must declare the same count.
+    fn semaphore(resource: impl Into<String>, permits: u32) -> Semaphore
+    where
+        Self: ResourceColumn,
+    {
         Semaphore::in_control_table::<Self>(Some(resource.into()), permits)
     }
 
-    /// A reader/writer lock over `resource` (needs `mode(…)`).
+    /// A reader/writer lock over `resource`, on a table with a resource column (needs
+    /// `mode(…)`).
     fn rw_lock(resource: impl Into<String>) -> RwLock
     where
-        Self: HasModeColumn,
+        Self: ResourceColumn + HasModeColumn,
     {
         RwLock::in_control_table::<Self>(Some(resource.into()))
     }
-}
 
-impl<T: ControlTable + ResourceColumn> ControlTableDsl for T {}
-
-/// Seed 001 on a control table that queues for one resource (no `resource = …`).
-pub trait OneResourceControlTableDsl: ControlTable + OneResource + Sized {
-    /// A semaphore of `permits` holders over the table's one resource. Every process must
-    /// declare the same count.
-    fn semaphore(permits: u32) -> Semaphore {
+    /// A semaphore of `permits` holders over the whole table, on a table that queues for one
+    /// resource (no `resource = …`). Every process must declare the same count.
+    fn table_semaphore(permits: u32) -> Semaphore
+    where
+        Self: OneResource,
+    {
         Semaphore::in_control_table::<Self>(None, permits)
     }
 
-    /// A reader/writer lock over the table's one resource (needs `mode(…)`).
-    fn rw_lock() -> RwLock
+    /// A reader/writer lock over the whole table, on a table that queues for one resource
+    /// (needs `mode(…)`).
+    fn table_rw_lock() -> RwLock
     where
-        Self: HasModeColumn,
+        Self: OneResource + HasModeColumn,
     {
         RwLock::in_control_table::<Self>(None)
     }
 }
 
-impl<T: ControlTable + OneResource> OneResourceControlTableDsl for T {}
+impl<T: ControlTable> ControlTableDsl for T {}

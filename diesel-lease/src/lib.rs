@@ -14,9 +14,9 @@
 //! | a work table paused, resumed, its waiters woken, a row cancelled, finished rows purged, dead ones redriven | [`ClaimDsl::queue`](dsl::ClaimDsl::queue): `Job::queue().pause(conn)`, `.key(k).resume(conn)`, `.cancel(conn, pk)`, `.purge(…)`, `.filter(f).redrive(conn, n)` |
 //! | a deep queue's claims without the walk over the front of its index (order relaxed up to a rescan period) | [`ClaimCursor`](claim::ClaimCursor) in a claim's [`cursor`](claim::Claim::cursor) step, [`Worker::claim_cursor`](worker::Worker::claim_cursor) |
 //! | a row kept locked for your transaction, skipping locked ones | a claim's [`locked`](claim::Claim::locked), [`locked_with`](claim::Claim::locked_with) terminals |
-//! | this row locked if it still qualifies, waiting for its holder | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`ClaimIfNullDsl`](dsl::ClaimIfNullDsl)) |
-//! | a side effect done at most once | [`ClaimIfNullDsl::claim_if_null`](dsl::ClaimIfNullDsl::claim_if_null) (`#[claimable(claim_if_null = col)]`) |
-//! | a follow-up row inserted once | [`InsertOnceDsl::insert_once`](dsl::InsertOnceDsl::insert_once) (`#[claimable(insert_once)]`) |
+//! | this row locked if it still qualifies, waiting for its holder | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`OnceDsl`](dsl::OnceDsl)) |
+//! | a side effect done at most once | [`OnceDsl::claim_if_null`](dsl::OnceDsl::claim_if_null) (`#[claimable(claim_if_null = col)]`) |
+//! | a follow-up row inserted once | [`OnceDsl::insert_once`](dsl::OnceDsl::insert_once) (`#[claimable(insert_once)]`) |
 //! | one node of a farm running a scheduled job, on your own `job_status` table | [`JobLeaseDsl::try_start_run`](dsl::JobLeaseDsl::try_start_run) (`#[claimable(job(…))]`) |
 //! | a named lock that expires, with a fencing token per grant | [`lease::try_acquire`], [`LeaseGuard`] |
 //! | a job run once per interval across the farm | [`lease::schedule::every`], [`lease::schedule::run_exclusive`], [`lease::schedule::with_lock`] |
@@ -138,8 +138,7 @@ mod heartbeat;
 mod held;
 pub mod lease;
 mod model;
-#[doc(hidden)]
-pub mod notify;
+pub(crate) mod notify;
 pub mod observe;
 pub mod once;
 pub mod pool;
@@ -166,3 +165,30 @@ pub use lease_core::{
 };
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;
+
+/// The defaults and limits the docs state as numbers (they are not public items): a change to
+/// one of them must change its docs too.
+#[cfg(test)]
+mod documented_defaults {
+    use std::time::Duration;
+
+    #[test]
+    fn the_docs_state_each_default() {
+        // dsl.rs: `lock_by_pk_if_claimable`, `lock_by_pk_if_null` wait up to 30 s.
+        assert_eq!(crate::claim::DEFAULT_LOCK_WAIT, Duration::from_secs(30));
+        // claim/retention.rs: `older_than` deletes 500 rows per transaction.
+        assert_eq!(crate::claim::retention::DEFAULT_BATCH, 500);
+        // lease/schedule.rs: `Every::lease` on a cron schedule, `run_until`'s backoff cap.
+        assert_eq!(
+            crate::lease::schedule::DEFAULT_CRON_LEASE,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            crate::lease::schedule::MAX_ERROR_BACKOFF,
+            Duration::from_secs(30)
+        );
+        // semaphore/mod.rs: `with_ttl`, `with_max_poll_interval`.
+        assert_eq!(crate::semaphore::DEFAULT_TTL, Duration::from_secs(30));
+        assert_eq!(crate::semaphore::DEFAULT_MAX_POLL, Duration::from_secs(1));
+    }
+}

@@ -15,8 +15,13 @@ pub use crate::clock::TimestampType;
 // The operator's CLI runs the claim module's statements on a table described at run time.
 pub use crate::claim::cancel::{cancel_described, cancel_target, CancelStmt};
 pub use crate::claim::pause::{pause_described, resume_described, PauseTarget};
+pub use crate::claim::statements::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
+// The operator's web page listens for wake-ups; the suite grants leases at chosen instants.
 pub use crate::lease::job::JobLease;
+pub use crate::lease::statements::{grant as lease_grant, Grant, Periodic};
+pub use crate::notify::Notifications;
 pub use crate::once::{ClaimIfNull, InsertOnce, Returning};
+pub use crate::semaphore::control::SemaphoreDialect;
 pub use crate::semaphore::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 
 /// Reads an owner field of a model: an `Option<String>`, since a row that is ready to be claimed

@@ -76,8 +76,8 @@ backend_suite! {
         let rows = ImportJob::claim().batch(4).rows(&mut conn).unwrap();
         assert_eq!(rows.len(), 4);
         assert_eq!(rows[..2].fail(&mut conn).unwrap(), vec![true, true]);
-        assert_eq!(rows[2..].release(&mut conn).unwrap(), vec![true, true]);
-        assert_eq!(rows.release(&mut conn).unwrap(), vec![false; 4]);
+        assert_eq!(rows[2..].requeue(&mut conn).unwrap(), vec![true, true]);
+        assert_eq!(rows.requeue(&mut conn).unwrap(), vec![false; 4]);
         assert_eq!(state_of(db, 1), ("FAILED".into(), rows[0].worker.clone()));
         assert_eq!(state_of(db, 2).0, "FAILED");
         assert_eq!(state_of(db, 3), ("JOBEXTRACTED".into(), None), "released: owner cleared");

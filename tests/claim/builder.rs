@@ -196,7 +196,7 @@ backend_suite! {
         };
         let first = claim(&mut conn);
         assert_eq!((first.id, claim(&mut conn).id), (1, 2));
-        assert!(first.release(&mut conn).unwrap());
+        assert!(first.requeue(&mut conn).unwrap());
         // Row 1 is ready again, behind the key (2): the cursor goes on from the key.
         assert_eq!(ids(&ImportJob::claim().cursor(&cursor).batch(2).rows(&mut conn).unwrap()), [3, 4]);
         let waited = ImportJob::claim().cursor(&cursor).wait(Duration::from_secs(5)).row(&pool).unwrap();

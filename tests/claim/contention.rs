@@ -340,7 +340,7 @@ backend_suite! {
 
         let a = ImportJob::claim().row(&mut conn).unwrap().unwrap();
         assert_eq!(a.id, 1);
-        assert!(a.release(&mut conn).unwrap());
+        assert!(a.requeue(&mut conn).unwrap());
         let (status, worker): (String, Option<String>) = importjobs::table
             .find(1)
             .select((importjobs::statuscode, importjobs::worker))

@@ -61,11 +61,11 @@ backend_suite! {
             .collect();
         assert_eq!(ids(&first), [1, 2, 3], "the first claims look from the front");
         assert!(first.iter().all(|j| j.worker.as_deref().map(diesel_lease::ClaimStamp::owner_of) == Some("cursor-test")));
-        assert!(first[0].release(&mut conn).unwrap());
+        assert!(first[0].requeue(&mut conn).unwrap());
         let fourth = ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().expect("a row");
         assert_eq!(fourth.id, 4, "row 1 is ready again before the key (3): the claim resumes at the key");
         assert_eq!(ids(&ImportJob::claim().cursor(&cursor).batch(3).rows(&mut conn).unwrap()), [5, 6, 7]);
-        assert!(first[1].release(&mut conn).unwrap());
+        assert!(first[1].requeue(&mut conn).unwrap());
         assert_eq!(
             ids(&ImportJob::claim().cursor(&cursor).batch(10).rows(&mut conn).unwrap()),
             [8, 9, 10],
@@ -160,7 +160,7 @@ backend_suite! {
                         for job in batch {
                             history.record(hand_out(&job));
                             if job.id % 7 == 0 && released.lock().unwrap().insert(job.id) {
-                                assert!(job.release(&mut conn).unwrap(), "row {} was ours", job.id);
+                                assert!(job.requeue(&mut conn).unwrap(), "row {} was ours", job.id);
                             } else {
                                 mine.push(job.id);
                             }
@@ -260,7 +260,7 @@ backend_suite! {
         let wait = Duration::from_secs(5);
         let first = ImportJob::claim().cursor(&cursor).batch(2).wait(wait).rows(&pool).unwrap();
         assert_eq!(ids(&first), [1, 2]);
-        assert!(first[0].release(&mut db.conn()).unwrap());
+        assert!(first[0].requeue(&mut db.conn()).unwrap());
         assert_eq!(ImportJob::claim().cursor(&cursor).wait(wait).row(&pool).unwrap().map(|j| j.id), Some(3), "resumes at the key (2)");
         assert_eq!(ImportJob::claim().cursor(&cursor).wait(wait).row(&pool).unwrap().map(|j| j.id), Some(4));
         assert_eq!(ImportJob::claim().cursor(&cursor).wait(wait).row(&pool).unwrap().map(|j| j.id), Some(1), "then from the front");
@@ -288,7 +288,7 @@ backend_suite! {
         let first = ImportJob::claim().cursor(&cursor).batch(3).rows(&mut conn).unwrap();
         assert_eq!(ids(&first), [1, 2, 3], "the first claim looks from the front");
         let one = first.iter().find(|j| j.id == 1).unwrap();
-        assert!(one.release(&mut conn).unwrap());
+        assert!(one.requeue(&mut conn).unwrap());
         std::thread::sleep(rescan + Duration::from_millis(50));
         let next = ImportJob::claim().cursor(&cursor).row(&mut conn).unwrap().expect("a row");
         assert_eq!(next.id, 1, "rows 4-6 are ready after the key (3), yet the rescan looks from the front");

@@ -193,8 +193,8 @@ macro_rules! every_finish_reports_each_row {
             .options(&owner("worker-d"))
             .rows(conn)
             .unwrap();
-        assert_eq!(d.release(conn).unwrap(), vec![true, true]);
-        assert_eq!(d.release(conn).unwrap(), vec![false, false]);
+        assert_eq!(d.requeue(conn).unwrap(), vec![true, true]);
+        assert_eq!(d.requeue(conn).unwrap(), vec![false, false]);
         for row in &d {
             assert_eq!(state(conn, row), ("ready".into(), None));
         }

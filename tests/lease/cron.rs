@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use diesel::Connection;
+use diesel_lease::__private::{lease_grant, Grant, Periodic};
 use diesel_lease::lease::schedule::{cron, every, Cron, Missed};
-use diesel_lease::lease::statements::{self, Grant, Periodic};
 use diesel_lease::lease::{self, LeaseOptions};
 use diesel_lease::{Error, InvalidInput};
 
@@ -231,7 +231,7 @@ fn a_cron_grant_past_its_start_bound_is_refused<B: TestBackend>(db: &TestDb<B>) 
     };
     let before = lease::inspect(&mut conn, "bound").unwrap().unwrap();
     // The bound came a second ago (the next slot, or the end of the slot's grace).
-    let late = statements::grant(&mut conn, &grant(now - SECOND)).unwrap();
+    let late = lease_grant(&mut conn, &grant(now - SECOND)).unwrap();
     assert_eq!(late, None, "a grant after its start bound runs nothing");
     let after = lease::inspect(&mut conn, "bound").unwrap().unwrap();
     assert_eq!(
@@ -239,7 +239,7 @@ fn a_cron_grant_past_its_start_bound_is_refused<B: TestBackend>(db: &TestDb<B>) 
         (before.token, Some(stored), before.holder.as_str()),
         "the refused grant changed nothing"
     );
-    let in_time = statements::grant(&mut conn, &grant(now + 60 * SECOND))
+    let in_time = lease_grant(&mut conn, &grant(now + 60 * SECOND))
         .unwrap()
         .expect("a grant before its bound is taken");
     assert_eq!(in_time.token, before.token.get() + 1);

@@ -220,7 +220,7 @@ fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
            requesting_id VARCHAR(255) NOT NULL, \
            granted BOOLEAN NOT NULL DEFAULT FALSE, expires_at BIGINT NOT NULL DEFAULT 9223372036854775807)",
     );
-    let mutex = BasicControl::semaphore(1);
+    let mutex = BasicControl::table_semaphore(1);
     assert_eq!(mutex.resource(), "basic_control");
     let held = mutex.acquire(&pool, LONG).unwrap();
     let waiter = std::thread::scope(|s| {

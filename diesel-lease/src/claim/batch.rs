@@ -1,5 +1,5 @@
 //! Finishing many claimed rows in one statement: `FinishDsl`'s `complete`, `fail` and
-//! `release` on a slice.
+//! `requeue` on a slice.
 //!
 //! Each row is checked as [`FinishDsl`](crate::dsl::FinishDsl) checks one row (still claimed, the same claim
 //! stamp, the same attempt); the statement reports which rows it changed, so a row another worker
@@ -59,7 +59,7 @@ pub struct BatchRow<'a, M: Claimable> {
 /// the positions (in `rows`, from 0) of the rows it changed or locked: `CASE WHEN <pk 0> THEN 0
 /// WHEN <pk 1> THEN 1 … END`, one `INTEGER` each, so the caller learns which of its rows were
 /// still its own without the rows being sent back and decoded.
-pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+pub(crate) struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) table: M::Table,
     pub(crate) _db: std::marker::PhantomData<DB>,
     pub(crate) rows: &'a [BatchRow<'a, M>],
@@ -75,7 +75,7 @@ pub struct BatchFinishStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
 
 /// Which statement of a batch finish.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum BatchStep {
+pub(crate) enum BatchStep {
     /// `UPDATE t SET <target> WHERE <still ours> RETURNING <position>`: PostgreSQL and SQLite.
     UpdateReturning,
     /// `SELECT <position> FROM t WHERE <still ours> FOR UPDATE`: MySQL's first statement, which
@@ -238,7 +238,7 @@ pub(crate) fn batch_rows<M: Claimable>(rows: &[M]) -> Vec<BatchRow<'_, M>> {
 /// ready), the statement ([`BatchStep`] as `STEP`), whether one claim stamp is checked for all
 /// rows (`SHARED`) and the padded row count fix its text; the model's constants and the
 /// connection's dialect do the rest.
-pub struct BatchId<M, const TO: u8, const STEP: u8, const SHARED: bool, const ROWS: usize>(
+pub(crate) struct BatchId<M, const TO: u8, const STEP: u8, const SHARED: bool, const ROWS: usize>(
     PhantomData<M>,
 );
 

@@ -37,7 +37,7 @@ use crate::{BorrowConnection, Error, Result, Ttl};
 /// wait for a concurrent holder of the row before [`Error::Timeout`]: 30 seconds. The `_within`
 /// functions of this module take another bound. MySQL/MariaDB count the lock wait in whole
 /// seconds (rounded up).
-pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// `SELECT <model> FROM t WHERE <pk> AND (<qualifies>) FOR UPDATE` (no `FOR UPDATE` on SQLite,
 /// whose write lock the statement takes first).
@@ -262,7 +262,7 @@ where
     )
 }
 
-/// What [`ClaimIfNullDsl::lock_by_pk_if_null`](crate::dsl::ClaimIfNullDsl::lock_by_pk_if_null) calls.
+/// What [`OnceDsl::lock_by_pk_if_null`](crate::dsl::OnceDsl::lock_by_pk_if_null) calls.
 pub(crate) fn lock_by_pk_if_null<M, C>(conn: &mut C, pk: M::Pk) -> Result<Option<M>>
 where
     M: ClaimIfNull,
@@ -272,7 +272,7 @@ where
     lock_by_pk_if_null_within(conn, pk, DEFAULT_LOCK_WAIT)
 }
 
-/// [`ClaimIfNullDsl::lock_by_pk_if_null`](crate::dsl::ClaimIfNullDsl::lock_by_pk_if_null) waiting at most `wait` (zero is refused with
+/// [`OnceDsl::lock_by_pk_if_null`](crate::dsl::OnceDsl::lock_by_pk_if_null) waiting at most `wait` (zero is refused with
 /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
 pub fn lock_by_pk_if_null_within<M, C>(conn: &mut C, pk: M::Pk, wait: Duration) -> Result<Option<M>>
 where

@@ -183,7 +183,7 @@ fn first_order<M: Claimable>() -> SortOrder {
 /// let a = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");
 /// let b = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");
 /// assert_eq!((a.seq, b.seq), (10, 20));
-/// a.release(&mut conn)?;                     // ready again, before the key (20)
+/// a.requeue(&mut conn)?;                     // ready again, before the key (20)
 /// let c = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");
 /// assert_eq!(c.seq, 30, "the claim resumes at the key: row a waits");
 /// let again = Job::claim().cursor(&cursor).row(&mut conn)?.expect("a row");

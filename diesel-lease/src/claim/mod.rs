@@ -14,8 +14,7 @@ use lease_core::ClaimStamp;
 
 use crate::{BorrowConnection, Error, OwnerId, Result};
 
-#[doc(hidden)]
-pub mod batch;
+pub(crate) mod batch;
 pub mod builder;
 mod by_key;
 pub(crate) mod cancel;
@@ -29,8 +28,7 @@ pub mod queue;
 mod rate;
 pub mod retention;
 pub(crate) mod schedule;
-#[doc(hidden)]
-pub mod statements;
+pub(crate) mod statements;
 pub(crate) mod wait;
 
 mysql_like_modules! {
@@ -45,12 +43,14 @@ mod postgres;
 mod sqlite;
 
 pub use builder::Claim;
+#[cfg(test)]
+pub(crate) use by_key::DEFAULT_LOCK_WAIT;
 pub(crate) use by_key::{
     lock_by_pk_if_claimable, lock_by_pk_if_null, with_locked, with_locked_if_null,
 };
 pub use by_key::{
     lock_by_pk_if_claimable_within, lock_by_pk_if_null_within, ClaimableLockConnection,
-    NullLockConnection, DEFAULT_LOCK_WAIT,
+    NullLockConnection,
 };
 pub use cancel::HasCancelState;
 pub use cursor::{ClaimCursor, ClaimOrderKey, CursorConnection, NotNullOrder};
@@ -113,7 +113,7 @@ pub trait Claimable: Keyed {
     /// retried with an error.
     const ERROR: Option<&'static str> = None;
 
-    /// The ready states as SQL constants; `release` and retries use the first.
+    /// The ready states as SQL constants; `requeue` and retries use the first.
     const READY_SQL: &'static [StateLiteral];
     /// The claimed state as an SQL constant.
     const CLAIMED_SQL: StateLiteral;

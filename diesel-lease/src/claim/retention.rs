@@ -23,7 +23,7 @@ use crate::clock::Offset;
 use crate::{Error, InvalidInput, Result};
 
 /// How many rows a batch deletes or moves by default.
-pub const DEFAULT_BATCH: usize = 500;
+pub(crate) const DEFAULT_BATCH: usize = 500;
 
 /// What [`purge`](super::queue::Queue::purge) deletes: done and dead (failed) rows whose age column is older than a
 /// period by the database clock, `batch` rows per transaction.
@@ -76,7 +76,7 @@ pub struct Retention {
 }
 
 impl Retention {
-    /// Deletes done and dead rows older than `period`, [`DEFAULT_BATCH`] per transaction.
+    /// Deletes done and dead rows older than `period`, 500 rows per transaction.
     ///
     /// Checked when used: a zero period is [`InvalidInput::ZeroDuration`].
     pub fn older_than(period: Duration) -> Self {

@@ -64,7 +64,7 @@ pub(crate) fn push_not_before<DB: SqlDialect>(
 /// cleared, `available_at = <db now> + delay`, the error text, and for a row handed back unstarted
 /// its attempt refunded.
 #[derive(Debug)]
-pub struct Retry {
+pub(crate) struct Retry {
     /// Ready (the owner is cleared) or failed (the owner stays, for the record).
     pub(crate) to: Finish,
     pub(crate) not_before: Option<Offset>,

@@ -30,7 +30,7 @@ use crate::clock::{DbNow, DbNowOffset, TimestampType};
 
 /// What the claim statements need of the table they claim from, besides its names and states
 /// ([`ClaimShape`]): the `FROM` fragment, what a claim returns, and the claimed-at column's SQL
-/// type. Every [`ClaimSql`] model is one. A tool that describes a table at run time (the
+/// type. Every `ClaimSql` model is one. A tool that describes a table at run time (the
 /// operator's `doctor`) implements it for its description, and then builds, and `EXPLAIN`s,
 /// the very statements a model's claims send ([`ClaimDialect::claim_statements`](super::ClaimDialect::claim_statements)).
 pub trait ClaimTarget<DB: SqlDialect> {
@@ -239,7 +239,7 @@ impl<M, DB: diesel::backend::Backend, Conn, K> RunQueryDsl<Conn> for Rows<'_, M,
 // other part of the text follows from the model's constants. The id is static only when `F`'s is.
 
 /// The query id of a statement whose text is fixed by its type parameters (see above).
-pub struct StmtId<M, S, F, const RESCUE: bool, const ONE: bool>(PhantomData<(M, S, F)>);
+pub(crate) struct StmtId<M, S, F, const RESCUE: bool, const ONE: bool>(PhantomData<(M, S, F)>);
 
 impl<M: 'static, S: 'static, F: QueryId, const RESCUE: bool, const ONE: bool> QueryId
     for StmtId<M, S, F, RESCUE, ONE>
@@ -248,7 +248,7 @@ impl<M: 'static, S: 'static, F: QueryId, const RESCUE: bool, const ONE: bool> Qu
     const HAS_STATIC_QUERY_ID: bool = F::HAS_STATIC_QUERY_ID;
 }
 
-pub use crate::backend::Dynamic;
+pub(crate) use crate::backend::Dynamic;
 pub(crate) use crate::backend::Exec;
 
 /// The filter id of a statement without a caller filter.
@@ -260,19 +260,19 @@ impl QueryId for NoFilter {
 }
 
 /// Statement shapes, for [`StmtId`].
-pub mod shape {
+pub(crate) mod shape {
     /// The one-statement claim (`ClaimStmt`).
-    pub struct Claim;
+    pub(crate) struct Claim;
     /// The locking pick (`PickStmt`).
-    pub struct Pick;
+    pub(crate) struct Pick;
     /// Retiring exhausted stale claims.
-    pub struct Reap;
+    pub(crate) struct Reap;
     /// An owner-checked change of one row; `T` is the target (0 done, 1 failed, 2 ready, 3 touch).
-    pub struct Finish<const T: u8>;
+    pub(crate) struct Finish<const T: u8>;
     /// MySQL's mark-claimed and read-back of one picked row.
-    pub struct ByKeyOne<const STEP: u8>;
+    pub(crate) struct ByKeyOne<const STEP: u8>;
     /// SQLite's write-lock statement.
-    pub struct WriteLock;
+    pub(crate) struct WriteLock;
 }
 
 /// Loads the rows of `stmt`, a pick of `limit` rows, with the [`StmtId`] of shape `S` and filter
@@ -418,7 +418,7 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> ClaimParts<M, DB> {
         }
     }
 
-    /// Whether the claimable predicate includes stale claims (a [`StmtId`] parameter).
+    /// Whether the claimable predicate includes stale claims (a `StmtId` parameter).
     pub fn rescues(&self) -> bool {
         self.cutoff.is_some()
     }
@@ -612,7 +612,7 @@ fn claimable_predicate<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
 /// Which claimable rows a pick looks at: ready or stale (one statement, PostgreSQL and SQLite),
 /// or one of the two (MySQL's claims, see `backend/mysql_like.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Which {
+pub(crate) enum Which {
     /// Ready rows, and stale claims that may be rescued.
     Both,
     /// Ready rows only.
@@ -698,7 +698,7 @@ fn and_filter<'b, DB: SqlDialect>(
 /// `<lock>` is the backend's `FOR UPDATE SKIP LOCKED` (nothing on SQLite, whose write lock
 /// stands in for row locks). The rows stay locked until the caller's transaction ends; MySQL
 /// claims use it to pick rows before updating them.
-pub struct PickStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
+pub(crate) struct PickStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
     parts: &'a ClaimParts<M, DB>,
     limit: i64,
     filter: Filter<'a, DB>,
@@ -903,7 +903,7 @@ fn debug_assert_walk_agrees<DB: diesel::backend::Backend>(
 /// a disjunction term by term, and when its statistics misjudge the rows in a state (taken
 /// before a large claim) MariaDB reads a state index and tests the list on every entry of it:
 /// with 200 `OR` terms a 70,000-row claim cost it a minute of CPU.
-pub enum AnyPk<M: Claimable> {
+pub(crate) enum AnyPk<M: Claimable> {
     /// A one-column key: `<pk> IN (?, …)` (empty: matches nothing).
     Values(Vec<M::PkValue>),
     /// A composite key: one typed primary-key filter per row, joined by `OR`.
@@ -970,7 +970,7 @@ impl<M: Claimable> AnyPk<M> {
 /// replicates writes, not row locks, so another node's claim of the same row may have been
 /// applied here since the pick. The marking then matches fewer rows than were picked, and the
 /// read-back is a current (locking) read of this claim's own stamp, never a snapshot.
-pub struct ByKeyStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
+pub(crate) struct ByKeyStmt<'a, M: ClaimSql<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) rows: &'a AnyPk<M>,
     pub(crate) step: ByKey,
@@ -994,7 +994,7 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ByKeyStmt<'a, M, DB> {
 
 /// Which of [`ByKeyStmt`]'s two statements.
 #[derive(Clone, Copy)]
-pub enum ByKey {
+pub(crate) enum ByKey {
     /// `UPDATE … SET <claim> … AND <claimable>`.
     MarkClaimed,
     /// `SELECT <model> … AND <state> = <claimed> [AND <owner> = <this claim's stamp>] FOR UPDATE`.
@@ -1095,7 +1095,7 @@ impl<M: ClaimTarget<DB>, DB: SqlDialect> QueryFragment<DB> for ReapStmt<'_, M, D
 /// The probe of MySQL's reap: `SELECT <model> FROM t WHERE <reap predicate> LIMIT $n`, a plain
 /// read that locks nothing (see `reap_skip_locked`).
 #[cfg(feature = "__mysql_like")]
-pub struct ReapProbeStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
+pub(crate) struct ReapProbeStmt<'a, M: ClaimTarget<DB>, DB: SqlDialect> {
     pub(crate) parts: &'a ClaimParts<M, DB>,
     pub(crate) limit: i64,
 }
@@ -1181,7 +1181,7 @@ pub struct FinishStmt<M: Claimable> {
 }
 
 /// What an owner-checked statement changes.
-pub enum Change<ST> {
+pub(crate) enum Change<ST> {
     /// `state = <target>`; back to ready also clears the owner so the row looks unclaimed.
     State(Finish),
     /// `claimed_at = <db now>`: a heartbeat, so the claim is not rescued while its work runs.

@@ -80,13 +80,12 @@ mysql_like_modules! {
 }
 pub mod schedule;
 pub(crate) mod schema;
-#[doc(hidden)]
-pub mod statements;
+pub(crate) mod statements;
 
 pub use guard::LeaseGuard;
 
 /// The longest lease name, in bytes (the `name` column is `VARCHAR(255)`).
-pub const MAX_NAME_LEN: usize = 255;
+pub(crate) const MAX_NAME_LEN: usize = 255;
 
 /// How a lease is requested: how long it lasts, how long it is held at least, who holds it.
 ///
@@ -275,7 +274,7 @@ enum State {
     Lost(Option<(String, FencingToken)>),
 }
 
-/// Tries once to take the lease `name`: `Some` if it was free (never used, expired or released),
+/// Tries once to take the lease `name` (1 to 255 bytes, else [`InvalidInput`]): `Some` if it was free (never used, expired or released),
 /// `None` if someone holds it.
 ///
 /// One statement on PostgreSQL and SQLite (see the [module docs](self)).

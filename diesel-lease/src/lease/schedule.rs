@@ -263,7 +263,7 @@ type ErrorHook = std::sync::Arc<dyn Fn(&Error) + Send + Sync>;
 
 /// The lease a cron schedule's run takes unless [`Every::lease`] says otherwise: a node that
 /// dies mid-run keeps the job from running for at most this long.
-pub const DEFAULT_CRON_LEASE: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_CRON_LEASE: Duration = Duration::from_secs(60);
 
 /// The time between a cron expression's next two slots after this machine's now.
 fn cron_spacing(cron: &Cron) -> Option<Duration> {
@@ -276,7 +276,7 @@ fn cron_spacing(cron: &Cron) -> Option<Duration> {
 }
 
 /// The longest pause [`Every::run_until`] makes after consecutive errors.
-pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for Every {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -331,8 +331,8 @@ impl<C: LeaseStatements + R2D2Connection> Occurrence<'_, C> {
 impl Every {
     /// The lease each run takes. Its ttl bounds how long a dead node's run blocks the job;
     /// keep it shorter than the interval (or turn on [`LeaseOptions::keep_alive`] for runs that
-    /// may last longer). Default: `LeaseOptions::new(interval)`; on a cron schedule,
-    /// [`DEFAULT_CRON_LEASE`].
+    /// may last longer). Default: `LeaseOptions::new(interval)`; on a cron schedule, a 60 s
+    /// lease.
     pub fn lease(mut self, options: LeaseOptions) -> Self {
         self.lease = Some(options);
         self
@@ -457,7 +457,7 @@ impl Every {
     /// would find none). Every other error — the database restarting, a pool timeout, a
     /// lock timeout on the release after a run — is handed to [`on_error`](Self::on_error) and
     /// the loop goes on after a backoff that doubles from the poll period up to
-    /// [`MAX_ERROR_BACKOFF`], so one transient fault never stops a node for good.
+    /// 30 s, so one transient fault never stops a node for good.
     ///
     /// ```
     /// # #[cfg(feature = "sqlite")] {

@@ -334,7 +334,7 @@ pub trait LeaseStatements: Dialect {
 
 /// The row of a lease as the database holds it (holder, token, acquired at, expires at, next
 /// run, released at), with the database's time of the read.
-pub type Row = (String, i64, i64, i64, Option<i64>, Option<i64>, i64);
+pub(crate) type Row = (String, i64, i64, i64, Option<i64>, Option<i64>, i64);
 
 /// The lease statements that read the same on every backend.
 macro_rules! lease_statements {
@@ -431,7 +431,7 @@ macro_rules! grant_by_upsert {
     };
 }
 
-/// Grants the lease (see [`LeaseStatements::lease_grant`]). Refused inside the caller's
+/// Grants the lease (see `LeaseStatements::lease_grant`). Refused inside the caller's
 /// transaction: a grant must commit at once to be seen by the others.
 ///
 /// A grant, an extension and a release are each rolled back whole when they fail with a

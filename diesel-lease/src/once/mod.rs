@@ -1,10 +1,10 @@
 //! At-most-once work: guards and insert-once.
 //!
-//! - [`claim_if_null`](crate::dsl::ClaimIfNullDsl::claim_if_null): `UPDATE t SET col = <value> WHERE pk = … AND col IS NULL`. The caller
+//! - [`claim_if_null`](crate::dsl::OnceDsl::claim_if_null): `UPDATE t SET col = <value> WHERE pk = … AND col IS NULL`. The caller
 //!   whose update changed the row won; everyone else sees `false`. The old state (`IS NULL`) is in
 //!   the predicate, so "one row" means "I won" on every backend, including MySQL, whose affected
 //!   count is the matched count.
-//! - [`insert_once`](crate::dsl::InsertOnceDsl::insert_once): insert a row that a unique constraint lets exist once; a duplicate is the
+//! - [`insert_once`](crate::dsl::OnceDsl::insert_once): insert a row that a unique constraint lets exist once; a duplicate is the
 //!   ordinary outcome [`InsertOutcome::AlreadyExists`], not an error. The inserted row comes back
 //!   from `RETURNING` (PostgreSQL, SQLite) or, on MySQL, from a read by the generated
 //!   `AUTO_INCREMENT` value in the same transaction ([`InsertedRowStmt`]).

@@ -74,16 +74,16 @@ pub trait ControlTable: 'static {
 /// (`Model::semaphore(resource, permits)`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no resource column: its control table queues for one resource",
-    label = "call it without a resource",
+    label = "use `table_semaphore(permits)` or `table_rw_lock()`, without a resource",
     note = "add `resource = <text column>` to `semaphore(...)` to queue for many resources in one table"
 )]
 pub trait ResourceColumn: ControlTable {}
 
 /// A [`ControlTable`] without a resource column: the table queues for one resource
-/// (`Model::semaphore(permits)`).
+/// (`Model::table_semaphore(permits)`).
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has a resource column: say which resource",
-    label = "pass the resource first",
+    label = "use `semaphore(resource, permits)` or `rw_lock(resource)`",
     note = "a control table with `resource = …` serves many resources"
 )]
 pub trait OneResource: ControlTable {}
@@ -147,8 +147,8 @@ pub trait ControlDialect: SemaphoreStatements + Dialect {
 }
 
 /// What the semaphore operations need of a connection: the protocol's statements
-/// ([`SemaphoreStatements`], object safe), what a control table needs besides
-/// ([`ControlDialect`]) and the backend's notifications. Blanket-implemented.
+/// (`SemaphoreStatements`, object safe), what a control table needs besides
+/// (`ControlDialect`) and the backend's notifications. Blanket-implemented.
 pub trait SemaphoreDialect: Notifications + SemaphoreStatements + ControlDialect {}
 impl<C: Notifications + SemaphoreStatements + ControlDialect> SemaphoreDialect for C {}
 

@@ -83,7 +83,7 @@
 //! while it waits. [`Semaphore::queue`] only reads, and works inside one.
 
 mod access;
-mod control;
+pub(crate) mod control;
 mod gate;
 mysql_like_modules! {
     /// MySQL's semaphore statements: no `ON CONFLICT` and no `RETURNING`, so the resource row is an
@@ -94,8 +94,7 @@ pub(crate) mod protocol;
 mod request;
 mod rwlock;
 pub(crate) mod schema;
-#[doc(hidden)]
-pub mod statements;
+pub(crate) mod statements;
 
 use std::time::Duration;
 
@@ -106,28 +105,22 @@ use self::request::{ControlTarget, Request};
 use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
 use crate::pool::{AnySource, ConnectionSource, DROP_WAIT};
-#[doc(hidden)]
-pub use control::{
-    ControlDialect, ControlRequests, Insert, OnEveryConnection, RequestsOnMariadb, RequestsOnMysql,
-    RequestsOnPg, RequestsOnSqlite, SemaphoreDialect,
-};
+pub(crate) use control::SemaphoreDialect;
 pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
-#[doc(hidden)]
-pub use control::{MariadbFragment, MysqlFragment, OnEveryBackend, PgFragment, SqliteFragment};
 pub use lease_core::admission::{Mode, QueueEntry};
 pub use permit::{Permit, PermitGuard};
 pub use rwlock::RwLock;
 
 /// The longest resource name the built-in table stores, in bytes.
-pub const MAX_RESOURCE_LEN: usize = 255;
+pub(crate) const MAX_RESOURCE_LEN: usize = 255;
 
 /// How long a holder or waiter stays in the queue without a heartbeat, unless set with
 /// [`Semaphore::with_ttl`].
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 /// The longest pause between two polls of a waiter, unless set with
 /// [`Semaphore::with_max_poll_interval`].
-pub const DEFAULT_MAX_POLL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_MAX_POLL: Duration = Duration::from_secs(1);
 
 /// A counting semaphore over a named resource, shared by every process using the database.
 ///
@@ -179,7 +172,8 @@ impl Semaphore {
     ///
     /// Like every setter of this type, it only records what it is given: the settings are
     /// checked when a permit is asked for ([`acquire`](Self::acquire), …), which then fails with
-    /// [`InvalidInput::EmptyName`] / [`InvalidInput::NameTooLong`] for a bad name,
+    /// [`InvalidInput::EmptyName`] / [`InvalidInput::NameTooLong`] for a bad name (at most 255
+    /// bytes),
     /// [`InvalidInput::Zero`] for zero permits, [`InvalidInput::TooLarge`] above `i32::MAX` and
     /// [`InvalidInput::ZeroDuration`] for a zero ttl, poll interval or drop wait.
     ///
@@ -233,7 +227,7 @@ impl Semaphore {
     }
 
     /// How long a holder or waiter stays in the queue after its last heartbeat (default
-    /// [`DEFAULT_TTL`]). Pool-backed permits heartbeat every ttl/3. Zero is refused when used.
+    /// 30 s). Pool-backed permits heartbeat every ttl/3. Zero is refused when used.
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -245,7 +239,7 @@ impl Semaphore {
         self
     }
 
-    /// The longest pause between two polls of a waiter (default [`DEFAULT_MAX_POLL`], and never
+    /// The longest pause between two polls of a waiter (default 1 s, and never
     /// more than ttl/3). Lower values hand a freed permit over sooner on SQLite and MySQL at the
     /// cost of more queries; PostgreSQL waiters are woken by notifications anyway (pool-backed
     /// ones when their pool has [`WaiterWakeups`](crate::pool::WaiterWakeups)). Zero is refused

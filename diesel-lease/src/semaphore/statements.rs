@@ -16,7 +16,7 @@ use crate::Ttl;
 use lease_core::admission::{Mode, QueueEntry};
 
 /// The transaction body run by [`SemaphoreStatements::serialized`].
-pub type Body<'a> = dyn FnMut(&mut dyn SemaphoreStatements) -> crate::Result<()> + 'a;
+pub(crate) type Body<'a> = dyn FnMut(&mut dyn SemaphoreStatements) -> crate::Result<()> + 'a;
 
 /// One row of a resource's queue.
 #[derive(Debug, Clone, Queryable, Selectable)]

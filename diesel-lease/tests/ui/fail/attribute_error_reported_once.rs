@@ -30,7 +30,7 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<usize> {
     }
     let options = diesel_lease::claim::ClaimOptions::default();
     for row in Job::claim().batch(10).options(&options).rows(conn)? {
-        row.release(conn)?;
+        row.requeue(conn)?;
     }
     let _first: Option<i64> = Job::claim().locked_with(conn, |conn, row| {
         diesel::update(jobs::table.find(row.id))
