@@ -82,6 +82,7 @@ pub(crate) enum BatchStep {
     /// locks the rows the update then changes (no `UPDATE … RETURNING` there).
     LockOurs,
     /// `UPDATE t SET <target> WHERE <still ours>`: MySQL's second statement.
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     Update,
 }
 

@@ -270,8 +270,10 @@ pub(crate) mod shape {
     /// An owner-checked change of one row; `T` is the target (0 done, 1 failed, 2 ready, 3 touch).
     pub(crate) struct Finish<const T: u8>;
     /// MySQL's mark-claimed and read-back of one picked row.
+    #[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))]
     pub(crate) struct ByKeyOne<const STEP: u8>;
     /// SQLite's write-lock statement.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) struct WriteLock;
 }
 
@@ -903,6 +905,7 @@ fn debug_assert_walk_agrees<DB: diesel::backend::Backend>(
 /// a disjunction term by term, and when its statistics misjudge the rows in a state (taken
 /// before a large claim) MariaDB reads a state index and tests the list on every entry of it:
 /// with 200 `OR` terms a 70,000-row claim cost it a minute of CPU.
+#[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))] // MySQL's and MariaDB's
 pub(crate) enum AnyPk<M: Claimable> {
     /// A one-column key: `<pk> IN (?, …)` (empty: matches nothing).
     Values(Vec<M::PkValue>),
@@ -994,6 +997,7 @@ impl<'a, M: ClaimSql<DB>, DB: SqlDialect> ByKeyStmt<'a, M, DB> {
 
 /// Which of [`ByKeyStmt`]'s two statements.
 #[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "__mysql_like"), allow(dead_code))] // MySQL's and MariaDB's
 pub(crate) enum ByKey {
     /// `UPDATE … SET <claim> … AND <claimable>`.
     MarkClaimed,
