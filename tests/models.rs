@@ -125,9 +125,9 @@ pub struct ImportJob {
 }
 
 /// Seed 000: one node of the farm runs each occurrence of a scheduled job.
-#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, JobLease)]
 #[diesel(table_name = job_status, primary_key(job_id))]
-#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
+#[job_lease(holder = running_at, started_at = last_run_started, next_run = next_run)]
 pub struct JobStatus {
     pub job_id: String,
     pub running_at: Option<String>,
@@ -146,9 +146,9 @@ pub struct Test {
 }
 
 /// Seed 002: `UPDATE action SET notified = now WHERE id = … AND notified IS NULL`.
-#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = action)]
-#[claimable(claim_if_null = notified)]
+#[claim_if_null(column = notified)]
 pub struct Action {
     pub id: i64,
     pub notified: Option<NaiveDateTime>,
@@ -156,18 +156,18 @@ pub struct Action {
 
 /// Seed 002's `table1`: a row qualifies while `col1 IS NULL`; the transaction that locked it sets
 /// `col1` from the external service's answer.
-#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = table1)]
-#[claimable(claim_if_null = col1)]
+#[claim_if_null(column = col1)]
 pub struct Table1 {
     pub id: i64,
     pub col1: Option<String>,
 }
 
 /// A guard on a composite primary key, set to a value rather than a time.
-#[derive(Debug, Clone, PartialEq, Queryable, Selectable, Claimable)]
+#[derive(Debug, Clone, PartialEq, Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-#[claimable(claim_if_null = sent_by)]
+#[claim_if_null(column = sent_by)]
 pub struct Mailing {
     pub campaign_id: i32,
     pub user_id: i64,
@@ -185,9 +185,9 @@ pub struct Notification {
 }
 
 /// The "next" notification, inserted at most once per previous one; the database assigns its id.
-#[derive(Debug, Clone, Insertable, Claimable)]
+#[derive(Debug, Clone, Insertable, InsertOnce)]
 #[diesel(table_name = notification)]
-#[claimable(insert_once(returning = Notification))]
+#[insert_once(returning = Notification)]
 pub struct NewNotification {
     pub user_id: i64,
     pub previous_notification: i64,
@@ -195,9 +195,8 @@ pub struct NewNotification {
 }
 
 /// The same follow-up when the caller needs no row back: `InsertOutcome<()>`.
-#[derive(Debug, Clone, Insertable, Claimable)]
+#[derive(Debug, Clone, Insertable, InsertOnce)]
 #[diesel(table_name = notification)]
-#[claimable(insert_once)]
 pub struct FollowUp {
     pub user_id: i64,
     pub previous_notification: i64,
@@ -205,9 +204,9 @@ pub struct FollowUp {
 }
 
 /// A follow-up whose id the application chooses, although the table would generate one.
-#[derive(Debug, Clone, Insertable, Claimable)]
+#[derive(Debug, Clone, Insertable, InsertOnce)]
 #[diesel(table_name = notification)]
-#[claimable(insert_once(returning = Notification))]
+#[insert_once(returning = Notification)]
 pub struct NumberedNotification {
     pub id: i64,
     pub user_id: i64,
@@ -217,9 +216,9 @@ pub struct NumberedNotification {
 
 /// One mailing per (campaign, user), inserted once: the insert supplies the whole key and the
 /// table generates nothing.
-#[derive(Debug, Clone, Insertable, Claimable)]
+#[derive(Debug, Clone, Insertable, InsertOnce)]
 #[diesel(table_name = mailing)]
-#[claimable(insert_once(returning = Mailing))]
+#[insert_once(returning = Mailing)]
 pub struct NewMailing {
     pub campaign_id: i32,
     pub user_id: i64,

@@ -99,9 +99,9 @@ pub(crate) struct BenchJobNarrow {
 }
 
 /// A row whose `done_at` is set at most once (`claim_if_null`).
-#[derive(Debug, Clone, Queryable, Selectable, Claimable)]
+#[derive(Debug, Clone, Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = bench_guards)]
-#[claimable(claim_if_null = done_at)]
+#[claim_if_null(column = done_at)]
 #[allow(dead_code)]
 pub(crate) struct BenchGuard {
     pub(crate) id: i64,

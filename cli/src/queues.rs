@@ -1,6 +1,6 @@
 //! Every semaphore with its queue, shared by `semaphores` and `serve`: the built-in tickets
 //! table's queues (through `diesel_lease::admin`), and the queues of semaphores on a user's
-//! control table (seed 001, `#[claimable(semaphore(...))]`), read from that table as the operator
+//! control table (seed 001, `#[control_table(...)]`), read from that table as the operator
 //! describes it with `--control-table`. Such a semaphore's lock row in `diesel_lease_semaphores`
 //! is named `<table>#<resource>` (or `<table>` for a table that serves one resource); its
 //! requests are rows of the user's table, which only a description can read.
@@ -19,7 +19,7 @@ use crate::dialect::{CliDialect, Ident};
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct ControlTablesArgs {
     /// A control table whose semaphores to show with their queues: its name, then the columns
-    /// as `#[claimable(semaphore(…))]` names them, as one argument (repeat for several):
+    /// as `#[control_table(…)]` names them, as one argument (repeat for several):
     /// `--control-table 'process_control --ticket queue_position --owner requesting_id
     /// --resource resource --mode access_type --shared R --exclusive W'` (`--granted`,
     /// `--expires-at`: when renamed).
@@ -27,7 +27,7 @@ pub(crate) struct ControlTablesArgs {
     control_tables: Vec<String>,
 }
 
-/// One control table, as `#[claimable(semaphore(…))]` describes it.
+/// One control table, as `#[control_table(…)]` describes it.
 #[derive(Debug, Parser)]
 #[command(name = "--control-table", no_binary_name = true)]
 pub(crate) struct ControlTable {

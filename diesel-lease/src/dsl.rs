@@ -351,9 +351,9 @@ where
     }
 }
 
-/// At-most-once work: on a [`ClaimIfNull`] model (`#[claimable(claim_if_null = col)]`), set a
+/// At-most-once work: on a [`ClaimIfNull`] model (`#[claim_if_null(column = col)]`), set a
 /// nullable column only while it is `NULL`, so exactly one caller wins however many race; on an
-/// [`InsertOnce`] model (`#[claimable(insert_once)]` on an `Insertable`), insert a follow-up row
+/// [`InsertOnce`] model (`#[derive(InsertOnce)]` on an `Insertable`), insert a follow-up row
 /// where a duplicate is an outcome, never an error ([`insert_once`](Self::insert_once)).
 ///
 /// ```
@@ -368,9 +368,9 @@ where
 ///     }
 /// }
 ///
-/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[derive(Debug, Queryable, Selectable, ClaimIfNull)]
 /// #[diesel(table_name = action)]
-/// #[claimable(claim_if_null = notified)]
+/// #[claim_if_null(column = notified)]
 /// struct Action {
 ///     id: i64,
 ///     notified: Option<chrono::NaiveDateTime>,
@@ -430,9 +430,9 @@ pub trait OnceDsl: Sized {
     ///
     /// diesel::table! { table1 (id) { id -> BigInt, col1 -> Nullable<Text>, } }
     ///
-    /// #[derive(Debug, Queryable, Selectable, Claimable)]
+    /// #[derive(Debug, Queryable, Selectable, ClaimIfNull)]
     /// #[diesel(table_name = table1)]
-    /// #[claimable(claim_if_null = col1)]
+    /// #[claim_if_null(column = col1)]
     /// struct Table1 {
     ///     id: i64,
     ///     col1: Option<String>,
@@ -498,9 +498,8 @@ pub trait OnceDsl: Sized {
     ///     }
     /// }
     ///
-    /// #[derive(Insertable, Claimable)]
+    /// #[derive(Insertable, InsertOnce)]
     /// #[diesel(table_name = notification)]
-    /// #[claimable(insert_once)]
     /// struct NewNotification {
     ///     action_id: i64,
     /// }
@@ -538,7 +537,7 @@ pub trait OnceDsl: Sized {
 /// there only for the models with its capability ([`ClaimIfNull`], [`InsertOnce`]).
 impl<T> OnceDsl for T {}
 
-/// The job lease of a scheduled job on a farm, on a [`JobLease`] model (`#[claimable(job(...))]` on your own
+/// The job lease of a scheduled job on a farm, on a [`JobLease`] model (`#[job_lease(...)]` on your own
 /// `job_status` table): one node of a farm runs each occurrence of a job; a dead node's run is
 /// taken over after its timeout, by the database clock.
 ///
@@ -558,9 +557,9 @@ impl<T> OnceDsl for T {}
 ///     }
 /// }
 ///
-/// #[derive(Queryable, Selectable, Claimable)]
+/// #[derive(Queryable, Selectable, JobLease)]
 /// #[diesel(table_name = job_status, primary_key(job_id))]
-/// #[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
+/// #[job_lease(holder = running_at, started_at = last_run_started, next_run = next_run)]
 /// struct JobStatus {
 ///     job_id: String,
 ///     running_at: Option<String>,
@@ -613,7 +612,7 @@ pub trait JobLeaseDsl: JobLease {
 
 impl<M: JobLease> JobLeaseDsl for M {}
 
-/// Semaphores and reader/writer locks on a [`ControlTable`] (`#[claimable(semaphore(…))]`):
+/// Semaphores and reader/writer locks on a [`ControlTable`] (`#[control_table(…)]`):
 /// their requests are rows of your table, granted first come, first served. A table with a
 /// resource column (`resource = …`) holds many resources ([`semaphore`](Self::semaphore),
 /// [`rw_lock`](Self::rw_lock)); one without queues for one
@@ -636,10 +635,10 @@ impl<M: JobLease> JobLeaseDsl for M {}
 ///     }
 /// }
 ///
-/// #[derive(Claimable)]
+/// #[derive(ControlTable)]
 /// #[diesel(table_name = process_control, primary_key(queue_position))]
-/// #[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource,
-///                       mode = access_type, shared = "R", exclusive = "W"))]
+/// #[control_table(ticket = queue_position, owner = requesting_id, resource = resource,
+///                       mode = access_type, shared = "R", exclusive = "W")]
 /// struct ProcessControl {
 ///     queue_position: i32,
 ///     requesting_id: String,

@@ -15,9 +15,9 @@
 //! | a deep queue's claims without the walk over the front of its index (order relaxed up to a rescan period) | [`ClaimCursor`](claim::ClaimCursor) in a claim's [`cursor`](claim::Claim::cursor) step, [`Worker::claim_cursor`](worker::Worker::claim_cursor) |
 //! | a row kept locked for your transaction, skipping locked ones | a claim's [`locked`](claim::Claim::locked), [`locked_with`](claim::Claim::locked_with) terminals |
 //! | this row locked if it still qualifies, waiting for its holder | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`OnceDsl`](dsl::OnceDsl)) |
-//! | a side effect done at most once | [`OnceDsl::claim_if_null`](dsl::OnceDsl::claim_if_null) (`#[claimable(claim_if_null = col)]`) |
-//! | a follow-up row inserted once | [`OnceDsl::insert_once`](dsl::OnceDsl::insert_once) (`#[claimable(insert_once)]`) |
-//! | one node of a farm running a scheduled job, on your own `job_status` table | [`JobLeaseDsl::try_start_run`](dsl::JobLeaseDsl::try_start_run) (`#[claimable(job(…))]`) |
+//! | a side effect done at most once | [`OnceDsl::claim_if_null`](dsl::OnceDsl::claim_if_null) (`#[claim_if_null(column = col)]`) |
+//! | a follow-up row inserted once | [`OnceDsl::insert_once`](dsl::OnceDsl::insert_once) (`#[derive(InsertOnce)]` on an `Insertable`) |
+//! | one node of a farm running a scheduled job, on your own `job_status` table | [`JobLeaseDsl::try_start_run`](dsl::JobLeaseDsl::try_start_run) (`#[job_lease(…)]`) |
 //! | a named lock that expires, with a fencing token per grant | [`lease::try_acquire`], [`LeaseGuard`] |
 //! | a job run once per interval across the farm | [`lease::schedule::every`], [`lease::schedule::run_exclusive`], [`lease::schedule::with_lock`] |
 //! | at most N holders, in request order; readers/writers | [`semaphore::Semaphore`], [`semaphore::RwLock`] |
@@ -69,7 +69,7 @@
 //!
 //! # Unique follow-up inserts
 //!
-//! With `#[claimable(insert_once)]` on an `Insertable`, `insert_once(conn)` returns
+//! With `#[derive(InsertOnce)]` on an `Insertable`, `insert_once(conn)` returns
 //! [`InsertOutcome::Inserted`] or [`InsertOutcome::AlreadyExists`]; a duplicate is an ordinary
 //! outcome and never aborts your PostgreSQL transaction (`ON CONFLICT DO NOTHING`).
 //!
@@ -163,8 +163,27 @@ pub use lease_core::{
     Backoff, ClaimStamp, FencingToken, InsertOutcome, InvalidInput, OwnerId, Ttl, MAX_OWNER_LEN,
     MAX_TTL,
 };
+/// Implements [`ClaimIfNull`](once::ClaimIfNull) for a Diesel model: `#[claim_if_null(column =
+/// col)]` names the nullable column whose first write wins. The operations are
+/// [`OnceDsl`](dsl::OnceDsl)'s; see the [derive guide](derive@Claimable#claim_if_null) for the
+/// attribute.
+pub use lease_derive::ClaimIfNull;
 #[doc = include_str!("derive_docs.md")]
 pub use lease_derive::Claimable;
+/// Implements [`ControlTable`](semaphore::ControlTable) for a model of a semaphore's control
+/// table: `#[control_table(ticket = col, owner = col, resource = col, mode = col, shared = "R",
+/// exclusive = "W")]`. The operations are [`ControlTableDsl`](dsl::ControlTableDsl)'s; see the
+/// [derive guide](derive@Claimable#control_table).
+pub use lease_derive::ControlTable;
+/// Implements [`InsertOnce`](once::InsertOnce) for an `Insertable`: a follow-up row that a unique
+/// constraint lets exist once; `#[insert_once(returning = Model)]` names the row the insert
+/// returns. The operation is [`OnceDsl::insert_once`](dsl::OnceDsl::insert_once); see the
+/// [derive guide](derive@Claimable#insert_once).
+pub use lease_derive::InsertOnce;
+/// Implements [`JobLease`](lease::job::JobLease) for a model of your own job-status table:
+/// `#[job_lease(holder = col, started_at = col, next_run = col)]`. The operations are
+/// [`JobLeaseDsl`](dsl::JobLeaseDsl)'s; see the [derive guide](derive@Claimable#job_lease).
+pub use lease_derive::JobLease;
 
 /// The defaults and limits the docs state as numbers (they are not public items): a change to
 /// one of them must change its docs too.

@@ -1,6 +1,7 @@
 //! What almost every user of diesel-lease imports: `use diesel_lease::prelude::*;`.
 //!
-//! It brings the derive `Claimable` and six traits, imported for their methods (their names
+//! It brings the derives (`Claimable`, `ClaimIfNull`, `InsertOnce`, `JobLease`,
+//! `ControlTable`: one per capability, as Diesel has `Insertable` and `AsChangeset`) and six traits, imported for their methods (their names
 //! rarely need to be written), as `use diesel::prelude::*` brings `QueryDsl` and `RunQueryDsl`:
 //!
 //! | Trait | Gives |
@@ -18,4 +19,4 @@
 
 pub use crate::dsl::{ClaimDsl, ControlTableDsl, FinishDsl, JobLeaseDsl, OnceDsl};
 pub use crate::{Held, InsertOutcome};
-pub use lease_derive::Claimable;
+pub use lease_derive::{ClaimIfNull, Claimable, ControlTable, InsertOnce, JobLease};

@@ -542,9 +542,9 @@ pub(crate) struct Block7b;
 /// # fn send(_: Option<Notification>) {}
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
-/// #[derive(Queryable, Selectable, Claimable)]
+/// #[derive(Queryable, Selectable, ClaimIfNull)]
 /// #[diesel(table_name = action)]
-/// #[claimable(claim_if_null = notified)]                 // a nullable column
+/// #[claim_if_null(column = notified)]                 // a nullable column
 /// struct Action { id: i64, notified: Option<NaiveDateTime> }
 /// # let action: Action = action::table.select(Action::as_select()).first(&mut conn)?;
 ///
@@ -552,9 +552,9 @@ pub(crate) struct Block7b;
 ///     send_notification_email(&action)?;
 /// }
 ///
-/// #[derive(Insertable, Claimable)]
+/// #[derive(Insertable, InsertOnce)]
 /// #[diesel(table_name = notification)]
-/// #[claimable(insert_once(returning = Notification))]  // UNIQUE (previous_notification)
+/// #[insert_once(returning = Notification)]  // UNIQUE (previous_notification)
 /// struct NewNotification { user_id: i64, previous_notification: i64, body: String }
 /// # let next = NewNotification { user_id: 1, previous_notification: 0, body: String::new() };
 ///
@@ -584,9 +584,9 @@ pub(crate) struct Block9;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
 /// # let id = 1_i64;
-/// #[derive(Queryable, Selectable, Claimable)]
+/// #[derive(Queryable, Selectable, ClaimIfNull)]
 /// #[diesel(table_name = table1)]
-/// #[claimable(claim_if_null = col1)]                    // qualifies while col1 IS NULL
+/// #[claim_if_null(column = col1)]                    // qualifies while col1 IS NULL
 /// struct Table1 { id: i64, col1: Option<String> }
 ///
 /// let sent = Table1::with_locked_if_null(&mut conn, id, |conn, row| {
@@ -617,9 +617,9 @@ pub(crate) struct Block10;
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
 /// use diesel_lease::lease::job::JobRunOptions;
 ///
-/// #[derive(Queryable, Selectable, Claimable)]
+/// #[derive(Queryable, Selectable, JobLease)]
 /// #[diesel(table_name = job_status, primary_key(job_id))]
-/// #[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
+/// #[job_lease(holder = running_at, started_at = last_run_started, next_run = next_run)]
 /// struct JobStatus { job_id: String, running_at: Option<String>,
 ///                    last_run_started: Option<NaiveDateTime>, next_run: Option<NaiveDateTime> }
 ///
@@ -822,10 +822,10 @@ pub(crate) struct Block15;
 /// # diesel::table! { process_control (queue_position) { queue_position -> Integer, requesting_id -> Text, resource -> Text, access_type -> Text, granted -> Bool, expires_at -> BigInt, } }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
-/// #[derive(Queryable, Selectable, Claimable)]
+/// #[derive(Queryable, Selectable, ControlTable)]
 /// #[diesel(table_name = process_control, primary_key(queue_position))]
-/// #[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource,
-///                       mode = access_type, shared = "R", exclusive = "W"))]
+/// #[control_table(ticket = queue_position, owner = requesting_id, resource = resource,
+///                       mode = access_type, shared = "R", exclusive = "W")]
 /// pub struct ProcessControl { queue_position: i32, requesting_id: String, resource: String,
 ///                             access_type: String }
 ///

@@ -1,4 +1,6 @@
-//! Parsing `#[claimable(...)]` and the parts of `#[diesel(...)]` the derive reads.
+//! Parsing the derives' attributes (`#[claimable(...)]`, `#[claim_if_null(...)]`,
+//! `#[insert_once(...)]`, `#[job_lease(...)]`, `#[control_table(...)]`) and the parts of
+//! `#[diesel(...)]` they read.
 
 use proc_macro2::Span;
 use syn::meta::ParseNestedMeta;
@@ -58,6 +60,85 @@ pub(crate) const SEMAPHORE: &str = "semaphore";
 pub(crate) const PRIORITY: &str = "priority";
 pub(crate) const CANCELLED: &str = "cancelled";
 pub(crate) const PAUSABLE: &str = "pausable";
+
+/// What one derive implements: each capability is a derive of its own, with an attribute of its
+/// own, as Diesel's `Insertable` and `AsChangeset` are.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Capability {
+    /// `#[derive(Claimable)]`, `#[claimable(state = …, …)]`: claims of rows.
+    Claim,
+    /// `#[derive(ClaimIfNull)]`, `#[claim_if_null(column = …)]`.
+    ClaimIfNull,
+    /// `#[derive(InsertOnce)]`, optionally `#[insert_once(returning = …)]`.
+    InsertOnce,
+    /// `#[derive(JobLease)]`, `#[job_lease(holder = …, started_at = …, next_run = …)]`.
+    JobLease,
+    /// `#[derive(ControlTable)]`, `#[control_table(ticket = …, owner = …, …)]`.
+    ControlTable,
+}
+
+impl Capability {
+    pub(crate) const ALL: [Capability; 5] = [
+        Capability::Claim,
+        Capability::ClaimIfNull,
+        Capability::InsertOnce,
+        Capability::JobLease,
+        Capability::ControlTable,
+    ];
+
+    /// The derive's own attribute.
+    pub(crate) fn attr(self) -> &'static str {
+        match self {
+            Capability::Claim => "claimable",
+            Capability::ClaimIfNull => CLAIM_IF_NULL,
+            Capability::InsertOnce => INSERT_ONCE,
+            Capability::JobLease => "job_lease",
+            Capability::ControlTable => "control_table",
+        }
+    }
+
+    /// The derive's name.
+    pub(crate) fn derive(self) -> &'static str {
+        match self {
+            Capability::Claim => "Claimable",
+            Capability::ClaimIfNull => "ClaimIfNull",
+            Capability::InsertOnce => "InsertOnce",
+            Capability::JobLease => "JobLease",
+            Capability::ControlTable => "ControlTable",
+        }
+    }
+
+    /// The key the capability is read as (it was a key of `#[claimable(...)]` before it was a
+    /// derive of its own): one grammar and one set of checks for both spellings.
+    fn key(self) -> &'static str {
+        match self {
+            Capability::Claim => STATE,
+            Capability::ClaimIfNull => CLAIM_IF_NULL,
+            Capability::InsertOnce => INSERT_ONCE,
+            Capability::JobLease => JOB,
+            Capability::ControlTable => SEMAPHORE,
+        }
+    }
+
+    /// Whether its operations address rows by primary key, through `Keyed`.
+    pub(crate) fn needs_key(self) -> bool {
+        matches!(
+            self,
+            Capability::Claim | Capability::ClaimIfNull | Capability::JobLease
+        )
+    }
+
+    /// Whether this derive implements `Keyed`: the first capability on the struct that needs a
+    /// key does (in the order of [`Capability::ALL`]), so that two derives on one model never
+    /// implement it twice.
+    pub(crate) fn implements_key(self, present: &[Capability]) -> bool {
+        self.needs_key()
+            && !Capability::ALL
+                .iter()
+                .take_while(|c| **c != self)
+                .any(|c| c.needs_key() && present.contains(c))
+    }
+}
 
 /// `semaphore(ticket = …, owner = …, resource = …, mode = …, shared = "…", exclusive = "…",
 /// granted = …, expires_at = …)`: a semaphore's control table.
@@ -129,6 +210,9 @@ pub(crate) struct ClaimableAttrs {
     /// Every known key that was written, even with an invalid value: checks that ask "was `x`
     /// given?" use this, so one bad value is not reported again as a missing key.
     pub(crate) given: Vec<&'static str>,
+    /// While a capability's own attribute is read as its key (`#[job_lease(…)]` as `job(…)`):
+    /// outside of it, the capability keys in `#[claimable(...)]` are errors.
+    capability_key: bool,
 }
 
 impl ClaimableAttrs {
@@ -139,28 +223,68 @@ impl ClaimableAttrs {
     }
 }
 
-/// The derive's attributes on the struct: `#[claimable(...)]` and what it reads of `#[diesel(...)]`.
-#[derive(Default)]
+/// One derive's attributes on the struct: its own attribute (`#[claimable(...)]` for
+/// `Claimable`, `#[job_lease(...)]` for `JobLease`, …), read into [`ClaimableAttrs`], and what
+/// it reads of `#[diesel(...)]`.
 pub(crate) struct StructAttrs {
     pub(crate) claimable: ClaimableAttrs,
     pub(crate) diesel: DieselStructAttrs,
-    /// The first `#[claimable(...)]`, `None` when the struct has none.
+    /// The first attribute of this derive, `None` when the struct has none.
     pub(crate) claimable_span: Option<Span>,
+    /// The derive these attributes are for.
+    pub(crate) capability: Capability,
+    /// Every capability whose attribute the struct carries (so whose derive it has).
+    pub(crate) present: Vec<Capability>,
 }
 
 impl StructAttrs {
-    /// Parses the struct's attributes, collecting errors in `errors`.
-    pub(crate) fn parse(attrs: &[syn::Attribute], errors: &mut Errors) -> StructAttrs {
-        let mut out = StructAttrs::default();
+    /// Parses the attributes of the derive of `capability`, collecting errors in `errors`; the
+    /// other derives' attributes are only noted as present.
+    pub(crate) fn parse(
+        attrs: &[syn::Attribute],
+        capability: Capability,
+        errors: &mut Errors,
+    ) -> StructAttrs {
+        let mut out = StructAttrs {
+            claimable: ClaimableAttrs::default(),
+            diesel: DieselStructAttrs::default(),
+            claimable_span: None,
+            capability,
+            present: Vec::new(),
+        };
         for attr in attrs {
-            if attr.path().is_ident("claimable") {
-                out.claimable_span.get_or_insert(attr.meta.span());
-                out.claimable.parse(attr, errors);
-            } else if attr.path().is_ident("diesel") {
+            if attr.path().is_ident("diesel") {
                 if let Err(e) = out.diesel.parse(attr) {
                     errors.push(e);
                 }
+                continue;
             }
+            let Some(found) = Capability::ALL
+                .into_iter()
+                .find(|c| attr.path().is_ident(c.attr()))
+            else {
+                continue;
+            };
+            if !out.present.contains(&found) {
+                out.present.push(found);
+            }
+            if found != capability {
+                continue;
+            }
+            out.claimable_span.get_or_insert(attr.meta.span());
+            if capability == Capability::Claim {
+                out.claimable.parse(attr, errors);
+            } else {
+                out.claimable.parse_capability(attr, capability, errors);
+            }
+        }
+        // `#[derive(InsertOnce)]` alone is a follow-up insert without a returned row.
+        if capability == Capability::InsertOnce && out.claimable_span.is_none() {
+            out.claimable.insert_once = Some(Spanned {
+                value: None,
+                span: Span::call_site(),
+            });
+            out.claimable.given.push(INSERT_ONCE);
         }
         out
     }
@@ -201,7 +325,7 @@ fn set<T>(slot: &mut Option<Spanned<T>>, key: &Ident, value: T) -> syn::Result<(
     Ok(())
 }
 
-fn format_help(key: &str) -> &'static str {
+pub(crate) fn format_help(key: &str) -> &'static str {
     match key {
         STATE => "#[claimable(state = status)]",
         READY => "#[claimable(ready = \"new\")]` or `#[claimable(ready(\"new\", \"retry\"))]",
@@ -217,13 +341,13 @@ fn format_help(key: &str) -> &'static str {
         ORDER_BY => "#[claimable(order_by(priority desc, id))]",
         AVAILABLE_AT => "#[claimable(available_at = run_at)]",
         ERROR => "#[claimable(error = last_error)]",
-        CLAIM_IF_NULL => "#[claimable(claim_if_null = notified)]",
-        JOB => "#[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]",
+        CLAIM_IF_NULL => "#[derive(ClaimIfNull)] #[claim_if_null(column = notified)]",
+        JOB => "#[derive(JobLease)] #[job_lease(holder = running_at, started_at = last_run_started, next_run = next_run)]",
         PRIORITY => "#[claimable(priority = priority)]",
         CANCELLED => "#[claimable(cancelled = \"cancelled\")]",
         PAUSABLE => "#[claimable(pausable)]` or `#[claimable(pausable(key = tenant))]",
-        SEMAPHORE => "#[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource, mode = access_type, shared = \"R\", exclusive = \"W\"))]",
-        _ => "#[claimable(insert_once)]` or `#[claimable(insert_once(returning = Model))]",
+        SEMAPHORE => "#[derive(ControlTable)] #[control_table(ticket = queue_position, owner = requesting_id, resource = resource, mode = access_type, shared = \"R\", exclusive = \"W\")]",
+        _ => "#[derive(InsertOnce)]`, or with the row it returns `#[derive(InsertOnce)] #[insert_once(returning = Model)]",
     }
 }
 
@@ -321,12 +445,106 @@ impl ClaimableAttrs {
         }
     }
 
+    /// Parses the attribute of a derive other than `Claimable` into `self`: `#[claim_if_null(column
+    /// = …)]` here, the others as the key they are read as (`#[job_lease(…)]` as `job(…)`), with
+    /// their own tokens and spans.
+    pub(crate) fn parse_capability(
+        &mut self,
+        attr: &syn::Attribute,
+        capability: Capability,
+        errors: &mut Errors,
+    ) {
+        let name = capability.attr();
+        let span = attr.path().span();
+        if capability == Capability::ClaimIfNull {
+            let mut column = None;
+            let parsed = attr.parse_nested_meta(|meta| {
+                if !meta.path.is_ident("column") {
+                    return Err(meta.error(format!(
+                        "unknown `claim_if_null` option `{}`, expected `column`\nhelp: the correct format looks like `{}`",
+                        path_text(&meta.path),
+                        format_help(CLAIM_IF_NULL)
+                    )));
+                }
+                if column.is_some() {
+                    return Err(meta.error("duplicate `column`\nhelp: give one column"));
+                }
+                column = Some(column_value(&meta, CLAIM_IF_NULL)?);
+                Ok(())
+            });
+            match (parsed, column) {
+                (Err(e), _) => errors.push(e),
+                (Ok(()), Some(column)) => {
+                    self.given.push(CLAIM_IF_NULL);
+                    let key = Ident::new(CLAIM_IF_NULL, span);
+                    if let Err(e) = set(&mut self.claim_if_null, &key, column) {
+                        errors.push(e);
+                    }
+                }
+                (Ok(()), None) => errors.push(syn::Error::new(
+                    span,
+                    format!(
+                        "`#[claim_if_null(...)]` needs `column`\nhelp: the correct format looks like `{}`",
+                        format_help(CLAIM_IF_NULL)
+                    ),
+                )),
+            }
+            return;
+        }
+        let key = Ident::new(capability.key(), span);
+        let body = match &attr.meta {
+            syn::Meta::List(list) => {
+                let mut group = proc_macro2::Group::new(
+                    proc_macro2::Delimiter::Parenthesis,
+                    list.tokens.clone(),
+                );
+                group.set_span(list.delimiter.span().join());
+                quote::quote!(#key #group)
+            }
+            syn::Meta::Path(_) if capability == Capability::InsertOnce => quote::quote!(#key),
+            _ => {
+                errors.push(syn::Error::new_spanned(
+                    &attr.meta,
+                    format!(
+                        "`{name}` takes its options in parentheses\nhelp: the correct format looks like `{}`",
+                        format_help(capability.key())
+                    ),
+                ));
+                return;
+            }
+        };
+        let read_as: syn::Attribute = syn::parse_quote_spanned!(span=> #[claimable(#body)]);
+        self.capability_key = true;
+        self.parse(&read_as, errors);
+        self.capability_key = false;
+    }
+
     fn parse_key(
         &mut self,
         meta: &ParseNestedMeta<'_>,
         key: &Ident,
         name: &str,
     ) -> syn::Result<()> {
+        if !self.capability_key {
+            if let Some(derive) = [
+                Capability::ClaimIfNull,
+                Capability::InsertOnce,
+                Capability::JobLease,
+                Capability::ControlTable,
+            ]
+            .into_iter()
+            .find(|c| c.key() == name)
+            {
+                return Err(syn::Error::new(
+                    key.span(),
+                    format!(
+                        "`{name}` is a derive of its own: `#[derive({})]`\nhelp: the correct format looks like `{}`",
+                        derive.derive(),
+                        format_help(name)
+                    ),
+                ));
+            }
+        }
         let ident_value = |meta: &ParseNestedMeta<'_>| column_value(meta, name);
         let expr_value = |meta: &ParseNestedMeta<'_>| -> syn::Result<Expr> {
             meta.value()
@@ -483,7 +701,7 @@ impl ClaimableAttrs {
                             Ok(())
                         } else {
                             Err(inner.error(format!(
-                                "unknown `insert_once` option `{}`, expected `returning`\nhelp: the correct format looks like `#[claimable(insert_once(returning = Model))]`, or `#[claimable(insert_once)]` without the row",
+                                "unknown `insert_once` option `{}`, expected `returning`\nhelp: the correct format looks like `#[insert_once(returning = Model)]`, or no `#[insert_once]` without the row",
                                 path_text(&inner.path)
                             )))
                         }
@@ -506,14 +724,13 @@ impl ClaimableAttrs {
                         &mut job.next_run
                     } else {
                         return Err(inner.error(format!(
-                            "unknown `job` option, expected one of `holder`, `started_at`, `next_run`\nhelp: the correct format looks like `{}`",
+                            "unknown `job_lease` option, expected one of `holder`, `started_at`, `next_run`\nhelp: the correct format looks like `{}`",
                             format_help(JOB)
                         )));
                     };
                     if slot.is_some() {
-                        return Err(
-                            inner.error("duplicate `job` option\nhelp: give each option once")
-                        );
+                        return Err(inner
+                            .error("duplicate `job_lease` option\nhelp: give each option once"));
                     }
                     *slot = Some(column_value(inner, JOB)?);
                     Ok(())
@@ -525,7 +742,7 @@ impl ClaimableAttrs {
                     if !present {
                         return Err(syn::Error::new(
                             key.span(),
-                            format!("`job(...)` needs `{what}`\nhelp: the correct format looks like `{}`", format_help(JOB)),
+                            format!("`#[job_lease(...)]` needs `{what}`\nhelp: the correct format looks like `{}`", format_help(JOB)),
                         ));
                     }
                 }
@@ -554,7 +771,8 @@ fn semaphore_attrs(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Semap
     ];
     let (mut shared, mut exclusive): (Option<syn::LitStr>, Option<syn::LitStr>) = (None, None);
     nested(meta, |inner| {
-        let duplicate = || inner.error("duplicate `semaphore` option\nhelp: give each option once");
+        let duplicate =
+            || inner.error("duplicate `control_table` option\nhelp: give each option once");
         for (label, value) in [("shared", &mut shared), ("exclusive", &mut exclusive)] {
             if inner.path.is_ident(label) {
                 if value.is_some() {
@@ -584,7 +802,7 @@ fn semaphore_attrs(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Semap
             .find(|(name, _)| inner.path.is_ident(name))
         else {
             return Err(inner.error(format!(
-                "unknown `semaphore` option, expected one of {OPTIONS}\nhelp: the correct format looks like `{}`",
+                "unknown `control_table` option, expected one of {OPTIONS}\nhelp: the correct format looks like `{}`",
                 format_help(SEMAPHORE)
             )));
         };
@@ -600,7 +818,7 @@ fn semaphore_attrs(meta: &ParseNestedMeta<'_>, key: &Ident) -> syn::Result<Semap
         syn::Error::new(
             key.span(),
             format!(
-                "`semaphore(...)` needs `{what}`\nhelp: the correct format looks like `{}`",
+                "`#[control_table(...)]` needs `{what}`\nhelp: the correct format looks like `{}`",
                 format_help(SEMAPHORE)
             ),
         )
@@ -655,6 +873,7 @@ fn unknown_key_message(path: &Path) -> String {
     let name = path_text(path);
     let expected = KEYS
         .iter()
+        .filter(|k| ![CLAIM_IF_NULL, INSERT_ONCE, JOB, SEMAPHORE].contains(*k))
         .map(|k| format!("`{k}`"))
         .collect::<Vec<_>>()
         .join(", ");

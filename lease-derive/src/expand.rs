@@ -15,7 +15,7 @@ use syn::spanned::Spanned;
 use crate::model::{Claim, Model};
 
 pub(crate) fn expand(model: &Model) -> TokenStream {
-    let keyed = (!model.pk.is_empty()).then(|| expand_keyed(model));
+    let keyed = (model.keyed && !model.pk.is_empty()).then(|| expand_keyed(model));
     let claim = model.claim.as_ref().map(|c| expand_claim(model, c));
     let claim_if_null = model
         .claim_if_null

@@ -12,18 +12,22 @@ use proc_macro2::TokenStream;
 use quote::quote;
 use syn::{Data, DeriveInput};
 
-use crate::attrs::{Errors, StructAttrs};
+use crate::attrs::{Capability, Errors, StructAttrs};
 use crate::{expand, model};
 
 /// The errors, plus the stub impls when `input` is a struct (there is nothing to implement the
 /// traits for otherwise).
-pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
+pub(crate) fn expand(
+    input: &DeriveInput,
+    capability: Capability,
+    errors: syn::Error,
+) -> TokenStream {
     let errors = errors.into_compile_error();
     if !matches!(input.data, Data::Struct(_)) {
         return errors;
     }
     // Parsed again, errors ignored: they are the ones being reported.
-    let attrs = StructAttrs::parse(&input.attrs, &mut Errors::default());
+    let attrs = StructAttrs::parse(&input.attrs, capability, &mut Errors::default());
     let skeleton = model::Model::skeleton(input, &attrs);
     let name = &input.ident;
     let generics = &input.generics;
@@ -32,63 +36,66 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
     let private = quote!(::diesel_lease::__private);
     let none = quote!(::core::option::Option::None);
 
-    // Every capability the key allows, whichever the attribute asked for: the one it asked for
-    // may be the one whose key is misspelled.
-    let keyed = (!skeleton.pk.is_empty()).then(|| {
-        let keyed = expand::expand_keyed(&skeleton);
-        let markers = [
-            "HasDoneState",
-            "HasFailedState",
-            "HasClaimedAt",
-            "HasAttempts",
-            "HasCancelState",
-            "Pausable",
-            "HasPauseKey",
-        ]
-        .map(|t| expand::marker(name, generics, t));
-        let (key_column, key_field) = &skeleton.pk[0];
-        let key_ty = &key_field.ty;
-        quote! {
-            #keyed
+    // This derive's capability only (the model's other derives implement theirs), with every
+    // marker of it: the marker asked for may be the one whose key is misspelled.
+    let keyed =
+        (!skeleton.pk.is_empty()).then(|| {
+            let keyed = skeleton.keyed.then(|| expand::expand_keyed(&skeleton));
+            let markers = [
+                "HasDoneState",
+                "HasFailedState",
+                "HasClaimedAt",
+                "HasAttempts",
+                "HasCancelState",
+                "Pausable",
+                "HasPauseKey",
+            ]
+            .map(|t| expand::marker(name, generics, t));
+            let (key_column, key_field) = &skeleton.pk[0];
+            let key_ty = &key_field.ty;
+            let claim = (capability == Capability::Claim).then(|| {
+                quote! {
+                    #[automatically_derived]
+                    impl #impl_g #private::ClaimOrderKey for #name #ty_g #where_g {
+                        type OrderColumn = #table::#key_column;
+                        type OrderValue = #key_ty;
+                        fn order_value(&self) -> &Self::OrderValue {
+                            ::core::unreachable!()
+                        }
+                    }
 
-            #[automatically_derived]
-            impl #impl_g #private::ClaimOrderKey for #name #ty_g #where_g {
-                type OrderColumn = #table::#key_column;
-                type OrderValue = #key_ty;
-                fn order_value(&self) -> &Self::OrderValue {
-                    ::core::unreachable!()
+                    #[automatically_derived]
+                    impl #impl_g #private::Claimable for #name #ty_g #where_g {
+                        type ClaimedAtSql = ::diesel::sql_types::Timestamp;
+                        const STATE: &'static str = "";
+                        const OWNER: ::core::option::Option<&'static str> = #none;
+                        const CLAIMED_AT: ::core::option::Option<&'static str> = #none;
+                        const ATTEMPTS: ::core::option::Option<&'static str> = #none;
+                        const ORDER: &'static [(&'static str, #private::SortOrder)] = &[];
+                        const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #none;
+                        const MAX_ATTEMPTS: ::core::option::Option<i64> = #none;
+                        const READY_SQL: &'static [#private::StateLiteral] = &[];
+                        const CLAIMED_SQL: #private::StateLiteral = #private::StateLiteral::NULL;
+                        const DONE_SQL: ::core::option::Option<#private::StateLiteral> = #none;
+                        const FAILED_SQL: ::core::option::Option<#private::StateLiteral> = #none;
+                        fn owner(&self) -> ::core::option::Option<&str> {
+                            ::core::unreachable!()
+                        }
+                        fn attempts(&self) -> ::core::option::Option<i64> {
+                            ::core::unreachable!()
+                        }
+                    }
+                    #(#markers)*
                 }
-            }
-
-            #[automatically_derived]
-            impl #impl_g #private::Claimable for #name #ty_g #where_g {
-                type ClaimedAtSql = ::diesel::sql_types::Timestamp;
-                const STATE: &'static str = "";
-                const OWNER: ::core::option::Option<&'static str> = #none;
-                const CLAIMED_AT: ::core::option::Option<&'static str> = #none;
-                const ATTEMPTS: ::core::option::Option<&'static str> = #none;
-                const ORDER: &'static [(&'static str, #private::SortOrder)] = &[];
-                const CLAIM_TIMEOUT_MICROS: ::core::option::Option<i64> = #none;
-                const MAX_ATTEMPTS: ::core::option::Option<i64> = #none;
-                const READY_SQL: &'static [#private::StateLiteral] = &[];
-                const CLAIMED_SQL: #private::StateLiteral = #private::StateLiteral::NULL;
-                const DONE_SQL: ::core::option::Option<#private::StateLiteral> = #none;
-                const FAILED_SQL: ::core::option::Option<#private::StateLiteral> = #none;
-                fn owner(&self) -> ::core::option::Option<&str> {
-                    ::core::unreachable!()
-                }
-                fn attempts(&self) -> ::core::option::Option<i64> {
-                    ::core::unreachable!()
-                }
-            }
-            #(#markers)*
-
+            });
+            let claim_if_null = (capability == Capability::ClaimIfNull).then(|| quote! {
             #[automatically_derived]
             impl #impl_g #private::ClaimIfNull for #name #ty_g #where_g {
                 type NullColumnSql = ::diesel::sql_types::Nullable<::diesel::sql_types::Text>;
                 const NULL_COLUMN: &'static str = "";
             }
-
+        });
+            let job = (capability == Capability::JobLease).then(|| quote! {
             #[automatically_derived]
             impl #impl_g #private::JobLease for #name #ty_g #where_g {
                 type StartedAtSql = ::diesel::sql_types::Nullable<::diesel::sql_types::Timestamp>;
@@ -97,8 +104,14 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
                 const STARTED_AT: &'static str = "";
                 const NEXT_RUN: ::core::option::Option<&'static str> = #none;
             }
-        }
-    });
+        });
+            quote! {
+                #keyed
+                #claim
+                #claim_if_null
+                #job
+            }
+        });
 
     let returning = attrs
         .claimable
@@ -125,21 +138,18 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
         },
     );
     let mode_marker = expand::marker(name, generics, "HasModeColumn");
-
-    quote! {
-        #errors
-
-        #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
-        const _: () = {
-            #keyed
-
+    let insert_once = (capability == Capability::InsertOnce).then(|| {
+        quote! {
             #[automatically_derived]
             impl #impl_g #private::InsertOnce for #name #ty_g #where_g {
                 type Table = #table::table;
                 type Mode = #mode;
                 type Row = #row;
             }
-
+        }
+    });
+    let control_table = (capability == Capability::ControlTable).then(|| {
+        quote! {
             #[automatically_derived]
             impl #impl_g #private::ControlTable for #name #ty_g #where_g {
                 type Table = #table::table;
@@ -153,6 +163,17 @@ pub(crate) fn expand(input: &DeriveInput, errors: syn::Error) -> TokenStream {
             }
             #resource_marker
             #mode_marker
+        }
+    });
+
+    quote! {
+        #errors
+
+        #[allow(non_upper_case_globals, unused_qualifications, clippy::all)]
+        const _: () = {
+            #keyed
+            #insert_once
+            #control_table
         };
     }
 }

@@ -4,7 +4,7 @@
 use syn::{DeriveInput, Expr, Ident, Path, Type};
 
 use crate::attrs::{
-    self, ClaimableAttrs, DieselStructAttrs, Errors, OrderItem, Spanned, StructAttrs,
+    self, Capability, ClaimableAttrs, DieselStructAttrs, Errors, OrderItem, Spanned, StructAttrs,
 };
 use crate::fields::{field, primary_key, struct_fields, Field};
 use crate::valid;
@@ -46,6 +46,8 @@ pub(crate) struct Model {
     pub(crate) table: Path,
     /// (column, field) of each primary-key part.
     pub(crate) pk: Vec<(Ident, Field)>,
+    /// Whether this derive implements `Keyed` (see [`Capability::implements_key`]).
+    pub(crate) keyed: bool,
     pub(crate) claim: Option<Claim>,
     pub(crate) claim_if_null: Option<Ident>,
     pub(crate) insert_once: Option<Option<Path>>,
@@ -56,10 +58,10 @@ pub(crate) struct Model {
 impl Model {
     /// Reads the struct and its attributes, checks them (`valid.rs`) and, when nothing is wrong,
     /// builds the model. Every error is reported at once.
-    pub(crate) fn from_input(input: &DeriveInput) -> syn::Result<Model> {
+    pub(crate) fn from_input(input: &DeriveInput, capability: Capability) -> syn::Result<Model> {
         let fields = struct_fields(input)?;
         let mut errors = Errors::default();
-        let attrs = StructAttrs::parse(&input.attrs, &mut errors);
+        let attrs = StructAttrs::parse(&input.attrs, capability, &mut errors);
         valid::check(input, &attrs, &fields, &mut errors);
         errors.finish()?;
 
@@ -84,6 +86,7 @@ impl Model {
             generics: input.generics.clone(),
             table: table_path(input, diesel),
             pk,
+            keyed: capability.implements_key(&attrs.present),
             claim,
             claim_if_null: claimable.claim_if_null.as_ref().map(|g| g.value.clone()),
             insert_once: claimable.insert_once.as_ref().map(|i| i.value.clone()),
@@ -108,6 +111,14 @@ impl Model {
             generics: input.generics.clone(),
             table: table_path(input, &attrs.diesel),
             pk,
+            // A derive without its attribute is not in `present`, so another derive on the model
+            // may implement `Keyed` too: it leaves the key to that one.
+            keyed: attrs.capability.implements_key(&attrs.present)
+                && (attrs.claimable_span.is_some()
+                    || !attrs
+                        .present
+                        .iter()
+                        .any(|c| c.needs_key() && *c != attrs.capability)),
             claim: None,
             claim_if_null: None,
             insert_once: None,

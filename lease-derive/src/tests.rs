@@ -4,11 +4,22 @@
 
 use quote::quote;
 
-use crate::derive_claimable_inner;
+use crate::attrs::Capability;
 
-/// Expands `input`, checks the hygiene rules on the tokens and pretty-prints the result.
+/// What `#[derive(Claimable)]` expands `input` to.
+fn derive_claimable_inner(input: proc_macro2::TokenStream) -> proc_macro2::TokenStream {
+    crate::derive(input, Capability::Claim)
+}
+
+/// Expands `input` as `#[derive(Claimable)]` does (see [`expand_as`]).
 fn expand(input: proc_macro2::TokenStream) -> String {
-    let tokens = derive_claimable_inner(input);
+    expand_as(Capability::Claim, input)
+}
+
+/// Expands `input` with the derive of `capability`, checks the hygiene rules on the tokens and
+/// pretty-prints the result.
+fn expand_as(capability: Capability, input: proc_macro2::TokenStream) -> String {
+    let tokens = crate::derive(input, capability);
     assert_hygienic(&tokens);
     let file = syn::parse2::<syn::File>(tokens.clone())
         .unwrap_or_else(|e| panic!("expansion is not valid Rust ({e}):\n{tokens}"));
@@ -62,7 +73,12 @@ fn assert_hygienic(tokens: &proc_macro2::TokenStream) {
 /// Expands an input the derive rejects: its errors, then the fallback's `const _` (checked like a
 /// successful expansion), pretty-printed.
 fn expand_with_errors(input: proc_macro2::TokenStream) -> String {
-    let tokens = derive_claimable_inner(input);
+    expand_with_errors_as(Capability::Claim, input)
+}
+
+/// [`expand_with_errors`] with the derive of `capability`.
+fn expand_with_errors_as(capability: Capability, input: proc_macro2::TokenStream) -> String {
+    let tokens = crate::derive(input, capability);
     let file = syn::parse2::<syn::File>(tokens.clone())
         .unwrap_or_else(|e| panic!("expansion is not valid Rust ({e}):\n{tokens}"));
     let Some((syn::Item::Const(fallback), errors)) = file.items.split_last() else {
@@ -273,71 +289,83 @@ fn state_values_checked_against_the_field() {
 
 #[test]
 fn seed_000_job_lease() {
-    let code = expand(quote! {
-        #[derive(Queryable, Selectable, Claimable)]
-        #[diesel(table_name = job_status, primary_key(job_id))]
-        #[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
-        pub struct JobStatus {
-            pub job_id: String,
-            pub running_at: Option<String>,
-            pub last_run_started: Option<NaiveDateTime>,
-            pub next_run: Option<NaiveDateTime>,
-        }
-    });
+    let code = expand_as(
+        Capability::JobLease,
+        quote! {
+            #[derive(Queryable, Selectable, JobLease)]
+            #[diesel(table_name = job_status, primary_key(job_id))]
+            #[job_lease(holder = running_at, started_at = last_run_started, next_run = next_run)]
+            pub struct JobStatus {
+                pub job_id: String,
+                pub running_at: Option<String>,
+                pub last_run_started: Option<NaiveDateTime>,
+                pub next_run: Option<NaiveDateTime>,
+            }
+        },
+    );
     insta::assert_snapshot!(code);
 }
 
 #[test]
 fn seed_001_control_table() {
-    let code = expand(quote! {
-        #[derive(Queryable, Selectable, Claimable)]
-        #[diesel(table_name = process_control, primary_key(queue_position))]
-        #[claimable(semaphore(
-            ticket = queue_position,
-            owner = requesting_id,
-            resource = resource,
-            mode = access_type,
-            shared = "R",
-            exclusive = "W"
-        ))]
-        pub struct ProcessControl {
-            pub queue_position: i32,
-            pub requesting_id: String,
-            pub resource: String,
-            pub access_type: String,
-        }
-    });
+    let code = expand_as(
+        Capability::ControlTable,
+        quote! {
+            #[derive(Queryable, Selectable, ControlTable)]
+            #[diesel(table_name = process_control, primary_key(queue_position))]
+            #[control_table(
+                ticket = queue_position,
+                owner = requesting_id,
+                resource = resource,
+                mode = access_type,
+                shared = "R",
+                exclusive = "W"
+            )]
+            pub struct ProcessControl {
+                pub queue_position: i32,
+                pub requesting_id: String,
+                pub resource: String,
+                pub access_type: String,
+            }
+        },
+    );
     insta::assert_snapshot!(code);
 }
 
 #[test]
 fn seed_002_guard_with_composite_key() {
-    let code = expand(quote! {
-        #[derive(Queryable, Selectable, Claimable)]
-        #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-        #[claimable(claim_if_null = sent_by)]
-        pub struct Mailing {
-            pub campaign_id: i32,
-            pub user_id: i64,
-            pub sent_by: Option<String>,
-        }
-    });
+    let code = expand_as(
+        Capability::ClaimIfNull,
+        quote! {
+            #[derive(Queryable, Selectable, ClaimIfNull)]
+            #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
+            #[claim_if_null(column = sent_by)]
+            pub struct Mailing {
+                pub campaign_id: i32,
+                pub user_id: i64,
+                pub sent_by: Option<String>,
+            }
+        },
+    );
     insta::assert_snapshot!(code);
 }
 
 #[test]
 fn seed_002_insert_once_returning() {
-    let code = expand(quote! {
-        #[derive(Insertable, Claimable)]
-        #[diesel(table_name = notification)]
-        #[claimable(insert_once(returning = Notification))]
-        pub struct NewNotification {
-            pub id: i64,
-            pub user_id: i64,
-            pub previous_notification: i64,
-            pub body: String,
-        }
-    });
+    let code = expand_as(
+        Capability::InsertOnce,
+        quote! {
+            #[derive(Insertable, InsertOnce)]
+            #[diesel(table_name = notification)]
+            #[insert_once(returning = Notification)]
+            pub struct NewNotification {
+                pub id: i64,
+                pub user_id: i64,
+                pub previous_notification: i64,
+                pub body: String,
+            }
+        },
+    );
     insta::assert_snapshot!(code);
 }
 
@@ -369,16 +397,20 @@ fn fallback_after_an_attribute_error() {
 
 #[test]
 fn fallback_uses_the_key_and_row_types_that_parsed() {
-    let code = expand_with_errors(quote! {
-        #[derive(Insertable, Claimable)]
+    let input = quote! {
+        #[derive(Insertable, InsertOnce, ClaimIfNull)]
         #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-        #[claimable(insert_once(returning = Mailing), claim_if_null = "sent")]
+        #[insert_once(returning = Mailing)]
+        #[insert_once(rows = 2)]
+        #[claim_if_null(column = "sent")]
         pub struct NewMailing<'a> {
             pub campaign_id: i32,
             pub user_id: i64,
             pub body: &'a str,
         }
-    });
+    };
+    let code = expand_with_errors_as(Capability::InsertOnce, input.clone())
+        + &expand_with_errors_as(Capability::ClaimIfNull, input);
     let flat: String = code.split_whitespace().collect();
     assert!(flat.contains("forNewMailing<'a>"), "{code}");
     assert!(flat.contains("typePk=(i32,i64);"), "{code}");
@@ -393,20 +425,29 @@ fn fallback_uses_the_key_and_row_types_that_parsed() {
 /// missing one is the cascade of errors it exists to prevent.
 #[test]
 fn fallback_implements_every_trait_the_derive_can() {
-    let model = |extra: proc_macro2::TokenStream| {
+    let model = |broken: Capability, extra: proc_macro2::TokenStream| {
+        let extra = |c: Capability| (c == broken).then(|| quote!(, #extra));
+        let (claim, null, insert, job, control) = (
+            extra(Capability::Claim),
+            extra(Capability::ClaimIfNull),
+            extra(Capability::InsertOnce),
+            extra(Capability::JobLease),
+            extra(Capability::ControlTable),
+        );
         quote! {
-            #[derive(Queryable, Selectable, Claimable)]
+            #[derive(Queryable, Selectable, Claimable, ClaimIfNull, InsertOnce, JobLease, ControlTable
+        )]
             #[diesel(table_name = jobs)]
             #[claimable(
                 state = status, ready = "new", claimed = "running", done = "done", failed = "failed",
                 owner = worker, claimed_at = started, attempts = tries,
-                claim_if_null = notified,
-                insert_once,
-                job(holder = worker, started_at = started),
-                semaphore(ticket = id, owner = worker, resource = status, mode = status, shared = "r", exclusive = "w"),
-                pausable(key = status),
-                #extra
+                pausable(key = status)
+                #claim
             )]
+            #[claim_if_null(column = notified #null)]
+            #[insert_once(returning = Job #insert)]
+            #[job_lease(holder = worker, started_at = started #job)]
+            #[control_table(ticket = id, owner = worker, resource = status, mode = status, shared = "r", exclusive = "w" #control)]
             pub struct Job {
                 pub id: i64,
                 pub status: String,
@@ -417,24 +458,42 @@ fn fallback_implements_every_trait_the_derive_can() {
             }
         }
     };
-    let mut generated = impls(&derive_claimable_inner(model(quote!())));
-    let mut fallback = impls(&derive_claimable_inner(model(quote!(stat = status))));
-    generated.sort();
-    fallback.sort();
-    assert_eq!(generated.len(), 16, "{generated:?}");
-    assert_eq!(fallback, generated);
+    // Each derive with its attribute; one of them with a misspelled key when `broken` names it.
+    let all = |broken: Option<Capability>| {
+        let mut all = Vec::new();
+        for capability in Capability::ALL {
+            let extra = if broken == Some(capability) {
+                quote!(stat = status)
+            } else {
+                quote!()
+            };
+            all.extend(impls(&crate::derive(model(capability, extra), capability)));
+        }
+        all.sort();
+        all
+    };
+    let generated = all(None);
+    assert_eq!(
+        generated.len(),
+        16,
+        "one `Keyed` across the derives: {generated:?}"
+    );
+    for capability in Capability::ALL {
+        assert_eq!(all(Some(capability)), generated, "{capability:?}");
+    }
 }
 
-/// Diesel's shape: the derive implements traits and adds no method to the user's type.
+/// Diesel's shape: the derives implement traits and add no method to the user's type.
 #[test]
 fn the_derive_adds_no_inherent_methods() {
-    let tokens = derive_claimable_inner(quote! {
-        #[derive(Queryable, Selectable, Claimable)]
+    let input = quote! {
+        #[derive(Queryable, Selectable, Claimable, ClaimIfNull, JobLease)]
         #[diesel(table_name = jobs)]
         #[claimable(
-            state = status, ready = "new", claimed = "running", done = "done",
-            owner = worker, claim_if_null = notified, job(holder = worker, started_at = started),
+            state = status, ready = "new", claimed = "running", done = "done", owner = worker,
         )]
+        #[claim_if_null(column = notified)]
+        #[job_lease(holder = worker, started_at = started)]
         pub struct Job {
             pub id: i64,
             pub status: String,
@@ -442,7 +501,16 @@ fn the_derive_adds_no_inherent_methods() {
             pub worker: Option<String>,
             pub started: Option<i64>,
         }
-    });
+    };
+    let mut tokens = proc_macro2::TokenStream::new();
+    for capability in [
+        Capability::Claim,
+        Capability::ClaimIfNull,
+        Capability::JobLease,
+    ] {
+        tokens.extend(crate::derive(input.clone(), capability));
+    }
+    assert!(!tokens.to_string().contains("compile_error"), "{tokens}");
     let impls = impls(&tokens);
     assert!(impls.len() >= 5, "{impls:?}");
     assert!(
@@ -454,7 +522,7 @@ fn the_derive_adds_no_inherent_methods() {
 #[test]
 fn no_fallback_when_the_input_is_not_a_struct() {
     let tokens = derive_claimable_inner(quote! {
-        #[claimable(claim_if_null = notified)]
+        #[claim_if_null(column = notified)]
         pub enum Action { A }
     });
     let file = syn::parse2::<syn::File>(tokens.clone()).expect("valid Rust");

@@ -5,7 +5,7 @@
 use proc_macro2::Span;
 use syn::{DeriveInput, Ident};
 
-use crate::attrs::{self, ClaimableAttrs, Errors, Spanned, StructAttrs};
+use crate::attrs::{self, Capability, ClaimableAttrs, Errors, Spanned, StructAttrs};
 use crate::fields::{field, primary_key, Field};
 
 /// Checks the parsed attributes of `input` against each other and against its `fields`.
@@ -17,21 +17,35 @@ pub(crate) fn check(
 ) {
     let name = &input.ident;
     let a = &attrs.claimable;
-    if attrs.claimable_span.is_none() {
+    let capability = attrs.capability;
+    if attrs.claimable_span.is_none() && capability != Capability::InsertOnce {
         errors.push(syn::Error::new(
             name.span(),
-            "`#[derive(Claimable)]` needs a `#[claimable(...)]` attribute\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`",
+            if capability == Capability::Claim {
+                "`#[derive(Claimable)]` needs a `#[claimable(...)]` attribute\nhelp: the correct format looks like `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`".to_owned()
+            } else {
+                format!(
+                    "`#[derive({})]` needs a `#[{}(...)]` attribute\nhelp: the correct format looks like `{}`",
+                    capability.derive(),
+                    capability.attr(),
+                    attrs::format_help(match capability {
+                        Capability::ClaimIfNull => attrs::CLAIM_IF_NULL,
+                        Capability::JobLease => attrs::JOB,
+                        _ => attrs::SEMAPHORE,
+                    })
+                )
+            },
         ));
     }
     if a.needs_key() {
         check_primary_key(input, attrs, fields, errors);
     }
     // Reported only when nothing else is wrong: a key with a bad value was still asked for.
-    if let Some(span) = attrs.claimable_span {
+    if let (Some(span), Capability::Claim) = (attrs.claimable_span, capability) {
         if a.given.is_empty() && errors.is_empty() {
             errors.push(syn::Error::new(
                 span,
-                "`#[claimable(...)]` asks for nothing to generate\nhelp: give `state = …` (claims), `claim_if_null = …`, `insert_once`, `job(…)` (job leases) or `semaphore(…)` (a control table), e.g. `#[claimable(claim_if_null = notified)]`",
+                "`#[claimable(...)]` asks for nothing to generate\nhelp: give the state column and its states, e.g. `#[claimable(state = status, ready = \"new\", claimed = \"running\")]`; the other capabilities are derives of their own: `ClaimIfNull`, `InsertOnce`, `JobLease`, `ControlTable`",
             ));
         }
     }

@@ -281,9 +281,9 @@ pub(crate) mod unscheduled {
 
     use crate::models::schema::job_status;
 
-    #[derive(Claimable)]
+    #[derive(JobLease)]
     #[diesel(table_name = job_status, primary_key(job_id))]
-    #[claimable(job(holder = running_at, started_at = last_run_started))]
+    #[job_lease(holder = running_at, started_at = last_run_started)]
     #[allow(dead_code)] // the model names the table and key; its rows are never loaded
     pub(crate) struct JobNoNextRun {
         pub(crate) job_id: String,

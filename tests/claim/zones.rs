@@ -275,9 +275,9 @@ mod timestamptz {
             attempts: i32,
         }
 
-        #[derive(Debug, Queryable, Selectable, Claimable)]
+        #[derive(Debug, Queryable, Selectable, JobLease)]
         #[diesel(table_name = zoned_job_status, primary_key(job_id))]
-        #[claimable(job(holder = running_at, started_at = last_run_started, next_run = next_run))]
+        #[job_lease(holder = running_at, started_at = last_run_started, next_run = next_run)]
         struct ZonedJobStatus {
             job_id: String,
             running_at: Option<String>,
@@ -285,9 +285,9 @@ mod timestamptz {
             next_run: Option<DateTime<Utc>>,
         }
 
-        #[derive(Debug, Queryable, Selectable, Claimable)]
+        #[derive(Debug, Queryable, Selectable, ClaimIfNull)]
         #[diesel(table_name = zoned_action)]
-        #[claimable(claim_if_null = notified)]
+        #[claim_if_null(column = notified)]
         struct ZonedAction {
             id: i64,
             notified: Option<DateTime<Utc>>,

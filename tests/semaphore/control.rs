@@ -1,4 +1,4 @@
-//! Seed 001 on the user's own control table (issue 15.5): `#[claimable(semaphore(...))]` on
+//! Seed 001 on the user's own control table (issue 15.5): `#[control_table(...)]` on
 //! `ProcessControl`. The contention tests (`contention.rs`, kinds `control` and `control-rw`)
 //! check the holder counts under threads and processes; these check what lands in the user's
 //! table, the commit-order race written the seed's way, stale holders, and the seed's minimal
@@ -199,9 +199,9 @@ diesel::table! {
 
 /// The seed's first table (`queue_position`, `requesting_id`) with the two added columns: one
 /// resource, shared requests only.
-#[derive(Claimable)]
+#[derive(ControlTable)]
 #[diesel(table_name = basic_control, primary_key(queue_position))]
-#[claimable(semaphore(ticket = queue_position, owner = requesting_id))]
+#[control_table(ticket = queue_position, owner = requesting_id)]
 #[allow(dead_code)]
 struct BasicControl {
     queue_position: i64,

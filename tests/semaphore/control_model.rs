@@ -17,17 +17,17 @@ diesel::table! {
 }
 
 /// The seed's model; the derive only reads the attribute (the fields are the application's).
-#[derive(Debug, Claimable)]
+#[derive(Debug, ControlTable)]
 #[allow(dead_code)]
 #[diesel(table_name = process_control, primary_key(queue_position))]
-#[claimable(semaphore(
+#[control_table(
     ticket = queue_position,
     owner = requesting_id,
     resource = resource,
     mode = access_type,
     shared = "R",
     exclusive = "W"
-))]
+)]
 pub(crate) struct ProcessControl {
     pub(crate) queue_position: i32,
     pub(crate) requesting_id: String,

@@ -51,7 +51,7 @@ use lease_core::ClaimStamp;
 use crate::{BorrowConnection, OwnerId, Result, Ttl};
 use lease_core::{Plan, Schedule};
 
-/// A model with a farm job's lease columns (`#[claimable(job(holder = …, started_at = …, next_run = …))]`).
+/// A model with a farm job's lease columns (`#[job_lease(holder = …, started_at = …, next_run = …)]`).
 pub trait JobLease: Keyed {
     /// The SQL type of the started-at column: whether runs write and compare an instant
     /// (`Timestamptz`) or a UTC wall-clock time.
@@ -292,7 +292,7 @@ where
         // records when it is: the schedule would be ignored, and the job run back to back.
         return Err(crate::Error::Config(format!(
             "a scheduled run (`every`, `cron`) needs the model's `next_run` column, and `{}` maps \
-             none: add `next_run = <column>` to `#[claimable(job(...))]`, or run without a schedule",
+             none: add `next_run = <column>` to `#[job_lease(...)]`, or run without a schedule",
             crate::observe::table_name::<M::Table>()
         )));
     }

@@ -34,7 +34,7 @@ use crate::backend::{Dialect, SqlDialect};
 use crate::model::Keyed;
 use crate::{BorrowConnection, InsertOutcome, Result};
 
-/// A model with a guard column: a nullable column that is set once (`#[claimable(claim_if_null = col)]`).
+/// A model with a guard column: a nullable column that is set once (`#[claim_if_null(column = col)]`).
 pub trait ClaimIfNull: Keyed {
     /// The SQL type of the guard column (always `Nullable<_>`).
     type NullColumnSql: diesel::sql_types::SqlType
@@ -44,7 +44,7 @@ pub trait ClaimIfNull: Keyed {
     const NULL_COLUMN: &'static str;
 }
 
-/// A follow-up row inserted at most once (`#[claimable(insert_once)]` on an `Insertable`): a
+/// A follow-up row inserted at most once (`#[derive(InsertOnce)]` on an `Insertable`): a
 /// unique constraint of [`Table`](Self::Table) decides whether an equal row exists.
 pub trait InsertOnce: Sized {
     /// The table the row goes to.
@@ -455,7 +455,7 @@ where
     })
 }
 
-/// Returns the inserted row as model `R` (`#[claimable(insert_once(returning = R))]`).
+/// Returns the inserted row as model `R` (`#[insert_once(returning = R)]`).
 #[derive(Debug)]
 pub struct Returning<R>(PhantomData<R>);
 

@@ -1,6 +1,6 @@
 //! Seed 001 on the user's own control table: the semaphore's requests are rows of a table the
 //! application already has (`ProcessControl`: queue position, requesting id, resource, access
-//! type), described by `#[claimable(semaphore(...))]`.
+//! type), described by `#[control_table(...)]`.
 //!
 //! The protocol does not change: it runs over [`SemaphoreStatements`], and [`OnControlTable`]
 //! is a `SemaphoreStatements` whose request statements address the user's table and whose
@@ -45,7 +45,7 @@ use crate::Ttl;
 use lease_core::admission::Mode;
 
 /// A model whose table holds semaphore requests: the description
-/// `#[claimable(semaphore(...))]` writes (see [`Claimable`](crate::Claimable), "Semaphores on a
+/// `#[control_table(...)]` writes (see [`Claimable`](crate::Claimable), "Semaphores on a
 /// control table").
 ///
 /// You rarely implement this by hand. Column names come from Diesel's schema (`Column::NAME`).
@@ -75,7 +75,7 @@ pub trait ControlTable: 'static {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no resource column: its control table queues for one resource",
     label = "use `table_semaphore(permits)` or `table_rw_lock()`, without a resource",
-    note = "add `resource = <text column>` to `semaphore(...)` to queue for many resources in one table"
+    note = "add `resource = <text column>` to `#[control_table(...)]` to queue for many resources in one table"
 )]
 pub trait ResourceColumn: ControlTable {}
 
@@ -92,7 +92,7 @@ pub trait OneResource: ControlTable {}
 #[diagnostic::on_unimplemented(
     message = "`{Self}` has no access-type column, so it cannot tell readers from writers",
     label = "`rw_lock` needs `mode = …`",
-    note = "add `mode = <text column>, shared = \"R\", exclusive = \"W\"` to `semaphore(...)`"
+    note = "add `mode = <text column>, shared = \"R\", exclusive = \"W\"` to `#[control_table(...)]`"
 )]
 pub trait HasModeColumn: ControlTable {}
 
@@ -344,7 +344,7 @@ where
             return Err(diesel::result::Error::QueryBuilderError(
                 format!(
                     "control table `{}` has no access-type column: a writer needs \
-                     `#[claimable(semaphore(mode = …, shared = \"…\", exclusive = \"…\"))]`",
+                     `#[control_table(mode = …, shared = \"…\", exclusive = \"…\")]`",
                     T::NAME
                 )
                 .into(),

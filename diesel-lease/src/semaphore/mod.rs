@@ -198,8 +198,8 @@ impl Semaphore {
     }
 
     /// A semaphore of `permits` holders whose requests are rows of your control table `T`
-    /// (a `ProcessControl`-style table), described by `#[claimable(semaphore(...))]`; the derive
-    /// generates `T::semaphore(...)`, which calls this.
+    /// (a `ProcessControl`-style table), described by `#[control_table(...)]`; the derive
+    /// gives `T::semaphore(...)`, which calls this.
     ///
     /// `resource` is the value of `T`'s resource column (`None` when `T` has none: the table
     /// then serves one resource). The queue is serialized by a row of the library's

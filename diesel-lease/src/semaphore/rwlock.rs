@@ -58,7 +58,7 @@ impl RwLock {
     }
 
     /// A reader/writer lock whose requests are rows of your control table `T`, which needs an
-    /// access-type column (`#[claimable(semaphore(mode = …, shared = "…", exclusive = "…"))]`);
+    /// access-type column (`#[control_table(mode = …, shared = "…", exclusive = "…")]`);
     /// the derive generates `T::rw_lock(...)`, which calls this. See
     /// [`Semaphore::in_control_table`].
     #[doc(hidden)]

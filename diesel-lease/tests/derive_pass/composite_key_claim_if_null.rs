@@ -10,9 +10,9 @@ diesel::table! {
     }
 }
 
-#[derive(Debug, Queryable, Selectable, Claimable)]
+#[derive(Debug, Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-#[claimable(claim_if_null = sent_by)]
+#[claim_if_null(column = sent_by)]
 pub struct Mailing {
     pub campaign_id: i32,
     pub user_id: i64,

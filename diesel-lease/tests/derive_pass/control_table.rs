@@ -14,9 +14,9 @@ diesel::table! {
 
 /// Seed 001's control table with every option; also a claim model elsewhere in the crate could
 /// derive on the same table.
-#[derive(Claimable)]
+#[derive(ControlTable)]
 #[diesel(table_name = process_control, primary_key(queue_position))]
-#[claimable(semaphore(
+#[control_table(
     ticket = queue_position,
     owner = requesting_id,
     resource = resource,
@@ -25,7 +25,7 @@ diesel::table! {
     exclusive = "W",
     granted = granted,
     expires_at = expires_at
-))]
+)]
 pub struct ProcessControl {
     pub queue_position: i32,
 }

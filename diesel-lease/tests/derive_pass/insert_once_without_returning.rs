@@ -11,9 +11,8 @@ diesel::table! {
     }
 }
 
-#[derive(Insertable, Claimable)]
+#[derive(Insertable, InsertOnce)]
 #[diesel(table_name = notification)]
-#[claimable(insert_once)]
 pub struct NewNotification {
     pub id: i64,
     pub previous_notification: i64,

@@ -27,16 +27,17 @@ pub struct Notification {
     pub user_id: i64,
 }
 
-#[derive(Insertable, Claimable)]
+#[derive(Insertable, InsertOnce)]
 #[diesel(table_name = notification)]
-#[claimable(insert_once(returning = Notification), order_by(id sideways))]
+#[insert_once(returning = Notification)]
+#[insert_once(sideways)]
 pub struct NewNotification {
     pub user_id: i64,
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, JobLease)]
 #[diesel(table_name = job_status, primary_key(name))]
-#[claimable(job(holder = running_at, started = started))]
+#[job_lease(holder = running_at, started = started)]
 pub struct JobStatus {
     pub name: String,
     pub running_at: Option<String>,

@@ -12,9 +12,9 @@ diesel::table! {
     }
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = jobs)]
-#[claimable(claim_if_null = notified_at)]
+#[claim_if_null(column = notified_at)]
 pub struct Job {
     pub id: i64,
     pub status: String,

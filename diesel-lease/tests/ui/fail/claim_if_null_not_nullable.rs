@@ -13,9 +13,9 @@ diesel::table! {
 }
 
 // The field is an `Option`, the column is not: the column's type check reports it.
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = jobs)]
-#[claimable(claim_if_null = status)]
+#[claim_if_null(column = status)]
 pub struct Job {
     pub id: i64,
     pub status: Option<String>,

@@ -10,9 +10,9 @@ diesel::table! {
     }
 }
 
-#[derive(Debug, Queryable, Selectable, Claimable)]
+#[derive(Debug, Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = mailing)]
-#[claimable(claim_if_null = sent_by)]
+#[claim_if_null(column = sent_by)]
 pub struct Mailing {
     pub id: i64,
     pub sent_by: Option<String>,

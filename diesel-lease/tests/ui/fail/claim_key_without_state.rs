@@ -12,9 +12,10 @@ diesel::table! {
     }
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, Claimable, ClaimIfNull)]
 #[diesel(table_name = jobs)]
-#[claimable(claim_if_null = notified, owner = worker, timeout_secs = 60)]
+#[claim_if_null(column = notified)]
+#[claimable(owner = worker, timeout_secs = 60)]
 pub struct Job {
     pub id: i64,
     pub status: String,

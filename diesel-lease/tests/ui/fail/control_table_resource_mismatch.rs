@@ -22,16 +22,16 @@ diesel::table! {
     }
 }
 
-#[derive(Claimable)]
+#[derive(ControlTable)]
 #[diesel(table_name = process_control, primary_key(queue_position))]
-#[claimable(semaphore(ticket = queue_position, owner = requesting_id, resource = resource))]
+#[control_table(ticket = queue_position, owner = requesting_id, resource = resource)]
 pub struct ProcessControl {
     pub queue_position: i32,
 }
 
-#[derive(Claimable)]
+#[derive(ControlTable)]
 #[diesel(table_name = basic_control, primary_key(queue_position))]
-#[claimable(semaphore(ticket = queue_position, owner = requesting_id))]
+#[control_table(ticket = queue_position, owner = requesting_id)]
 pub struct BasicControl {
     pub queue_position: i32,
 }

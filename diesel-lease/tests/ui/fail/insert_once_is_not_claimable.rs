@@ -9,9 +9,8 @@ diesel::table! {
     }
 }
 
-#[derive(Insertable, Claimable)]
+#[derive(Insertable, InsertOnce)]
 #[diesel(table_name = notification)]
-#[claimable(insert_once)]
 pub struct NewNotification {
     pub action_id: i64,
 }

@@ -12,9 +12,9 @@ diesel::table! {
     }
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, InsertOnce)]
 #[diesel(table_name = jobs)]
-#[claimable(insert_once(foo = Job))]
+#[insert_once(foo = Job)]
 pub struct Job {
     pub id: i64,
     pub status: String,

@@ -9,9 +9,9 @@ diesel::table! {
     }
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, JobLease)]
 #[diesel(table_name = job_status, primary_key(job_id))]
-#[claimable(job(holder = running_at, started = last_run_started))]
+#[job_lease(holder = running_at, started = last_run_started)]
 pub struct JobStatus {
     pub job_id: String,
     pub running_at: Option<String>,

@@ -8,9 +8,9 @@ diesel::table! {
     }
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = jobs)]
-#[claimable(claim_if_null = notified)]
+#[claim_if_null(column = notified)]
 pub struct Job {
     pub job_id: i64,
     pub notified: Option<chrono::NaiveDateTime>,

@@ -1,7 +1,7 @@
 use diesel_lease::prelude::*;
 
-#[derive(Claimable)]
-#[claimable(claim_if_null = notified)]
+#[derive(ClaimIfNull)]
+#[claim_if_null(column = notified)]
 pub enum Job {
     A,
 }

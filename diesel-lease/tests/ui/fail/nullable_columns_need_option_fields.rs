@@ -18,17 +18,17 @@ diesel::table! {
     }
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, ClaimIfNull)]
 #[diesel(table_name = action)]
-#[claimable(claim_if_null = notified)]
+#[claim_if_null(column = notified)]
 pub struct Action {
     pub id: i64,
     pub notified: chrono::NaiveDateTime,
 }
 
-#[derive(Queryable, Selectable, Claimable)]
+#[derive(Queryable, Selectable, JobLease)]
 #[diesel(table_name = scheduled)]
-#[claimable(job(holder = running_at, started_at = last_run_started))]
+#[job_lease(holder = running_at, started_at = last_run_started)]
 pub struct Scheduled {
     pub id: i64,
     pub running_at: String,

@@ -8,9 +8,9 @@ diesel::table! {
     }
 }
 
-#[derive(Claimable)]
+#[derive(ClaimIfNull)]
 #[diesel(table_name = mailing, primary_key(campaign_id, user_id))]
-#[claimable(claim_if_null = sent_by)]
+#[claim_if_null(column = sent_by)]
 pub struct Mailing {
     pub campaign_id: i32,
     pub sent_by: Option<String>,

@@ -11,9 +11,9 @@ diesel::table! {
     }
 }
 
-#[derive(Claimable)]
+#[derive(ControlTable)]
 #[diesel(table_name = process_control, primary_key(queue_position))]
-#[claimable(semaphore(ticket = queue_position, owner = requesting_id, mode = access_type))]
+#[control_table(ticket = queue_position, owner = requesting_id, mode = access_type)]
 pub struct ProcessControl {
     pub queue_position: i32,
 }

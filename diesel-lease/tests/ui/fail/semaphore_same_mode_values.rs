@@ -11,15 +11,15 @@ diesel::table! {
     }
 }
 
-#[derive(Claimable)]
+#[derive(ControlTable)]
 #[diesel(table_name = process_control, primary_key(queue_position))]
-#[claimable(semaphore(
+#[control_table(
     ticket = queue_position,
     owner = requesting_id,
     mode = access_type,
     shared = "R",
     exclusive = "R"
-))]
+)]
 pub struct ProcessControl {
     pub queue_position: i32,
 }

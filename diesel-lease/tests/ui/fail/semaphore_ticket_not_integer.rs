@@ -11,9 +11,9 @@ diesel::table! {
     }
 }
 
-#[derive(Claimable)]
+#[derive(ControlTable)]
 #[diesel(table_name = process_control, primary_key(queue_position))]
-#[claimable(semaphore(ticket = requesting_id, owner = requesting_id))]
+#[control_table(ticket = requesting_id, owner = requesting_id)]
 pub struct ProcessControl {
     pub queue_position: i32,
 }
