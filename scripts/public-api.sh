@@ -29,13 +29,31 @@ trap 'rm -f "$listed"' EXIT
         cargo public-api --package diesel-lease --all-features -sss --color never
 ) >"$listed" 2> >(grep -vE '^ *(Compiling|Checking|Documenting|Finished|Blocking|Locking|Updating|Downloaded?|Downloading) ' >&2)
 
+# The top-level items (types, traits, functions, constants, re-exports; not their members), each
+# name once however many paths reach it: issue 54's measure of the surface (at most 100).
+top_level() {
+    awk '
+        $1 == "pub" && $2 == "mod" { mods[$3] = 1; next }
+        $1 == "pub" && $2 ~ /^(struct|enum|trait|fn|type|const|static|macro|union|use)$/ {
+            line = $0; sub(/^pub [a-z]+ /, "", line)
+            while (gsub(/<[^<>]*>/, "", line)) {}
+            match(line, /^[A-Za-z0-9_:]+/); path = substr(line, 1, RLENGTH)
+            n = split(path, seg, "::"); parent = seg[1]
+            for (i = 2; i < n; i++) parent = parent "::" seg[i]
+            if (path ~ /__private/) next
+            if ($2 == "use" || parent in mods || parent == "diesel_lease") items[$2 " " seg[n]] = 1
+        }
+        END { for (k in items) c++; print c + 0 }
+    ' "$1"
+}
+
 if [ "${1:-}" = --update ]; then
     cp "$listed" "$SNAPSHOT"
-    echo "public-api: $(wc -l <"$SNAPSHOT") lines written to diesel-lease/public-api.txt"
+    echo "public-api: $(wc -l <"$SNAPSHOT") lines written to diesel-lease/public-api.txt, $(top_level "$SNAPSHOT") top-level items"
     exit 0
 fi
 if diff -u "$SNAPSHOT" "$listed"; then
-    echo "public-api: the surface is the committed snapshot ($(wc -l <"$SNAPSHOT") lines)"
+    echo "public-api: the surface is the committed snapshot ($(wc -l <"$SNAPSHOT") lines, $(top_level "$SNAPSHOT") top-level items)"
 else
     echo "public-api: the public API differs from diesel-lease/public-api.txt (above: - committed, + now)." >&2
     echo "If the change is meant, run: bash scripts/public-api.sh --update, and commit the snapshot." >&2

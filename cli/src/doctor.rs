@@ -3,7 +3,7 @@
 //!
 //! The statements are diesel-lease's own: the table, described as `#[claimable(…)]` describes
 //! it, is a [`ClaimTarget`] with a [`ClaimShape`], and the library builds its claim statements
-//! for it ([`ClaimDialect::claim_statements`]) exactly as for a derived model. The advised
+//! for it (`ClaimDialect::claim_statements`) exactly as for a derived model. The advised
 //! index's predicate is the library's state test ([`StatesIn`]), the very text those
 //! statements carry.
 
@@ -11,9 +11,10 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use diesel::sql_types::{Timestamp, Timestamptz};
+use diesel_lease::__private::ClaimDialect;
 use diesel_lease::__private::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
+use diesel_lease::__private::{PauseShape, SortOrder, StateLiteral, TimeColumn};
 use diesel_lease::backend::SqlDialect;
-use diesel_lease::claim::{ClaimDialect, PauseShape, SortOrder, StateLiteral, TimeColumn};
 use diesel_lease::clock::TimestampType;
 use serde_json::{json, Value};
 

@@ -3,8 +3,8 @@
 //! done and dead rows older than a period in batches, each its own transaction; a redrive moves
 //! dead rows back to ready, attempts reset (kept counting without an owner column).
 
+use diesel_lease::__private::{StateLiteral, TimeColumn};
 use diesel_lease::claim::retention::{purge_table, redrive_table, Retention, RowShape};
-use diesel_lease::claim::{StateLiteral, TimeColumn};
 use serde_json::json;
 
 use crate::backend::{CliConnection, ColumnInfo};

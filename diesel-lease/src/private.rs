@@ -7,9 +7,13 @@
 
 use diesel::sql_types::{BigInt, Integer, Nullable, SingleValue, SmallInt, SqlType, Text};
 
+pub use crate::claim::literal::StateLiteral;
+pub use crate::claim::order::SortOrder;
+pub use crate::claim::pause::PauseShape;
+pub use crate::claim::schedule::TimeColumn;
 pub use crate::claim::{
     ClaimOrderKey, Claimable, HasAttempts, HasCancelState, HasClaimedAt, HasDoneState,
-    HasFailedState, HasPauseKey, Keyed, Pausable, PauseShape, SortOrder, StateLiteral, TimeColumn,
+    HasFailedState, HasPauseKey, Keyed, Pausable,
 };
 pub use crate::clock::TimestampType;
 // The operator's CLI runs the claim module's statements on a table described at run time.
@@ -22,6 +26,12 @@ pub use crate::lease::statements::{grant as lease_grant, Grant, Periodic};
 pub use crate::notify::Notifications;
 pub use crate::once::{ClaimIfNull, InsertOnce, Returning};
 pub use crate::semaphore::control::SemaphoreDialect;
+// The per-backend dialect traits: sealed (implemented for the four connections), unnameable
+// outside; a generic caller bounds on `LeaseConnection`, which implies them all. The operator's
+// `doctor` lists the statements a claim sends.
+pub use crate::claim::dialect::{ClaimDialect, ClaimSqlDialect};
+pub use crate::claim::rate::{RateDialect, RateSqlDialect};
+pub use crate::once::dialect::InsertOnceDialect;
 pub use crate::semaphore::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
 
 /// Reads an owner field of a model: an `Option<String>`, since a row that is ready to be claimed

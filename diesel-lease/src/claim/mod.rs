@@ -19,13 +19,13 @@ pub mod builder;
 mod by_key;
 pub(crate) mod cancel;
 mod cursor;
-mod dialect;
+pub(crate) mod dialect;
 mod guard;
-mod literal;
+pub(crate) mod literal;
 pub(crate) mod pause;
 mod per_key;
 pub mod queue;
-mod rate;
+pub(crate) mod rate;
 pub mod retention;
 pub(crate) mod schedule;
 pub(crate) mod statements;
@@ -54,30 +54,37 @@ pub use by_key::{
 };
 pub use cancel::HasCancelState;
 pub use cursor::{ClaimCursor, ClaimOrderKey, CursorConnection, NotNullOrder};
-pub use pause::{HasPauseKey, Pausable, PauseShape};
+pub use pause::{HasPauseKey, Pausable};
 
 pub use crate::model::Keyed;
-pub use dialect::{ClaimDialect, ClaimSqlDialect};
+pub(crate) use dialect::{ClaimDialect, ClaimSqlDialect};
 pub use guard::ClaimGuard;
 pub use lease_core::{Pass, ResumePoint, RetryPolicy};
-pub use literal::StateLiteral;
-pub use rate::{Forgotten, RateDialect, RateLimit, RateSqlDialect};
+pub(crate) use literal::StateLiteral;
+pub(crate) use rate::RateDialect;
+pub use rate::{Forgotten, RateLimit};
+pub use schedule::RetryOutcome;
+pub(crate) use schedule::TimeColumn;
 pub(crate) use schedule::{fail_or_retry, retry};
-pub use schedule::{RetryOutcome, TimeColumn};
 pub use wait::MAX_POLL_INTERVAL;
 
 use statements::{finish_target, Change, ClaimModel, ClaimParts, Filter, FinishStmt, NoFilter};
 
 use crate::clock::{DbNow, TimestampType};
 
-/// Sort direction of a claim order column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortOrder {
-    /// Ascending (oldest / smallest first).
-    Asc,
-    /// Descending.
-    Desc,
+// What the derive writes into `Claimable`'s hidden constants: `pub` for the derive (through
+// `__private`), in a private module, so not public API.
+pub(crate) mod order {
+    /// Sort direction of a claim order column.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum SortOrder {
+        /// Ascending (oldest / smallest first).
+        Asc,
+        /// Descending.
+        Desc,
+    }
 }
+pub(crate) use order::SortOrder;
 
 /// A model whose rows can be claimed: the description `#[derive(Claimable)]` writes.
 ///
@@ -101,6 +108,7 @@ pub trait Claimable: Keyed {
     /// `attempts + 1`. Default `true` (always correct).
     const ATTEMPTS_NULLABLE: bool = true;
     /// Claim order (default: the primary key ascending).
+    #[doc(hidden)]
     const ORDER: &'static [(&'static str, SortOrder)];
     /// After this many microseconds (database clock) a claim may be rescued by another worker.
     const CLAIM_TIMEOUT_MICROS: Option<i64>;
@@ -108,23 +116,30 @@ pub trait Claimable: Keyed {
     const MAX_ATTEMPTS: Option<i64>;
     /// The not-before column (`available_at = col`), if mapped: a row is claimable only once
     /// its time has come, by the database clock.
+    #[doc(hidden)]
     const AVAILABLE_AT: Option<TimeColumn> = None;
     /// The last-error column (`error = col`, text), if mapped: written when a job fails or is
     /// retried with an error.
     const ERROR: Option<&'static str> = None;
 
     /// The ready states as SQL constants; `requeue` and retries use the first.
+    #[doc(hidden)]
     const READY_SQL: &'static [StateLiteral];
     /// The claimed state as an SQL constant.
+    #[doc(hidden)]
     const CLAIMED_SQL: StateLiteral;
     /// The done state as an SQL constant, if configured.
+    #[doc(hidden)]
     const DONE_SQL: Option<StateLiteral>;
     /// The failed state as an SQL constant, if configured.
+    #[doc(hidden)]
     const FAILED_SQL: Option<StateLiteral>;
     /// The state cancelled rows go to (`cancelled = …`), if configured; else they go to the
     /// failed state ([`Queue::cancel`](queue::Queue::cancel)).
+    #[doc(hidden)]
     const CANCELLED_SQL: Option<StateLiteral> = None;
     /// Whether claims skip paused rows (`pausable`, `pausable(key = col)`): see [`Queue::pause`](queue::Queue::pause).
+    #[doc(hidden)]
     const PAUSE: Option<pause::PauseShape> = None;
 
     /// The owner stored in this row (`None` when unmapped or NULL).
@@ -458,16 +473,20 @@ pub(crate) fn batch_size(n: usize) -> Result<i64> {
     Ok(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// Where an owner-checked transition sends the row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// To the done state.
-    Done,
-    /// To the failed state.
-    Failed,
-    /// Back to the first ready state, owner cleared, for another worker to claim.
-    Ready,
+// Named by the sealed traits' hidden methods, so `pub`, in a private module: not public API.
+mod finish {
+    /// Where an owner-checked transition sends the row.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Finish {
+        /// To the done state.
+        Done,
+        /// To the failed state.
+        Failed,
+        /// Back to the first ready state, owner cleared, for another worker to claim.
+        Ready,
+    }
 }
+pub(crate) use finish::Finish;
 
 /// Moves a row this worker claimed to `to`, only if the worker still owns that claim: still
 /// claimed, the same claim stamp in the owner column (every claim writes a fresh one, so a

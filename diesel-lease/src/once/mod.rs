@@ -9,14 +9,13 @@
 //!   from `RETURNING` (PostgreSQL, SQLite) or, on MySQL, from a read by the generated
 //!   `AUTO_INCREMENT` value in the same transaction ([`InsertedRowStmt`]).
 
-mod dialect;
+pub(crate) mod dialect;
+pub(crate) use dialect::InsertOnceDialect;
 mysql_like_modules! {
     /// MySQL's `insert_once`: no `ON CONFLICT … DO NOTHING` and no `RETURNING`, so a plain insert
     /// whose duplicate-key error means "already exists", and the row read back by the value it
     /// generated for the table's `AUTO_INCREMENT` column.
 }
-
-pub use dialect::InsertOnceDialect;
 
 use std::marker::PhantomData;
 
