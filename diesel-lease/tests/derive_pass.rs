@@ -28,3 +28,5 @@ mod null_state;
 mod order_by_desc;
 #[path = "derive_pass/own_methods_do_not_collide.rs"]
 mod own_methods_do_not_collide;
+#[path = "derive_pass/several_derives_on_one_model.rs"]
+mod several_derives_on_one_model;
