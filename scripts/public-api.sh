@@ -33,6 +33,7 @@ trap 'rm -f "$listed"' EXIT
 # name once however many paths reach it: issue 54's measure of the surface (at most 100).
 top_level() {
     awk '
+        { sub(/^(#\[[^]]*\] )+/, ""); $0 = $0 }
         $1 == "pub" && $2 == "mod" { mods[$3] = 1; next }
         $1 == "pub" && $2 ~ /^(struct|enum|trait|fn|type|const|static|macro|union|use)$/ {
             line = $0; sub(/^pub [a-z]+ /, "", line)

@@ -19,7 +19,7 @@ use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::PgConnection;
 use diesel_lease::lease::{LeaseGuard, LeaseOptions};
-use diesel_lease::pool::{build_pool, build_pool_with, PoolOptions};
+use diesel_lease::pool::{build_pool, PoolOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::worker::Worker;
@@ -74,7 +74,9 @@ fn pooler_pool(url: &str, size: u32, listen_url: Option<&str>) -> PgPool {
     if let Some(listen_url) = listen_url {
         options = options.listen_url(listen_url);
     }
-    build_pool_with::<PgConnection>(url, size, &options).expect("pool through PgBouncer")
+    options
+        .build::<PgConnection>(url, size)
+        .expect("pool through PgBouncer")
 }
 
 /// 600 rows, 4 threads of this process on one pool and 2 worker processes (2 threads, batches

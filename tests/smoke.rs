@@ -1,5 +1,5 @@
 use diesel::connection::SimpleConnection;
-use diesel_lease::backend::Dialect;
+use diesel_lease::__private::Dialect;
 use diesel_lease::lease::{self, LeaseOptions};
 use diesel_migrations::MigrationHarness;
 

@@ -163,7 +163,7 @@ pub(crate) fn ours<M, C>(
     completed: &AtomicU64,
 ) -> BenchResult<Sample>
 where
-    M: diesel_lease::Claimable + diesel_lease::claim::HasDoneState,
+    M: diesel_lease::Claimable + diesel_lease::__private::HasDoneState,
     M::Pk: PartialEq,
     C: BorrowConnection + Send,
     C::Conn: ClaimConnection<M>,
@@ -180,7 +180,7 @@ where
 /// not be completed as ours is an error.
 pub(crate) fn claim_and_complete<M, C>(conn: &mut C, batch: Option<usize>) -> BenchResult<u64>
 where
-    M: diesel_lease::Claimable + diesel_lease::claim::HasDoneState,
+    M: diesel_lease::Claimable + diesel_lease::__private::HasDoneState,
     M::Pk: PartialEq,
     C: BorrowConnection,
     C::Conn: ClaimConnection<M>,
@@ -675,7 +675,7 @@ impl SqliteFloors {
         batch: Option<usize>,
     ) -> BenchResult<(Sample, String)>
     where
-        M: diesel_lease::Claimable + diesel_lease::claim::HasDoneState,
+        M: diesel_lease::Claimable + diesel_lease::__private::HasDoneState,
         M::Pk: PartialEq,
         SqliteConnection: ClaimConnection<M>,
     {

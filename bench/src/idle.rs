@@ -243,6 +243,6 @@ pub(crate) fn run<C: IdleBackend>(
         rows: latencies.len(),
         p50_ms: pct(0.5),
         p99_ms: pct(0.99),
-        target_p50_ms: diesel_lease::claim::MAX_POLL_INTERVAL.as_secs_f64() * 1e3 / 2.0,
+        target_p50_ms: diesel_lease::__private::MAX_POLL_INTERVAL.as_secs_f64() * 1e3 / 2.0,
     })
 }

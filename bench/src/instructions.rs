@@ -207,7 +207,7 @@ pub(crate) fn run_child(spec: &str) -> BenchResult<()> {
 /// Claims `n` at a time (`claim_next` for 1) and completes each call's jobs, until none is left.
 fn drain<M, C>(conn: &mut C, n: usize) -> BenchResult<u64>
 where
-    M: diesel_lease::Claimable + diesel_lease::claim::HasDoneState,
+    M: diesel_lease::Claimable + diesel_lease::__private::HasDoneState,
     M::Pk: PartialEq,
     C: BorrowConnection,
     C::Conn: diesel_lease::claim::ClaimConnection<M>,

@@ -1,6 +1,6 @@
 //! `--overhead`: what diesel-lease's instrumentation costs one operation, without a database.
 //!
-//! Runs the instrumentation of a claim (`diesel_lease::observe::overhead`: the span created,
+//! Runs the instrumentation of a claim (`diesel_lease::__private::overhead`: the span created,
 //! entered, its outcome recorded, closed, and the metrics calls) in a loop, three ways:
 //! no subscriber and no metrics recorder (the default for a program that installs neither), a
 //! subscriber at WARN (spans filtered out by level), and a subscriber at DEBUG writing to a sink
@@ -19,13 +19,13 @@ fn per_op(total: Duration, n: u64) -> f64 {
 /// The best of five runs of `n` operations, in ns per operation.
 fn measure(n: u64) -> f64 {
     (0..5)
-        .map(|_| per_op(diesel_lease::observe::overhead(n), n))
+        .map(|_| per_op(diesel_lease::__private::overhead(n), n))
         .fold(f64::INFINITY, f64::min)
 }
 
 pub(crate) fn run() -> BenchResult<()> {
     // Warm up the callsite caches.
-    diesel_lease::observe::overhead(10_000);
+    diesel_lease::__private::overhead(10_000);
     let none = measure(N);
     let filtered = tracing::subscriber::with_default(
         tracing_subscriber::fmt()

@@ -5,7 +5,7 @@
 use diesel::query_builder::QueryFragment;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel::{QueryResult, QueryableByName, RunQueryDsl};
-use diesel_lease::admin::AdminStatements;
+use diesel_lease::__private::AdminStatements;
 use diesel_lease::LeaseConnection;
 
 use crate::dialect::CliDialect;

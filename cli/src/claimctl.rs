@@ -4,9 +4,9 @@
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::QueryResult;
 use diesel_lease::__private::ClaimShape;
+use diesel_lease::__private::SqlDialect;
 use diesel_lease::__private::StateLiteral;
 use diesel_lease::__private::{pause_described, resume_described, PauseTarget};
-use diesel_lease::backend::SqlDialect;
 use diesel_lease::BorrowConnection;
 use serde_json::json;
 

@@ -5,7 +5,7 @@
 
 use diesel::query_builder::{AstPass, QueryFragment};
 use diesel::QueryResult;
-use diesel_lease::backend::SqlDialect;
+use diesel_lease::__private::SqlDialect;
 
 /// An identifier an operator typed: pushed quoted, so it can only ever name something.
 #[derive(Debug, Clone, Copy)]
@@ -19,7 +19,7 @@ impl<DB: diesel::backend::Backend> QueryFragment<DB> for Ident<'_> {
 
 /// SQL text per backend, and what its planner can do with an index.
 pub(crate) trait CliDialect:
-    SqlDialect + diesel_lease::claim::retention::RetentionSqlDialect
+    SqlDialect + diesel_lease::__private::RetentionSqlDialect
 {
     /// The backend's name, for people.
     const NAME: &'static str;

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use diesel::sql_types::{Timestamp, Timestamptz};
 use diesel_lease::__private::ClaimDialect;
+use diesel_lease::__private::SqlDialect;
+use diesel_lease::__private::TimestampType;
 use diesel_lease::__private::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
 use diesel_lease::__private::{PauseShape, SortOrder, StateLiteral, TimeColumn};
-use diesel_lease::backend::SqlDialect;
-use diesel_lease::clock::TimestampType;
 use serde_json::{json, Value};
 
 use crate::backend::{Access, CliConnection, ColumnInfo, IndexInfo, Plan};

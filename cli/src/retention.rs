@@ -3,8 +3,9 @@
 //! done and dead rows older than a period in batches, each its own transaction; a redrive moves
 //! dead rows back to ready, attempts reset (kept counting without an owner column).
 
+use diesel_lease::__private::{purge_table, redrive_table, RowShape};
 use diesel_lease::__private::{StateLiteral, TimeColumn};
-use diesel_lease::claim::retention::{purge_table, redrive_table, Retention, RowShape};
+use diesel_lease::claim::Retention;
 use serde_json::json;
 
 use crate::backend::{CliConnection, ColumnInfo};
@@ -185,7 +186,7 @@ pub(crate) fn redrive_rows<C: CliConnection>(
     rows: &DeadRows<'_>,
     limit: Option<u64>,
     batch: usize,
-) -> Result<diesel_lease::claim::retention::Purged, String> {
+) -> Result<diesel_lease::claim::Purged, String> {
     let columns = Columns::read(conn, rows.table)?;
     let shape = RowShape {
         pk: columns.pk()?,

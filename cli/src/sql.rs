@@ -101,7 +101,7 @@ pub(crate) struct CreateIndex<'a> {
     pub(crate) predicate: Option<diesel_lease::__private::StatesIn>,
 }
 
-impl<DB: diesel_lease::backend::SqlDialect> QueryFragment<DB> for CreateIndex<'_> {
+impl<DB: diesel_lease::__private::SqlDialect> QueryFragment<DB> for CreateIndex<'_> {
     fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
         out.push_sql("CREATE INDEX ");
         out.push_identifier(&self.name)?;

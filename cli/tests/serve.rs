@@ -291,7 +291,7 @@ impl Drop for TempDir {
 /// The lease `name` as the database holds it: (held, token).
 fn lease_state<C>(pool: &Pool<ConnectionManager<C>>, name: &str) -> (bool, i64)
 where
-    C: LeaseConnection + diesel_lease::admin::AdminStatements + R2D2Connection,
+    C: LeaseConnection + diesel_lease::__private::AdminStatements + R2D2Connection,
 {
     let mut conn = pool.get().expect("a connection");
     let all = admin::leases(&mut conn).expect("read the leases");
@@ -304,7 +304,7 @@ where
 fn page_flow<C>(url: &str, jobs_sql: &str, screenshot: Option<&Path>)
 where
     C: LeaseConnection
-        + diesel_lease::admin::AdminStatements
+        + diesel_lease::__private::AdminStatements
         + R2D2Connection
         + Notifications
         + diesel_lease::__private::SemaphoreDialect,

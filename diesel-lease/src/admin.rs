@@ -83,25 +83,31 @@ pub struct ReleasedTicket {
     pub was_granted: bool,
 }
 
-/// A ticket's resource, owner, mode, whether it is granted, and its resource's permits.
-#[doc(hidden)]
-pub type TicketInfo = (String, String, String, bool, i32);
+// `pub` in a private module: sealed, not named outside (the CLI reaches it through `__private`);
+// a generic caller bounds on `LeaseConnection`, which implies it.
+pub(crate) mod statements {
+    use super::*;
 
-/// The typed statements of this module on one backend (implemented for every connection type).
-#[doc(hidden)]
-pub trait AdminStatements: LeaseStatements + SemaphoreDialect {
-    /// Every lease: name and its row with the database's time.
-    fn admin_leases(&mut self)
-        -> diesel::QueryResult<Vec<(String, crate::lease::statements::Row)>>;
-    /// Expires the lease now and moves its token on by one; whether the row existed.
-    fn admin_fence_lease(&mut self, name: &str) -> diesel::QueryResult<bool>;
-    /// Every semaphore resource and its permit count.
-    fn admin_semaphores(&mut self) -> diesel::QueryResult<Vec<(String, i32)>>;
-    /// A ticket's resource, owner, mode and whether it is granted, with its resource's permits.
-    fn admin_ticket(&mut self, ticket: i64) -> diesel::QueryResult<Option<TicketInfo>>;
-    /// The database clock, µs since 1970.
-    fn admin_now(&mut self) -> diesel::QueryResult<i64>;
+    /// A ticket's resource, owner, mode, whether it is granted, and its resource's permits.
+    pub(crate) type TicketInfo = (String, String, String, bool, i32);
+
+    /// The typed statements of this module on one backend (implemented for every connection type).
+    pub trait AdminStatements: LeaseStatements + SemaphoreDialect {
+        /// Every lease: name and its row with the database's time.
+        fn admin_leases(
+            &mut self,
+        ) -> diesel::QueryResult<Vec<(String, crate::lease::statements::Row)>>;
+        /// Expires the lease now and moves its token on by one; whether the row existed.
+        fn admin_fence_lease(&mut self, name: &str) -> diesel::QueryResult<bool>;
+        /// Every semaphore resource and its permit count.
+        fn admin_semaphores(&mut self) -> diesel::QueryResult<Vec<(String, i32)>>;
+        /// A ticket's resource, owner, mode and whether it is granted, with its resource's permits.
+        fn admin_ticket(&mut self, ticket: i64) -> diesel::QueryResult<Option<TicketInfo>>;
+        /// The database clock, µs since 1970.
+        fn admin_now(&mut self) -> diesel::QueryResult<i64>;
+    }
 }
+pub(crate) use statements::{AdminStatements, TicketInfo};
 
 macro_rules! admin_statements {
     ($conn:ty) => {

@@ -6,18 +6,19 @@
 //!
 //! Every time is compared in one zone, UTC, whatever each session's time zone: workers whose
 //! sessions run in different zones (or in one zone across a daylight-saving change) agree about
-//! how old a claim or a job run is. The SQL of [`DbNow`] and [`DbNowOffset`] depends on the
-//! column's type ([`TimestampType::WITH_TIME_ZONE`]), which `#[derive(Claimable)]` passes on:
+//! how old a claim or a job run is. The SQL of [`DbNow`] and of the offset form (now plus a
+//! duration) depends on the column's type (an instant, or a wall-clock time without a zone), which
+//! `#[derive(Claimable)]` passes on:
 //!
 //! | expression | PostgreSQL | SQLite | MySQL / MariaDB |
 //! |---|---|---|---|
-//! | [`DbNowMicros`] | `clock_timestamp()` as µs since 1970 | `julianday('now')` as µs (ms resolution) | `UTC_TIMESTAMP(6)` as µs |
+//! | now in µs (built-in tables) | `clock_timestamp()` as µs since 1970 | `julianday('now')` as µs (ms resolution) | `UTC_TIMESTAMP(6)` as µs |
 //! | [`DbNow`], `timestamp` column (`Timestamp`, `Datetime`) | `(statement_timestamp() AT TIME ZONE 'UTC')` | `strftime('%Y-%m-%d %H:%M:%f','now')` (UTC) | `UTC_TIMESTAMP(6)` |
 //! | [`DbNow`], `timestamptz` column (`Timestamptz`) | `statement_timestamp()` | — | — |
-//! | [`DbNowOffset`] | `(<DbNow> + $µs * INTERVAL '1 microsecond')` | `strftime(…, 'now', '±s.ffffff seconds')` | `(UTC_TIMESTAMP(6) + INTERVAL $µs MICROSECOND)` |
+//! | now plus an offset | `(<DbNow> + $µs * INTERVAL '1 microsecond')` | `strftime(…, 'now', '±s.ffffff seconds')` | `(UTC_TIMESTAMP(6) + INTERVAL $µs MICROSECOND)` |
 //!
-//! [`DbNowMicros`] (the built-in lease and semaphore tables) counts from the epoch, which no time
-//! zone changes.
+//! The built-in lease and semaphore tables store microseconds since the epoch, which no time zone
+//! changes.
 //!
 //! Map each column with its real type: a PostgreSQL `timestamptz` column mapped as `Timestamp`
 //! would receive a UTC wall-clock time that PostgreSQL reads in the session's zone.
@@ -41,33 +42,55 @@ use diesel::query_builder::{AstPass, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, SingleValue, SqlType};
 use diesel::QueryResult;
 
-use crate::backend::SqlDialect;
+use crate::backend::{Offset, SqlDialect};
 
-/// Marker for the SQL timestamp types [`DbNow`] and [`DbNowOffset`] can produce.
-///
-/// Implemented for `Timestamp` (every backend), `Timestamptz` (PostgreSQL) and `Datetime`
-/// (MySQL), and their `Nullable` forms.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a timestamp type",
-    label = "diesel-lease needs a timestamp column here",
-    note = "map a column of SQL type `Timestamp`, `Timestamptz` (PostgreSQL) or `Datetime` (MySQL), possibly `Nullable`"
-)]
-// `Send + Sync + 'static` (every SQL type is a unit struct): statements typed by it travel to a
-// claim guard's heartbeat thread.
-pub trait TimestampType:
-    SqlType + SingleValue + TypedExpressionType + Send + Sync + 'static
-{
-    /// Whether a value is an instant (PostgreSQL `timestamptz`), which the database compares
-    /// across time zones itself. Otherwise it is a wall-clock reading without a zone, and
-    /// diesel-lease writes and compares it in UTC.
-    const WITH_TIME_ZONE: bool = false;
-    /// Whether the column may hold `NULL` (a not-before column's `NULL` means "at once").
-    const NULLABLE: bool = false;
+// The expression types of the statements diesel-lease writes, and the column types they take:
+// `pub` for the derive and the CLI (through `__private`), in a private module: a caller writes
+// `db_now`, never these.
+pub(crate) mod internal {
+    use super::*;
+
+    /// Marker for the SQL timestamp types [`DbNow`] and `DbNowOffset` can produce.
+    ///
+    /// Implemented for `Timestamp` (every backend), `Timestamptz` (PostgreSQL) and `Datetime`
+    /// (MySQL), and their `Nullable` forms.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not a timestamp type",
+        label = "diesel-lease needs a timestamp column here",
+        note = "map a column of SQL type `Timestamp`, `Timestamptz` (PostgreSQL) or `Datetime` (MySQL), possibly `Nullable`"
+    )]
+    // `Send + Sync + 'static` (every SQL type is a unit struct): statements typed by it travel to a
+    // claim guard's heartbeat thread.
+    pub trait TimestampType:
+        SqlType + SingleValue + TypedExpressionType + Send + Sync + 'static
+    {
+        /// Whether a value is an instant (PostgreSQL `timestamptz`), which the database compares
+        /// across time zones itself. Otherwise it is a wall-clock reading without a zone, and
+        /// diesel-lease writes and compares it in UTC.
+        const WITH_TIME_ZONE: bool = false;
+        /// Whether the column may hold `NULL` (a not-before column's `NULL` means "at once").
+        const NULLABLE: bool = false;
+    }
+    impl TimestampType for diesel::sql_types::Timestamp {}
+    impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamp> {
+        const NULLABLE: bool = true;
+    }
+    /// The database's current time in microseconds since the Unix epoch, as a `BIGINT`.
+    ///
+    /// Used by the built-in lease and semaphore tables, which store times as integers so that the
+    /// same arithmetic (`expires_at = now + ttl`) works identically on every backend.
+    #[derive(Debug, Clone, Copy, Default, QueryId)]
+    pub(crate) struct DbNowMicros;
+
+    /// The database's current time plus an offset (negative: minus), as a timestamp of SQL type `ST`.
+    #[derive(Debug, Clone, QueryId)]
+    pub(crate) struct DbNowOffset<ST> {
+        pub(crate) offset: Offset,
+        pub(crate) _st: PhantomData<ST>,
+    }
 }
-impl TimestampType for diesel::sql_types::Timestamp {}
-impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Timestamp> {
-    const NULLABLE: bool = true;
-}
+pub(crate) use internal::{DbNowMicros, DbNowOffset, TimestampType};
+
 #[cfg(feature = "postgres")]
 impl TimestampType for diesel::sql_types::Timestamptz {
     const WITH_TIME_ZONE: bool = true;
@@ -84,26 +107,9 @@ impl TimestampType for diesel::sql_types::Nullable<diesel::sql_types::Datetime> 
     const NULLABLE: bool = true;
 }
 
-/// The database's current time in microseconds since the Unix epoch, as a `BIGINT`.
-///
-/// Used by the built-in lease and semaphore tables, which store times as integers so that the
-/// same arithmetic (`expires_at = now + ttl`) works identically on every backend.
-#[derive(Debug, Clone, Copy, Default, QueryId)]
-pub struct DbNowMicros;
-
 /// The database's current time as a timestamp of SQL type `ST` (see the module docs).
 #[derive(Debug, Clone, Copy, QueryId)]
 pub struct DbNow<ST>(PhantomData<ST>);
-
-/// The database's current time plus an offset (negative: minus), as a timestamp of SQL type `ST`.
-#[derive(Debug, Clone, QueryId)]
-pub struct DbNowOffset<ST> {
-    offset: Offset,
-    _st: PhantomData<ST>,
-}
-
-#[doc(hidden)]
-pub use crate::backend::Offset;
 
 /// The database's current time as a value to write: `row.claim_if_null(conn, db_now)` sets a
 /// `claim_if_null` column to it.
@@ -155,7 +161,7 @@ impl<ST> Default for DbNow<ST> {
 
 impl<ST> DbNowOffset<ST> {
     /// The current database time plus `micros` microseconds (negative for the past).
-    pub fn new(micros: i64) -> Self {
+    pub(crate) fn new(micros: i64) -> Self {
         DbNowOffset {
             offset: Offset::new(micros),
             _st: PhantomData,
@@ -163,7 +169,7 @@ impl<ST> DbNowOffset<ST> {
     }
 
     /// The current database time minus `micros` microseconds.
-    pub fn ago(micros: i64) -> Self {
+    pub(crate) fn ago(micros: i64) -> Self {
         Self::new(micros.saturating_neg())
     }
 }

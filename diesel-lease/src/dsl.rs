@@ -29,7 +29,8 @@ use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertRetur
 use crate::semaphore::{HasModeColumn, OneResource, ResourceColumn, RwLock, Semaphore};
 use crate::{BorrowConnection, InsertOutcome, Result};
 
-pub use crate::claim::{Claimable, Keyed};
+pub use crate::claim::Claimable;
+use crate::claim::Keyed;
 pub use crate::lease::job::JobLease;
 pub use crate::once::{ClaimIfNull, InsertOnce};
 pub use crate::semaphore::ControlTable;
@@ -46,7 +47,7 @@ type Backend<C> = <<C as BorrowConnection>::Conn as diesel::Connection>::Backend
 /// [`FinishDsl`] (`complete`, `fail`, `requeue`, on one row or a slice).
 ///
 /// [`queue`](Self::queue) is the entry point for the table's controls, built the same way
-/// ([`Queue`](crate::claim::queue::Queue)): pause and resume (the table, or one key's rows),
+/// ([`Queue`](crate::claim::Queue)): pause and resume (the table, or one key's rows),
 /// notify waiters, cancel a row, purge finished rows, redrive dead ones.
 ///
 /// The rest works on one row: [`heartbeat`](Self::heartbeat), [`retry`](Self::retry),
@@ -107,9 +108,9 @@ pub trait ClaimDsl: Claimable {
     /// `Job::queue().key("acme").resume(conn)`, `Job::queue().notify(conn)`,
     /// `Job::queue().cancel(conn, pk)`, `Job::queue().purge(conn, jobs::done_at, &retention)`,
     /// `Job::queue().filter(jobs::queue.eq("mail")).redrive(conn, 100)`. See
-    /// [`Queue`](crate::claim::queue::Queue).
-    fn queue() -> crate::claim::queue::Queue<Self> {
-        crate::claim::queue::Queue::new()
+    /// [`Queue`](crate::claim::Queue).
+    fn queue() -> crate::claim::Queue<Self> {
+        crate::claim::Queue::new()
     }
 
     /// Locks the row with primary key `pk` for the caller's transaction if it is in a ready state,
@@ -134,6 +135,21 @@ pub trait ClaimDsl: Claimable {
         C::Conn: ClaimableLockConnection<Self>,
     {
         claim::lock_by_pk_if_claimable(conn, pk)
+    }
+
+    /// [`lock_by_pk_if_claimable`](Self::lock_by_pk_if_claimable) waiting at most `wait` for
+    /// the row's holder instead of 30 s; a zero `wait` is refused with
+    /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    fn lock_by_pk_if_claimable_within<C>(
+        conn: &mut C,
+        pk: Self::Pk,
+        wait: std::time::Duration,
+    ) -> Result<Option<Self>>
+    where
+        C: BorrowConnection,
+        C::Conn: ClaimableLockConnection<Self>,
+    {
+        claim::lock_by_pk_if_claimable_within(conn, pk, wait)
     }
 
     /// [`lock_by_pk_if_claimable`](Self::lock_by_pk_if_claimable) and `work` in one
@@ -464,6 +480,22 @@ pub trait OnceDsl: Sized {
         claim::lock_by_pk_if_null(conn, pk)
     }
 
+    /// [`lock_by_pk_if_null`](Self::lock_by_pk_if_null) waiting at most `wait` for the row's
+    /// holder instead of 30 s; a zero `wait` is refused with
+    /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).
+    fn lock_by_pk_if_null_within<C>(
+        conn: &mut C,
+        pk: <Self as Keyed>::Pk,
+        wait: std::time::Duration,
+    ) -> Result<Option<Self>>
+    where
+        Self: ClaimIfNull,
+        C: BorrowConnection,
+        C::Conn: NullLockConnection<Self>,
+    {
+        claim::lock_by_pk_if_null_within(conn, pk, wait)
+    }
+
     /// [`lock_by_pk_if_null`](Self::lock_by_pk_if_null) and `work` in one transaction: commit
     /// on `Ok`, roll back on `Err`; `Ok(None)` without calling `work` when the column is set.
     fn with_locked_if_null<C, T, E, W>(
@@ -545,7 +577,7 @@ impl<T> OnceDsl for T {}
 /// # #[cfg(feature = "sqlite")] {
 /// use std::time::Duration;
 /// use diesel::prelude::*;
-/// use diesel_lease::lease::job::JobRunOptions;
+/// use diesel_lease::lease::JobRunOptions;
 /// use diesel_lease::prelude::*;
 ///
 /// diesel::table! {

@@ -140,7 +140,7 @@ pub mod lease;
 mod model;
 pub(crate) mod notify;
 pub mod observe;
-pub mod once;
+pub(crate) mod once;
 pub mod pool;
 pub mod prelude;
 // The README's snippets, compiled (see `tests/readme.rs`).
@@ -180,7 +180,7 @@ pub use lease_derive::ControlTable;
 /// returns. The operation is [`OnceDsl::insert_once`](dsl::OnceDsl::insert_once); see the
 /// [derive guide](derive@Claimable#insert_once).
 pub use lease_derive::InsertOnce;
-/// Implements [`JobLease`](lease::job::JobLease) for a model of your own job-status table:
+/// Implements [`JobLease`](crate::dsl::JobLease) for a model of your own job-status table:
 /// `#[job_lease(holder = col, started_at = col, next_run = col)]`. The operations are
 /// [`JobLeaseDsl`](dsl::JobLeaseDsl)'s; see the [derive guide](derive@Claimable#job_lease).
 pub use lease_derive::JobLease;

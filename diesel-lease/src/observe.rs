@@ -321,23 +321,26 @@ pub(crate) fn table_name<T: ?Sized>() -> &'static str {
     &path[start..]
 }
 
-/// The cost of one instrumented operation with nothing else in it: the span of a claim (created,
-/// entered, finished) and its metrics. For the benchmark program (`--overhead`): `n` of them.
-#[doc(hidden)]
-pub fn overhead(n: u64) -> std::time::Duration {
-    let started = std::time::Instant::now();
-    for i in 0..n {
-        let op = op!(
-            Claim,
-            "bench_jobs",
-            lease_core::BackendKind::Postgres,
-            table = "bench_jobs",
-            owner = "overhead",
-        );
-        let rows = op.finish(Ok(std::hint::black_box(i)), |_| ("claimed", 1));
-        std::hint::black_box(rows.ok());
+// For the benchmark program, through `__private`.
+pub(crate) mod bench {
+
+    /// The cost of one instrumented operation with nothing else in it: the span of a claim (created,
+    /// entered, finished) and its metrics. For the benchmark program (`--overhead`): `n` of them.
+    pub fn overhead(n: u64) -> std::time::Duration {
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            let op = op!(
+                Claim,
+                "bench_jobs",
+                lease_core::BackendKind::Postgres,
+                table = "bench_jobs",
+                owner = "overhead",
+            );
+            let rows = op.finish(Ok(std::hint::black_box(i)), |_| ("claimed", 1));
+            std::hint::black_box(rows.ok());
+        }
+        started.elapsed()
     }
-    started.elapsed()
 }
 
 #[cfg(test)]

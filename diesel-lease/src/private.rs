@@ -7,21 +7,28 @@
 
 use diesel::sql_types::{BigInt, Integer, Nullable, SingleValue, SmallInt, SqlType, Text};
 
+pub use crate::admin::statements::AdminStatements;
+pub use crate::backend::dialect::Dialect;
+pub use crate::backend::sql_dialect::SqlDialect;
+pub use crate::claim::cancel::HasCancelState;
+pub use crate::claim::cursor::{ClaimOrderKey, CursorConnection, NotNullOrder};
 pub use crate::claim::literal::StateLiteral;
+pub use crate::claim::markers::{HasAttempts, HasClaimedAt, HasDoneState, HasFailedState};
 pub use crate::claim::order::SortOrder;
-pub use crate::claim::pause::PauseShape;
+pub use crate::claim::pause::{HasPauseKey, Pausable, PauseShape};
 pub use crate::claim::schedule::TimeColumn;
-pub use crate::claim::{
-    ClaimOrderKey, Claimable, HasAttempts, HasCancelState, HasClaimedAt, HasDoneState,
-    HasFailedState, HasPauseKey, Keyed, Pausable,
-};
-pub use crate::clock::TimestampType;
+pub use crate::claim::Claimable;
+pub use crate::clock::internal::TimestampType;
+pub use crate::model::Keyed;
 // The operator's CLI runs the claim module's statements on a table described at run time.
 pub use crate::claim::cancel::{cancel_described, cancel_target, CancelStmt};
 pub use crate::claim::pause::{pause_described, resume_described, PauseTarget};
+pub use crate::claim::retention::{
+    purge_table, redrive_table, RetentionConnection, RetentionSqlDialect, RowShape,
+};
 pub use crate::claim::statements::{ClaimParts, ClaimShape, ClaimStep, ClaimTarget, StatesIn};
 // The operator's web page listens for wake-ups; the suite grants leases at chosen instants.
-pub use crate::lease::job::JobLease;
+pub use crate::lease::job::{JobConnection, JobLease};
 pub use crate::lease::statements::{grant as lease_grant, Grant, Periodic};
 pub use crate::notify::Notifications;
 pub use crate::once::{ClaimIfNull, InsertOnce, Returning};
@@ -32,7 +39,16 @@ pub use crate::semaphore::control::SemaphoreDialect;
 pub use crate::claim::dialect::{ClaimDialect, ClaimSqlDialect};
 pub use crate::claim::rate::{RateDialect, RateSqlDialect};
 pub use crate::once::dialect::InsertOnceDialect;
-pub use crate::semaphore::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
+pub use crate::semaphore::control::{HasModeColumn, ModeColumn, OneResource, ResourceColumn};
+pub use crate::semaphore::ControlTable;
+// The per-model bounds a claim's lock by key and a deep-queue cursor put on a connection:
+// implemented for every connection that can run them, named only by the suite's generic code.
+pub use crate::claim::by_key::{ClaimableLockConnection, NullLockConnection};
+// Limits the suite and the benchmark measure against (their values are on the items they bound).
+pub use crate::claim::wait::MAX_POLL_INTERVAL;
+pub use crate::pool::drop_wait::DROP_WAIT;
+// The instrumentation's own cost, for the benchmark's `--overhead`.
+pub use crate::observe::bench::overhead;
 
 /// Reads an owner field of a model: an `Option<String>`, since a row that is ready to be claimed
 /// has no owner.

@@ -505,7 +505,7 @@ pub(crate) struct Block7a;
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
 /// # let mut conn = pool.get()?;
-/// use diesel_lease::claim::retention::Retention;
+/// use diesel_lease::claim::Retention;
 /// use diesel_lease::lease::schedule::every;
 ///
 /// // Hourly, on one node: done and dead emails whose claimed_at is older than 30 days.
@@ -615,7 +615,7 @@ pub(crate) struct Block10;
 /// # fn send_price_alerts() -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
-/// use diesel_lease::lease::job::JobRunOptions;
+/// use diesel_lease::lease::JobRunOptions;
 ///
 /// #[derive(Queryable, Selectable, JobLease)]
 /// #[diesel(table_name = job_status, primary_key(job_id))]
@@ -742,7 +742,7 @@ pub(crate) struct Block14;
 /// # #![allow(unused, dead_code)]
 /// # use diesel::prelude::*;
 /// # use std::time::Duration;
-/// # use diesel_lease::lease::job::JobRunOptions;
+/// # use diesel_lease::lease::JobRunOptions;
 /// # fn shutting_down() -> bool { true }
 /// # fn export(_: Option<chrono::DateTime<chrono::Utc>>) {}
 /// # fn refresh() {}
@@ -914,15 +914,12 @@ pub(crate) struct Block17;
 /// ```no_run
 /// # #![allow(unused, dead_code)]
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use diesel_lease::pool::{build_pool_with, PoolOptions};
+/// use diesel_lease::pool::PoolOptions;
 ///
-/// let pool = build_pool_with::<diesel::PgConnection>(
-///     "postgres://app@pgbouncer:6432/app",                  // through PgBouncer
-///     16,
-///     &PoolOptions::default()
-///         .transaction_pooler()                             // Diesel's statement cache off
-///         .listen_url("postgres://app@db-primary:5432/app"), // wake-ups from PostgreSQL itself
-/// )?;
+/// let pool = PoolOptions::default()
+///     .transaction_pooler()                             // Diesel's statement cache off
+///     .listen_url("postgres://app@db-primary:5432/app") // wake-ups from PostgreSQL itself
+///     .build::<diesel::PgConnection>("postgres://app@pgbouncer:6432/app", 16)?; // through PgBouncer
 /// # let _ = pool;
 /// # Ok(())
 /// # }

@@ -41,7 +41,7 @@ struct KeyLimit<M> {
 /// [`concurrency`](Self::concurrency) threads, until told to stop.
 ///
 /// Each thread waits for rows with a waiting claim's ([`Claim::wait`](crate::claim::Claim::wait)) waiter
-/// (woken by [`Queue::notify`](crate::claim::queue::Queue::notify) on PostgreSQL, polling at most once a
+/// (woken by [`Queue::notify`](crate::claim::Queue::notify) on PostgreSQL, polling at most once a
 /// second when idle), claims one row or a [`batch`](Self::batch), and for each row:
 ///
 /// - runs the handler with a pool connection while a [`ClaimGuard`] heartbeats the claim (when

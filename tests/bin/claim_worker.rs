@@ -30,7 +30,8 @@ use std::io::Write;
 
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
-use diesel_lease::claim::{ClaimConnection, ClaimCursor, ClaimOptions, CursorConnection};
+use diesel_lease::__private::CursorConnection;
+use diesel_lease::claim::{ClaimConnection, ClaimCursor, ClaimOptions};
 use diesel_lease::{LeaseConnection, OwnerId};
 use models::schema::{importjobs, tasks};
 use models::{ImportJob, Task};
@@ -68,7 +69,7 @@ where
     if std::env::var_os("DIESEL_LEASE_TEST_TRANSACTION_POOLER").is_some() {
         options = options.transaction_pooler();
     }
-    diesel_lease::pool::build_pool_with::<C>(url, size, &options)
+    options.build::<C>(url, size)
 }
 
 fn arg<T: std::str::FromStr>(rest: &[String], i: usize) -> Result<T, String> {

@@ -5,7 +5,7 @@ use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
 use diesel::prelude::*;
-use diesel_lease::lease::job::JobRunOptions;
+use diesel_lease::lease::JobRunOptions;
 use diesel_lease::OwnerId;
 
 use crate::common::TestDb;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
-use diesel_lease::claim::retention::{Purged, Retention};
+use diesel_lease::claim::{Purged, Retention};
 use diesel_lease::prelude::*;
 
 use crate::common::{pick, TestBackend, TestDb};

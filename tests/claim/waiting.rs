@@ -9,7 +9,6 @@ use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
 use diesel::prelude::*;
-use diesel_lease::claim::{lock_by_pk_if_claimable_within, lock_by_pk_if_null_within};
 use diesel_lease::{Error, InvalidInput};
 
 use crate::common::TestDb;
@@ -92,7 +91,7 @@ backend_suite! {
             matches!(outside, Err(Error::Database(diesel::result::Error::NotInTransaction))),
             "{outside:?}"
         );
-        let zero = conn.transaction(|c| lock_by_pk_if_null_within::<Table1, _>(c, 1, Duration::ZERO));
+        let zero = conn.transaction(|c| Table1::lock_by_pk_if_null_within(c, 1, Duration::ZERO));
         assert!(matches!(zero, Err(Error::InvalidInput(InvalidInput::ZeroDuration { .. }))), "{zero:?}");
 
         let (locked_tx, locked_rx) = mpsc::channel();
@@ -110,7 +109,7 @@ backend_suite! {
             locked_rx.recv().unwrap();
             let wait = Duration::from_secs(1);
             let start = Instant::now();
-            let timed_out = conn.transaction(|c| lock_by_pk_if_null_within::<Table1, _>(c, 1, wait));
+            let timed_out = conn.transaction(|c| Table1::lock_by_pk_if_null_within(c, 1, wait));
             let waited = start.elapsed();
             done_tx.send(()).unwrap();
             assert!(matches!(timed_out, Err(Error::Timeout { .. })), "{timed_out:?}");
@@ -121,7 +120,7 @@ backend_suite! {
         });
         assert_eq!(lock_wait_setting(&mut conn), own_bound, "the timeout left the bound changed");
         // With nobody holding the row it locks, and the session's own bound is back afterwards.
-        let row = conn.transaction(|c| lock_by_pk_if_null_within::<Table1, _>(c, 1, Duration::from_secs(1))).unwrap();
+        let row = conn.transaction(|c| Table1::lock_by_pk_if_null_within(c, 1, Duration::from_secs(1))).unwrap();
         assert_eq!(row.map(|r| r.id), Some(1));
         assert_eq!(lock_wait_setting(&mut conn), own_bound, "the lock left the bound changed");
     }
@@ -211,7 +210,7 @@ backend_suite! {
         let mut conn = db.conn();
         let free = conn.transaction(|c| Test::lock_by_pk_if_claimable(c, 2)).unwrap();
         assert_eq!(free.map(|r| r.id), Some(2));
-        let done = conn.transaction(|c| lock_by_pk_if_claimable_within::<Test, _>(c, 1, Duration::from_secs(1))).unwrap();
+        let done = conn.transaction(|c| Test::lock_by_pk_if_claimable_within(c, 1, Duration::from_secs(1))).unwrap();
         assert_eq!(done, None);
     }
 }

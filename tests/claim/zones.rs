@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_lease::claim::{ClaimConnection, ClaimOptions, Claimable, Keyed};
-use diesel_lease::lease::job::{JobConnection, JobLease, JobRunOptions};
+use diesel_lease::__private::{JobConnection, Keyed};
+use diesel_lease::claim::{ClaimConnection, ClaimOptions, Claimable};
+use diesel_lease::dsl::JobLease;
+use diesel_lease::lease::JobRunOptions;
 use diesel_lease::prelude::*;
 use diesel_lease::{BorrowConnection, OwnerId};
 
@@ -108,7 +110,7 @@ fn start<M, C>(
     conn: &mut C,
     job: &str,
     options: &JobRunOptions,
-) -> Option<diesel_lease::lease::job::JobRun>
+) -> Option<diesel_lease::lease::JobRun>
 where
     M: JobLease + Keyed<Pk = String>,
     C: BorrowConnection,

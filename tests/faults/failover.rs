@@ -453,7 +453,7 @@ fn guards_on_the_dead_primary_are_kept_or_know_they_lost_before_the_lease_moves(
         let dropping = Instant::now();
         drop(guard);
         assert!(
-            dropping.elapsed() < diesel_lease::pool::DROP_WAIT + Duration::from_secs(5),
+            dropping.elapsed() < diesel_lease::__private::DROP_WAIT + Duration::from_secs(5),
             "drop took {:?}",
             dropping.elapsed()
         );
@@ -712,12 +712,10 @@ fn a_listener_that_cannot_listen_backs_off() {
         return;
     };
     let standby = format!("postgres://postgres@127.0.0.1:{}/postgres", pair.standby);
-    let pool = diesel_lease::pool::build_pool_with::<PgConnection>(
-        &pair.url(),
-        4,
-        &diesel_lease::pool::PoolOptions::default().listen_url(standby),
-    )
-    .unwrap();
+    let pool = diesel_lease::pool::PoolOptions::default()
+        .listen_url(standby)
+        .build::<PgConnection>(&pair.url(), 4)
+        .unwrap();
     diesel_lease::run_migrations(&mut pool.get().unwrap()).unwrap();
     let mutex = diesel_lease::semaphore::Semaphore::mutex("standby-listener");
     let held = mutex.acquire(&pool, Duration::from_secs(10)).unwrap();

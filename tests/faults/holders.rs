@@ -7,9 +7,9 @@ use diesel_lease::prelude::*;
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
+use diesel_lease::__private::DROP_WAIT;
 use diesel_lease::claim::ClaimOptions;
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
-use diesel_lease::pool::DROP_WAIT;
 use diesel_lease::semaphore::Semaphore;
 
 use crate::common::{lost_in_time, TestDb};

@@ -13,9 +13,10 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
+use diesel_lease::__private::DROP_WAIT;
 use diesel_lease::claim::ClaimOptions;
 use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
-use diesel_lease::pool::{build_pool, DROP_WAIT};
+use diesel_lease::pool::build_pool;
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::worker::Worker;

@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
-use diesel_lease::pool::DROP_WAIT;
+use diesel_lease::__private::DROP_WAIT;
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::Error;

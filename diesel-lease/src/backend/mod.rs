@@ -1,14 +1,14 @@
 //! The ground floor: the connections diesel-lease runs on, and what differs between their
 //! backends that is no operation's own.
 //!
-//! - [`SqlDialect`], on Diesel's backend type (`Pg`, `Sqlite`, `Mysql`, `Mariadb`): how SQL text differs —
+//! - `SqlDialect`, on Diesel's backend type (`Pg`, `Sqlite`, `Mysql`, `Mariadb`): how SQL text differs —
 //!   the database clock, `FOR UPDATE SKIP LOCKED` or nothing, integer division, binds.
-//! - [`Dialect`], on the connection type: how behaviour differs — the write transaction, bounded
+//! - `Dialect`, on the connection type: how behaviour differs — the write transaction, bounded
 //!   lock waits, connection tuning, migrations — and, beside them, how the server's errors are
 //!   sorted into [`crate::Error`] and which conflicts are retried (`retry_conflicts`).
 //!
 //! Nothing here knows an operation. Each operation (claims, leases, semaphores, insert-once,
-//! admin) has its own trait on top of [`Dialect`], implemented per backend in the operation's
+//! admin) has its own trait on top of `Dialect`, implemented per backend in the operation's
 //! own folder; notifications are `notify/`'s. One file per backend here: `postgres.rs`,
 //! `sqlite.rs`, and `mysql_like.rs`, compiled once for `MysqlConnection` and once for
 //! `MariadbConnection` (so in each operation's folder).
@@ -86,95 +86,111 @@ pub(crate) mod sealed {
     pub trait Sealed {}
 }
 
-/// How SQL text differs between backends (implemented for `Pg`, `Sqlite`, `Mysql` and `Mariadb`).
-///
-/// Sealed; its items are internal and carry no stability promise.
-// `Default` (for the backend and its query builder): a statement can be rendered to text without a
-// connection, as the label of a claim table's wake-ups (`claim/wait.rs`).
-pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed {
-    /// Which backend.
-    const KIND: BackendKind;
-    /// What a `SELECT` appends to lock the rows it returns, skipping rows other transactions
-    /// hold (empty where the backend has no row locks: SQLite).
-    #[doc(hidden)]
-    const SKIP_LOCKED: &'static str;
-    /// Integer division (MySQL's `/` yields a decimal).
-    #[doc(hidden)]
-    const INT_DIV: &'static str;
-    /// What a `SELECT` appends to lock the rows it returns, waiting for transactions that hold
-    /// them (` FOR UPDATE`; empty on SQLite, whose write lock is taken by a statement of its own).
-    #[doc(hidden)]
-    const FOR_UPDATE: &'static str;
-    /// Whether a claim of one of the usual batch sizes writes its `LIMIT` into the statement's
-    /// text instead of binding it (`claim::statements::inline_limit`). PostgreSQL: a prepared
-    /// statement whose `LIMIT` is a parameter gets a new plan on every call, since a generic
-    /// plan cannot know how many rows it stops after.
-    #[doc(hidden)]
-    const INLINE_LIMITS: bool = false;
+// `pub` in a private module: sealed and not named outside (the suite and the CLI reach it
+// through `__private`).
+pub(crate) mod sql_dialect {
+    use super::*;
 
-    /// The database's current time in microseconds since 1970, as a `BIGINT`.
-    #[doc(hidden)]
-    fn push_now_micros(out: &mut AstPass<'_, '_, Self>);
-    /// The database's current time as a timestamp: an instant when `with_time_zone` (PostgreSQL
-    /// `timestamptz`), else the wall-clock time in UTC, whatever the session's time zone.
-    #[doc(hidden)]
-    fn push_now(out: &mut AstPass<'_, '_, Self>, with_time_zone: bool);
-    /// The database's current time plus `offset` (negative: minus), as [`push_now`](Self::push_now).
-    #[doc(hidden)]
-    fn push_now_offset<'b>(
-        out: &mut AstPass<'_, 'b, Self>,
-        offset: &'b Offset,
-        with_time_zone: bool,
-    ) -> QueryResult<()>;
+    /// How SQL text differs between backends (implemented for `Pg`, `Sqlite`, `Mysql` and `Mariadb`).
+    ///
+    /// Sealed; its items are internal and carry no stability promise.
+    // `Default` (for the backend and its query builder): a statement can be rendered to text without a
+    // connection, as the label of a claim table's wake-ups (`claim/wait.rs`).
+    pub trait SqlDialect: Backend<QueryBuilder: Default> + Default + sealed::Sealed {
+        /// Which backend.
+        const KIND: BackendKind;
+        /// What a `SELECT` appends to lock the rows it returns, skipping rows other transactions
+        /// hold (empty where the backend has no row locks: SQLite).
+        #[doc(hidden)]
+        const SKIP_LOCKED: &'static str;
+        /// Integer division (MySQL's `/` yields a decimal).
+        #[doc(hidden)]
+        const INT_DIV: &'static str;
+        /// What a `SELECT` appends to lock the rows it returns, waiting for transactions that hold
+        /// them (` FOR UPDATE`; empty on SQLite, whose write lock is taken by a statement of its own).
+        #[doc(hidden)]
+        const FOR_UPDATE: &'static str;
+        /// Whether a claim of one of the usual batch sizes writes its `LIMIT` into the statement's
+        /// text instead of binding it (`claim::statements::inline_limit`). PostgreSQL: a prepared
+        /// statement whose `LIMIT` is a parameter gets a new plan on every call, since a generic
+        /// plan cannot know how many rows it stops after.
+        #[doc(hidden)]
+        const INLINE_LIMITS: bool = false;
 
-    /// The latest instant the stored value of timestamp column `column` can stand for, to
-    /// compare with a deadline (`<upper> <= now - timeout`) so nothing acts early whatever the
-    /// column's precision: a `DATETIME` or `timestamp(0)` column truncates (MariaDB) or rounds
-    /// (MySQL 8, PostgreSQL) what diesel-lease writes to whole seconds, so its value can be up
-    /// to one unit of its precision earlier than the real time (the unit: `push_apparent_unit`).
-    /// SQLite stores the text written, unchanged, but its clock reads whole milliseconds: its
-    /// bound is the value plus 1 ms. The default is the column itself.
-    #[doc(hidden)]
-    fn push_stored_upper_bound(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
-        out.push_identifier(column)
+        /// The database's current time in microseconds since 1970, as a `BIGINT`.
+        #[doc(hidden)]
+        fn push_now_micros(out: &mut AstPass<'_, '_, Self>);
+        /// The database's current time as a timestamp: an instant when `with_time_zone` (PostgreSQL
+        /// `timestamptz`), else the wall-clock time in UTC, whatever the session's time zone.
+        #[doc(hidden)]
+        fn push_now(out: &mut AstPass<'_, '_, Self>, with_time_zone: bool);
+        /// The database's current time plus `offset` (negative: minus), as [`push_now`](Self::push_now).
+        #[doc(hidden)]
+        fn push_now_offset<'b>(
+            out: &mut AstPass<'_, 'b, Self>,
+            offset: &'b Offset,
+            with_time_zone: bool,
+        ) -> QueryResult<()>;
+
+        /// The latest instant the stored value of timestamp column `column` can stand for, to
+        /// compare with a deadline (`<upper> <= now - timeout`) so nothing acts early whatever the
+        /// column's precision: a `DATETIME` or `timestamp(0)` column truncates (MariaDB) or rounds
+        /// (MySQL 8, PostgreSQL) what diesel-lease writes to whole seconds, so its value can be up
+        /// to one unit of its precision earlier than the real time (the unit: `push_apparent_unit`).
+        /// SQLite stores the text written, unchanged, but its clock reads whole milliseconds: its
+        /// bound is the value plus 1 ms. The default is the column itself.
+        #[doc(hidden)]
+        fn push_stored_upper_bound(
+            out: &mut AstPass<'_, '_, Self>,
+            column: &str,
+        ) -> QueryResult<()> {
+            out.push_identifier(column)
+        }
+
+        /// Integer column `column` as a `BIGINT` (a control table's ticket may be an `INT`).
+        #[doc(hidden)]
+        fn push_as_bigint(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
+            out.push_sql("CAST(");
+            out.push_identifier(column)?;
+            out.push_sql(" AS BIGINT)");
+            Ok(())
+        }
+
+        /// Binds a `BIGINT`.
+        #[doc(hidden)]
+        fn bind_i64<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b i64) -> QueryResult<()>;
+        /// Binds a nullable `BIGINT`.
+        #[doc(hidden)]
+        fn bind_opt_i64<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b Option<i64>)
+            -> QueryResult<()>;
+        /// Binds a text value.
+        #[doc(hidden)]
+        fn bind_str<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b str) -> QueryResult<()>;
+        /// Binds a nullable text value.
+        #[doc(hidden)]
+        fn bind_opt_str<'b>(
+            out: &mut AstPass<'_, 'b, Self>,
+            v: &'b Option<std::borrow::Cow<'b, str>>,
+        ) -> QueryResult<()>;
     }
+}
+pub(crate) use sql_dialect::SqlDialect;
 
-    /// Integer column `column` as a `BIGINT` (a control table's ticket may be an `INT`).
-    #[doc(hidden)]
-    fn push_as_bigint(out: &mut AstPass<'_, '_, Self>, column: &str) -> QueryResult<()> {
-        out.push_sql("CAST(");
-        out.push_identifier(column)?;
-        out.push_sql(" AS BIGINT)");
-        Ok(())
+// `pub` in a private module: the sealed dialect traits take it; nothing outside names it.
+pub(crate) mod offset {
+    use diesel::query_builder::QueryId;
+
+    /// A signed duration in the forms the backends take it: microseconds to bind (PostgreSQL,
+    /// MySQL) and a `strftime` modifier (SQLite).
+    #[derive(Debug, Clone, QueryId)]
+    pub struct Offset {
+        /// The offset in microseconds.
+        pub micros: i64,
+        /// The same offset as a SQLite date modifier, such as `-300.000000 seconds`.
+        pub sqlite_modifier: String,
     }
-
-    /// Binds a `BIGINT`.
-    #[doc(hidden)]
-    fn bind_i64<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b i64) -> QueryResult<()>;
-    /// Binds a nullable `BIGINT`.
-    #[doc(hidden)]
-    fn bind_opt_i64<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b Option<i64>) -> QueryResult<()>;
-    /// Binds a text value.
-    #[doc(hidden)]
-    fn bind_str<'b>(out: &mut AstPass<'_, 'b, Self>, v: &'b str) -> QueryResult<()>;
-    /// Binds a nullable text value.
-    #[doc(hidden)]
-    fn bind_opt_str<'b>(
-        out: &mut AstPass<'_, 'b, Self>,
-        v: &'b Option<std::borrow::Cow<'b, str>>,
-    ) -> QueryResult<()>;
 }
-
-/// A signed duration in the forms the backends take it: microseconds to bind (PostgreSQL,
-/// MySQL) and a `strftime` modifier (SQLite).
-#[doc(hidden)]
-#[derive(Debug, Clone, QueryId)]
-pub struct Offset {
-    /// The offset in microseconds.
-    pub micros: i64,
-    /// The same offset as a SQLite date modifier, such as `-300.000000 seconds`.
-    pub sqlite_modifier: String,
-}
+pub(crate) use offset::Offset;
 
 impl Offset {
     pub(crate) fn new(micros: i64) -> Self {
@@ -255,169 +271,182 @@ macro_rules! binds {
 }
 pub(crate) use binds;
 
-/// How behaviour differs between backends (implemented for `PgConnection`, `SqliteConnection`,
-/// `MysqlConnection` and `MariadbConnection`). Every operation is written once against it.
-///
-/// Sealed; its items are internal and carry no stability promise.
-pub trait Dialect:
-    Connection<Backend: SqlDialect, TransactionManager = AnsiTransactionManager>
-    + LoadConnection
-    + MigrationHarness<Self::Backend>
-    + Send
-    + Sized
-    + 'static
-    + sealed::Sealed
-    + BorrowConnection<Conn = Self>
-{
-    /// The built-in tables' migrations for this backend.
-    #[doc(hidden)]
-    const MIGRATIONS: EmbeddedMigrations;
+// `pub` in a private module: sealed and not named outside; generic code names
+// `LeaseConnection`, which implies it.
+pub(crate) mod dialect {
+    use super::*;
 
-    /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: READ
-    /// COMMITTED on PostgreSQL and MySQL (so InnoDB takes no gap locks and `SKIP LOCKED` claims
-    /// do not deadlock on the index they update), `BEGIN IMMEDIATE` after this process's writer
-    /// turn on SQLite (so the write lock is taken up front and concurrent writers wait on the
-    /// busy timeout instead of failing). Inside an open transaction it becomes a savepoint of the
-    /// caller's transaction, at the caller's isolation level. Public as
-    /// `LeaseConnection::write_transaction`.
-    #[doc(hidden)]
-    fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
-    where
-        F: FnOnce(&mut Self) -> Result<T, E>,
-        E: From<DieselError>;
-
-    /// [`write_tx`](Self::write_tx) whose body asks for its rollback by returning `Ok(None)`:
-    /// nothing failed then, so nothing a failed transaction calls for is done (MySQL keeps its
-    /// statement cache, which a failed transaction empties).
-    #[doc(hidden)]
-    fn write_tx_or_roll_back<T>(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> QueryResult<Option<T>>,
-    ) -> QueryResult<Option<T>> {
-        rolled_back_as_none(self.write_tx(|c| f(c)?.ok_or(DieselError::RollbackTransaction)))
-    }
-
-    /// [`Dialect::write_tx`] outside the caller's transaction, with every wait for a lock inside
-    /// it bounded by `max_wait` (`None`: the server's own bound): PostgreSQL `SET LOCAL
-    /// lock_timeout`, MySQL `innodb_lock_wait_timeout` for the transaction (whole seconds, at
-    /// least 1, restored after), SQLite the writer turn and the busy timeout. A wait that runs
-    /// out fails with a lock-timeout error, which classifies as [`Error::Timeout`].
-    #[doc(hidden)]
-    fn write_tx_within<T>(
-        &mut self,
-        max_wait: Option<Duration>,
-        f: impl FnOnce(&mut Self) -> crate::Result<T>,
-    ) -> crate::Result<T>;
-
-    /// Runs one autocommit write statement: as it is on PostgreSQL and MySQL; on SQLite inside
-    /// `BEGIN IMMEDIATE`, so it waits for a busy database instead of failing.
-    #[doc(hidden)]
-    fn single_write<T>(&mut self, f: impl FnOnce(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
-        f(self)
-    }
-
-    /// Runs one write of rows picked by key (an owner-checked `complete`, a heartbeat): as it is
-    /// on PostgreSQL; on SQLite as one autocommit statement that waits for a busy database; on MySQL
-    /// at READ COMMITTED (set for that one statement when it runs outside a transaction), like
-    /// claims, so it takes no gap locks.
-    #[doc(hidden)]
-    fn keyed_write<T>(&mut self, mut f: impl FnMut(&mut Self) -> QueryResult<T>) -> QueryResult<T> {
-        f(self)
-    }
-
-    /// `url` with the client-side network settings this backend's driver takes from it added,
-    /// where the URL does not set them (what `pool::build_pool` connects with; see
-    /// `pool::with_network_settings`): PostgreSQL libpq's TCP keepalives, `tcp_user_timeout`
-    /// and `connect_timeout`. SQLite has no network; Diesel's MySQL URL takes no such setting.
-    #[doc(hidden)]
-    fn with_network_settings(url: &str) -> Cow<'_, str> {
-        Cow::Borrowed(url)
-    }
-
-    /// Prepares a new connection for concurrent use (what `pool::ConnectionTuning` applies):
-    /// SQLite's `busy_timeout` (and WAL), MySQL's idle timeout (`None`: the server's).
-    #[doc(hidden)]
-    fn tune(
-        &mut self,
-        _busy_timeout: Duration,
-        _mysql_idle_timeout: Option<Duration>,
-    ) -> QueryResult<()> {
-        Ok(())
-    }
-
-    /// Runs `f` (a statement that may wait for a lock) with the backend's lock wait bounded by
-    /// `wait` (at least 1 ms), and puts the previous bound back after it: PostgreSQL
-    /// `lock_timeout` (`set_config(…, true)`, local to the transaction, so an error that aborts
-    /// it also drops the setting), MySQL `innodb_lock_wait_timeout` for the session (whole
-    /// seconds, rounded up), SQLite `busy_timeout`. Running out is the backend's timeout error,
-    /// which classifies as [`Error::Timeout`].
-    #[doc(hidden)]
-    fn bounded_lock_wait<T>(
-        &mut self,
-        wait: Duration,
-        f: impl FnOnce(&mut Self) -> QueryResult<T>,
-    ) -> QueryResult<T>;
-
-    /// Runs `f`, a one-statement write of rows only the caller writes (a semaphore waiter's own
-    /// row), waiting at most `wait` for a busy database where a writer holds the whole file:
-    /// SQLite bounds its busy timeout ([`bounded_lock_wait`](Dialect::bounded_lock_wait)), which
-    /// otherwise keeps the caller waiting for as long as another writer holds the file (30 s by
-    /// default). On backends with row locks it runs as it is: a row lock is held only for
-    /// another transaction's short work on that row.
-    #[doc(hidden)]
-    fn bounded_busy_wait<T>(
-        &mut self,
-        _wait: Duration,
-        f: impl FnOnce(&mut Self) -> QueryResult<T>,
-    ) -> QueryResult<T> {
-        f(self)
-    }
-
-    /// The server behind this connection, from its version string (PostgreSQL `version()`,
-    /// MySQL `VERSION()`, in a statement Diesel does not cache); SQLite is always SQLite.
-    #[doc(hidden)]
-    fn server_engine(&mut self) -> QueryResult<ServerEngine>;
-
-    /// How the server passes on what it commits ([`check_replication`]); `Replication::Single`
-    /// where the backend has nothing to ask.
-    #[doc(hidden)]
-    fn replication(&mut self) -> QueryResult<Replication> {
-        Ok(Replication::Single)
-    }
-
-    /// The server session this connection's statements run in now (PostgreSQL's backend pid and
-    /// the server's start time; not from Diesel's statement cache), to see a transaction pooler
-    /// by; `None` where the backend has none to compare.
-    #[doc(hidden)]
-    fn server_session(&mut self) -> QueryResult<Option<String>> {
-        Ok(None)
-    }
-
-    /// Takes the lock that stands in for row locks where the backend has none, before a locking
-    /// read: SQLite runs `write_nothing` (a write that matches no row but takes the database write
-    /// lock); backends with row locks do nothing (their `FOR UPDATE` locks the row).
-    #[doc(hidden)]
-    fn take_write_lock(
-        &mut self,
-        _write_nothing: &dyn QueryFragment<Self::Backend>,
-    ) -> QueryResult<()> {
-        Ok(())
-    }
-
-    /// [`write_tx`](Dialect::write_tx) for work that starts with a bounded waiting lock (seed
-    /// 002's `with_locked`), in the caller's error type and also inside the caller's transaction:
-    /// where the transaction itself waits for the lock (SQLite's writer turn and `BEGIN
-    /// IMMEDIATE`), that wait is bounded by `wait` too; elsewhere the lock statement bounds its
-    /// own wait ([`bounded_lock_wait`](Dialect::bounded_lock_wait)).
-    #[doc(hidden)]
-    fn lock_tx_within<T, E, F>(&mut self, _wait: Duration, f: F) -> Result<T, E>
-    where
-        F: FnOnce(&mut Self) -> Result<T, E>,
-        E: From<DieselError>,
+    /// How behaviour differs between backends (implemented for `PgConnection`, `SqliteConnection`,
+    /// `MysqlConnection` and `MariadbConnection`). Every operation is written once against it.
+    ///
+    /// Sealed; its items are internal and carry no stability promise.
+    pub trait Dialect:
+        Connection<Backend: SqlDialect, TransactionManager = AnsiTransactionManager>
+        + LoadConnection
+        + MigrationHarness<Self::Backend>
+        + Send
+        + Sized
+        + 'static
+        + sealed::Sealed
+        + BorrowConnection<Conn = Self>
     {
-        self.write_tx(f)
+        /// The built-in tables' migrations for this backend.
+        #[doc(hidden)]
+        const MIGRATIONS: EmbeddedMigrations;
+
+        /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: READ
+        /// COMMITTED on PostgreSQL and MySQL (so InnoDB takes no gap locks and `SKIP LOCKED` claims
+        /// do not deadlock on the index they update), `BEGIN IMMEDIATE` after this process's writer
+        /// turn on SQLite (so the write lock is taken up front and concurrent writers wait on the
+        /// busy timeout instead of failing). Inside an open transaction it becomes a savepoint of the
+        /// caller's transaction, at the caller's isolation level. Public as
+        /// `LeaseConnection::write_transaction`.
+        #[doc(hidden)]
+        fn write_tx<T, E, F>(&mut self, f: F) -> Result<T, E>
+        where
+            F: FnOnce(&mut Self) -> Result<T, E>,
+            E: From<DieselError>;
+
+        /// [`write_tx`](Self::write_tx) whose body asks for its rollback by returning `Ok(None)`:
+        /// nothing failed then, so nothing a failed transaction calls for is done (MySQL keeps its
+        /// statement cache, which a failed transaction empties).
+        #[doc(hidden)]
+        fn write_tx_or_roll_back<T>(
+            &mut self,
+            f: impl FnOnce(&mut Self) -> QueryResult<Option<T>>,
+        ) -> QueryResult<Option<T>> {
+            rolled_back_as_none(self.write_tx(|c| f(c)?.ok_or(DieselError::RollbackTransaction)))
+        }
+
+        /// [`Dialect::write_tx`] outside the caller's transaction, with every wait for a lock inside
+        /// it bounded by `max_wait` (`None`: the server's own bound): PostgreSQL `SET LOCAL
+        /// lock_timeout`, MySQL `innodb_lock_wait_timeout` for the transaction (whole seconds, at
+        /// least 1, restored after), SQLite the writer turn and the busy timeout. A wait that runs
+        /// out fails with a lock-timeout error, which classifies as [`Error::Timeout`].
+        #[doc(hidden)]
+        fn write_tx_within<T>(
+            &mut self,
+            max_wait: Option<Duration>,
+            f: impl FnOnce(&mut Self) -> crate::Result<T>,
+        ) -> crate::Result<T>;
+
+        /// Runs one autocommit write statement: as it is on PostgreSQL and MySQL; on SQLite inside
+        /// `BEGIN IMMEDIATE`, so it waits for a busy database instead of failing.
+        #[doc(hidden)]
+        fn single_write<T>(
+            &mut self,
+            f: impl FnOnce(&mut Self) -> QueryResult<T>,
+        ) -> QueryResult<T> {
+            f(self)
+        }
+
+        /// Runs one write of rows picked by key (an owner-checked `complete`, a heartbeat): as it is
+        /// on PostgreSQL; on SQLite as one autocommit statement that waits for a busy database; on MySQL
+        /// at READ COMMITTED (set for that one statement when it runs outside a transaction), like
+        /// claims, so it takes no gap locks.
+        #[doc(hidden)]
+        fn keyed_write<T>(
+            &mut self,
+            mut f: impl FnMut(&mut Self) -> QueryResult<T>,
+        ) -> QueryResult<T> {
+            f(self)
+        }
+
+        /// `url` with the client-side network settings this backend's driver takes from it added,
+        /// where the URL does not set them (what `pool::build_pool` connects with; see
+        /// `pool::with_network_settings`): PostgreSQL libpq's TCP keepalives, `tcp_user_timeout`
+        /// and `connect_timeout`. SQLite has no network; Diesel's MySQL URL takes no such setting.
+        #[doc(hidden)]
+        fn with_network_settings(url: &str) -> Cow<'_, str> {
+            Cow::Borrowed(url)
+        }
+
+        /// Prepares a new connection for concurrent use (what `pool::ConnectionTuning` applies):
+        /// SQLite's `busy_timeout` (and WAL), MySQL's idle timeout (`None`: the server's).
+        #[doc(hidden)]
+        fn tune(
+            &mut self,
+            _busy_timeout: Duration,
+            _mysql_idle_timeout: Option<Duration>,
+        ) -> QueryResult<()> {
+            Ok(())
+        }
+
+        /// Runs `f` (a statement that may wait for a lock) with the backend's lock wait bounded by
+        /// `wait` (at least 1 ms), and puts the previous bound back after it: PostgreSQL
+        /// `lock_timeout` (`set_config(…, true)`, local to the transaction, so an error that aborts
+        /// it also drops the setting), MySQL `innodb_lock_wait_timeout` for the session (whole
+        /// seconds, rounded up), SQLite `busy_timeout`. Running out is the backend's timeout error,
+        /// which classifies as [`Error::Timeout`].
+        #[doc(hidden)]
+        fn bounded_lock_wait<T>(
+            &mut self,
+            wait: Duration,
+            f: impl FnOnce(&mut Self) -> QueryResult<T>,
+        ) -> QueryResult<T>;
+
+        /// Runs `f`, a one-statement write of rows only the caller writes (a semaphore waiter's own
+        /// row), waiting at most `wait` for a busy database where a writer holds the whole file:
+        /// SQLite bounds its busy timeout ([`bounded_lock_wait`](Dialect::bounded_lock_wait)), which
+        /// otherwise keeps the caller waiting for as long as another writer holds the file (30 s by
+        /// default). On backends with row locks it runs as it is: a row lock is held only for
+        /// another transaction's short work on that row.
+        #[doc(hidden)]
+        fn bounded_busy_wait<T>(
+            &mut self,
+            _wait: Duration,
+            f: impl FnOnce(&mut Self) -> QueryResult<T>,
+        ) -> QueryResult<T> {
+            f(self)
+        }
+
+        /// The server behind this connection, from its version string (PostgreSQL `version()`,
+        /// MySQL `VERSION()`, in a statement Diesel does not cache); SQLite is always SQLite.
+        #[doc(hidden)]
+        fn server_engine(&mut self) -> QueryResult<ServerEngine>;
+
+        /// How the server passes on what it commits ([`check_replication`]); `Replication::Single`
+        /// where the backend has nothing to ask.
+        #[doc(hidden)]
+        fn replication(&mut self) -> QueryResult<Replication> {
+            Ok(Replication::Single)
+        }
+
+        /// The server session this connection's statements run in now (PostgreSQL's backend pid and
+        /// the server's start time; not from Diesel's statement cache), to see a transaction pooler
+        /// by; `None` where the backend has none to compare.
+        #[doc(hidden)]
+        fn server_session(&mut self) -> QueryResult<Option<String>> {
+            Ok(None)
+        }
+
+        /// Takes the lock that stands in for row locks where the backend has none, before a locking
+        /// read: SQLite runs `write_nothing` (a write that matches no row but takes the database write
+        /// lock); backends with row locks do nothing (their `FOR UPDATE` locks the row).
+        #[doc(hidden)]
+        fn take_write_lock(
+            &mut self,
+            _write_nothing: &dyn QueryFragment<Self::Backend>,
+        ) -> QueryResult<()> {
+            Ok(())
+        }
+
+        /// [`write_tx`](Dialect::write_tx) for work that starts with a bounded waiting lock (seed
+        /// 002's `with_locked`), in the caller's error type and also inside the caller's transaction:
+        /// where the transaction itself waits for the lock (SQLite's writer turn and `BEGIN
+        /// IMMEDIATE`), that wait is bounded by `wait` too; elsewhere the lock statement bounds its
+        /// own wait ([`bounded_lock_wait`](Dialect::bounded_lock_wait)).
+        #[doc(hidden)]
+        fn lock_tx_within<T, E, F>(&mut self, _wait: Duration, f: F) -> Result<T, E>
+        where
+            F: FnOnce(&mut Self) -> Result<T, E>,
+            E: From<DieselError>,
+        {
+            self.write_tx(f)
+        }
     }
 }
+pub(crate) use dialect::Dialect;
 
 /// How long a SQLite writer waits for the write lock by default (a connection that set none,
 /// and `pool::ConnectionTuning`'s default).

@@ -301,8 +301,8 @@ pub(crate) const POOLER_ADVICE: &str =
     "the connection goes through a transaction pooler (such as PgBouncer with `pool_mode = \
      transaction`), which runs each transaction on whichever server connection is free, so the \
      prepared statements Diesel caches per connection are missing there or clash with another \
-     client's: build the pool with `diesel_lease::pool::build_pool_with(url, size, \
-     &PoolOptions::default().transaction_pooler())` (or set \
+     client's: build the pool with `diesel_lease::pool::PoolOptions::default().transaction_pooler() \
+     .build(url, size)` (or set \
      `ConnectionTuning::transaction_pooler` on every connection you set up yourself), which \
      turns Diesel's prepared-statement cache off; or connect to PostgreSQL directly, or use \
      `pool_mode = session`";

@@ -1,85 +1,4 @@
-//! [`Claim`]: one entry point for claiming, built step by step as a Diesel query is.
-//!
-//! `M::claim()` starts a claim of model `M`'s rows; each step adds an option, and a terminal
-//! call runs it and says what comes back:
-//!
-//! | step | what |
-//! |---|---|
-//! | [`filter`](Claim::filter) | only rows that also match a Diesel boolean expression on the model's table |
-//! | [`batch`](Claim::batch) | up to `n` rows at once instead of one |
-//! | [`options`](Claim::options) | another owner, stale-claim timeout, drop wait or rate limit ([`ClaimOptions`]) |
-//! | [`wait`](Claim::wait), [`deadline`](Claim::deadline) | wait for rows through a pool, up to a timeout or an instant |
-//! | [`cursor`](Claim::cursor) | look for rows from the last claimed one on ([`ClaimCursor`], for deep queues) |
-//!
-//! | terminal | returns | on |
-//! |---|---|---|
-//! | [`row`](Claim::row) | the next row, claimed: `Option<M>` | a connection; a pool after `wait` |
-//! | [`rows`](Claim::rows) | up to `n` rows, claimed: `Vec<M>` (after `batch`) | a connection; a pool after `wait` |
-//! | [`locked`](Claim::locked) | the next row, not claimed but locked for the caller's transaction | a connection |
-//! | [`guard`](Claim::guard), [`guards`](Claim::guards) | claimed rows, each in a [`ClaimGuard`] that keeps it alive | a pool |
-//!
-//! A step that does not apply to a terminal is a compile error, not an option silently
-//! ignored: a locked row has no batch, owner or wait, and a guard does not wait.
-//!
-//! The per-combination methods it replaced (removed; the CHANGELOG has the whole upgrade table),
-//! each as a claim:
-//!
-//! | method | claim |
-//! |---|---|
-//! | `M::claim_next(conn)` | `M::claim().row(conn)` |
-//! | `M::claim_batch(conn, n)` | `M::claim().batch(n).rows(conn)` |
-//! | `M::claim_next_with(conn, &o)` | `M::claim().options(&o).row(conn)` |
-//! | `M::claim_batch_with(conn, n, &o)` | `M::claim().batch(n).options(&o).rows(conn)` |
-//! | `M::claim_next_where(conn, &o, f)` | `M::claim().filter(f).options(&o).row(conn)` |
-//! | `M::claim_batch_where(conn, n, &o, f)` | `M::claim().filter(f).batch(n).options(&o).rows(conn)` |
-//! | `M::claim_next_wait(pool, t)` | `M::claim().wait(t).row(pool)` |
-//! | `M::claim_batch_wait(pool, n, t)` | `M::claim().batch(n).wait(t).rows(pool)` |
-//! | `M::claim_next_guarded(pool)` | `M::claim().guard(pool)` |
-//! | `M::claim_batch_guarded(pool, n)` | `M::claim().batch(n).guards(pool)` |
-//! | `M::lock_next(conn)` | `M::claim().locked(conn)` |
-//! | `M::lock_next_where(conn, f)` | `M::claim().filter(f).locked(conn)` |
-//! | `M::with_next_locked(conn, work)` | `M::claim().locked_with(conn, work)` |
-//! | `cursor.claim_next(conn)`, `cursor.claim_batch_with(conn, n, &o)`, … | `M::claim().cursor(&cursor)` with the same steps and terminals |
-//! | `ClaimGuard::claim_next_with(pool, &o)` | `M::claim().options(&o).guard(pool)` |
-//!
-//! ```
-//! # #[cfg(feature = "sqlite")] {
-//! use diesel::prelude::*;
-//! use diesel_lease::prelude::*;
-//!
-//! diesel::table! {
-//!     jobs (id) {
-//!         id -> BigInt,
-//!         queue -> Text,
-//!         status -> Text,
-//!     }
-//! }
-//!
-//! #[derive(Debug, Queryable, Selectable, Claimable)]
-//! #[diesel(table_name = jobs)]
-//! #[claimable(state = status, ready = "new", claimed = "running", done = "done")]
-//! struct Job {
-//!     id: i64,
-//!     queue: String,
-//!     status: String,
-//! }
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let dir = tempfile::tempdir()?;
-//! # let mut conn = diesel::SqliteConnection::establish(dir.path().join("db").to_str().unwrap())?;
-//! # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-//! #     "CREATE TABLE jobs (id INTEGER PRIMARY KEY, queue TEXT NOT NULL, status TEXT NOT NULL);
-//! #      INSERT INTO jobs (queue, status) VALUES ('mail', 'new'), ('mail', 'new'), ('pdf', 'new');")?;
-//! let pdf = Job::claim().filter(jobs::queue.eq("pdf")).row(&mut conn)?.expect("a pdf job");
-//! assert_eq!(pdf.queue, "pdf");
-//!
-//! let mail = Job::claim().batch(10).rows(&mut conn)?;
-//! assert_eq!(mail.len(), 2);
-//! assert!(Job::claim().row(&mut conn)?.is_none());
-//! # Ok(()) }
-//! # main().unwrap();
-//! # }
-//! ```
+//! [`Claim`], the claim builder: its steps and terminals (the docs are on the type).
 
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
@@ -99,8 +18,68 @@ use crate::backend::Dialect;
 use crate::pool::ConnectionSource;
 use crate::{BorrowConnection, Error, Result};
 
-/// A claim of `M`'s rows, described step by step and run by a terminal call; made by
-/// [`ClaimDsl::claim`](crate::dsl::ClaimDsl::claim). See the [module docs](self).
+/// One entry point for claiming, built step by step as a Diesel query is; made by
+/// [`ClaimDsl::claim`](crate::dsl::ClaimDsl::claim).
+///
+/// `M::claim()` starts a claim of model `M`'s rows; each step adds an option, and a terminal
+/// call runs it and says what comes back:
+///
+/// | step | what |
+/// |---|---|
+/// | [`filter`](Claim::filter) | only rows that also match a Diesel boolean expression on the model's table |
+/// | [`batch`](Claim::batch) | up to `n` rows at once instead of one |
+/// | [`options`](Claim::options) | another owner, stale-claim timeout, drop wait or rate limit ([`ClaimOptions`]) |
+/// | [`wait`](Claim::wait), [`deadline`](Claim::deadline) | wait for rows through a pool, up to a timeout or an instant |
+/// | [`cursor`](Claim::cursor) | look for rows from the last claimed one on ([`ClaimCursor`], for deep queues) |
+///
+/// | terminal | returns | on |
+/// |---|---|---|
+/// | [`row`](Claim::row) | the next row, claimed: `Option<M>` | a connection; a pool after `wait` |
+/// | [`rows`](Claim::rows) | up to `n` rows, claimed: `Vec<M>` (after `batch`) | a connection; a pool after `wait` |
+/// | [`locked`](Claim::locked) | the next row, not claimed but locked for the caller's transaction | a connection |
+/// | [`guard`](Claim::guard), [`guards`](Claim::guards) | claimed rows, each in a [`ClaimGuard`] that keeps it alive | a pool |
+///
+/// A step that does not apply to a terminal is a compile error, not an option silently
+/// ignored: a locked row has no batch, owner or wait, and a guard does not wait.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_lease::prelude::*;
+///
+/// diesel::table! {
+///     jobs (id) {
+///         id -> BigInt,
+///         queue -> Text,
+///         status -> Text,
+///     }
+/// }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = jobs)]
+/// #[claimable(state = status, ready = "new", claimed = "running", done = "done")]
+/// struct Job {
+///     id: i64,
+///     queue: String,
+///     status: String,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let mut conn = diesel::SqliteConnection::establish(dir.path().join("db").to_str().unwrap())?;
+/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+/// #     "CREATE TABLE jobs (id INTEGER PRIMARY KEY, queue TEXT NOT NULL, status TEXT NOT NULL);
+/// #      INSERT INTO jobs (queue, status) VALUES ('mail', 'new'), ('mail', 'new'), ('pdf', 'new');")?;
+/// let pdf = Job::claim().filter(jobs::queue.eq("pdf")).row(&mut conn)?.expect("a pdf job");
+/// assert_eq!(pdf.queue, "pdf");
+///
+/// let mail = Job::claim().batch(10).rows(&mut conn)?;
+/// assert_eq!(mail.len(), 2);
+/// assert!(Job::claim().row(&mut conn)?.is_none());
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
 ///
 /// The type parameters record the steps taken (which filter, one row or a batch, whether it
 /// waits, which options, which cursor), so that a terminal a step does not apply to is not
@@ -365,7 +344,7 @@ impl<M: Claimable, F, N, O, K> Claim<M, F, N, Now, O, K> {
     /// milliseconds of a [`notify`](super::queue::Queue::notify) (PostgreSQL, with
     /// the pool's [`WaiterWakeups`](crate::pool::WaiterWakeups), which
     /// [`build_pool`](crate::pool::build_pool) installs), else at the next poll (at most
-    /// [`MAX_POLL_INTERVAL`](super::MAX_POLL_INTERVAL) apart). The terminal returns nothing
+    /// one second apart). The terminal returns nothing
     /// (`None`, an empty `Vec`) when the timeout passed without a row, and
     /// [`Error::Pool`] (the last poll's) when none of its polls got a
     /// connection (the server refused them, or the pool's were all in use the whole time), since

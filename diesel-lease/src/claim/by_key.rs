@@ -226,7 +226,7 @@ where
 
 /// [`ClaimDsl::lock_by_pk_if_claimable`](crate::dsl::ClaimDsl::lock_by_pk_if_claimable) waiting at most `wait` (zero is refused with
 /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
-pub fn lock_by_pk_if_claimable_within<M, C>(
+pub(crate) fn lock_by_pk_if_claimable_within<M, C>(
     conn: &mut C,
     pk: M::Pk,
     wait: Duration,
@@ -274,7 +274,11 @@ where
 
 /// [`OnceDsl::lock_by_pk_if_null`](crate::dsl::OnceDsl::lock_by_pk_if_null) waiting at most `wait` (zero is refused with
 /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration)).
-pub fn lock_by_pk_if_null_within<M, C>(conn: &mut C, pk: M::Pk, wait: Duration) -> Result<Option<M>>
+pub(crate) fn lock_by_pk_if_null_within<M, C>(
+    conn: &mut C,
+    pk: M::Pk,
+    wait: Duration,
+) -> Result<Option<M>>
 where
     M: ClaimIfNull,
     C: BorrowConnection,

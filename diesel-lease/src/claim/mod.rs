@@ -15,18 +15,18 @@ use lease_core::ClaimStamp;
 use crate::{BorrowConnection, Error, OwnerId, Result};
 
 pub(crate) mod batch;
-pub mod builder;
-mod by_key;
+mod builder;
+pub(crate) mod by_key;
 pub(crate) mod cancel;
-mod cursor;
+pub(crate) mod cursor;
 pub(crate) mod dialect;
 mod guard;
 pub(crate) mod literal;
 pub(crate) mod pause;
 mod per_key;
-pub mod queue;
+pub(crate) mod queue;
 pub(crate) mod rate;
-pub mod retention;
+pub(crate) mod retention;
 pub(crate) mod schedule;
 pub(crate) mod statements;
 pub(crate) mod wait;
@@ -48,25 +48,27 @@ pub(crate) use by_key::DEFAULT_LOCK_WAIT;
 pub(crate) use by_key::{
     lock_by_pk_if_claimable, lock_by_pk_if_null, with_locked, with_locked_if_null,
 };
-pub use by_key::{
+pub(crate) use by_key::{
     lock_by_pk_if_claimable_within, lock_by_pk_if_null_within, ClaimableLockConnection,
     NullLockConnection,
 };
-pub use cancel::HasCancelState;
-pub use cursor::{ClaimCursor, ClaimOrderKey, CursorConnection, NotNullOrder};
-pub use pause::{HasPauseKey, Pausable};
+pub(crate) use cancel::HasCancelState;
+pub use cursor::ClaimCursor;
+pub(crate) use cursor::{ClaimOrderKey, CursorConnection};
+pub(crate) use pause::{HasPauseKey, Pausable};
+pub use queue::Queue;
+pub use retention::{Purged, Retention};
 
-pub use crate::model::Keyed;
+pub(crate) use crate::model::Keyed;
 pub(crate) use dialect::{ClaimDialect, ClaimSqlDialect};
 pub use guard::ClaimGuard;
-pub use lease_core::{Pass, ResumePoint, RetryPolicy};
+pub use lease_core::RetryPolicy;
 pub(crate) use literal::StateLiteral;
 pub(crate) use rate::RateDialect;
 pub use rate::{Forgotten, RateLimit};
 pub use schedule::RetryOutcome;
 pub(crate) use schedule::TimeColumn;
 pub(crate) use schedule::{fail_or_retry, retry};
-pub use wait::MAX_POLL_INTERVAL;
 
 use statements::{finish_target, Change, ClaimModel, ClaimParts, Filter, FinishStmt, NoFilter};
 
@@ -148,39 +150,47 @@ pub trait Claimable: Keyed {
     fn attempts(&self) -> Option<i64>;
 }
 
-/// A [`Claimable`] model with a done state (`done = …`): what `complete` needs.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` has no done state, so its claims cannot be completed",
-    label = "`complete` needs a done state",
-    note = "add `done = \"<state>\"` to `#[claimable(...)]` on `{Self}`"
-)]
-pub trait HasDoneState: Claimable {}
+// What a model has beyond claims, as the derive declares it: the bounds that make a call that
+// needs a missing attribute a compile error whose message names the attribute. `pub` for the
+// derive (through `__private`), in a private module: not API a caller names.
+pub(crate) mod markers {
+    use super::Claimable;
 
-/// A [`Claimable`] model with a failed state (`failed = …`): what `fail` and `fail_or_retry`
-/// need.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` has no failed state, so its claims cannot fail",
-    label = "this needs a failed state",
-    note = "add `failed = \"<state>\"` to `#[claimable(...)]` on `{Self}`"
-)]
-pub trait HasFailedState: Claimable {}
+    /// A [`Claimable`] model with a done state (`done = …`): what `complete` needs.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` has no done state, so its claims cannot be completed",
+        label = "`complete` needs a done state",
+        note = "add `done = \"<state>\"` to `#[claimable(...)]` on `{Self}`"
+    )]
+    pub trait HasDoneState: Claimable {}
 
-/// A [`Claimable`] model with a claimed-at column (`claimed_at = …`): what `heartbeat` needs.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` has no claimed_at column, so a claim heartbeat has nothing to move",
-    label = "this needs a claimed_at column",
-    note = "add `claimed_at = <timestamp column>` to `#[claimable(...)]` on `{Self}`"
-)]
-pub trait HasClaimedAt: Claimable {}
+    /// A [`Claimable`] model with a failed state (`failed = …`): what `fail` and `fail_or_retry`
+    /// need.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` has no failed state, so its claims cannot fail",
+        label = "this needs a failed state",
+        note = "add `failed = \"<state>\"` to `#[claimable(...)]` on `{Self}`"
+    )]
+    pub trait HasFailedState: Claimable {}
 
-/// A [`Claimable`] model with an attempts column (`attempts = …`): what `fail_or_retry` and a
-/// [`Worker`](crate::worker::Worker) need.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` has no attempts column, so its failures cannot be counted",
-    label = "this needs an attempts column",
-    note = "add `attempts = <integer column>` to `#[claimable(...)]` on `{Self}`"
-)]
-pub trait HasAttempts: Claimable {}
+    /// A [`Claimable`] model with a claimed-at column (`claimed_at = …`): what `heartbeat` needs.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` has no claimed_at column, so a claim heartbeat has nothing to move",
+        label = "this needs a claimed_at column",
+        note = "add `claimed_at = <timestamp column>` to `#[claimable(...)]` on `{Self}`"
+    )]
+    pub trait HasClaimedAt: Claimable {}
+
+    /// A [`Claimable`] model with an attempts column (`attempts = …`): what `fail_or_retry` and a
+    /// [`Worker`](crate::worker::Worker) need.
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` has no attempts column, so its failures cannot be counted",
+        label = "this needs an attempts column",
+        note = "add `attempts = <integer column>` to `#[claimable(...)]` on `{Self}`"
+    )]
+    pub trait HasAttempts: Claimable {}
+}
+pub(crate) use markers::{HasAttempts, HasClaimedAt, HasDoneState, HasFailedState};
 
 /// Per-call claim settings: who claims, and (overriding the derive's `timeout`) when a claim is stale.
 #[derive(Debug, Clone)]
@@ -243,7 +253,7 @@ impl ClaimOptions {
 
     /// How long dropping an unfinished [`ClaimGuard`] waits at most, in all, for its heartbeat to
     /// stop, for a pool connection and for the statement that hands the row back (default
-    /// [`DROP_WAIT`](crate::pool::DROP_WAIT)), whatever the network does; without them in time
+    /// 2 s), whatever the network does; without them in time
     /// the claim is left to time out. Also what a waiting claim
     /// ([`Claim::wait`]) gets on top of its timeout, and a
     /// stopped `Worker` after its handlers. Zero is refused (when a claim uses the options) with

@@ -297,7 +297,7 @@ where
 /// Called inside a transaction of yours, the resume counts from your commit; PostgreSQL's
 /// `NOTIFY` is sent then, but this process's waiters on SQLite and MySQL are woken at once, may
 /// look before the commit and find the table still paused, and then see the resume at their
-/// next poll (within [`MAX_POLL_INTERVAL`](crate::claim::MAX_POLL_INTERVAL)).
+/// next poll (within a second).
 pub(crate) fn resume<M, C>(conn: &mut C) -> Result<bool>
 where
     M: Pausable,

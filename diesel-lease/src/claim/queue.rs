@@ -1,64 +1,4 @@
-//! [`Queue`]: the controls of a model's table as a queue, built as a [`Claim`](super::Claim) is.
-//!
-//! `M::queue()` names the whole table; a step narrows it, and a terminal call acts:
-//!
-//! | step | what |
-//! |---|---|
-//! | [`key`](Queue::key) | only the rows whose pause key (`pausable(key = …)`) holds this value: for `pause`, `resume` |
-//! | [`filter`](Queue::filter) | only rows that also match a Diesel boolean expression on the model's table: for `redrive` |
-//!
-//! | terminal | what | returns |
-//! |---|---|---|
-//! | [`pause`](Queue::pause), [`resume`](Queue::resume) | stop and restart claims, for every process of the farm | `true` when the state changed |
-//! | [`notify`](Queue::notify) | wake the table's waiting claimers now | `()` |
-//! | [`install_ready_trigger`](Queue::install_ready_trigger) | have every insert wake them (PostgreSQL) | `()` |
-//! | [`cancel`](Queue::cancel) | cancel one row by key, claimed or not | `true` when it was cancelled |
-//! | [`purge`](Queue::purge) | delete done and dead rows older than a retention period | [`Purged`] |
-//! | [`redrive`](Queue::redrive) | move dead rows back to ready | how many moved |
-//!
-//! A step a terminal does not take is a compile error: a key on `redrive`, a filter on `pause`.
-//!
-//! The methods these replace:
-//!
-//! | method | queue |
-//! |---|---|
-//! | `M::pause(conn)`, `M::resume(conn)` | `M::queue().pause(conn)`, `M::queue().resume(conn)` |
-//! | `M::pause_key(conn, k)`, `M::resume_key(conn, k)` | `M::queue().key(k).pause(conn)`, `M::queue().key(k).resume(conn)` |
-//! | `M::notify_ready(conn)`, `claim::notify_ready::<M, _>(conn)` | `M::queue().notify(conn)` |
-//! | `M::install_ready_trigger(conn)` | `M::queue().install_ready_trigger(conn)` |
-//! | `M::cancel_by_pk(conn, pk)` | `M::queue().cancel(conn, pk)` |
-//! | `M::purge_finished(conn, col, &r)` | `M::queue().purge(conn, col, &r)` |
-//! | `M::redrive_dead(conn, n)`, `M::redrive_dead_where(conn, n, f)` | `M::queue().redrive(conn, n)`, `M::queue().filter(f).redrive(conn, n)` |
-//!
-//! ```
-//! # #[cfg(feature = "sqlite")] {
-//! use diesel::prelude::*;
-//! use diesel_lease::prelude::*;
-//!
-//! diesel::table! { mails (id) { id -> BigInt, status -> Text, tenant -> Text, } }
-//!
-//! #[derive(Debug, Queryable, Selectable, Claimable)]
-//! #[diesel(table_name = mails)]
-//! #[claimable(state = status, ready = "new", claimed = "sending", done = "sent", failed = "dead",
-//!             pausable(key = tenant))]
-//! struct Mail { id: i64, status: String, tenant: String }
-//!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut conn = SqliteConnection::establish(":memory:")?;
-//! diesel_lease::run_migrations(&mut conn)?;
-//! # diesel::connection::SimpleConnection::batch_execute(&mut conn,
-//! #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, tenant TEXT NOT NULL);
-//! #      INSERT INTO mails VALUES (1, 'new', 'acme'), (2, 'new', 'globex'), (3, 'dead', 'acme');")?;
-//! assert!(Mail::queue().key("acme").pause(&mut conn)?, "only acme's rows wait");
-//! assert_eq!(Mail::claim().row(&mut conn)?.map(|m| m.id), Some(2));
-//! assert!(Mail::queue().key("acme").resume(&mut conn)?);
-//!
-//! assert!(Mail::queue().cancel(&mut conn, 1)?, "cancelled: never claimed");
-//! assert_eq!(Mail::queue().filter(mails::tenant.eq("acme")).redrive(&mut conn, 10)?, 2);
-//! # Ok(()) }
-//! # main().unwrap();
-//! # }
-//! ```
+//! [`Queue`], the queue controls builder (the docs are on the type).
 
 use std::marker::PhantomData;
 
@@ -75,8 +15,56 @@ use super::{
 use crate::clock::TimestampType;
 use crate::{BorrowConnection, Result};
 
-/// The controls of `M`'s table as a queue; made by
-/// [`ClaimDsl::queue`](crate::dsl::ClaimDsl::queue). See the [module docs](self).
+/// The controls of a model's table as a queue, built as a [`Claim`](super::Claim) is; made by
+/// [`ClaimDsl::queue`](crate::dsl::ClaimDsl::queue).
+///
+/// `M::queue()` names the whole table; a step narrows it, and a terminal call acts:
+///
+/// | step | what |
+/// |---|---|
+/// | [`key`](Queue::key) | only the rows whose pause key (`pausable(key = …)`) holds this value: for `pause`, `resume` |
+/// | [`filter`](Queue::filter) | only rows that also match a Diesel boolean expression on the model's table: for `redrive` |
+///
+/// | terminal | what | returns |
+/// |---|---|---|
+/// | [`pause`](Queue::pause), [`resume`](Queue::resume) | stop and restart claims, for every process of the farm | `true` when the state changed |
+/// | [`notify`](Queue::notify) | wake the table's waiting claimers now | `()` |
+/// | [`install_ready_trigger`](Queue::install_ready_trigger) | have every insert wake them (PostgreSQL) | `()` |
+/// | [`cancel`](Queue::cancel) | cancel one row by key, claimed or not | `true` when it was cancelled |
+/// | [`purge`](Queue::purge) | delete done and dead rows older than a retention period | [`Purged`] |
+/// | [`redrive`](Queue::redrive) | move dead rows back to ready | how many moved |
+///
+/// A step a terminal does not take is a compile error: a key on `redrive`, a filter on `pause`.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::prelude::*;
+/// use diesel_lease::prelude::*;
+///
+/// diesel::table! { mails (id) { id -> BigInt, status -> Text, tenant -> Text, } }
+///
+/// #[derive(Debug, Queryable, Selectable, Claimable)]
+/// #[diesel(table_name = mails)]
+/// #[claimable(state = status, ready = "new", claimed = "sending", done = "sent", failed = "dead",
+///             pausable(key = tenant))]
+/// struct Mail { id: i64, status: String, tenant: String }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut conn = SqliteConnection::establish(":memory:")?;
+/// diesel_lease::run_migrations(&mut conn)?;
+/// # diesel::connection::SimpleConnection::batch_execute(&mut conn,
+/// #     "CREATE TABLE mails (id INTEGER PRIMARY KEY, status TEXT NOT NULL, tenant TEXT NOT NULL);
+/// #      INSERT INTO mails VALUES (1, 'new', 'acme'), (2, 'new', 'globex'), (3, 'dead', 'acme');")?;
+/// assert!(Mail::queue().key("acme").pause(&mut conn)?, "only acme's rows wait");
+/// assert_eq!(Mail::claim().row(&mut conn)?.map(|m| m.id), Some(2));
+/// assert!(Mail::queue().key("acme").resume(&mut conn)?);
+///
+/// assert!(Mail::queue().cancel(&mut conn, 1)?, "cancelled: never claimed");
+/// assert_eq!(Mail::queue().filter(mails::tenant.eq("acme")).redrive(&mut conn, 10)?, 2);
+/// # Ok(()) }
+/// # main().unwrap();
+/// # }
+/// ```
 ///
 /// The second type parameter records the step taken (the whole table, one pause key, or a
 /// filter), so that a terminal the step does not apply to is not there to call.
@@ -161,7 +149,7 @@ impl<M: Claimable> Queue<M> {
     /// Called inside a transaction of yours, the resume counts from your commit; PostgreSQL's
     /// `NOTIFY` is sent then, but this process's waiters on SQLite and MySQL are woken at once,
     /// may look before the commit and find the table still paused, and then see the resume at
-    /// their next poll (within [`MAX_POLL_INTERVAL`](super::MAX_POLL_INTERVAL)).
+    /// their next poll (within one second).
     pub fn resume<C>(self, conn: &mut C) -> Result<bool>
     where
         M: Pausable,

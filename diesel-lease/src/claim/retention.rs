@@ -18,8 +18,8 @@ use super::schedule::TimeColumn;
 use super::statements::{ClaimSql, Dynamic, Exec};
 use super::wait::TableOf;
 use super::{Claimable, StateLiteral};
+use crate::backend::Offset;
 use crate::backend::{Dialect, SqlDialect};
-use crate::clock::Offset;
 use crate::{Error, InvalidInput, Result};
 
 /// How many rows a batch deletes or moves by default.
@@ -28,11 +28,19 @@ pub(crate) const DEFAULT_BATCH: usize = 500;
 /// What [`purge`](super::queue::Queue::purge) deletes: done and dead (failed) rows whose age column is older than a
 /// period by the database clock, `batch` rows per transaction.
 ///
+/// Every batch is one statement in a transaction of its own: a `DELETE` (and for
+/// [`redrive`](super::queue::Queue::redrive), an `UPDATE`) of at most `batch` rows, picked by key
+/// and skipping rows other transactions hold on PostgreSQL; on MySQL a single-table
+/// `DELETE … LIMIT` / `UPDATE … LIMIT` (MySQL takes no `LIMIT` in the subquery), which waits for a
+/// row another transaction holds. So a purge never holds many locks for long, whatever the
+/// backlog: claims and completions go on between batches. The operator's CLI runs the very same
+/// statements on a table it describes at run time.
+///
 /// ```
 /// # #[cfg(feature = "sqlite")] {
 /// use std::time::Duration;
 /// use diesel::prelude::*;
-/// use diesel_lease::claim::retention::Retention;
+/// use diesel_lease::claim::Retention;
 /// use diesel_lease::prelude::*;
 ///
 /// diesel::table! {

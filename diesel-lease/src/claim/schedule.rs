@@ -12,8 +12,9 @@ use diesel::QueryResult;
 use lease_core::RetryPolicy;
 
 use super::{run_retry, ClaimConnection, Claimable, Finish};
+use crate::backend::Offset;
 use crate::backend::SqlDialect;
-use crate::clock::{Offset, TimestampType};
+use crate::clock::TimestampType;
 use crate::{BorrowConnection, Error, InvalidInput, Result};
 
 /// A timestamp column the derive maps, with what the clock's SQL needs to know of its type.

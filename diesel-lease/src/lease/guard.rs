@@ -18,7 +18,7 @@ use crate::{Error, Held, Released, Result};
 /// A lease taken through a pool (an r2d2 pool, or any [`ConnectionSource`]). It borrows a connection from the pool only while it talks
 /// to the database, and releases the lease when dropped (errors on drop are ignored — call
 /// [`release`](Self::release) to see them; a drop waits at most [`LeaseOptions::drop_wait`], by
-/// default [`DROP_WAIT`](crate::pool::DROP_WAIT)).
+/// default 2 s).
 ///
 /// With [`LeaseOptions::keep_alive`], a background heartbeat extends the lease by its ttl every
 /// ttl/3. The guard is *lost* ([`Held`]: [`is_lost`](Held::is_lost) turns true,

@@ -1,42 +1,4 @@
-//! A farm job's lease on the user's own `job_status` table: one node runs each occurrence.
-//!
-//! ```sql
-//! UPDATE job_status
-//!    SET running_at = <holder>, last_run_started = <db now>, next_run = <db now + interval>
-//!  WHERE job_id = <job>
-//!    AND ((running_at IS NULL AND (next_run IS NULL OR ⌈next_run⌉ <= <db now>))
-//!      OR (running_at IS NOT NULL AND ⌈last_run_started⌉ <= <db now - timeout>))
-//! ```
-//!
-//! `⌈col⌉` is the latest instant the stored value can stand for (the value plus one unit of the
-//! precision it shows, on SQLite plus one tick of its millisecond clock,
-//! `SqlDialect::push_stored_upper_bound`): a whole-second column (the seed's `datetime`,
-//! PostgreSQL `timestamp(0)`) truncates or rounds what is written, and comparing the stored value
-//! as if exact would take a run over, or start one, up to a second early (on SQLite, up to a
-//! millisecond).
-//!
-//! One row per job; whoever's update changes the row runs this occurrence. A node that dies while
-//! running leaves `running_at` set; after `timeout` (database clock) another node takes over.
-//! Differences from the classic statement, each a fix: a `NULL` `next_run` (a freshly inserted job row) counts
-//! as due; the release is checked against the run's own stamp (`… AND running_at = <stamp>`,
-//! the holder plus a random part per run), so a run that was taken over — by another node, or by
-//! another thread with the same holder — cannot release the new run; times come from the
-//! database clock only.
-//!
-//! # Cron schedules
-//!
-//! [`JobRunOptions::every`] also takes a [`Cron`](crate::lease::schedule::Cron): a start first
-//! reads the database's `now`, picks the latest slot at or before it (skipped, by default,
-//! when it is later than its grace: [`Missed`](crate::lease::schedule::Missed)), and sets
-//! `next_run` to the first slot after that `now` (written as `now + (slot - now read)` on the
-//! database clock, so it can stand a few milliseconds after the slot). The statement above still
-//! decides alone who runs: a run starts only while `next_run` has passed and while the database's
-//! clock is still before that next slot (and, under `Missed::Skip`, within the slot's grace),
-//! and it moves `next_run` past every slot up to `now`, so
-//! no slot runs twice, even for a node whose start reaches the database after the next slot
-//! came (it is refused; a later poll runs the new slot). A whole-second `next_run` column makes each
-//! slot due up to a second late (its stored value's upper bound), so a per-second expression
-//! needs a column with fractional seconds.
+//! A farm job's lease on the user's own table (the docs are on [`JobLease`]).
 
 use diesel::backend::Backend;
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
@@ -52,6 +14,46 @@ use crate::{BorrowConnection, OwnerId, Result, Ttl};
 use lease_core::{Plan, Schedule};
 
 /// A model with a farm job's lease columns (`#[job_lease(holder = …, started_at = …, next_run = …)]`).
+///
+/// A farm job's lease on the user's own `job_status` table: one node runs each occurrence.
+///
+/// ```sql
+/// UPDATE job_status
+///    SET running_at = <holder>, last_run_started = <db now>, next_run = <db now + interval>
+///  WHERE job_id = <job>
+///    AND ((running_at IS NULL AND (next_run IS NULL OR ⌈next_run⌉ <= <db now>))
+///      OR (running_at IS NOT NULL AND ⌈last_run_started⌉ <= <db now - timeout>))
+/// ```
+///
+/// `⌈col⌉` is the latest instant the stored value can stand for (the value plus one unit of the
+/// precision it shows, on SQLite plus one tick of its millisecond clock,
+/// `SqlDialect::push_stored_upper_bound`): a whole-second column (the seed's `datetime`,
+/// PostgreSQL `timestamp(0)`) truncates or rounds what is written, and comparing the stored value
+/// as if exact would take a run over, or start one, up to a second early (on SQLite, up to a
+/// millisecond).
+///
+/// One row per job; whoever's update changes the row runs this occurrence. A node that dies while
+/// running leaves `running_at` set; after `timeout` (database clock) another node takes over.
+/// Differences from the classic statement, each a fix: a `NULL` `next_run` (a freshly inserted job row) counts
+/// as due; the release is checked against the run's own stamp (`… AND running_at = <stamp>`,
+/// the holder plus a random part per run), so a run that was taken over — by another node, or by
+/// another thread with the same holder — cannot release the new run; times come from the
+/// database clock only.
+///
+/// # Cron schedules
+///
+/// [`JobRunOptions::every`] also takes a [`Cron`](crate::lease::schedule::Cron): a start first
+/// reads the database's `now`, picks the latest slot at or before it (skipped, by default,
+/// when it is later than its grace: [`Missed`](crate::lease::schedule::Missed)), and sets
+/// `next_run` to the first slot after that `now` (written as `now + (slot - now read)` on the
+/// database clock, so it can stand a few milliseconds after the slot). The statement above still
+/// decides alone who runs: a run starts only while `next_run` has passed and while the database's
+/// clock is still before that next slot (and, under `Missed::Skip`, within the slot's grace),
+/// and it moves `next_run` past every slot up to `now`, so
+/// no slot runs twice, even for a node whose start reaches the database after the next slot
+/// came (it is refused; a later poll runs the new slot). A whole-second `next_run` column makes each
+/// slot due up to a second late (its stored value's upper bound), so a per-second expression
+/// needs a column with fractional seconds.
 pub trait JobLease: Keyed {
     /// The SQL type of the started-at column: whether runs write and compare an instant
     /// (`Timestamptz`) or a UTC wall-clock time.
@@ -89,7 +91,7 @@ impl JobRunOptions {
 
     /// After a run starts, the job is next due `interval` later (`next_run = now + interval`),
     /// or, given a [`Cron`](crate::lease::schedule::Cron), at its next slot (see the
-    /// [module docs](self#cron-schedules)).
+    /// [`JobLease`](crate::dsl::JobLease#cron-schedules)).
     pub fn every(mut self, schedule: impl Into<Schedule>) -> Self {
         self.schedule = Some(schedule.into());
         self

@@ -73,7 +73,7 @@ use crate::observe::op;
 use crate::{BorrowConnection, Error, Released, Result};
 
 mod guard;
-pub mod job;
+pub(crate) mod job;
 mysql_like_modules! {
     /// MySQL's lease grant: no `ON CONFLICT`, so a takeover of the existing row if it is grantable,
     /// else a plain insert of the name's first grant.
@@ -83,6 +83,7 @@ pub(crate) mod schema;
 pub(crate) mod statements;
 
 pub use guard::LeaseGuard;
+pub use job::{JobRun, JobRunOptions};
 
 /// The longest lease name, in bytes (the `name` column is `VARCHAR(255)`).
 pub(crate) const MAX_NAME_LEN: usize = 255;
@@ -196,7 +197,7 @@ impl LeaseOptions {
     }
 
     /// How long dropping a [`LeaseGuard`] waits at most, in all, for its keep-alive to stop, for
-    /// a pool connection and for the release (default [`DROP_WAIT`](crate::pool::DROP_WAIT)),
+    /// a pool connection and for the release (default 2 s),
     /// whatever the network does; a waiting [`LeaseGuard::acquire`] gets it on top of its
     /// timeout. A drop that gets no connection in time leaves the lease to expire at its ttl.
     /// Zero is refused (by the acquire) with [`InvalidInput::ZeroDuration`].

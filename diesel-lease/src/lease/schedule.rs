@@ -48,7 +48,6 @@ use chrono::{DateTime, Utc};
 use diesel::r2d2::R2D2Connection;
 use lease_core::{Backoff, FencingToken, Ttl};
 
-pub use lease_core::cron::DEFAULT_GRACE;
 pub use lease_core::{Cron, Missed, Plan, Schedule, Tz};
 
 use crate::lease::statements::{LeaseStatements, Periodic};

@@ -152,8 +152,8 @@ where
 
     /// Gives the pool's waiters one listener connection to `url` (PostgreSQL; nothing on SQLite
     /// and MySQL, which have no notifications): a `NOTIFY` from any process (a row made ready
-    /// through [`Queue::notify`](crate::claim::queue::Queue::notify) or the
-    /// [installed trigger](crate::claim::queue::Queue::install_ready_trigger), a permit given up) wakes them
+    /// through [`Queue::notify`](crate::claim::Queue::notify) or the
+    /// [installed trigger](crate::claim::Queue::install_ready_trigger), a permit given up) wakes them
     /// within milliseconds instead of at their next poll, as an r2d2 pool's
     /// [`WaiterWakeups`](super::WaiterWakeups) does. Pass the URL the pool connects to (a
     /// direct one when that goes through a transaction pooler: `LISTEN` needs a session); it

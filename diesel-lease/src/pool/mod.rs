@@ -13,7 +13,7 @@
 #[cfg(feature = "deadpool")]
 mod deadpool;
 #[cfg(feature = "deadpool")]
-pub use self::deadpool::{build_deadpool, Deadpool, DeadpoolLent};
+pub use self::deadpool::{build_deadpool, Deadpool};
 
 use std::cell::RefCell;
 use std::fmt;
@@ -117,32 +117,29 @@ where
 }
 
 /// Builds an r2d2 pool of `max_size` connections to `url` with [`ConnectionTuning`] applied and
-/// [`WaiterWakeups`] installed: [`build_pool_with`] and the default [`PoolOptions`]. Its
+/// [`WaiterWakeups`] installed: [`PoolOptions::build`] with the default options. Its
 /// connections (and the listener's) connect with [`with_network_settings`]`(url)`, so on
 /// PostgreSQL a silent network breaks them within about 20 s.
 pub fn build_pool<C>(url: &str, max_size: u32) -> crate::Result<Pool<ConnectionManager<C>>>
 where
     C: Notifications + R2D2Connection,
 {
-    build_pool_with(url, max_size, &PoolOptions::default())
+    PoolOptions::default().build(url, max_size)
 }
 
-/// How [`build_pool_with`] builds a pool; the default is [`build_pool`]'s.
+/// How a pool is built ([`build`](Self::build)); the default is [`build_pool`]'s.
 ///
 /// ```no_run
 /// # #[cfg(feature = "postgres")] {
-/// use diesel_lease::pool::{build_pool_with, PoolOptions};
+/// use diesel_lease::pool::PoolOptions;
 ///
 /// // The application's connections go through PgBouncer (pool_mode = transaction); the
 /// // listener that wakes waiters connects to PostgreSQL itself.
-/// let pool = build_pool_with::<diesel::PgConnection>(
-///     "postgres://app@pgbouncer:6432/app",
-///     16,
-///     &PoolOptions::default()
-///         .transaction_pooler()
-///         .listen_url("postgres://app@db:5432/app"),
-/// )
-/// .unwrap();
+/// let pool = PoolOptions::default()
+///     .transaction_pooler()
+///     .listen_url("postgres://app@db:5432/app")
+///     .build::<diesel::PgConnection>("postgres://app@pgbouncer:6432/app", 16)
+///     .unwrap();
 /// # let _ = pool;
 /// # }
 /// ```
@@ -160,7 +157,7 @@ impl PoolOptions {
     /// started: waiters then poll, which the pool says once in a WARN. Claims, guards, leases,
     /// semaphores and the `Worker` run through it unchanged.
     ///
-    /// Without it, [`build_pool_with`] refuses a URL where it sees a transaction pooler (two
+    /// Without it, [`build`](Self::build) refuses a URL where it sees a transaction pooler (two
     /// connections open at once answered from one server session) with
     /// [`Error::Config`](crate::Error::Config), and an error that shows one later (a cached
     /// statement that another session answered) is that same error.
@@ -176,50 +173,47 @@ impl PoolOptions {
         self.listen_url = Some(url.into());
         self
     }
-}
 
-/// Builds an r2d2 pool of `max_size` connections to `url` as `options` say, with
-/// [`ConnectionTuning`] applied and [`WaiterWakeups`] installed.
-///
-/// Before it builds the pool it checks the server on a connection of its own: a server
-/// diesel-lease refuses ([`check_server`](crate::backend::check_server)), and a transaction
-/// pooler that `options` do not mention, are [`Error::Config`](crate::Error::Config) at once.
-pub fn build_pool_with<C>(
-    url: &str,
-    max_size: u32,
-    options: &PoolOptions,
-) -> crate::Result<Pool<ConnectionManager<C>>>
-where
-    C: Notifications + R2D2Connection,
-{
-    // Every connection, the check's and the listener's included, with the network bounds.
-    let url = with_network_settings::<C>(url);
-    let url = url.as_str();
-    crate::backend::check_url::<C>(url, options.transaction_pooler)?;
-    let listen_url = match (&options.listen_url, options.transaction_pooler) {
-        (Some(listen_url), _) => Some(listen_url.as_str()),
-        (None, false) => Some(url),
-        (None, true) => {
-            if C::NOTIFICATIONS {
-                crate::observe::wakeups_polled(
-                    "this pool goes through a transaction pooler and has no direct URL for its \
-                     listener (`PoolOptions::listen_url`)",
-                );
+    /// Builds an r2d2 pool of `max_size` connections to `url` as these options say, with
+    /// [`ConnectionTuning`] applied and [`WaiterWakeups`] installed.
+    ///
+    /// Before it builds the pool it checks the server on a connection of its own: a server
+    /// diesel-lease refuses ([`check_server`](crate::backend::check_server)), and a transaction
+    /// pooler these options do not mention, are [`Error::Config`](crate::Error::Config) at once.
+    pub fn build<C>(&self, url: &str, max_size: u32) -> crate::Result<Pool<ConnectionManager<C>>>
+    where
+        C: Notifications + R2D2Connection,
+    {
+        let options = self;
+        // Every connection, the check's and the listener's included, with the network bounds.
+        let url = with_network_settings::<C>(url);
+        let url = url.as_str();
+        crate::backend::check_url::<C>(url, options.transaction_pooler)?;
+        let listen_url = match (&options.listen_url, options.transaction_pooler) {
+            (Some(listen_url), _) => Some(listen_url.as_str()),
+            (None, false) => Some(url),
+            (None, true) => {
+                if C::NOTIFICATIONS {
+                    crate::observe::wakeups_polled(
+                        "this pool goes through a transaction pooler and has no direct URL for its \
+                         listener (`PoolOptions::listen_url`)",
+                    );
+                }
+                None
             }
-            None
-        }
-    };
-    let tuning = ConnectionTuning {
-        transaction_pooler: options.transaction_pooler,
-        ..ConnectionTuning::default()
-    };
-    Ok(Pool::builder()
-        .max_size(max_size)
-        .connection_customizer(Box::new(tuning))
-        .event_handler(Box::new(WaiterWakeups {
-            listener: listen_url.and_then(|url| listener::<C>(with_network_settings::<C>(url))),
-        }))
-        .build(ConnectionManager::<C>::new(url))?)
+        };
+        let tuning = ConnectionTuning {
+            transaction_pooler: options.transaction_pooler,
+            ..ConnectionTuning::default()
+        };
+        Ok(Pool::builder()
+            .max_size(max_size)
+            .connection_customizer(Box::new(tuning))
+            .event_handler(Box::new(WaiterWakeups {
+                listener: listen_url.and_then(|url| listener::<C>(with_network_settings::<C>(url))),
+            }))
+            .build(ConnectionManager::<C>::new(url))?)
+    }
 }
 
 /// `url` with the client-side network settings that bound a connection's wait for a server that
@@ -463,14 +457,21 @@ impl Reach {
     }
 }
 
-/// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
-/// heartbeat to stop, then for a pool connection and the statement that ends the grant, whatever
-/// the pool's health check and the network do (the statement runs on a thread of its own; one
-/// that has not answered by then goes on in the background, and none starts after it). A grant
-/// that cannot be ended in time expires at its ttl (a claim: at its timeout) anyway. The default of
-/// `lease::LeaseOptions::drop_wait`, `claim::ClaimOptions::drop_wait` and
-/// `semaphore::Semaphore::with_drop_wait`.
-pub const DROP_WAIT: Duration = Duration::from_secs(2);
+// `pub` for the suite (through `__private`), in a private module: its value is written on the
+// options it is the default of.
+pub(crate) mod drop_wait {
+    use std::time::Duration;
+
+    /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
+    /// heartbeat to stop, then for a pool connection and the statement that ends the grant, whatever
+    /// the pool's health check and the network do (the statement runs on a thread of its own; one
+    /// that has not answered by then goes on in the background, and none starts after it). A grant
+    /// that cannot be ended in time expires at its ttl (a claim: at its timeout) anyway. The default of
+    /// `lease::LeaseOptions::drop_wait`, `claim::ClaimOptions::drop_wait` and
+    /// `semaphore::Semaphore::with_drop_wait`.
+    pub const DROP_WAIT: Duration = Duration::from_secs(2);
+}
+pub(crate) use drop_wait::DROP_WAIT;
 
 /// What a holder does when it ends (a drop, a release, a completion): stops its heartbeat, then
 /// lends a connection and runs `end` on it, within `wait` in all. `end` runs on a thread of its

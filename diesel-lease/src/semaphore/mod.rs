@@ -105,8 +105,9 @@ use self::request::{ControlTarget, Request};
 use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
 
 use crate::pool::{AnySource, ConnectionSource, DROP_WAIT};
+pub use control::ControlTable;
 pub(crate) use control::SemaphoreDialect;
-pub use control::{ControlTable, HasModeColumn, ModeColumn, OneResource, ResourceColumn};
+pub(crate) use control::{HasModeColumn, OneResource, ResourceColumn};
 pub use lease_core::admission::{Mode, QueueEntry};
 pub use permit::{Permit, PermitGuard};
 pub use rwlock::RwLock;
@@ -250,7 +251,7 @@ impl Semaphore {
     }
 
     /// How long dropping a [`PermitGuard`] waits at most, in all, for its heartbeat to stop, for
-    /// a pool connection and for the release (default [`DROP_WAIT`]), whatever the network does.
+    /// a pool connection and for the release (default 2 s), whatever the network does.
     /// The same bound applies to what must not hang on a cut-off database:
     /// [`try_acquire`](Self::try_acquire) and taking a request back at the deadline (waits for a
     /// connection and for the resource's lock), and a release's lock wait (an explicit
@@ -298,7 +299,7 @@ impl Semaphore {
     ///
     /// A zero `timeout` tries once, with a connection that is free at once. At the deadline it
     /// fails with [`Error::Timeout`](crate::Error::Timeout) and leaves no request behind (if no
-    /// connection can be had to delete it within [`DROP_WAIT`], it expires after the ttl); when
+    /// connection can be had to delete it within the drop wait ([`with_drop_wait`](Self::with_drop_wait)), it expires after the ttl); when
     /// no poll got a connection at all (the server refused them, or the pool's were all in use
     /// the whole time), with the last poll's [`Error::Pool`](crate::Error::Pool) instead;
     /// `Duration::MAX` waits forever. It returns within `timeout` plus the

@@ -19,7 +19,7 @@ use crate::{BorrowConnection, Error, Held, Released, Result};
 ///
 /// While it lives, a background heartbeat extends it every ttl/3. It is released when dropped
 /// (waiting at most [`Semaphore::with_drop_wait`](super::Semaphore::with_drop_wait), by default
-/// [`DROP_WAIT`](crate::pool::DROP_WAIT)), or by [`release`](Held::release), which reports
+/// 2 s), or by [`release`](Held::release), which reports
 /// whether it was still held.
 ///
 /// It is *lost* — [`is_lost`](Held::is_lost) turns `true` and [`lost_signal`](Held::lost_signal)

@@ -32,10 +32,12 @@ impl Job {
     }
 }
 
-/// Generic code over any claimable model with a done state.
+/// Generic code over any claimable model with a done state. (The done-state marker is the
+/// derive's, not API a caller names: `__private` here only so this file can call through the
+/// trait in generic code, where an inherent method is never in the way.)
 fn drain<M, C>(conn: &mut C) -> diesel_lease::Result<usize>
 where
-    M: diesel_lease::claim::HasDoneState,
+    M: diesel_lease::__private::HasDoneState,
     C: diesel_lease::BorrowConnection,
     C::Conn: diesel_lease::claim::ClaimConnection<M>,
 {

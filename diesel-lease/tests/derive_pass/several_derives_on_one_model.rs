@@ -2,7 +2,7 @@
 //! a job lease on the same table. The first derive that needs the primary key implements `Keyed`
 //! (a second impl would not compile), and every derive's operations are there.
 use diesel::prelude::*;
-use diesel_lease::lease::job::JobRunOptions;
+use diesel_lease::lease::JobRunOptions;
 use diesel_lease::prelude::*;
 
 diesel::table! {

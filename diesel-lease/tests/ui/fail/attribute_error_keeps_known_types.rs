@@ -49,7 +49,7 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
         println!("{}", row.id);
     }
     assert_eq!((NewNotification { user_id: 1 }).insert_once(conn)?, InsertOutcome::AlreadyExists);
-    let me = diesel_lease::lease::job::JobRunOptions::new(std::time::Duration::from_secs(5));
+    let me = diesel_lease::lease::JobRunOptions::new(std::time::Duration::from_secs(5));
     if let Some(run) = JobStatus::try_start_run(conn, "stock-prices".into(), &me)? {
         JobStatus::finish_run(conn, "stock-prices".into(), &run)?;
     }
