@@ -242,6 +242,7 @@ pub struct PoolError {
 }
 
 impl PoolError {
+    #[cfg(feature = "r2d2")]
     pub(crate) fn r2d2(source: r2d2::Error) -> Self {
         PoolError {
             pool: "the pool",

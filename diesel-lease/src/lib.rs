@@ -86,6 +86,11 @@
 //! `MysqlConnection`, `MariadbConnection` (Diesel 2.4's MariaDB backend, feature `mariadb`) or
 //! an r2d2 pooled one ([`BorrowConnection`]). For SQLite use
 //! [`pool::ConnectionTuning`] (busy timeout + WAL) so concurrent writers wait instead of failing.
+//!
+//! Cargo features: one or more backends (`postgres`, `sqlite`, `mysql`, `mariadb`); `r2d2`
+//! (default: r2d2 pools, `pool::build_pool`); `deadpool` (a `deadpool-diesel` pool as
+//! `pool::Deadpool`, for async applications); `tracing` (default) and `metrics`. Without `r2d2`
+//! no r2d2 is built: pass raw connections, and a `Deadpool` where a pool is taken.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The derive expands to `::diesel_lease::…` paths; this lets the crate's own tests use it.

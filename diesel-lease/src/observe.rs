@@ -297,6 +297,7 @@ pub(crate) fn schedule_retry(name: &str, error: &dyn std::fmt::Display) {
 /// (within their max poll interval) and wake each other within this process only. The callers
 /// say it once (per pool, per process).
 /// A pool's server replicates in a way some guarantees depend on (`Replication::warning`).
+#[cfg_attr(not(feature = "r2d2"), allow(dead_code))]
 pub(crate) fn replication_warning(warning: &str) {
     #[cfg(feature = "tracing")]
     tracing::warn!(target: "diesel_lease", "{warning}");

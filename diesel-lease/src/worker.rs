@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::R2D2Connection;
 use lease_core::{Backoff, InvalidInput, RetryPolicy};
 
 use crate::claim::schedule::release_unstarted;
@@ -114,7 +113,7 @@ struct KeyLimit<M> {
 /// ```
 pub struct Worker<M, C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: LeaseConnection,
 {
     pool: AnySource<C>,
     concurrency: usize,
@@ -163,7 +162,7 @@ pub struct WorkerReport {
 
 impl<M, C> fmt::Debug for Worker<M, C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: LeaseConnection,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Worker")
@@ -184,7 +183,7 @@ where
 impl<M, C> Worker<M, C>
 where
     M: Claimable + HasDoneState + HasFailedState + HasAttempts + Send + Sync,
-    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    C: LeaseConnection + ClaimConnection<M>,
 {
     /// A worker on `pool`: one thread, one row per claim, a grace period of 30 s, retries with
     /// 1 s doubling to 1 h and 20 % jitter, for the model's `max_attempts` runs (5 when it sets
@@ -417,7 +416,7 @@ where
 
 impl<M, C> Worker<M, C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: LeaseConnection,
 {
     /// [`forget_idle_every`](Self::forget_idle_every), at least the longest limit's period.
     fn forget_interval(&self) -> Duration {
@@ -433,7 +432,7 @@ impl<'a> ForgetWatch<'a> {
     /// The watch, when the worker has rate limits and no other thread keeps it.
     fn take<M, C>(run: &'a Run<'_, M, C>) -> Option<Self>
     where
-        C: LeaseConnection + R2D2Connection,
+        C: LeaseConnection,
     {
         if run.worker.options.rate_limits().is_empty() {
             return None;
@@ -472,7 +471,7 @@ const DEFAULT_POLICY: RetryPolicy = match RetryPolicy::const_new(5) {
 /// One call of [`Worker::run_until`]: what its threads share.
 struct Run<'a, M, C>
 where
-    C: LeaseConnection + R2D2Connection,
+    C: LeaseConnection,
 {
     worker: &'a Worker<M, C>,
     stop: &'a AtomicBool,
@@ -517,7 +516,7 @@ impl Done {
 impl<M, C> Run<'_, M, C>
 where
     M: Claimable + HasDoneState + HasFailedState + HasAttempts + Send + Sync,
-    C: LeaseConnection + R2D2Connection + ClaimConnection<M>,
+    C: LeaseConnection + ClaimConnection<M>,
 {
     fn stopping(&self) -> bool {
         self.failed.load(Ordering::Relaxed) || self.stop.load(Ordering::Relaxed)

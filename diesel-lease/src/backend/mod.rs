@@ -20,6 +20,7 @@ use std::time::Duration;
 use diesel::backend::Backend;
 use diesel::connection::{AnsiTransactionManager, LoadConnection};
 use diesel::query_builder::{AstPass, QueryFragment, QueryId};
+#[cfg(feature = "r2d2")]
 use diesel::r2d2::{ConnectionManager, PooledConnection, R2D2Connection};
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::{Connection, QueryResult};
@@ -62,7 +63,9 @@ mod server;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-pub(crate) use server::{check as check_engine, check_url};
+pub(crate) use server::check as check_engine;
+#[cfg(feature = "r2d2")]
+pub(crate) use server::check_url;
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::waits_after as sqlite_waits_after;
 
@@ -463,6 +466,7 @@ pub trait BorrowConnection {
     fn borrow_connection(&mut self) -> &mut Self::Conn;
 }
 
+#[cfg(feature = "r2d2")]
 impl<C> BorrowConnection for PooledConnection<ConnectionManager<C>>
 where
     C: Dialect + R2D2Connection,
@@ -785,7 +789,9 @@ pub(crate) enum Kind {
     ConnectionLost,
     Conflict,
     /// Another server session answered than the one that prepared the statement: a transaction
-    /// pooler is in between (see `server.rs`).
+    /// pooler is in between (see `server.rs`). Told from a Diesel error on PostgreSQL, and from
+    /// an r2d2 checkout's.
+    #[cfg_attr(not(any(feature = "postgres", feature = "r2d2")), allow(dead_code))]
     Pooler,
 }
 
@@ -824,6 +830,7 @@ pub(crate) fn classify_common(e: DieselError) -> Error {
 
 /// A pool's error, unless it says that a transaction pooler is in between (a checkout's health
 /// check is a cached statement too): then [`Error::Config`] with what to change.
+#[cfg(feature = "r2d2")]
 impl From<r2d2::Error> for Error {
     fn from(e: r2d2::Error) -> Self {
         let said = e.to_string();

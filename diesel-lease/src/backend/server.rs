@@ -324,6 +324,7 @@ pub(crate) fn pooler_error(said: &str) -> Error {
 /// connection released last (PgBouncer's default, `server_round_robin = 0`), which is the first
 /// connection's; under other traffic, or round-robin, it may hand another one and go unseen here
 /// — then the first clashing prepared statement reports it instead.
+#[cfg_attr(not(feature = "r2d2"), allow(dead_code))]
 pub(crate) fn check_url<C: Dialect>(url: &str, transaction_pooler: bool) -> crate::Result<()> {
     let Ok(mut first) = C::establish(url) else {
         return Ok(());

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use diesel::expression::{AppearsOnTable, Expression};
 use diesel::query_builder::{QueryFragment, QueryId};
-use diesel::r2d2::R2D2Connection;
 use diesel::sql_types::Bool;
 use diesel::Connection;
 
@@ -579,7 +578,7 @@ where
 {
     fn wait_on<C>(self, pool: &impl ConnectionSource<Connection = C>) -> Result<Vec<M>>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
         F: FilterStep<M, C::Backend> + Send + Sync + 'static,
     {
         let limit = batch_size(self.count.n())?;
@@ -604,7 +603,7 @@ where
     /// when the wait ended without a row.
     pub fn row<C>(self, pool: &impl ConnectionSource<Connection = C>) -> Result<Option<M>>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
         F: FilterStep<M, C::Backend> + Send + Sync + 'static,
     {
         self.wait_on(pool).map(first)
@@ -621,7 +620,7 @@ where
     /// wait ended without one.
     pub fn rows<C>(self, pool: &impl ConnectionSource<Connection = C>) -> Result<Vec<M>>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
         F: FilterStep<M, C::Backend> + Send + Sync + 'static,
     {
         self.wait_on(pool)
@@ -637,7 +636,7 @@ where
 {
     fn wait_from_cursor<C>(self, pool: &impl ConnectionSource<Connection = C>) -> Result<Vec<M>>
     where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        C: ClaimDialect + CursorConnection<M>,
     {
         let n = self.count.n();
         batch_size(n)?;
@@ -660,7 +659,7 @@ where
     /// The next row through `pool`, waiting for one, each poll claiming through the cursor.
     pub fn row<C>(self, pool: &impl ConnectionSource<Connection = C>) -> Result<Option<M>>
     where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        C: ClaimDialect + CursorConnection<M>,
     {
         self.wait_from_cursor(pool).map(first)
     }
@@ -676,7 +675,7 @@ where
     /// the cursor.
     pub fn rows<C>(self, pool: &impl ConnectionSource<Connection = C>) -> Result<Vec<M>>
     where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        C: ClaimDialect + CursorConnection<M>,
     {
         self.wait_from_cursor(pool)
     }
@@ -692,7 +691,7 @@ where
 {
     fn guard_on<C>(self, pool: &impl ConnectionSource<Connection = C>) -> Result<Vec<ClaimGuard<M>>>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
         F: FilterStep<M, C::Backend>,
     {
         let options = self.options.get();
@@ -716,7 +715,7 @@ where
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Option<ClaimGuard<M>>>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
         F: FilterStep<M, C::Backend>,
     {
         self.guard_on(pool).map(first)
@@ -734,7 +733,7 @@ where
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Vec<ClaimGuard<M>>>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
         F: FilterStep<M, C::Backend>,
     {
         self.guard_on(pool)
@@ -753,7 +752,7 @@ where
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Vec<ClaimGuard<M>>>
     where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        C: ClaimDialect + CursorConnection<M>,
     {
         let options = self.options.get();
         let n = self.count.n();
@@ -776,7 +775,7 @@ where
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Option<ClaimGuard<M>>>
     where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        C: ClaimDialect + CursorConnection<M>,
     {
         self.guard_from_cursor(pool).map(first)
     }
@@ -794,7 +793,7 @@ where
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Vec<ClaimGuard<M>>>
     where
-        C: ClaimDialect + R2D2Connection + CursorConnection<M>,
+        C: ClaimDialect + CursorConnection<M>,
     {
         self.guard_from_cursor(pool)
     }

@@ -6,8 +6,6 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::R2D2Connection;
-
 use super::{
     finish, owner_checked, Change, ClaimConnection, ClaimOptions, Claimable, Finish, HasDoneState,
     HasFailedState,
@@ -105,7 +103,7 @@ where
         claim: impl FnOnce(&mut C) -> Result<Vec<M>>,
     ) -> Result<Vec<Self>>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
     {
         let sent_at = Instant::now();
         let rows = pool.with_connection(claim)?;
@@ -126,7 +124,7 @@ where
         sent_at: Instant,
     ) -> Result<Self>
     where
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
     {
         let timeout = options
             .timeout_micros::<M>()

@@ -13,7 +13,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use diesel::query_builder::{AstPass, QueryBuilder, QueryFragment, QueryId};
-use diesel::r2d2::R2D2Connection;
 use diesel::QueryResult;
 use lease_core::Backoff;
 
@@ -99,7 +98,7 @@ pub(crate) fn wait_for_rows<M, C>(
 ) -> Result<Vec<M>>
 where
     M: Claimable + Send,
-    C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+    C: ClaimDialect + ClaimConnection<M>,
 {
     let deadline = Instant::now().checked_add(timeout);
     let allowance = options.drop_wait_limit();
@@ -194,7 +193,7 @@ impl Waiter {
     ) -> Result<Vec<M>>
     where
         M: Claimable + Send,
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
     {
         let began = Instant::now();
         let mut gate = self.join();
@@ -293,7 +292,7 @@ impl Waiter {
     ) -> Result<Option<Polled<M>>>
     where
         M: Claimable + Send,
-        C: ClaimDialect + R2D2Connection + ClaimConnection<M>,
+        C: ClaimDialect + ClaimConnection<M>,
         S: ConnectionSource<Connection = C>,
     {
         let wait = pool.connection_timeout().min(MAX_POLL_INTERVAL);

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use diesel::r2d2::R2D2Connection;
 use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
@@ -49,7 +48,7 @@ use crate::{Error, Held, Released, Result};
 /// assert!(LeaseGuard::try_acquire(&pool, "compaction", &options).unwrap().is_some());
 /// # }
 /// ```
-pub struct LeaseGuard<C: LeaseStatements + R2D2Connection> {
+pub struct LeaseGuard<C: LeaseStatements> {
     pool: AnySource<C>,
     lease: Arc<Mutex<Lease>>,
     /// Taken for the whole of an extension, the keep-alive's and [`extend`](Self::extend)'s:
@@ -66,7 +65,7 @@ pub struct LeaseGuard<C: LeaseStatements + R2D2Connection> {
     drop_wait: Duration,
 }
 
-impl<C: LeaseStatements + R2D2Connection> fmt::Debug for LeaseGuard<C> {
+impl<C: LeaseStatements> fmt::Debug for LeaseGuard<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseGuard")
             .field("name", &self.name)
@@ -82,7 +81,7 @@ fn lock(lease: &Mutex<Lease>) -> MutexGuard<'_, Lease> {
     lease.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
+impl<C: LeaseStatements> LeaseGuard<C> {
     /// Tries once to take the lease `name` (see [`try_acquire`](super::try_acquire)).
     pub fn try_acquire(
         pool: &impl ConnectionSource<Connection = C>,
@@ -236,7 +235,7 @@ impl<C: LeaseStatements + R2D2Connection> LeaseGuard<C> {
     }
 }
 
-impl<C: LeaseStatements + R2D2Connection> Held for LeaseGuard<C> {
+impl<C: LeaseStatements> Held for LeaseGuard<C> {
     /// See [`Lease::is_lost`].
     fn is_lost(&self) -> bool {
         lock(&self.lease).is_lost()
@@ -299,7 +298,7 @@ fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
     }
 }
 
-impl<C: LeaseStatements + R2D2Connection> Drop for LeaseGuard<C> {
+impl<C: LeaseStatements> Drop for LeaseGuard<C> {
     fn drop(&mut self) {
         if !self.finished {
             // Nothing to report to: an unreleased lease expires at its ttl anyway.

@@ -45,7 +45,6 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::r2d2::R2D2Connection;
 use lease_core::{Backoff, FencingToken, Ttl};
 
 pub use lease_core::{Cron, Missed, Plan, Schedule, Tz};
@@ -101,7 +100,7 @@ pub fn run_exclusive<C, T, E>(
     job: impl FnOnce(&LeaseGuard<C>) -> std::result::Result<T, E>,
 ) -> std::result::Result<Option<T>, E>
 where
-    C: LeaseStatements + R2D2Connection,
+    C: LeaseStatements,
     E: From<Error>,
 {
     let Some(guard) = LeaseGuard::try_acquire(pool, name, options)? else {
@@ -146,7 +145,7 @@ pub fn with_lock<C, T, E>(
     f: impl FnOnce() -> std::result::Result<T, E>,
 ) -> std::result::Result<T, E>
 where
-    C: LeaseStatements + R2D2Connection,
+    C: LeaseStatements,
     E: From<Error>,
 {
     let guard = LeaseGuard::acquire(pool, name, &LeaseOptions::new(ttl), ttl)?;
@@ -161,7 +160,7 @@ fn finish<C, T, E>(
     out: std::result::Result<T, E>,
 ) -> std::result::Result<T, E>
 where
-    C: LeaseStatements + R2D2Connection,
+    C: LeaseStatements,
     E: From<Error>,
 {
     match out {
@@ -183,7 +182,7 @@ where
 
 /// Releases `guard`; [`Error::LeaseLost`] when it had been lost while the work ran, which the
 /// caller of a run-and-release helper must hear about (the work ran, partly, unprotected).
-fn release_or_lost<C: LeaseStatements + R2D2Connection>(guard: LeaseGuard<C>) -> Result<()> {
+fn release_or_lost<C: LeaseStatements>(guard: LeaseGuard<C>) -> Result<()> {
     let lost = guard.ensure_held().err();
     let (name, token) = (guard.name().to_owned(), guard.token());
     if guard.release()?.was_held() {
@@ -289,12 +288,12 @@ impl std::fmt::Debug for Every {
 }
 
 /// One occurrence of a periodic job, handed to the job.
-pub struct Occurrence<'a, C: LeaseStatements + R2D2Connection> {
+pub struct Occurrence<'a, C: LeaseStatements> {
     guard: &'a LeaseGuard<C>,
     due_at_micros: i64,
 }
 
-impl<C: LeaseStatements + R2D2Connection> std::fmt::Debug for Occurrence<'_, C> {
+impl<C: LeaseStatements> std::fmt::Debug for Occurrence<'_, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Occurrence")
             .field("guard", self.guard)
@@ -303,7 +302,7 @@ impl<C: LeaseStatements + R2D2Connection> std::fmt::Debug for Occurrence<'_, C> 
     }
 }
 
-impl<C: LeaseStatements + R2D2Connection> Occurrence<'_, C> {
+impl<C: LeaseStatements> Occurrence<'_, C> {
     /// The fencing token of this run.
     pub fn token(&self) -> FencingToken {
         self.guard.token()
@@ -415,7 +414,7 @@ impl Every {
         job: impl FnOnce(&Occurrence<'_, C>) -> T,
     ) -> Result<Option<T>>
     where
-        C: LeaseStatements + R2D2Connection,
+        C: LeaseStatements,
     {
         self.check_schedule()?;
         let options = self.lease_options();
@@ -488,7 +487,7 @@ impl Every {
         mut job: impl FnMut(&Occurrence<'_, C>),
     ) -> Result<u64>
     where
-        C: LeaseStatements + R2D2Connection,
+        C: LeaseStatements,
     {
         let poll = self
             .poll

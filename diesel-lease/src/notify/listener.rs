@@ -50,7 +50,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::R2D2Connection;
 use lease_core::Backoff;
 
 use super::Notifications;
@@ -116,7 +115,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 impl Listener {
     /// A listener for a pool of `C` connections to `url`; its thread starts with the first
     /// waiter.
-    pub(crate) fn new<C: Notifications + R2D2Connection>(url: String) -> Self {
+    pub(crate) fn new<C: Notifications>(url: String) -> Self {
         Listener {
             shared: Arc::new(Shared {
                 url,
@@ -310,7 +309,7 @@ impl Shared {
 
 /// The thread: connect, `LISTEN` while anybody waits, pass notifications on, reconnect when the
 /// connection breaks, end when nobody waited for [`LINGER`] or the listener was dropped.
-fn run<C: Notifications + R2D2Connection>(shared: Arc<Shared>) {
+fn run<C: Notifications>(shared: Arc<Shared>) {
     let mut conn: Option<C> = None;
     let mut listening = false;
     let mut reconnect = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
@@ -348,7 +347,7 @@ fn run<C: Notifications + R2D2Connection>(shared: Arc<Shared>) {
         let read = if listening {
             c.wait_for_notifications(READ_SLICE).and_then(|notified| {
                 if Instant::now() >= next_check {
-                    c.ping()?;
+                    diesel::connection::SimpleConnection::batch_execute(c, "SELECT 1")?;
                     next_check = Instant::now() + LIVENESS_CHECK;
                 }
                 Ok(notified)

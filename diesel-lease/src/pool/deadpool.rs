@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use deadpool::managed::{Hook, HookError, Object, Pool, PoolError};
 use deadpool_diesel::{Connection as SyncWrapper, Manager, Runtime, Timeouts};
-use diesel::r2d2::R2D2Connection;
 use tokio::runtime::Handle;
 
 use super::{with_network_settings, ConnectionSource, ConnectionTuning};
@@ -64,7 +63,7 @@ use crate::{Error, Result};
 /// ```
 pub struct Deadpool<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     /// `None` only while it is dropped (see `Drop`).
@@ -76,7 +75,7 @@ where
 
 impl<C> Clone for Deadpool<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     fn clone(&self) -> Self {
@@ -90,7 +89,7 @@ where
 
 impl<C> fmt::Debug for Deadpool<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -103,7 +102,7 @@ where
 
 impl<C> Deadpool<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     /// Lends `pool`'s connections; new ones are made on `runtime`.
@@ -193,7 +192,7 @@ where
 
 impl<C> ConnectionSource for Deadpool<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     type Connection = C;
@@ -255,7 +254,7 @@ where
 /// thread dropping it (a guard's heartbeat, a `Worker`'s) need not be one of.
 impl<C> Drop for Deadpool<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     fn drop(&mut self) {
@@ -269,7 +268,7 @@ where
 /// blocking threads, which the thread dropping it (a heartbeat, a `Worker`'s) need not be one of.
 pub struct DeadpoolLent<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     object: Option<Object<Manager<C>>>,
@@ -278,7 +277,7 @@ where
 
 impl<C> fmt::Debug for DeadpoolLent<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -290,7 +289,7 @@ where
 
 impl<C> Drop for DeadpoolLent<C>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     fn drop(&mut self) {
@@ -309,7 +308,7 @@ const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 /// [`Deadpool::from_current`] there).
 pub fn build_deadpool<C>(url: &str, max_size: usize) -> Result<Pool<Manager<C>>>
 where
-    C: Dialect + R2D2Connection,
+    C: Dialect,
     Manager<C>: deadpool::managed::Manager<Type = SyncWrapper<C>, Error = deadpool_diesel::Error>,
 {
     let manager = Manager::<C>::new(with_network_settings::<C>(url), Runtime::Tokio1);

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::R2D2Connection;
-
 use super::control::SemaphoreDialect;
 use super::request::{on_table, ControlTarget, Request};
 use super::statements::SemaphoreStatements;
@@ -152,7 +150,7 @@ impl<C: SemaphoreDialect> Access for OwnConnection<'_, C> {
 /// within its timeout plus the drop wait.
 pub(super) struct FromPool<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     pool: AnySource<C>,
     /// Makes the steps, on a thread of its own.
@@ -183,7 +181,7 @@ where
 
 impl<C> FromPool<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     /// The access of a wait for `req` that ends `timeout` from now.
     pub(super) fn new(pool: AnySource<C>, req: &Request, timeout: Duration) -> Self {
@@ -207,7 +205,7 @@ where
 
 impl<C> FromPool<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     /// The least time a step is given before the wait stops waiting for it, instead of the drop
     /// wait: a try that waits for a connection and then for the resource's lock, each bounded,
@@ -234,7 +232,7 @@ type Undo<T> = Box<dyn FnOnce(T, &mut dyn SemaphoreStatements) -> Result<()> + S
 
 impl<C> FromPool<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     /// [`Access::step`], with `undo` for a step that ends after the wait gave up on it.
     fn run<T: Send + 'static>(
@@ -306,7 +304,7 @@ where
 
 impl<C> Access for FromPool<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     fn step<T: Send + 'static>(
         &mut self,

@@ -98,8 +98,6 @@ pub(crate) mod statements;
 
 use std::time::Duration;
 
-use diesel::r2d2::R2D2Connection;
-
 use self::access::{FromPool, OwnConnection};
 use self::request::{ControlTarget, Request};
 use crate::{BorrowConnection, InvalidInput, OwnerId, Result, Ttl};
@@ -314,7 +312,7 @@ impl Semaphore {
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
-        C: SemaphoreDialect + R2D2Connection,
+        C: SemaphoreDialect,
     {
         pooled(pool, self.request(Mode::Shared)?, timeout, self.max_poll)
     }
@@ -335,7 +333,7 @@ impl Semaphore {
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Option<PermitGuard<C>>>
     where
-        C: SemaphoreDialect + R2D2Connection,
+        C: SemaphoreDialect,
     {
         pooled_try(pool, self.request(Mode::Shared)?)
     }
@@ -412,7 +410,7 @@ fn permits_value(what: &'static str, permits: u32) -> Result<i32> {
 fn pooled_try<S, C>(pool: &S, req: Request) -> Result<Option<PermitGuard<C>>>
 where
     S: ConnectionSource<Connection = C>,
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     use self::access::Access;
     let op = acquire_op(crate::backend::kind::<C>(), &req);
@@ -504,7 +502,7 @@ fn pooled<C>(
     max_poll: Duration,
 ) -> Result<PermitGuard<C>>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     let op = acquire_op(crate::backend::kind::<C>(), &req);
     let pool = AnySource::new(pool);

@@ -4,8 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use diesel::r2d2::R2D2Connection;
-
 use super::control::SemaphoreDialect;
 use super::protocol::{self, Granted};
 use super::request::Request;
@@ -31,7 +29,7 @@ use crate::{BorrowConnection, Error, Held, Released, Result};
 #[must_use = "the permit is released as soon as it is dropped"]
 pub struct PermitGuard<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     pool: AnySource<C>,
     held: Permit,
@@ -42,7 +40,7 @@ where
 
 impl<C> PermitGuard<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     pub(super) fn start(pool: AnySource<C>, req: Request, granted: Granted) -> Result<Self> {
         let ttl = req.ttl.as_duration();
@@ -104,7 +102,7 @@ where
 
 impl<C> Held for PermitGuard<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     fn is_lost(&self) -> bool {
         self.local.is_lost()
@@ -153,7 +151,7 @@ fn heartbeat_beat<S: ConnectionSource<Connection: SemaphoreDialect>>(
 
 impl<C> Drop for PermitGuard<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     fn drop(&mut self) {
         if !self.released {
@@ -165,7 +163,7 @@ where
 
 impl<C> fmt::Debug for PermitGuard<C>
 where
-    C: SemaphoreDialect + R2D2Connection,
+    C: SemaphoreDialect,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitGuard")

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use diesel::r2d2::R2D2Connection;
-
 use super::control::SemaphoreDialect;
 use super::{
     manual, pooled, pooled_try, queue_of, Mode, Permit, PermitGuard, QueuedRequest, Semaphore,
@@ -115,7 +113,7 @@ impl RwLock {
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
-        C: SemaphoreDialect + R2D2Connection,
+        C: SemaphoreDialect,
     {
         self.inner.acquire(pool, timeout)
     }
@@ -127,7 +125,7 @@ impl RwLock {
         timeout: Duration,
     ) -> Result<PermitGuard<C>>
     where
-        C: SemaphoreDialect + R2D2Connection,
+        C: SemaphoreDialect,
     {
         pooled(
             pool,
@@ -144,7 +142,7 @@ impl RwLock {
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Option<PermitGuard<C>>>
     where
-        C: SemaphoreDialect + R2D2Connection,
+        C: SemaphoreDialect,
     {
         self.inner.try_acquire(pool)
     }
@@ -156,7 +154,7 @@ impl RwLock {
         pool: &impl ConnectionSource<Connection = C>,
     ) -> Result<Option<PermitGuard<C>>>
     where
-        C: SemaphoreDialect + R2D2Connection,
+        C: SemaphoreDialect,
     {
         pooled_try(pool, self.inner.request(Mode::Exclusive)?)
     }
