@@ -1,6 +1,6 @@
 use diesel::connection::SimpleConnection;
 use diesel_lease::__private::Dialect;
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_migrations::MigrationHarness;
 
 use crate::common::{TestBackend, TestDb};
@@ -25,7 +25,7 @@ fn migrations_revert_and_apply_again<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
     let options = LeaseOptions::new(std::time::Duration::from_secs(10));
-    let _ = lease::try_acquire(&mut c, "job", &options)
+    let _ = Lease::try_acquire(&mut c, "job", &options)
         .unwrap()
         .expect("free")
         .release(&mut c)
@@ -44,7 +44,7 @@ fn migrations_revert_and_apply_again<B: TestBackend>(db: &TestDb<B>) {
         .expect("the leases table outlives the newest migration's revert");
 
     db.migrate();
-    let record = lease::inspect(&mut c, "job")
+    let record = Lease::inspect(&mut c, "job")
         .unwrap()
         .expect("the row stayed");
     assert_eq!(record.token.get(), 1);
@@ -65,7 +65,7 @@ fn migrations_revert_and_apply_again<B: TestBackend>(db: &TestDb<B>) {
     }
 
     db.migrate();
-    let held = lease::try_acquire(&mut c, "job", &options)
+    let held = Lease::try_acquire(&mut c, "job", &options)
         .unwrap()
         .expect("a fresh table");
     assert_eq!(held.token().get(), 1);

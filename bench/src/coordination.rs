@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool, R2D2Connection};
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::{LeaseConnection, OwnerId};
 use serde::Serialize;
@@ -80,7 +80,7 @@ where
 }
 
 /// `workers` threads, each with its own pooled connection and its own owner identity, loop
-/// `lease::try_acquire` + `release` on the lease `name` (one name shared by all, or with
+/// `Lease::try_acquire` + `release` on the lease `name` (one name shared by all, or with
 /// `shared_name = false` one name per thread). Items are completed pairs; a `try_acquire` that
 /// finds the lease held counts as an operation without an item.
 pub(crate) fn lease_pairs<C>(
@@ -107,7 +107,7 @@ where
     measure::timed(
         states,
         window,
-        |(conn, name, options)| match lease::try_acquire(conn, name, options)? {
+        |(conn, name, options)| match Lease::try_acquire(conn, name, options)? {
             Some(mut held) => {
                 let _ = held.release(conn)?;
                 Ok(1)

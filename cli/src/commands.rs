@@ -199,7 +199,7 @@ fn release_lease<C: CliConnection + BorrowConnection<Conn = C>>(
     yes: bool,
     json: bool,
 ) -> Outcome {
-    let before = diesel_lease::lease::inspect(conn, name)
+    let before = diesel_lease::Lease::inspect(conn, name)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("no lease named `{name}`"))?;
     let described = format!(

@@ -17,14 +17,14 @@
 //! ```
 //! # #[cfg(feature = "sqlite")] {
 //! use diesel::prelude::*;
-//! use diesel_lease::{admin, lease::{self, LeaseOptions}, Error};
+//! use diesel_lease::{admin, lease::{Lease, LeaseOptions}, Error};
 //! use std::time::Duration;
 //!
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let url = dir.path().join("app.db").display().to_string();
 //! let mut conn = SqliteConnection::establish(&url).unwrap();
 //! diesel_lease::run_migrations(&mut conn).unwrap();
-//! let mut stuck = lease::try_acquire(&mut conn, "nightly", &LeaseOptions::new(Duration::from_secs(600)))
+//! let mut stuck = Lease::try_acquire(&mut conn, "nightly", &LeaseOptions::new(Duration::from_secs(600)))
 //!     .unwrap()
 //!     .unwrap();
 //!
@@ -235,7 +235,7 @@ pub fn force_release_lease(
     let raw = conn.borrow_connection();
     refuse_nested(raw)?;
     let fenced = raw.admin_fence_lease(name)?;
-    let now = crate::lease::inspect(conn, name)?;
+    let now = crate::lease::Lease::inspect(conn, name)?;
     match now {
         Some(record) if !fenced && record.token.get() == i64::MAX => Err(Error::TokensExhausted {
             name: name.to_string(),

@@ -27,7 +27,7 @@ use crate::claim::{
 use crate::lease::job::{self, JobConnection, JobRun, JobRunOptions};
 use crate::once::{self, ClaimIfNullConnection, InsertOnceConnection, InsertReturning};
 use crate::semaphore::{HasModeColumn, OneResource, ResourceColumn, RwLock, Semaphore};
-use crate::{BorrowConnection, InsertOutcome, Result};
+use crate::{BorrowConnection, InsertOutcome, Released, Result};
 
 pub use crate::claim::Claimable;
 use crate::claim::Keyed;
@@ -607,10 +607,10 @@ impl<T> OnceDsl for T {}
 /// #                              last_run_started TIMESTAMP, next_run TIMESTAMP);
 /// #      INSERT INTO job_status (job_id) VALUES ('stock-prices');")?;
 /// let me = JobRunOptions::new(Duration::from_secs(600)).every(Duration::from_secs(300));
-/// let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me)?.expect("due");
+/// let run = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me)?.expect("due");
 /// // Another node (or this one) asking now is told no: the job runs, and is not due again yet.
-/// assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me)?.is_none());
-/// assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run)?);
+/// assert!(JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me)?.is_none());
+/// assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run)?.was_held());
 /// # Ok(()) }
 /// # main().unwrap();
 /// # }
@@ -620,7 +620,7 @@ pub trait JobLeaseDsl: JobLease {
     /// silent past the timeout): `Some(run)` for exactly one node. A schedule in `options`
     /// (`every`, `cron`) needs the model's `next_run` column: without one it is
     /// [`Error::Config`](crate::Error::Config), before anything is sent.
-    fn try_start_run<C>(
+    fn try_acquire_run<C>(
         conn: &mut C,
         pk: Self::Pk,
         options: &JobRunOptions,
@@ -629,16 +629,20 @@ pub trait JobLeaseDsl: JobLease {
         C: BorrowConnection,
         C::Conn: JobConnection<Self>,
     {
-        job::try_start_run::<Self, C>(conn, pk, options)
+        job::try_acquire_run::<Self, C>(conn, pk, options)
     }
 
-    /// Ends `run` of job `pk` if it is still this run; `false` when it was taken over.
-    fn finish_run<C>(conn: &mut C, pk: Self::Pk, run: &JobRun) -> Result<bool>
+    /// Ends `run` of job `pk` (its holder column back to `NULL`) if it is still this run:
+    /// [`Released::WasHeld`](crate::Released::WasHeld); [`Released::WasLost`](crate::Released::WasLost)
+    /// when another node took the job over after the timeout (or the run was released already),
+    /// and then the new run is left alone. A lease's [`release`](crate::Lease::release) answers
+    /// the same way.
+    fn release_run<C>(conn: &mut C, pk: Self::Pk, run: &JobRun) -> Result<Released>
     where
         C: BorrowConnection,
         C::Conn: JobConnection<Self>,
     {
-        job::finish_run::<Self, C>(conn, pk, run)
+        job::release_run::<Self, C>(conn, pk, run)
     }
 }
 

@@ -17,8 +17,8 @@
 //! | this row locked if it still qualifies, waiting for its holder | `lock_by_pk_if_claimable`, `with_locked` ([`ClaimDsl`](dsl::ClaimDsl)), `lock_by_pk_if_null`, `with_locked_if_null` ([`OnceDsl`](dsl::OnceDsl)) |
 //! | a side effect done at most once | [`OnceDsl::claim_if_null`](dsl::OnceDsl::claim_if_null) (`#[claim_if_null(column = col)]`) |
 //! | a follow-up row inserted once | [`OnceDsl::insert_once`](dsl::OnceDsl::insert_once) (`#[derive(InsertOnce)]` on an `Insertable`) |
-//! | one node of a farm running a scheduled job, on your own `job_status` table | [`JobLeaseDsl::try_start_run`](dsl::JobLeaseDsl::try_start_run) (`#[job_lease(…)]`) |
-//! | a named lock that expires, with a fencing token per grant | [`lease::try_acquire`], [`LeaseGuard`] |
+//! | one node of a farm running a scheduled job, on your own `job_status` table | [`JobLeaseDsl::try_acquire_run`](dsl::JobLeaseDsl::try_acquire_run) (`#[job_lease(…)]`) |
+//! | a named lock that expires, with a fencing token per grant | [`Lease::try_acquire`], [`LeaseGuard`] |
 //! | a job run once per interval across the farm | [`lease::schedule::every`], [`lease::schedule::run_exclusive`], [`lease::schedule::with_lock`] |
 //! | at most N holders, in request order; readers/writers | [`semaphore::Semaphore`], [`semaphore::RwLock`] |
 //!

@@ -9,7 +9,7 @@
 //! | [`ClaimDsl`] | `M::claim()`, `M::queue()`, and the operations on one claimed row |
 //! | [`FinishDsl`] | `complete`, `fail`, `requeue` on a claimed row or a slice of them |
 //! | [`OnceDsl`] | `claim_if_null` and `insert_once`: at-most-once work |
-//! | [`JobLeaseDsl`] | `try_start_run`, `finish_run`: a scheduled job's run on a farm |
+//! | [`JobLeaseDsl`] | `try_acquire_run`, `release_run`: a scheduled job's run on a farm |
 //! | [`ControlTableDsl`] | semaphores and reader/writer locks on a control table |
 //! | [`Held`] | what every guard answers: `is_lost`, `ensure_held`, `release` |
 //!

@@ -624,9 +624,9 @@ pub(crate) struct Block10;
 ///                    last_run_started: Option<NaiveDateTime>, next_run: Option<NaiveDateTime> }
 ///
 /// let me = JobRunOptions::new(Duration::from_secs(600)).every(Duration::from_secs(300));
-/// if let Some(run) = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me)? {
+/// if let Some(run) = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me)? {
 ///     send_price_alerts()?;
-///     JobStatus::finish_run(&mut conn, "stock-prices".into(), &run)?; // false if taken over
+///     let _ = JobStatus::release_run(&mut conn, "stock-prices".into(), &run)?; // WasLost if taken over
 /// }
 /// # Ok(())
 /// # }
@@ -647,13 +647,13 @@ pub(crate) struct Block11;
 /// # fn do_the_work(_: diesel_lease::FencingToken) -> Result<(), Box<dyn std::error::Error>> { Ok(()) }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
-/// use diesel_lease::lease::{self, LeaseOptions};
+/// use diesel_lease::lease::{Lease, LeaseOptions};
 /// use std::time::Duration;
 ///
 /// diesel_lease::run_migrations(&mut conn)?; // creates diesel_lease_leases (once)
 ///
 /// let options = LeaseOptions::new(Duration::from_secs(60)); // held at most 60 s
-/// if let Some(mut held) = lease::try_acquire(&mut conn, "nightly-report", &options)? {
+/// if let Some(mut held) = Lease::try_acquire(&mut conn, "nightly-report", &options)? {
 ///     do_the_work(held.token())?;
 ///     if held.release(&mut conn)?.was_lost() {
 ///         // it expired or was taken over meanwhile: the work may have run twice
@@ -678,7 +678,7 @@ pub(crate) struct Block12;
 /// # diesel::table! { reports (id) { id -> BigInt, body -> Text, last_token -> BigInt, } }
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let mut conn = SqliteConnection::establish(":memory:")?;
-/// # let held = diesel_lease::lease::try_acquire(&mut conn, "report", &diesel_lease::LeaseOptions::new(std::time::Duration::from_secs(60)))?.expect("free");
+/// # let held = diesel_lease::Lease::try_acquire(&mut conn, "report", &diesel_lease::LeaseOptions::new(std::time::Duration::from_secs(60)))?.expect("free");
 /// # let (report_id, body) = (1_i64, "the report");
 /// let token = held.token().get();
 /// let written = diesel::update(

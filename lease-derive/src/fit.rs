@@ -54,7 +54,7 @@ pub(crate) fn check(a: &ClaimableAttrs, fields: &[Field], errors: &mut Errors) {
             a.job.as_ref().and_then(|j| j.value.holder.as_ref()),
             "job(holder = …)",
             true,
-            "it stores who runs the job, and is NULL while no run holds it: `finish_run` sets it back to NULL",
+            "it stores who runs the job, and is NULL while no run holds it: `release_run` sets it back to NULL",
         ),
         (
             a.job.as_ref().and_then(|j| j.value.started_at.as_ref()),

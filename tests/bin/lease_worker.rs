@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use diesel::r2d2::R2D2Connection;
 use diesel_lease::lease::schedule::every;
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::{BorrowConnection, LeaseConnection, Released};
 
 #[path = "../lease/support.rs"]
@@ -71,7 +71,7 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
     match args.as_slice() {
         ["hold", name, ttl] => {
             let mut conn = connect::<C>(url);
-            let held = lease::acquire(
+            let held = Lease::acquire(
                 &mut conn,
                 name,
                 &LeaseOptions::new(ms(ttl)),
@@ -83,7 +83,7 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
         }
         ["hold-then-extend", name, ttl] => {
             let mut conn = connect::<C>(url);
-            let mut held = lease::acquire(
+            let mut held = Lease::acquire(
                 &mut conn,
                 name,
                 &LeaseOptions::new(ms(ttl)),
@@ -113,9 +113,9 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
         ["take", name, ttl, timeout] => {
             let mut conn = connect::<C>(url);
             let mut taken =
-                lease::acquire(&mut conn, name, &LeaseOptions::new(ms(ttl)), ms(timeout))
+                Lease::acquire(&mut conn, name, &LeaseOptions::new(ms(ttl)), ms(timeout))
                     .expect("acquire");
-            let record = lease::inspect(&mut conn, name)
+            let record = Lease::inspect(&mut conn, name)
                 .expect("inspect")
                 .expect("row");
             say(format!(
@@ -130,7 +130,7 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
             let options = LeaseOptions::new(Duration::from_secs(60))
                 .poll(Duration::from_millis(1), Duration::from_millis(20));
             for _ in 0..count.parse::<u32>().expect("count") {
-                let mut held = lease::acquire(&mut conn, name, &options, Duration::from_secs(120))
+                let mut held = Lease::acquire(&mut conn, name, &options, Duration::from_secs(120))
                     .expect("acquire");
                 support::exec(
                     &mut conn,

@@ -39,7 +39,7 @@ backend_suite! {
             node("node-a", Duration::from_secs(60)).every(Duration::from_secs(3600)),
             node("node-a", Duration::from_secs(60)).every(diesel_lease::lease::schedule::cron("0 3 * * *").unwrap()),
         ] {
-            match JobNoNextRun::try_start_run(&mut conn, "stock-prices".into(), &scheduled) {
+            match JobNoNextRun::try_acquire_run(&mut conn, "stock-prices".into(), &scheduled) {
                 Err(diesel_lease::Error::Config(message)) => assert!(message.contains("next_run"), "{message}"),
                 other => panic!("expected a configuration error, got {other:?}"),
             }
@@ -50,8 +50,8 @@ backend_suite! {
             .unwrap();
         assert_eq!(holder, None, "a refused start wrote nothing");
         let plain = node("node-a", Duration::from_secs(60));
-        let run = JobNoNextRun::try_start_run(&mut conn, "stock-prices".into(), &plain).unwrap().expect("free");
-        assert!(JobNoNextRun::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        let run = JobNoNextRun::try_acquire_run(&mut conn, "stock-prices".into(), &plain).unwrap().expect("free");
+        assert!(JobNoNextRun::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_held());
     }
 
     fn job_table(db: &TestDb<B>) {
@@ -75,7 +75,7 @@ backend_suite! {
                     let mut conn = db.conn();
                     let me = node(&format!("node-{n}"), Duration::from_secs(60));
                     barrier.wait();
-                    if let Some(run) = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap() {
+                    if let Some(run) = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap() {
                         winners.lock().unwrap().push((n, run));
                     }
                 });
@@ -92,11 +92,11 @@ backend_suite! {
         assert!(row.last_run_started.is_some());
         // The holder ends its run once; then another node can run it, and the old run's handle
         // cannot end the new run.
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_held());
         let other = node("node-x", Duration::from_secs(60));
-        let next = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &other).unwrap().expect("free again");
-        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &next).unwrap());
+        let next = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &other).unwrap().expect("free again");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_lost());
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &next).unwrap().was_held());
     }
 
     pub(crate) fn a_dead_nodes_run_is_taken_over_after_the_timeout(db: &TestDb<B>) {
@@ -105,12 +105,12 @@ backend_suite! {
         let timeout = Duration::from_secs(1);
         let dead = node("dead-node", timeout);
         let alive = node("alive-node", timeout);
-        let dead_run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &dead).unwrap().expect("due");
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap().is_none(), "taken over before the timeout");
+        let dead_run = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &dead).unwrap().expect("due");
+        assert!(JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &alive).unwrap().is_none(), "taken over before the timeout");
         std::thread::sleep(timeout + Duration::from_millis(300));
-        let alive_run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &alive).unwrap().expect("not taken over after the timeout");
-        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &dead_run).unwrap(), "the dead node released the new run");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &alive_run).unwrap());
+        let alive_run = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &alive).unwrap().expect("not taken over after the timeout");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &dead_run).unwrap().was_lost(), "the dead node released the new run");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &alive_run).unwrap().was_held());
     }
 
     /// A run taken over by the *same* holder (another thread of the same node, after the
@@ -120,12 +120,12 @@ backend_suite! {
         let mut conn = db.conn();
         let timeout = Duration::from_secs(1);
         let me = node("node-a", timeout);
-        let stale = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
+        let stale = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
         std::thread::sleep(timeout + Duration::from_millis(300));
-        let fresh = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("taken over");
+        let fresh = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("taken over");
         assert_ne!(stale, fresh);
-        assert!(!JobStatus::finish_run(&mut conn, "stock-prices".into(), &stale).unwrap(), "a stale run ended the new one");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &fresh).unwrap());
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &stale).unwrap().was_lost(), "a stale run ended the new one");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &fresh).unwrap().was_held());
     }
 
     pub(crate) fn next_run_keeps_the_job_idle_until_due(db: &TestDb<B>) {
@@ -134,19 +134,19 @@ backend_suite! {
         let interval = Duration::from_millis(1500);
         let a = node("node-a", Duration::from_secs(60)).every(interval);
         let b = node("node-b", Duration::from_secs(60)).every(interval);
-        let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &a).unwrap().expect("due");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap().is_none(), "ran again before next_run");
+        let run = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &a).unwrap().expect("due");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_held());
+        assert!(JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &b).unwrap().is_none(), "ran again before next_run");
         std::thread::sleep(interval + Duration::from_millis(300));
-        assert!(JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap().is_some(), "did not run once due");
+        assert!(JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &b).unwrap().is_some(), "did not run once due");
         let zero = JobRunOptions::new(Duration::ZERO);
         assert!(matches!(
-            JobStatus::try_start_run(&mut conn, "stock-prices".into(), &zero),
+            JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &zero),
             Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
         ));
         let zero_interval = JobRunOptions::new(Duration::from_secs(5)).every(Duration::ZERO);
         assert!(matches!(
-            JobStatus::try_start_run(&mut conn, "stock-prices".into(), &zero_interval),
+            JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &zero_interval),
             Err(diesel_lease::Error::InvalidInput(diesel_lease::InvalidInput::ZeroDuration { .. }))
         ));
     }
@@ -165,9 +165,9 @@ backend_suite! {
                     let mut conn = db.conn();
                     let me = node(&format!("node-{n}"), Duration::from_secs(60)).every(every_two);
                     while std::time::Instant::now() < until {
-                        if let Some(run) = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap() {
+                        if let Some(run) = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap() {
                             runs.lock().unwrap().push((run.due_at_micros().unwrap(), n));
-                            assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+                            assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_held());
                         }
                         std::thread::sleep(Duration::from_millis(40));
                     }
@@ -205,8 +205,8 @@ backend_suite! {
         }
         let mut conn = db.conn();
         let a = node("node-a", Duration::from_secs(60)).every(every_two.clone());
-        let first = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &a).unwrap().expect("the first slot runs on time");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &first).unwrap());
+        let first = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &a).unwrap().expect("the first slot runs on time");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &first).unwrap().was_held());
         let slot = first.due_at_micros().unwrap();
         let next_slot = slot + 2_000_000;
 
@@ -230,7 +230,7 @@ backend_suite! {
             locked.wait();
             let mut conn = db.conn();
             let b = node("node-b", Duration::from_secs(60)).every(every_two.clone());
-            let late = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &b).unwrap();
+            let late = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &b).unwrap();
             locker.join().unwrap();
             late
         });
@@ -242,7 +242,7 @@ backend_suite! {
                 let c = node("node-c", Duration::from_secs(60)).every(every_two);
                 let until = std::time::Instant::now() + Duration::from_secs(10);
                 loop {
-                    if let Some(run) = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &c).unwrap() {
+                    if let Some(run) = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &c).unwrap() {
                         break run;
                     }
                     assert!(std::time::Instant::now() < until, "no later slot ran");
@@ -251,7 +251,7 @@ backend_suite! {
             }
         };
         assert!(run.due_at_micros().unwrap() >= next_slot, "the old slot ran twice: {run:?}");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_held());
     }
 
     /// On a plain connection (no busy timeout), behind another writer, starting and finishing a
@@ -261,15 +261,15 @@ backend_suite! {
         let lock = "UPDATE job_status SET job_id = job_id WHERE job_id = 'stock-prices'";
         let me = node("plain", Duration::from_secs(60));
         let run = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| {
-            JobStatus::try_start_run(c, "stock-prices".into(), &me)
+            JobStatus::try_acquire_run(c, "stock-prices".into(), &me)
         });
         let run = run.unwrap().expect("the start waited and took the run");
         let other = node("other", Duration::from_secs(60));
-        assert!(JobStatus::try_start_run(&mut db.conn(), "stock-prices".into(), &other).unwrap().is_none(), "started");
+        assert!(JobStatus::try_acquire_run(&mut db.conn(), "stock-prices".into(), &other).unwrap().is_none(), "started");
         let finished = crate::common::on_a_plain_connection_behind_a_writer(db, lock, |c| {
-            JobStatus::finish_run(c, "stock-prices".into(), &run)
+            JobStatus::release_run(c, "stock-prices".into(), &run)
         });
-        assert!(finished.unwrap(), "the finish waited and ended the run");
+        assert!(finished.unwrap().was_held(), "the release waited and ended the run");
         let row: JobStatus = job_status::table.find("stock-prices").select(JobStatus::as_select()).first(&mut db.conn()).unwrap();
         assert!(row.running_at.is_none(), "the run ended: {row:?}");
     }

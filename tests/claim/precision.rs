@@ -250,15 +250,15 @@ backend_suite! {
         let (dead, alive) = (node("dead-node", Duration::from_secs(1)), node("alive-node", Duration::from_secs(1)));
         let a = reading_a(TICK);
         dead_conn.freeze_at(a);
-        let _dead_run = JobStatus::try_start_run(&mut dead_conn, "stock-prices".into(), &dead).unwrap().expect("due");
+        let _dead_run = JobStatus::try_acquire_run(&mut dead_conn, "stock-prices".into(), &dead).unwrap().expect("due");
         assert_eq!(job_row(&mut dead_conn).last_run_started, Some(a), "the run's start is the frozen reading");
 
         alive_conn.freeze_at(a + ONE_SECOND);
-        let early = JobStatus::try_start_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap();
+        let early = JobStatus::try_acquire_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap();
         assert!(early.is_none(), "a run started at {a} with a 1 s timeout was taken over at {}", a + ONE_SECOND);
 
         alive_conn.freeze_at(a + ONE_SECOND + TICK);
-        let due = JobStatus::try_start_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap();
+        let due = JobStatus::try_acquire_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap();
         assert!(due.is_some(), "a run started at {a} with a 1 s timeout was still alive at {}", a + ONE_SECOND + TICK);
     }
 
@@ -270,16 +270,16 @@ backend_suite! {
         let me = node("node-a", Duration::from_secs(60)).every(Duration::from_secs(1));
         let a = reading_a(TICK);
         conn.freeze_at(a);
-        let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        let run = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_held());
         assert_eq!(job_row(&mut conn).next_run, Some(a + ONE_SECOND));
 
         conn.freeze_at(a + ONE_SECOND);
-        let early = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap();
+        let early = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap();
         assert!(early.is_none(), "a job started at {a}, due every 1 s, ran again at {}", a + ONE_SECOND);
 
         conn.freeze_at(a + ONE_SECOND + TICK);
-        let due = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap();
+        let due = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap();
         assert!(due.is_some(), "a job started at {a}, due every 1 s, was not due at {}", a + ONE_SECOND + TICK);
     }
 
@@ -327,9 +327,9 @@ backend_suite! {
         let (dead, alive) = (node("dead-node", timeout), node("alive-node", timeout));
         at_a_third_past_a_second();
         let start = Instant::now();
-        let _dead_run = JobStatus::try_start_run(&mut dead_conn, "stock-prices".into(), &dead).unwrap().expect("due");
+        let _dead_run = JobStatus::try_acquire_run(&mut dead_conn, "stock-prices".into(), &dead).unwrap().expect("due");
         let took_over = first_success(start, timeout, || {
-            JobStatus::try_start_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap().is_some()
+            JobStatus::try_acquire_run(&mut alive_conn, "stock-prices".into(), &alive).unwrap().is_some()
         });
         assert!(took_over >= timeout, "a run with a {timeout:?} timeout was taken over after {took_over:?}");
     }
@@ -341,10 +341,10 @@ backend_suite! {
         let me = node("node-a", Duration::from_secs(60)).every(interval);
         at_a_third_past_a_second();
         let start = Instant::now();
-        let run = JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
-        assert!(JobStatus::finish_run(&mut conn, "stock-prices".into(), &run).unwrap());
+        let run = JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap().expect("due");
+        assert!(JobStatus::release_run(&mut conn, "stock-prices".into(), &run).unwrap().was_held());
         let next = first_success(start, interval, || {
-            JobStatus::try_start_run(&mut conn, "stock-prices".into(), &me).unwrap().is_some()
+            JobStatus::try_acquire_run(&mut conn, "stock-prices".into(), &me).unwrap().is_some()
         });
         assert!(next >= interval, "a job due every {interval:?} ran again after {next:?}");
     }

@@ -116,7 +116,7 @@ where
     C: BorrowConnection,
     C::Conn: JobConnection<M>,
 {
-    M::try_start_run(conn, job.to_owned(), options).unwrap()
+    M::try_acquire_run(conn, job.to_owned(), options).unwrap()
 }
 
 /// Jobs `a`..`d` exist and are due. A run started in one zone with a 5-minute timeout is not
@@ -142,8 +142,12 @@ where
         start::<M, _>(west, "b", &w).is_none(),
         "west took over east's fresh run"
     );
-    assert!(M::finish_run(west, "a".into(), &west_run).unwrap());
-    assert!(M::finish_run(east, "b".into(), &east_run).unwrap());
+    assert!(M::release_run(west, "a".into(), &west_run)
+        .unwrap()
+        .was_held());
+    assert!(M::release_run(east, "b".into(), &east_run)
+        .unwrap()
+        .was_held());
     assert!(
         start::<M, _>(east, "a", &e_every).is_none(),
         "east ran the job before its next_run"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::{db_now, Error};
 
 use crate::common::TestDb;
@@ -110,12 +110,12 @@ backend_suite! {
             .execute(&mut db.conn())
             .unwrap();
         let options = LeaseOptions::new(Duration::from_secs(5));
-        match lease::try_acquire(&mut victim, "nightly", &options) {
+        match Lease::try_acquire(&mut victim, "nightly", &options) {
             Err(e @ Error::ConnectionLost(_)) => assert!(e.is_retryable()),
             other => panic!("expected Error::ConnectionLost, got {other:?}"),
         }
         // A new connection gets the lease: nothing was granted to the dead session.
-        assert!(lease::try_acquire(&mut db.conn(), "nightly", &options)
+        assert!(Lease::try_acquire(&mut db.conn(), "nightly", &options)
             .unwrap()
             .is_some());
     }
@@ -220,7 +220,7 @@ backend_suite! {
             .bind::<diesel::sql_types::BigInt, _>(id)
             .execute(&mut db.conn())
             .unwrap();
-        match lease::try_acquire(&mut victim, "nightly", &LeaseOptions::new(Duration::from_secs(5))) {
+        match Lease::try_acquire(&mut victim, "nightly", &LeaseOptions::new(Duration::from_secs(5))) {
             Err(e @ Error::ConnectionLost(_)) => assert!(e.is_retryable()),
             other => panic!("expected Error::ConnectionLost, got {other:?}"),
         }
@@ -332,13 +332,13 @@ backend_suite! {
         writer.batch_execute("BEGIN IMMEDIATE").unwrap();
         let mut probe = db.conn();
         probe.batch_execute("PRAGMA busy_timeout = 100").unwrap();
-        expect_db_timeout(lease::try_acquire(
+        expect_db_timeout(Lease::try_acquire(
             &mut probe,
             "nightly",
             &LeaseOptions::new(Duration::from_secs(5)),
         ));
         writer.batch_execute("ROLLBACK").unwrap();
-        assert!(lease::try_acquire(&mut probe, "nightly", &LeaseOptions::new(Duration::from_secs(5)))
+        assert!(Lease::try_acquire(&mut probe, "nightly", &LeaseOptions::new(Duration::from_secs(5)))
             .unwrap()
             .is_some());
     }

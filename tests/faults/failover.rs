@@ -38,7 +38,7 @@ use chrono::NaiveDateTime;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::PgConnection;
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 
 use crate::common::history::{check_claims, with_first_hand_out_doubled, Event, History};
@@ -194,7 +194,7 @@ fn options() -> LeaseOptions {
 fn grant_and_release(conn: &mut PgConnection, n: usize) -> Vec<i64> {
     (0..n)
         .map(|_| {
-            let mut lease = lease::try_acquire(conn, "grants", &options())
+            let mut lease = Lease::try_acquire(conn, "grants", &options())
                 .expect("grant")
                 .expect("free");
             let token = lease.token().get();
@@ -222,7 +222,7 @@ fn grants_across_a_promotion(pair: &Pair) -> (Vec<i64>, Result<Option<i64>, Stri
         let outcome = PgConnection::establish(&url)
             .map_err(|e| e.to_string())
             .and_then(|mut c| {
-                lease::try_acquire(&mut c, "grants", &options()).map_err(|e| e.to_string())
+                Lease::try_acquire(&mut c, "grants", &options()).map_err(|e| e.to_string())
             })
             .map(|granted| granted.map(|l| l.token().get()));
         tx.send(outcome).unwrap();
@@ -248,7 +248,7 @@ fn grants_across_a_promotion(pair: &Pair) -> (Vec<i64>, Result<Option<i64>, Stri
         i32::from(pair.standby),
         "the multi-host URL reached the promoted standby"
     );
-    let next = lease::try_acquire(&mut conn, "grants", &options())
+    let next = Lease::try_acquire(&mut conn, "grants", &options())
         .expect("grant on the new primary")
         .expect("free: the last grant was released or never acknowledged");
     (told, paused, next.token().get())
@@ -275,7 +275,7 @@ fn replication_is_said(pair: &Pair, mode: Replication) {
     diesel_lease::run_migrations(&mut conn).unwrap();
     let seen = check_replication(&mut conn).unwrap();
     let strict = LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
-    let granted = lease::try_acquire(&mut conn, "strict", &strict);
+    let granted = Lease::try_acquire(&mut conn, "strict", &strict);
     match mode {
         Replication::Sync => {
             assert_eq!(seen, Seen::SyncStandbys { standbys: 1 });
@@ -297,7 +297,7 @@ fn replication_is_said(pair: &Pair, mode: Replication) {
                 other => panic!("a strict grant on asynchronous standbys: {other:?}"),
             }
             // Refused before anything was written: the name was never granted.
-            let record = lease::inspect(&mut conn, "strict").unwrap();
+            let record = Lease::inspect(&mut conn, "strict").unwrap();
             assert!(record.is_none(), "{record:?}");
         }
     }
@@ -402,7 +402,7 @@ fn guards_on_the_dead_primary_are_kept_or_know_they_lost_before_the_lease_moves(
             if lost_before && ended.insert(name) {
                 history.grant_ended(name, &format!("{name}-guard"));
             }
-            if let Some(lease) = lease::try_acquire(&mut other, name, &LeaseOptions::new(ttl))
+            if let Some(lease) = Lease::try_acquire(&mut other, name, &LeaseOptions::new(ttl))
                 .unwrap_or_else(|e| panic!("asking the new primary for {name}: {e}"))
             {
                 history.granted(name, lease.token().get(), "other");
@@ -435,7 +435,7 @@ fn guards_on_the_dead_primary_are_kept_or_know_they_lost_before_the_lease_moves(
         Err(diesel_lease::Error::LeaseLost { .. })
     ));
     if !kept.is_lost() {
-        let record = lease::inspect(&mut other, "kept")
+        let record = Lease::inspect(&mut other, "kept")
             .unwrap()
             .expect("granted");
         assert!(

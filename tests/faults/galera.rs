@@ -37,7 +37,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::MysqlConnection;
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 
@@ -446,7 +446,7 @@ fn each_node_is_seen_as_a_galera_cluster_of_three() {
         assert_eq!(replication.fencing_refusal(), None);
         let strict =
             LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
-        let mut lease = lease::try_acquire(&mut conn, "strict", &strict)
+        let mut lease = Lease::try_acquire(&mut conn, "strict", &strict)
             .unwrap()
             .expect("free");
         assert!(lease.release(&mut conn).unwrap().was_held());
@@ -476,7 +476,7 @@ fn lease_grants_on_three_nodes_are_exclusive_and_ordered() {
                 let options = LeaseOptions::new(Duration::from_secs(30));
                 let mut got = 0;
                 while got < GRANTS {
-                    let mut lease = match lease::acquire(
+                    let mut lease = match Lease::acquire(
                         &mut conn,
                         "galera",
                         &options,
@@ -498,7 +498,7 @@ fn lease_grants_on_three_nodes_are_exclusive_and_ordered() {
                     holders.lock().unwrap().0 -= 1;
                     let token = lease.token().get();
                     if lease.release(&mut conn).expect("release").was_lost() {
-                        let now = lease::inspect(&mut conn, "galera");
+                        let now = Lease::inspect(&mut conn, "galera");
                         panic!("grant {token} was no longer held at its release: {now:?}, granted so far {:?}", granted.lock().unwrap());
                     }
                     got += 1;

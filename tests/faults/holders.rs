@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel_lease::__private::DROP_WAIT;
 use diesel_lease::claim::ClaimOptions;
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseGuard, LeaseOptions};
 use diesel_lease::semaphore::Semaphore;
 
 use crate::common::{lost_in_time, TestDb};
@@ -40,7 +40,7 @@ backend_suite! {
         // The database's expiry is at least TTL after `sent` (the acquire ran after it, on the
         // database's clock): a holder lost within TTL of `sent` knew before the expiry.
         let lost_after = lost_in_time(&guard, sent, TTL);
-        let record = lease::inspect(&mut inspector, "report").unwrap().expect("granted once");
+        let record = Lease::inspect(&mut inspector, "report").unwrap().expect("granted once");
         let looked_after = sent.elapsed();
         assert_eq!(record.token, guard.token());
         // Looked at within TTL of `sent` (not slowed down past it), the database still holds it.
@@ -58,7 +58,7 @@ backend_suite! {
         assert!(dropping.elapsed() < DROP_WAIT + Duration::from_secs(3), "drop took {:?}", dropping.elapsed());
         // Once the database's ttl has run out, another node gets the lease.
         std::thread::sleep(TTL);
-        let next = lease::try_acquire(&mut db.conn(), "report", &LeaseOptions::new(TTL)).unwrap();
+        let next = Lease::try_acquire(&mut db.conn(), "report", &LeaseOptions::new(TTL)).unwrap();
         assert!(next.expect("expired on the database").token() > token);
         drop(hog);
     }
@@ -203,7 +203,7 @@ mod postgres_cut_off {
         .execute(&mut admin)
         .unwrap();
         let lost_after = lost_in_time(&guard, sent, TTL);
-        let record = lease::inspect(&mut observer, "report")
+        let record = Lease::inspect(&mut observer, "report")
             .unwrap()
             .expect("granted");
         let looked_after = sent.elapsed();

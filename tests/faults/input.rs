@@ -10,7 +10,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_lease::claim::ClaimOptions;
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
 use diesel_lease::{Error, InvalidInput, OwnerId, MAX_OWNER_LEN};
@@ -130,7 +130,7 @@ backend_suite! {
         let keep_alive = LeaseOptions::new(TTL).keep_alive(true);
         nul(LeaseGuard::try_acquire(&pool, bad, &keep_alive), "lease");
         nul(LeaseGuard::acquire(&pool, bad, &keep_alive, Duration::from_millis(50)), "lease");
-        nul(lease::try_acquire(&mut conn, bad, &keep_alive), "lease");
+        nul(Lease::try_acquire(&mut conn, bad, &keep_alive), "lease");
         assert_eq!(
             OwnerId::new("worker\0").unwrap_err(),
             InvalidInput::NulByte { what: "owner", at: 6 }
@@ -162,10 +162,10 @@ backend_suite! {
         let pool = db.pool(3);
         let guard = ImportJob::claim().options(&options).guard(&pool).unwrap().expect("a row");
         assert!(guard.complete().unwrap());
-        let held = lease::try_acquire(&mut conn, "long-owner", &LeaseOptions::new(TTL).owner(owner.clone()))
+        let held = Lease::try_acquire(&mut conn, "long-owner", &LeaseOptions::new(TTL).owner(owner.clone()))
             .unwrap()
             .expect("free");
-        assert_eq!(lease::inspect(&mut conn, "long-owner").unwrap().unwrap().holder, owner.as_str());
+        assert_eq!(Lease::inspect(&mut conn, "long-owner").unwrap().unwrap().holder, owner.as_str());
         let mut held = held;
         assert!(held.release(&mut conn).unwrap().was_held());
         let permit = Semaphore::mutex("long-owner").with_owner(owner).try_acquire(&pool).unwrap().expect("free");
@@ -180,7 +180,7 @@ backend_suite! {
         seed_jobs(db, 2);
         // The lease's and the resource's rows exist (granted once, released).
         let mut conn = db.conn();
-        let mut first = lease::try_acquire(&mut conn, "nightly", &LeaseOptions::new(TTL)).unwrap().unwrap();
+        let mut first = Lease::try_acquire(&mut conn, "nightly", &LeaseOptions::new(TTL)).unwrap().unwrap();
         let _ = first.release(&mut conn).unwrap();
         let pool = db.pool(2);
         let mutex = Semaphore::mutex("api").with_drop_wait(Duration::from_millis(300));
@@ -194,7 +194,7 @@ backend_suite! {
         );
         timeout_named(
             while_locked(db, lease_row, || {
-                lease::try_acquire(&mut probe, "nightly", &LeaseOptions::new(TTL))
+                Lease::try_acquire(&mut probe, "nightly", &LeaseOptions::new(TTL))
             }),
             "nightly",
         );

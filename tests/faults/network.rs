@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel_lease::__private::DROP_WAIT;
 use diesel_lease::claim::ClaimOptions;
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseGuard, LeaseOptions};
 use diesel_lease::pool::build_pool;
 use diesel_lease::prelude::*;
 use diesel_lease::semaphore::Semaphore;
@@ -122,7 +122,7 @@ network_suite! {
         let ((), took) = within("dropping the lease guard", WAIT, move || drop(guard));
         eprintln!("lease guard: lost after {lost_after:?}, dropped in {took:?}");
         // Never released: another holder gets it once the ttl has run out, with a larger token.
-        let next = lease::acquire(&mut db.conn(), "net", &LeaseOptions::new(TTL), TTL + SLACK)
+        let next = Lease::acquire(&mut db.conn(), "net", &LeaseOptions::new(TTL), TTL + SLACK)
             .expect("granted after the ttl");
         assert!(next.token() > token);
         drop(proxy);
@@ -229,7 +229,7 @@ network_suite! {
             .with_ttl(TTL)
             .with_drop_wait(WAIT);
         let held = mutex.acquire_on(&mut holder, SLACK).unwrap();
-        let lease_held = lease::try_acquire(
+        let lease_held = Lease::try_acquire(
             &mut holder,
             "net-wait",
             &LeaseOptions::new(Duration::from_secs(60)),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use diesel_lease::backend::{check_replication, Replication};
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 
 use crate::common::TestDb;
 
@@ -22,7 +22,7 @@ backend_suite! {
         assert_eq!(replication.warning(), None);
         assert_eq!(replication.fencing_refusal(), None);
         let strict = LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
-        let mut lease = lease::try_acquire(&mut conn, "strict", &strict)
+        let mut lease = Lease::try_acquire(&mut conn, "strict", &strict)
             .unwrap()
             .expect("free");
         assert!(lease.release(&mut conn).unwrap().was_held());

@@ -1,7 +1,7 @@
 //! Bad input is refused with typed errors before anything reaches the lock.
 
 use diesel_lease::lease::schedule::every;
-use diesel_lease::lease::{self, LeaseGuard};
+use diesel_lease::lease::{self, Lease, LeaseGuard};
 use diesel_lease::{Error, InvalidInput};
 
 use super::{ms, opts};
@@ -18,12 +18,12 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
     assert!(matches!(
-        invalid(lease::try_acquire(&mut c, "", &opts(1_000))),
+        invalid(Lease::try_acquire(&mut c, "", &opts(1_000))),
         InvalidInput::EmptyName { what: "lease" }
     ));
     let long = "x".repeat(256);
     assert!(matches!(
-        invalid(lease::try_acquire(&mut c, &long, &opts(1_000))),
+        invalid(Lease::try_acquire(&mut c, &long, &opts(1_000))),
         InvalidInput::NameTooLong {
             len: 256,
             max: 255,
@@ -32,15 +32,15 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
     ));
     // MySQL/MariaDB compare names padded with spaces: "job " would be "job" there, so it is
     // refused everywhere, before any SQL (a leading space is kept as given).
-    let mut report = lease::try_acquire(&mut c, "report", &opts(1_000))
+    let mut report = Lease::try_acquire(&mut c, "report", &opts(1_000))
         .unwrap()
         .expect("free");
     assert!(matches!(
-        invalid(lease::try_acquire(&mut c, "report ", &opts(1_000))),
+        invalid(Lease::try_acquire(&mut c, "report ", &opts(1_000))),
         InvalidInput::TrailingSpace { what: "lease", ref name } if name == "report "
     ));
     // Held while "report" is: a lease of its own.
-    let mut other = lease::try_acquire(&mut c, " report", &opts(1_000))
+    let mut other = Lease::try_acquire(&mut c, " report", &opts(1_000))
         .unwrap()
         .expect("a name of its own");
     let _ = report.release(&mut c).unwrap();
@@ -48,19 +48,19 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
     // 255 bytes fit the column on every backend, multi-byte characters included.
     let fits = format!("{}{}", "é".repeat(100), "y".repeat(55));
     assert_eq!(fits.len(), 255);
-    let held = lease::try_acquire(&mut c, &fits, &opts(1_000))
+    let held = Lease::try_acquire(&mut c, &fits, &opts(1_000))
         .unwrap()
         .expect("free");
     assert_eq!(
-        lease::inspect(&mut c, &fits).unwrap().unwrap().token,
+        Lease::inspect(&mut c, &fits).unwrap().unwrap().token,
         held.token()
     );
     assert!(matches!(
-        invalid(lease::try_acquire(&mut c, "job", &opts(0))),
+        invalid(Lease::try_acquire(&mut c, "job", &opts(0))),
         InvalidInput::ZeroDuration { what: "ttl", .. }
     ));
     assert!(matches!(
-        invalid(lease::try_acquire(
+        invalid(Lease::try_acquire(
             &mut c,
             "job",
             &opts(1_000).at_least_for(ms(2_000))
@@ -68,10 +68,10 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
         InvalidInput::AtLeastExceedsTtl { .. }
     ));
     assert!(matches!(
-        invalid(lease::acquire(&mut c, "", &opts(1_000), ms(10))),
+        invalid(Lease::acquire(&mut c, "", &opts(1_000), ms(10))),
         InvalidInput::EmptyName { .. }
     ));
-    let mut held = lease::try_acquire(&mut c, "job", &opts(1_000))
+    let mut held = Lease::try_acquire(&mut c, "job", &opts(1_000))
         .unwrap()
         .expect("free");
     assert!(matches!(
@@ -94,19 +94,19 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
         }
     ));
     // A wait that gives up is a typed timeout, and nothing is left held by it.
-    let _held = lease::try_acquire(&mut c, "busy", &opts(60_000))
+    let _held = Lease::try_acquire(&mut c, "busy", &opts(60_000))
         .unwrap()
         .expect("free");
     let mut other = db.conn();
     assert!(matches!(
-        lease::acquire(&mut other, "busy", &opts(1_000), ms(50)),
+        Lease::acquire(&mut other, "busy", &opts(1_000), ms(50)),
         Err(Error::Timeout { .. })
     ));
     // Inside the caller's transaction nothing is granted, extended or released.
     let in_tx = diesel::Connection::transaction(&mut other, |c| {
         Ok::<_, diesel::result::Error>((
-            lease::try_acquire(c, "tx", &opts(1_000)).map(|l| l.is_some()),
-            lease::acquire(c, "tx", &opts(1_000), ms(10)).map(|l| l.token()),
+            Lease::try_acquire(c, "tx", &opts(1_000)).map(|l| l.is_some()),
+            Lease::acquire(c, "tx", &opts(1_000), ms(10)).map(|l| l.token()),
         ))
     })
     .unwrap();
@@ -116,8 +116,8 @@ fn bad_names_and_durations_are_typed_errors<B: TestBackend>(db: &TestDb<B>) {
             Err(Error::Database(diesel::result::Error::AlreadyInTransaction))
         ));
     }
-    assert!(lease::inspect(&mut c, "tx").unwrap().is_none());
-    let mut outside = lease::try_acquire(&mut c, "tx", &opts(1_000))
+    assert!(Lease::inspect(&mut c, "tx").unwrap().is_none());
+    let mut outside = Lease::try_acquire(&mut c, "tx", &opts(1_000))
         .unwrap()
         .expect("free");
     let released = diesel::Connection::transaction(&mut c, |c| {
@@ -139,20 +139,20 @@ fn overflowing_durations_are_refused<B: TestBackend>(db: &TestDb<B>) {
     let mut c = db.conn();
     let forever = std::time::Duration::from_secs(2_000 * 365 * 24 * 3600);
     assert!(matches!(
-        invalid(lease::try_acquire(
+        invalid(Lease::try_acquire(
             &mut c,
             "job",
             &lease::LeaseOptions::new(forever)
         )),
         InvalidInput::DurationTooLong { .. }
     ));
-    let _held = lease::try_acquire(&mut c, "job", &opts(10_000))
+    let _held = Lease::try_acquire(&mut c, "job", &opts(10_000))
         .unwrap()
         .expect("free");
     let polls = std::time::Instant::now();
     let zero_poll = opts(10_000).poll(ms(0), ms(0));
     assert!(matches!(
-        lease::acquire(&mut c, "job", &zero_poll, ms(100)),
+        Lease::acquire(&mut c, "job", &zero_poll, ms(100)),
         Err(Error::Timeout { .. })
     ));
     // At least half a millisecond between polls: at most ~200 polls in 100 ms, not thousands.
@@ -165,7 +165,7 @@ fn the_last_fencing_token_is_refused<B: TestBackend>(db: &TestDb<B>) {
     use super::support::{batch, rows};
     db.migrate();
     let mut c = db.conn();
-    let mut first = lease::try_acquire(&mut c, "job", &opts(10_000))
+    let mut first = Lease::try_acquire(&mut c, "job", &opts(10_000))
         .unwrap()
         .expect("free");
     let _ = first.release(&mut c).unwrap();
@@ -174,12 +174,12 @@ fn the_last_fencing_token_is_refused<B: TestBackend>(db: &TestDb<B>) {
         "UPDATE diesel_lease_leases SET token = 9223372036854775807, expires_at = 0",
     );
     assert!(matches!(
-        lease::try_acquire(&mut c, "job", &opts(10_000)),
+        Lease::try_acquire(&mut c, "job", &opts(10_000)),
         Err(Error::TokensExhausted { ref name }) if name == "job"
     ));
     // A waiting acquire, on a connection or through a pool, says so at its first refusal
     // instead of polling until its deadline and reporting a timeout.
-    let waited = lease::acquire(&mut c, "job", &opts(10_000), ms(30_000));
+    let waited = Lease::acquire(&mut c, "job", &opts(10_000), ms(30_000));
     assert!(
         matches!(waited, Err(Error::TokensExhausted { ref name }) if name == "job"),
         "{waited:?}"

@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::OwnerId;
 
 use super::ms;
@@ -11,7 +11,7 @@ use crate::common::{pick, TestBackend, TestDb};
 fn acquire_sql_uses_the_database_clock_and_binds_only_durations<B: TestBackend>(db: &TestDb<B>) {
     let _ = db;
     let options = LeaseOptions::new(ms(5_000)).owner(OwnerId::new("node-a").unwrap());
-    let sql = lease::acquire_sql::<B::Conn>("report", &options).unwrap();
+    let sql = Lease::acquire_sql::<B::Conn>("report", &options).unwrap();
     let clock = pick::<B>("clock_timestamp()", "julianday('now')", "UTC_TIMESTAMP(6)");
     assert!(sql.contains(clock), "{sql}");
     // Every integer bound is the first token (1), the ttl in µs or the token ceiling
@@ -46,15 +46,15 @@ fn acquire_sql_uses_the_database_clock_and_binds_only_durations<B: TestBackend>(
 fn lease_times_come_from_the_database_clock<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
-    let _probe = lease::try_acquire(&mut c, "probe", &LeaseOptions::new(ms(60_000))).unwrap();
-    let before = lease::inspect(&mut c, "probe")
+    let _probe = Lease::try_acquire(&mut c, "probe", &LeaseOptions::new(ms(60_000))).unwrap();
+    let before = Lease::inspect(&mut c, "probe")
         .unwrap()
         .unwrap()
         .read_at_micros;
-    let _held = lease::try_acquire(&mut c, "job", &LeaseOptions::new(ms(5_000)))
+    let _held = Lease::try_acquire(&mut c, "job", &LeaseOptions::new(ms(5_000)))
         .unwrap()
         .unwrap();
-    let record = lease::inspect(&mut c, "job").unwrap().unwrap();
+    let record = Lease::inspect(&mut c, "job").unwrap().unwrap();
     assert!(
         before <= record.acquired_at_micros && record.acquired_at_micros <= record.read_at_micros
     );

@@ -8,7 +8,7 @@ use std::time::Instant;
 use diesel::Connection;
 use diesel_lease::__private::{lease_grant, Grant, Periodic};
 use diesel_lease::lease::schedule::{cron, every, Cron, Missed};
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::{Error, InvalidInput};
 
 use super::support::exec;
@@ -87,13 +87,13 @@ fn cron_runs_each_slot_once_across_nodes<B: TestBackend>(db: &TestDb<B>) {
 /// beyond its one-second grace (more than 1.5 s, less than 4 s after it).
 fn an_hour_of_missed_slots<B: TestBackend>(db: &TestDb<B>, name: &str, every_five: &Cron) -> i64 {
     let mut conn = db.conn();
-    let _ = lease::try_acquire(&mut conn, name, &opts(1_000))
+    let _ = Lease::try_acquire(&mut conn, name, &opts(1_000))
         .unwrap()
         .unwrap()
         .release(&mut conn)
         .unwrap();
     loop {
-        let now = lease::inspect(&mut conn, name)
+        let now = Lease::inspect(&mut conn, name)
             .unwrap()
             .unwrap()
             .read_at_micros;
@@ -180,7 +180,7 @@ fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
         "{err:?}"
     );
     assert!(
-        lease::inspect(&mut db.conn(), "tick").unwrap().is_none(),
+        Lease::inspect(&mut db.conn(), "tick").unwrap().is_none(),
         "nothing was written"
     );
     // An expression that parses but has no slot (February 30th) is refused by the parser or at
@@ -203,12 +203,12 @@ fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
 fn a_cron_grant_past_its_start_bound_is_refused<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut conn = db.conn();
-    let _ = lease::try_acquire(&mut conn, "bound", &opts(1_000))
+    let _ = Lease::try_acquire(&mut conn, "bound", &opts(1_000))
         .unwrap()
         .unwrap()
         .release(&mut conn)
         .unwrap();
-    let now = lease::inspect(&mut conn, "bound")
+    let now = Lease::inspect(&mut conn, "bound")
         .unwrap()
         .unwrap()
         .read_at_micros;
@@ -229,11 +229,11 @@ fn a_cron_grant_past_its_start_bound_is_refused<B: TestBackend>(db: &TestDb<B>) 
             until,
         },
     };
-    let before = lease::inspect(&mut conn, "bound").unwrap().unwrap();
+    let before = Lease::inspect(&mut conn, "bound").unwrap().unwrap();
     // The bound came a second ago (the next slot, or the end of the slot's grace).
     let late = lease_grant(&mut conn, &grant(now - SECOND)).unwrap();
     assert_eq!(late, None, "a grant after its start bound runs nothing");
-    let after = lease::inspect(&mut conn, "bound").unwrap().unwrap();
+    let after = Lease::inspect(&mut conn, "bound").unwrap().unwrap();
     assert_eq!(
         (after.token, after.next_run_micros, after.holder.as_str()),
         (before.token, Some(stored), before.holder.as_str()),
@@ -262,7 +262,7 @@ fn a_cron_grant_that_lands_after_the_next_slot_runs_nothing<B: TestBackend>(db: 
     let pool = db.pool(2);
     let mut conn = db.conn();
     let clock = |conn: &mut B::Conn| {
-        lease::inspect(conn, "stale")
+        Lease::inspect(conn, "stale")
             .unwrap()
             .map(|r| r.read_at_micros)
     };
@@ -272,7 +272,7 @@ fn a_cron_grant_that_lands_after_the_next_slot_runs_nothing<B: TestBackend>(db: 
         assert!(start.elapsed() < ms(10_000), "the job never ran");
         std::thread::sleep(ms(20));
     }
-    let slot = lease::inspect(&mut conn, "stale")
+    let slot = Lease::inspect(&mut conn, "stale")
         .unwrap()
         .unwrap()
         .next_run_micros

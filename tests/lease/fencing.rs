@@ -1,6 +1,6 @@
 //! Fencing in practice: a paused holder's late write is rejected by the protected resource.
 
-use diesel_lease::lease;
+use diesel_lease::lease::{self, Lease};
 
 use super::support::{batch, exec, rows};
 use super::{ms, opts};
@@ -28,12 +28,12 @@ fn late_write_of_an_expired_holder_is_rejected<B: TestBackend>(db: &TestDb<B>) {
         &[],
     );
 
-    let mut paused = lease::try_acquire(&mut a, "resource", &opts(100))
+    let mut paused = Lease::try_acquire(&mut a, "resource", &opts(100))
         .unwrap()
         .expect("free");
     // … the holder pauses past its ttl; the lease is granted to another node meanwhile.
     std::thread::sleep(ms(300));
-    let mut next = lease::try_acquire(&mut b, "resource", &opts(10_000))
+    let mut next = Lease::try_acquire(&mut b, "resource", &opts(10_000))
         .unwrap()
         .expect("expired");
     assert!(next.token() > paused.token());
@@ -61,7 +61,7 @@ fn late_write_of_an_expired_holder_is_rejected<B: TestBackend>(db: &TestDb<B>) {
 fn a_lease_extended_to_a_shorter_ttl_is_still_held<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut conn = db.conn();
-    let mut held = lease::try_acquire(&mut conn, "shorter", &opts(60_000))
+    let mut held = Lease::try_acquire(&mut conn, "shorter", &opts(60_000))
         .unwrap()
         .expect("free");
     held.extend(&mut conn, ms(5_000)).unwrap();
@@ -80,7 +80,7 @@ fn a_lease_extended_to_a_shorter_ttl_is_still_held<B: TestBackend>(db: &TestDb<B
 fn late_holder<B: TestBackend>(db: &TestDb<B>) -> (B::Conn, lease::Lease) {
     db.migrate();
     let mut conn = db.conn();
-    let held = lease::try_acquire(&mut conn, "late", &opts(500))
+    let held = Lease::try_acquire(&mut conn, "late", &opts(500))
         .unwrap()
         .expect("free");
     let moved = exec(
@@ -155,7 +155,7 @@ fn an_extension_that_lands_after_the_local_deadline_is_lost_and_gives_the_grant_
         "{extended:?}"
     );
     assert!(held.is_lost());
-    let next = lease::try_acquire(&mut conn, "late", &opts(10_000)).unwrap();
+    let next = Lease::try_acquire(&mut conn, "late", &opts(10_000)).unwrap();
     let next = next.expect("the extended grant was given back");
     assert!(next.token() > held.token());
 }

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use diesel_lease::lease::schedule::{cron, every, run_exclusive, with_lock};
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::{Error, OwnerId};
 
@@ -96,7 +96,7 @@ fn keep_alive_marks_the_guard_lost_when_taken_over<B: TestBackend>(db: &TestDb<B
         &[guard.token().get()],
     );
     let thief = opts(60_000).owner(OwnerId::new("thief").unwrap());
-    let stolen = lease::try_acquire(&mut c, "job", &thief)
+    let stolen = Lease::try_acquire(&mut c, "job", &thief)
         .unwrap()
         .expect("expired");
     let start = Instant::now();
@@ -170,7 +170,7 @@ fn a_release_past_the_local_deadline_says_the_lease_was_lost<B: TestBackend>(db:
         "{ran:?}"
     );
     let mut conn = db.conn();
-    let mut lease = lease::try_acquire(&mut conn, "past-deadline-2", &opts(3_000))
+    let mut lease = Lease::try_acquire(&mut conn, "past-deadline-2", &opts(3_000))
         .unwrap()
         .expect("free");
     until_lost(&|| lease.is_lost());
@@ -180,7 +180,7 @@ fn a_release_past_the_local_deadline_says_the_lease_was_lost<B: TestBackend>(db:
     );
     // Released or expired, the next holder gets it at once.
     assert!(
-        lease::try_acquire(&mut conn, "past-deadline-2", &opts(3_000))
+        Lease::try_acquire(&mut conn, "past-deadline-2", &opts(3_000))
             .unwrap()
             .is_some()
     );
@@ -217,7 +217,7 @@ fn a_failing_job_returns_its_error_and_releases<B: TestBackend>(db: &TestDb<B>) 
     assert_eq!(failed, Err(AppError::Job("disk full")));
     // `with_lock` would wait up to its ttl for a holder; a failed job left none.
     let mut c = db.conn();
-    let record = lease::inspect(&mut c, "mutex")
+    let record = Lease::inspect(&mut c, "mutex")
         .unwrap()
         .expect("the lock was taken");
     assert!(
@@ -255,13 +255,13 @@ fn with_lock_waits_for_an_expiring_holder<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let pool = db.pool(4);
     let mut c = db.conn();
-    let _abandoned = lease::try_acquire(&mut c, "mutex", &opts(300))
+    let _abandoned = Lease::try_acquire(&mut c, "mutex", &opts(300))
         .unwrap()
         .expect("free");
     let token = with_lock(&pool, "mutex", ms(10_000), || Ok::<_, Error>(7)).unwrap();
     assert_eq!(token, 7);
     assert_eq!(
-        lease::inspect(&mut c, "mutex")
+        Lease::inspect(&mut c, "mutex")
             .unwrap()
             .unwrap()
             .token
@@ -380,7 +380,7 @@ fn leases_interval_and_cron_jobs_share_one_connection<B: TestBackend>(db: &TestD
     db.migrate();
     let pool = db.pool(1);
     let next_run = |name: &str| {
-        lease::inspect(&mut *pool.get().unwrap(), name)
+        Lease::inspect(&mut *pool.get().unwrap(), name)
             .unwrap()
             .expect("granted before")
             .next_run_micros
@@ -479,7 +479,7 @@ fn keep_alive_holder_keeps_its_lease_while_waiters_share_the_pool<B: TestBackend
         let mut looks = 0;
         while Instant::now() < until {
             assert!(!holder.is_lost(), "the holder was lost after {looks} looks");
-            let record = lease::inspect(&mut watcher, "small-pool").unwrap().unwrap();
+            let record = Lease::inspect(&mut watcher, "small-pool").unwrap().unwrap();
             assert_eq!(record.token.get(), held_token, "{record:?}");
             assert!(record.is_held(), "expired in the database: {record:?}");
             looks += 1;

@@ -3,7 +3,7 @@
 //! The beat is held back between the pool and the database (`common::holdback`, in front of a
 //! real pool, plays the slow link), so the release, on another connection, gets there first.
 
-use diesel_lease::lease::{self, LeaseGuard};
+use diesel_lease::lease::{Lease, LeaseGuard};
 use diesel_lease::prelude::*;
 use diesel_lease::LostReason;
 
@@ -44,7 +44,7 @@ fn a_keep_alive_extension_landing_after_the_release_changes_nothing<B: TestBacke
         "it was still held"
     );
     let mut watcher = db.conn();
-    let released = lease::inspect(&mut watcher, &name).unwrap().unwrap();
+    let released = Lease::inspect(&mut watcher, &name).unwrap().unwrap();
     assert!(released.released_at_micros.is_some(), "{released:?}");
     assert!(
         released.expires_at_micros >= released.acquired_at_micros + 12_000_000,
@@ -60,7 +60,7 @@ fn a_keep_alive_extension_landing_after_the_release_changes_nothing<B: TestBacke
     // Landed about 6 s before at_least_for runs out, so the grant is unexpired by the database's
     // clock: without the release's mark the beat would match it and move the expiry. (A machine
     // so slow that it landed after would make this pass either way, never fail.)
-    let after = lease::inspect(&mut watcher, &name).unwrap().unwrap();
+    let after = Lease::inspect(&mut watcher, &name).unwrap().unwrap();
     assert_eq!(
         (
             after.token,

@@ -3,7 +3,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use diesel_lease::lease;
+use diesel_lease::lease::Lease;
 
 use super::support::{batch, rows};
 use crate::common::{pick, worker_bin, TestBackend, TestDb};
@@ -40,11 +40,11 @@ fn killed_holder_is_taken_over_only_after_expiry<B: TestBackend>(db: &TestDb<B>)
     holder.wait().unwrap();
 
     let mut c = db.conn();
-    let record = lease::inspect(&mut c, "job").unwrap().unwrap();
+    let record = Lease::inspect(&mut c, "job").unwrap().unwrap();
     assert_eq!(record.token.get(), held_token);
     if record.is_held() {
         // Dead, but its lease has not run out: nobody may take it yet.
-        assert!(lease::try_acquire(&mut c, "job", &super::opts(1_000))
+        assert!(Lease::try_acquire(&mut c, "job", &super::opts(1_000))
             .unwrap()
             .is_none());
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use diesel_lease::lease::{self, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::{Error, OwnerId};
 
 use super::support::{batch, exec, rows};
@@ -13,11 +13,11 @@ use crate::common::{pick, TestBackend, TestDb};
 fn creates_a_lock<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
-    let held = lease::try_acquire(&mut c, "job", &opts(10_000))
+    let held = Lease::try_acquire(&mut c, "job", &opts(10_000))
         .unwrap()
         .expect("free");
     assert_eq!(held.token().get(), 1);
-    let record = lease::inspect(&mut c, "job").unwrap().expect("row");
+    let record = Lease::inspect(&mut c, "job").unwrap().expect("row");
     assert!(record.is_held());
     assert_eq!(record.holder, OwnerId::process_default().as_str());
     assert_eq!(record.token, held.token());
@@ -27,13 +27,13 @@ fn creates_a_lock<B: TestBackend>(db: &TestDb<B>) {
 fn second_acquire_of_held_lock_fails<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let (mut a, mut b) = (db.conn(), db.conn());
-    let _held = lease::try_acquire(&mut a, "job", &opts(10_000))
+    let _held = Lease::try_acquire(&mut a, "job", &opts(10_000))
         .unwrap()
         .expect("free");
     let other = opts(10_000).owner(OwnerId::new("someone-else").unwrap());
-    assert!(lease::try_acquire(&mut b, "job", &other).unwrap().is_none());
+    assert!(Lease::try_acquire(&mut b, "job", &other).unwrap().is_none());
     // Not re-entrant either: the same owner is refused too.
-    assert!(lease::try_acquire(&mut a, "job", &opts(10_000))
+    assert!(Lease::try_acquire(&mut a, "job", &opts(10_000))
         .unwrap()
         .is_none());
 }
@@ -41,10 +41,10 @@ fn second_acquire_of_held_lock_fails<B: TestBackend>(db: &TestDb<B>) {
 fn two_names_are_independent<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
-    let a = lease::try_acquire(&mut c, "job-a", &opts(10_000))
+    let a = Lease::try_acquire(&mut c, "job-a", &opts(10_000))
         .unwrap()
         .expect("a free");
-    let b = lease::try_acquire(&mut c, "job-b", &opts(10_000))
+    let b = Lease::try_acquire(&mut c, "job-b", &opts(10_000))
         .unwrap()
         .expect("b free");
     assert_eq!((a.token().get(), b.token().get()), (1, 1));
@@ -55,7 +55,7 @@ fn lock_twice_in_a_row_after_release<B: TestBackend>(db: &TestDb<B>) {
     let mut c = db.conn();
     let mut tokens = vec![];
     for _ in 0..3 {
-        let mut held = lease::try_acquire(&mut c, "job", &opts(10_000))
+        let mut held = Lease::try_acquire(&mut c, "job", &opts(10_000))
             .unwrap()
             .expect("free");
         tokens.push(held.token().get());
@@ -67,20 +67,20 @@ fn lock_twice_in_a_row_after_release<B: TestBackend>(db: &TestDb<B>) {
 fn expired_lock_can_be_taken<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let (mut a, mut b) = (db.conn(), db.conn());
-    let first = lease::try_acquire(&mut a, "job", &opts(100))
+    let first = Lease::try_acquire(&mut a, "job", &opts(100))
         .unwrap()
         .expect("free");
-    let expires = lease::inspect(&mut a, "job")
+    let expires = Lease::inspect(&mut a, "job")
         .unwrap()
         .unwrap()
         .expires_at_micros;
     std::thread::sleep(ms(300));
-    assert!(!lease::inspect(&mut b, "job").unwrap().unwrap().is_held());
-    let second = lease::try_acquire(&mut b, "job", &opts(10_000))
+    assert!(!Lease::inspect(&mut b, "job").unwrap().unwrap().is_held());
+    let second = Lease::try_acquire(&mut b, "job", &opts(10_000))
         .unwrap()
         .expect("expired");
     assert!(second.token() > first.token());
-    let record = lease::inspect(&mut b, "job").unwrap().unwrap();
+    let record = Lease::inspect(&mut b, "job").unwrap().unwrap();
     assert!(
         record.acquired_at_micros >= expires,
         "taken over only after expiry"
@@ -90,11 +90,11 @@ fn expired_lock_can_be_taken<B: TestBackend>(db: &TestDb<B>) {
 fn lock_right_after_unlock<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let (mut a, mut b) = (db.conn(), db.conn());
-    let mut first = lease::try_acquire(&mut a, "job", &opts(60_000))
+    let mut first = Lease::try_acquire(&mut a, "job", &opts(60_000))
         .unwrap()
         .expect("free");
     let _ = first.release(&mut a).unwrap();
-    let second = lease::try_acquire(&mut b, "job", &opts(60_000)).unwrap();
+    let second = Lease::try_acquire(&mut b, "job", &opts(60_000)).unwrap();
     assert_eq!(second.map(|l| l.token().get()), Some(2));
 }
 
@@ -103,24 +103,24 @@ fn at_least_for_keeps_it_held_after_release<B: TestBackend>(db: &TestDb<B>) {
     let (mut a, mut b) = (db.conn(), db.conn());
     let at_least = 2_000_000;
     let options = opts(10_000).at_least_for(ms(2_000));
-    let mut first = lease::try_acquire(&mut a, "job", &options)
+    let mut first = Lease::try_acquire(&mut a, "job", &options)
         .unwrap()
         .expect("free");
-    let acquired = lease::inspect(&mut a, "job")
+    let acquired = Lease::inspect(&mut a, "job")
         .unwrap()
         .unwrap()
         .acquired_at_micros;
     let _ = first.release(&mut a).unwrap();
-    let record = lease::inspect(&mut b, "job").unwrap().unwrap();
+    let record = Lease::inspect(&mut b, "job").unwrap().unwrap();
     // Released before at_least_for ran out (database clock): held until acquired_at + at_least_for.
     if record.read_at_micros < acquired + at_least {
         assert_eq!(record.expires_at_micros, acquired + at_least);
-        assert!(lease::try_acquire(&mut b, "job", &opts(10_000))
+        assert!(Lease::try_acquire(&mut b, "job", &opts(10_000))
             .unwrap()
             .is_none());
     }
-    let second = lease::acquire(&mut b, "job", &opts(10_000), ms(20_000)).unwrap();
-    let record = lease::inspect(&mut b, "job").unwrap().unwrap();
+    let second = Lease::acquire(&mut b, "job", &opts(10_000), ms(20_000)).unwrap();
+    let record = Lease::inspect(&mut b, "job").unwrap().unwrap();
     assert!(record.acquired_at_micros >= acquired + at_least);
     assert_eq!(second.token().get(), 2);
 }
@@ -128,29 +128,29 @@ fn at_least_for_keeps_it_held_after_release<B: TestBackend>(db: &TestDb<B>) {
 fn extend_several_times<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let (mut a, mut b) = (db.conn(), db.conn());
-    let mut held = lease::try_acquire(&mut a, "job", &opts(5_000))
+    let mut held = Lease::try_acquire(&mut a, "job", &opts(5_000))
         .unwrap()
         .expect("free");
-    let mut last = lease::inspect(&mut a, "job")
+    let mut last = Lease::inspect(&mut a, "job")
         .unwrap()
         .unwrap()
         .expires_at_micros;
     for _ in 0..5 {
         std::thread::sleep(ms(20));
         held.extend(&mut a, ms(5_000)).unwrap();
-        let now = lease::inspect(&mut a, "job")
+        let now = Lease::inspect(&mut a, "job")
             .unwrap()
             .unwrap()
             .expires_at_micros;
         assert!(now > last, "each extension moves the expiry forward");
         last = now;
-        assert!(lease::try_acquire(&mut b, "job", &opts(5_000))
+        assert!(Lease::try_acquire(&mut b, "job", &opts(5_000))
             .unwrap()
             .is_none());
     }
     assert!(held.confirm_held(&mut a).unwrap());
     let _ = held.release(&mut a).unwrap();
-    assert!(lease::try_acquire(&mut b, "job", &opts(5_000))
+    assert!(Lease::try_acquire(&mut b, "job", &opts(5_000))
         .unwrap()
         .is_some());
 }
@@ -158,7 +158,7 @@ fn extend_several_times<B: TestBackend>(db: &TestDb<B>) {
 fn cannot_extend_unlocked_lock<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
-    let mut held = lease::try_acquire(&mut c, "job", &opts(5_000))
+    let mut held = Lease::try_acquire(&mut c, "job", &opts(5_000))
         .unwrap()
         .expect("free");
     let _ = held.release(&mut c).unwrap();
@@ -176,7 +176,7 @@ fn cannot_extend_unlocked_lock<B: TestBackend>(db: &TestDb<B>) {
 fn cannot_extend_expired_lock<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let mut c = db.conn();
-    let mut held = lease::try_acquire(&mut c, "job", &opts(100))
+    let mut held = Lease::try_acquire(&mut c, "job", &opts(100))
         .unwrap()
         .expect("free");
     std::thread::sleep(ms(300));
@@ -200,11 +200,11 @@ fn cannot_extend_expired_lock<B: TestBackend>(db: &TestDb<B>) {
 fn cannot_extend_or_release_after_losing_it<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let (mut a, mut b) = (db.conn(), db.conn());
-    let mut first = lease::try_acquire(&mut a, "job", &opts(100))
+    let mut first = Lease::try_acquire(&mut a, "job", &opts(100))
         .unwrap()
         .expect("free");
     std::thread::sleep(ms(300));
-    let mut second = lease::try_acquire(&mut b, "job", &opts(10_000))
+    let mut second = Lease::try_acquire(&mut b, "job", &opts(10_000))
         .unwrap()
         .expect("expired");
     match first.extend(&mut a, ms(5_000)) {
@@ -262,7 +262,7 @@ fn fuzz_counter_under_lease_is_exact<B: TestBackend>(db: &TestDb<B>) {
                 for _ in 0..ROUNDS {
                     let id = t % 2;
                     let name = format!("fuzz-{id}");
-                    let mut held = lease::acquire(&mut c, &name, &options, ms(60_000)).unwrap();
+                    let mut held = Lease::acquire(&mut c, &name, &options, ms(60_000)).unwrap();
                     history.granted(&name, held.token().get(), &holder);
                     let n = rows(
                         &mut c,
@@ -298,7 +298,7 @@ fn fuzz_counter_under_lease_is_exact<B: TestBackend>(db: &TestDb<B>) {
     );
     // Every grant got its own token: the last token of each name is its grant count.
     for id in 0..2 {
-        let record = lease::inspect(&mut c, &format!("fuzz-{id}"))
+        let record = Lease::inspect(&mut c, &format!("fuzz-{id}"))
             .unwrap()
             .unwrap();
         assert_eq!(record.token.get(), per_name);

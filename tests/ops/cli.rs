@@ -9,7 +9,7 @@ use std::process::{ChildStdout, Command, Output, Stdio};
 use std::time::Duration;
 
 use diesel_lease::semaphore::Semaphore;
-use diesel_lease::{lease, Error};
+use diesel_lease::{Error, Lease};
 use serde_json::Value;
 
 use crate::common::{worker_bin, TestBackend, TestDb};
@@ -150,7 +150,7 @@ fn a_workers_lease_is_listed_and_a_forced_release_fences_it<B: TestBackend>(db: 
 
     // And the next grant's token is larger than the fence's.
     let mut conn = db.conn();
-    let next = lease::try_acquire(
+    let next = Lease::try_acquire(
         &mut conn,
         "nightly-report",
         &super::super::lease::opts(5_000),
@@ -425,7 +425,7 @@ fn a_released_lease_kept_by_its_at_least_for_is_listed_as_kept<B: TestBackend>(d
     let mut conn = db.conn();
     let options = diesel_lease::lease::LeaseOptions::new(std::time::Duration::from_secs(60))
         .at_least_for(std::time::Duration::from_secs(60));
-    let mut held = diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
+    let mut held = diesel_lease::Lease::try_acquire(&mut conn, "weekly", &options)
         .unwrap()
         .expect("free");
     assert!(held.release(&mut conn).unwrap().was_held());
@@ -440,7 +440,7 @@ fn a_released_lease_kept_by_its_at_least_for_is_listed_as_kept<B: TestBackend>(d
     assert_eq!(entry["state"], "kept", "{entry}");
     assert!(entry["released_at_micros"].as_i64().is_some(), "{entry}");
     assert!(
-        diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
+        diesel_lease::Lease::try_acquire(&mut conn, "weekly", &options)
             .unwrap()
             .is_none()
     );
@@ -454,7 +454,7 @@ fn a_released_lease_kept_by_its_at_least_for_is_listed_as_kept<B: TestBackend>(d
         "{released}"
     );
     assert!(
-        diesel_lease::lease::try_acquire(&mut conn, "weekly", &options)
+        diesel_lease::Lease::try_acquire(&mut conn, "weekly", &options)
             .unwrap()
             .is_some()
     );
@@ -468,7 +468,7 @@ fn a_grant_by_a_node_that_predates_released_at_is_listed_as_held<B: TestBackend>
     assert!(ok(db, &["migrate"]).contains("up to date"));
     let mut conn = db.conn();
     let options = diesel_lease::lease::LeaseOptions::new(std::time::Duration::from_secs(60));
-    let held = diesel_lease::lease::try_acquire(&mut conn, "nightly", &options)
+    let held = diesel_lease::Lease::try_acquire(&mut conn, "nightly", &options)
         .unwrap()
         .expect("free");
     // What an old node's grant after a release leaves: a release time from before the grant.
@@ -476,7 +476,7 @@ fn a_grant_by_a_node_that_predates_released_at_is_listed_as_held<B: TestBackend>
         "UPDATE diesel_lease_leases SET released_at = acquired_at - 5000000 WHERE name = 'nightly'",
     )
     .unwrap();
-    let record = diesel_lease::lease::inspect(&mut conn, "nightly")
+    let record = diesel_lease::Lease::inspect(&mut conn, "nightly")
         .unwrap()
         .expect("row");
     assert!(

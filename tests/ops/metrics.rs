@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::common::TestDb;
 use diesel_lease::prelude::*;
+use diesel_lease::Lease;
 use metrics::{
     Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
@@ -74,7 +75,6 @@ backend_suite! {
 
     pub(crate) fn operations_are_counted(db: &TestDb<B>) {
         use std::time::Duration;
-        use diesel_lease::lease;
         use diesel_lease::semaphore::Semaphore;
         use crate::models::ImportJob;
 
@@ -88,9 +88,9 @@ backend_suite! {
             assert!(jobs[0].complete(&mut conn).unwrap());
             assert!(ImportJob::claim().batch(10).rows(&mut conn).unwrap().len() == 2);
 
-            let mut paused = lease::try_acquire(&mut conn, "metrics", &crate::lease::opts(100)).unwrap().unwrap();
+            let mut paused = Lease::try_acquire(&mut conn, "metrics", &crate::lease::opts(100)).unwrap().unwrap();
             std::thread::sleep(Duration::from_millis(300));
-            let _next = lease::try_acquire(&mut conn, "metrics", &crate::lease::opts(5_000)).unwrap().unwrap();
+            let _next = Lease::try_acquire(&mut conn, "metrics", &crate::lease::opts(5_000)).unwrap().unwrap();
             assert!(paused.extend(&mut conn, Duration::from_secs(1)).is_err());
 
             let permit = Semaphore::new("metrics", 1).acquire_on(&mut conn, Duration::from_secs(5)).unwrap();

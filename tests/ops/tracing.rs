@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use diesel_lease::lease::{self, LeaseGuard, LeaseOptions};
+use diesel_lease::lease::{Lease, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::{admin, Error};
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -77,11 +77,11 @@ fn an_extend_that_finds_the_lease_lost_warns<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let name = format!("observe-extend-{}", B::NAME);
     let (mut a, mut b) = (db.conn(), db.conn());
-    let mut paused = lease::try_acquire(&mut a, &name, &opts(100))
+    let mut paused = Lease::try_acquire(&mut a, &name, &opts(100))
         .unwrap()
         .unwrap();
     std::thread::sleep(ms(300));
-    let next = lease::try_acquire(&mut b, &name, &opts(10_000))
+    let next = Lease::try_acquire(&mut b, &name, &opts(10_000))
         .unwrap()
         .unwrap();
     assert!(matches!(
@@ -124,7 +124,7 @@ fn an_operation_is_one_span_with_its_fields<B: TestBackend>(db: &TestDb<B>) {
     let mut conn = db.conn();
     let name = format!("observe-span-{}", B::NAME);
     ::tracing::subscriber::with_default(subscriber, || {
-        let mut held = lease::try_acquire(&mut conn, &name, &opts(5_000))
+        let mut held = Lease::try_acquire(&mut conn, &name, &opts(5_000))
             .unwrap()
             .unwrap();
         let _ = held.release(&mut conn).unwrap();

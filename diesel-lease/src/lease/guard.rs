@@ -82,19 +82,19 @@ fn lock(lease: &Mutex<Lease>) -> MutexGuard<'_, Lease> {
 }
 
 impl<C: LeaseStatements> LeaseGuard<C> {
-    /// Tries once to take the lease `name` (see [`try_acquire`](super::try_acquire)).
+    /// Tries once to take the lease `name` (see [`try_acquire`](super::Lease::try_acquire)).
     pub fn try_acquire(
         pool: &impl ConnectionSource<Connection = C>,
         name: &str,
         options: &LeaseOptions,
     ) -> Result<Option<Self>> {
-        let lease = pool.with_connection(|conn| super::try_acquire(conn, name, options))?;
+        let lease = pool.with_connection(|conn| super::Lease::try_acquire(conn, name, options))?;
         lease
             .map(|lease| Self::new(AnySource::new(pool), lease, options))
             .transpose()
     }
 
-    /// Takes the lease `name`, waiting up to `timeout` (see [`acquire`](super::acquire)).
+    /// Takes the lease `name`, waiting up to `timeout` (see [`acquire`](super::Lease::acquire)).
     ///
     /// Each attempt borrows a pool connection (waiting at most until the deadline) and gives it
     /// back before the pause that follows, so waiters never keep the connections that holders'

@@ -250,14 +250,14 @@ where
     }
 }
 
-/// One node's run of a job: what [`try_start_run`](crate::dsl::JobLeaseDsl::try_start_run) granted and [`finish_run`](crate::dsl::JobLeaseDsl::finish_run) ends.
+/// One node's run of a job: what [`try_acquire_run`](crate::dsl::JobLeaseDsl::try_acquire_run) granted and [`release_run`](crate::dsl::JobLeaseDsl::release_run) ends.
 ///
 /// It carries the run's [`ClaimStamp`] — the holder plus a random part drawn for this run — which
 /// is what the holder column stores. Ending a run compares the whole stamp, so a run that was
 /// taken over (even by another thread of the same process, with the same holder) cannot end the
 /// new run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use = "finish the run with finish_run, or it is taken over after the timeout"]
+#[must_use = "release the run with release_run, or it is taken over after the timeout"]
 pub struct JobRun {
     stamp: ClaimStamp,
     slot: Option<i64>,
@@ -276,8 +276,8 @@ impl JobRun {
 }
 
 /// Takes this occurrence of job `pk` if it is due and nobody runs it (or its runner is dead):
-/// `Some(run)` for exactly one node. What [`JobLeaseDsl::try_start_run`](crate::dsl::JobLeaseDsl::try_start_run) calls.
-pub(crate) fn try_start_run<M, C>(
+/// `Some(run)` for exactly one node. What [`JobLeaseDsl::try_acquire_run`](crate::dsl::JobLeaseDsl::try_acquire_run) calls.
+pub(crate) fn try_acquire_run<M, C>(
     conn: &mut C,
     pk: M::Pk,
     options: &JobRunOptions,
@@ -329,17 +329,18 @@ where
     }))
 }
 
-/// Ends `run` of job `pk` (`running_at = NULL`), only if it is still this run; `false` when the
-/// run was taken over (or already finished).
-pub(crate) fn finish_run<M, C>(conn: &mut C, pk: M::Pk, run: &JobRun) -> Result<bool>
+/// Ends `run` of job `pk` (`running_at = NULL`), only if it is still this run; `WasLost` when the
+/// run was taken over (or already released).
+pub(crate) fn release_run<M, C>(conn: &mut C, pk: M::Pk, run: &JobRun) -> Result<crate::Released>
 where
     M: JobLease,
     C: BorrowConnection,
     C::Conn: JobConnection<M>,
 {
-    Ok(conn.borrow_connection().finish_run(FinishRunStmt {
+    let held = conn.borrow_connection().finish_run(FinishRunStmt {
         table: M::Table::default(),
         pk: M::pk_filter(pk),
         holder: run.stamp.as_str().to_owned(),
-    })?)
+    })?;
+    Ok(crate::Released::from_held(held))
 }

@@ -1,7 +1,7 @@
 //! Leases with fencing tokens: named, expiring locks kept in the database you already share.
 //!
 //! A lease is a row of the built-in `diesel_lease_leases` table (created by
-//! [`run_migrations`](crate::run_migrations)). [`try_acquire`] grants it when it is free — never
+//! [`run_migrations`](crate::run_migrations)). [`Lease::try_acquire`] grants it when it is free — never
 //! used, expired, or released — and every grant carries a [`FencingToken`] one larger than the
 //! grant before it, across releases, expiries and takeovers. Every time involved is the
 //! database's clock (PostgreSQL `clock_timestamp()`, SQLite `julianday('now')`, MySQL
@@ -31,7 +31,7 @@
 //! ```
 //! # #[cfg(feature = "sqlite")] {
 //! use diesel::prelude::*;
-//! use diesel_lease::lease::{self, LeaseOptions};
+//! use diesel_lease::lease::{Lease, LeaseOptions};
 //! use std::time::Duration;
 //!
 //! diesel::table! { reports (id) { id -> Integer, body -> Text, last_token -> BigInt, } }
@@ -43,7 +43,7 @@
 //! # diesel::sql_query("CREATE TABLE reports (id INTEGER PRIMARY KEY, body TEXT NOT NULL, last_token BIGINT NOT NULL)").execute(&mut conn).unwrap();
 //! # diesel::sql_query("INSERT INTO reports VALUES (1, '', 0)").execute(&mut conn).unwrap();
 //!
-//! let mut lease = lease::try_acquire(&mut conn, "report", &LeaseOptions::new(Duration::from_secs(30)))
+//! let mut lease = Lease::try_acquire(&mut conn, "report", &LeaseOptions::new(Duration::from_secs(30)))
 //!     .unwrap()
 //!     .expect("nobody else holds it");
 //! let token = lease.token().get();
@@ -150,7 +150,7 @@ impl LeaseOptions {
     /// # #[cfg(feature = "sqlite")] {
     /// use std::time::Duration;
     /// use diesel::Connection;
-    /// use diesel_lease::lease::{self, LeaseOptions};
+    /// use diesel_lease::lease::{Lease, LeaseOptions};
     ///
     /// # let dir = tempfile::tempdir().unwrap();
     /// # let url = dir.path().join("app.db").display().to_string();
@@ -158,7 +158,7 @@ impl LeaseOptions {
     /// diesel_lease::run_migrations(&mut conn).unwrap();
     /// let options = LeaseOptions::new(Duration::from_secs(30)).require_synchronous_replication(true);
     /// // SQLite replicates nothing: the grant goes ahead.
-    /// let mut lease = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().expect("free");
+    /// let mut lease = Lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().expect("free");
     /// assert!(lease.release(&mut conn).unwrap().was_held());
     /// # }
     /// ```
@@ -188,7 +188,7 @@ impl LeaseOptions {
         self
     }
 
-    /// How [`acquire`] polls while it waits: exponential backoff with jitter from `min` to
+    /// How [`Lease::acquire`] polls while it waits: exponential backoff with jitter from `min` to
     /// `max`. Default: 5 ms to 500 ms.
     pub fn poll(mut self, min: Duration, max: Duration) -> Self {
         self.poll_min = min;
@@ -275,48 +275,6 @@ enum State {
     Lost(Option<(String, FencingToken)>),
 }
 
-/// Tries once to take the lease `name` (1 to 255 bytes, else [`InvalidInput`]): `Some` if it was free (never used, expired or released),
-/// `None` if someone holds it.
-///
-/// One statement on PostgreSQL and SQLite (see the [module docs](self)).
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel::prelude::*;
-/// use diesel_lease::lease::{self, LeaseOptions};
-/// use std::time::Duration;
-///
-/// # let dir = tempfile::tempdir().unwrap();
-/// # let url = dir.path().join("app.db").display().to_string();
-/// let mut conn = SqliteConnection::establish(&url).unwrap();
-/// diesel_lease::run_migrations(&mut conn).unwrap();
-///
-/// let options = LeaseOptions::new(Duration::from_secs(30));
-/// let mut first = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
-/// assert!(lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().is_none());
-/// assert!(first.release(&mut conn).unwrap().was_held());
-///
-/// let second = lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
-/// assert!(second.token() > first.token());
-/// # let _ = second;
-/// # }
-/// ```
-pub fn try_acquire(
-    conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
-    name: &str,
-    options: &LeaseOptions,
-) -> Result<Option<Lease>> {
-    let checked = options.check(name)?;
-    let conn = conn.borrow_connection();
-    match grant(conn, name, &checked, statements::Periodic::No)? {
-        Some((lease, _)) => Ok(Some(lease)),
-        None => {
-            refuse_if_exhausted(conn, name)?;
-            Ok(None)
-        }
-    }
-}
-
 /// After a refused grant: [`Error::TokensExhausted`] if the refusal is for good (after 9.2 ×
 /// 10¹⁸ grants the token cannot move on), rather than because someone holds the lease. Asked
 /// once per call (a waiting acquire asks at its first refusal), not on every poll.
@@ -329,51 +287,7 @@ pub(crate) fn refuse_if_exhausted<C: LeaseStatements>(conn: &mut C, name: &str) 
     Ok(())
 }
 
-/// Takes the lease `name`, waiting up to `timeout` for it (polling with backoff, see
-/// [`LeaseOptions::poll`]); [`Error::Timeout`] if it stays held, and
-/// [`Error::TokensExhausted`] at its first refusal if it can never be granted again.
-///
-/// The deadline is measured on this process's monotonic clock — it bounds the caller's wait,
-/// not the lease.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel::prelude::*;
-/// use diesel_lease::lease::{self, LeaseOptions};
-/// use std::time::Duration;
-///
-/// # let dir = tempfile::tempdir().unwrap();
-/// # let url = dir.path().join("app.db").display().to_string();
-/// let mut conn = SqliteConnection::establish(&url).unwrap();
-/// diesel_lease::run_migrations(&mut conn).unwrap();
-///
-/// let options = LeaseOptions::new(Duration::from_millis(200));
-/// let _held = lease::try_acquire(&mut conn, "import", &options).unwrap().unwrap();
-/// // Not released, so it is granted again once its 200 ms have passed.
-/// let next = lease::acquire(&mut conn, "import", &options, Duration::from_secs(10)).unwrap();
-/// assert!(next.token() > _held.token());
-/// # let _ = next;
-/// # }
-/// ```
-pub fn acquire(
-    conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
-    name: &str,
-    options: &LeaseOptions,
-    timeout: Duration,
-) -> Result<Lease> {
-    let checked = options.check(name)?;
-    let conn = conn.borrow_connection();
-    let mut asked = false;
-    retry_until_granted(name, options, timeout, |_| {
-        let granted = grant(conn, name, &checked, statements::Periodic::No)?;
-        if granted.is_none() && !std::mem::replace(&mut asked, true) {
-            refuse_if_exhausted(conn, name)?;
-        }
-        Ok(granted.map(|(lease, _)| lease))
-    })
-}
-
-/// The waiting of [`acquire`] and [`LeaseGuard::acquire`]: calls `attempt` with the time left
+/// The waiting of [`Lease::acquire`] and [`LeaseGuard::acquire`]: calls `attempt` with the time left
 /// until it grants (`Some`), pausing as [`LeaseOptions::poll`] says between attempts, and fails
 /// with [`Error::Timeout`] once `timeout` has passed. An attempt that could not be made (no
 /// connection in time) returns `None` like a refused one.
@@ -451,31 +365,147 @@ pub(crate) fn grant<C: LeaseStatements>(
     }))
 }
 
-/// The SQL that [`try_acquire`] sends on backend `C` for these arguments, with its bind values
-/// (Diesel's `debug_query` format). For code review and logging: it shows that every instant is
-/// the database's clock and that the client binds only the name, the holder and durations.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// use diesel_lease::lease::{self, LeaseOptions};
-/// use std::time::Duration;
-///
-/// let sql = lease::acquire_sql::<diesel::SqliteConnection>("report", &LeaseOptions::new(Duration::from_secs(5))).unwrap();
-/// assert!(sql.contains("ON CONFLICT"));
-/// assert!(sql.contains("julianday('now')"));
-/// # }
-/// ```
-pub fn acquire_sql<C: LeaseStatements>(name: &str, options: &LeaseOptions) -> Result<String> {
-    let checked = options.check(name)?;
-    Ok(statements::grant_sql::<C>(&statements::Grant {
-        name,
-        holder: checked.holder.as_str(),
-        ttl_micros: checked.ttl.as_micros(),
-        periodic: statements::Periodic::No,
-    }))
-}
-
 impl Lease {
+    /// Tries once to take the lease `name` (1 to 255 bytes, else [`InvalidInput`]): `Some` if it was free (never used, expired or released),
+    /// `None` if someone holds it.
+    ///
+    /// One statement on PostgreSQL and SQLite (see the [module docs](self)).
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_lease::lease::{Lease, LeaseOptions};
+    /// use std::time::Duration;
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// let mut conn = SqliteConnection::establish(&url).unwrap();
+    /// diesel_lease::run_migrations(&mut conn).unwrap();
+    ///
+    /// let options = LeaseOptions::new(Duration::from_secs(30));
+    /// let mut first = Lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
+    /// assert!(Lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().is_none());
+    /// assert!(first.release(&mut conn).unwrap().was_held());
+    ///
+    /// let second = Lease::try_acquire(&mut conn, "nightly-report", &options).unwrap().unwrap();
+    /// assert!(second.token() > first.token());
+    /// # let _ = second;
+    /// # }
+    /// ```
+    pub fn try_acquire(
+        conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
+        name: &str,
+        options: &LeaseOptions,
+    ) -> Result<Option<Lease>> {
+        let checked = options.check(name)?;
+        let conn = conn.borrow_connection();
+        match grant(conn, name, &checked, statements::Periodic::No)? {
+            Some((lease, _)) => Ok(Some(lease)),
+            None => {
+                refuse_if_exhausted(conn, name)?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Takes the lease `name`, waiting up to `timeout` for it (polling with backoff, see
+    /// [`LeaseOptions::poll`]); [`Error::Timeout`] if it stays held, and
+    /// [`Error::TokensExhausted`] at its first refusal if it can never be granted again.
+    ///
+    /// The deadline is measured on this process's monotonic clock — it bounds the caller's wait,
+    /// not the lease.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel::prelude::*;
+    /// use diesel_lease::lease::{Lease, LeaseOptions};
+    /// use std::time::Duration;
+    ///
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// let mut conn = SqliteConnection::establish(&url).unwrap();
+    /// diesel_lease::run_migrations(&mut conn).unwrap();
+    ///
+    /// let options = LeaseOptions::new(Duration::from_millis(200));
+    /// let _held = Lease::try_acquire(&mut conn, "import", &options).unwrap().unwrap();
+    /// // Not released, so it is granted again once its 200 ms have passed.
+    /// let next = Lease::acquire(&mut conn, "import", &options, Duration::from_secs(10)).unwrap();
+    /// assert!(next.token() > _held.token());
+    /// # let _ = next;
+    /// # }
+    /// ```
+    pub fn acquire(
+        conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
+        name: &str,
+        options: &LeaseOptions,
+        timeout: Duration,
+    ) -> Result<Lease> {
+        let checked = options.check(name)?;
+        let conn = conn.borrow_connection();
+        let mut asked = false;
+        retry_until_granted(name, options, timeout, |_| {
+            let granted = grant(conn, name, &checked, statements::Periodic::No)?;
+            if granted.is_none() && !std::mem::replace(&mut asked, true) {
+                refuse_if_exhausted(conn, name)?;
+            }
+            Ok(granted.map(|(lease, _)| lease))
+        })
+    }
+
+    /// The SQL that [`try_acquire`](Self::try_acquire) sends on backend `C` for these arguments, with its bind values
+    /// (Diesel's `debug_query` format). For code review and logging: it shows that every instant is
+    /// the database's clock and that the client binds only the name, the holder and durations.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// use diesel_lease::lease::{Lease, LeaseOptions};
+    /// use std::time::Duration;
+    ///
+    /// let sql = Lease::acquire_sql::<diesel::SqliteConnection>("report", &LeaseOptions::new(Duration::from_secs(5))).unwrap();
+    /// assert!(sql.contains("ON CONFLICT"));
+    /// assert!(sql.contains("julianday('now')"));
+    /// # }
+    /// ```
+    pub fn acquire_sql<C: LeaseStatements>(name: &str, options: &LeaseOptions) -> Result<String> {
+        let checked = options.check(name)?;
+        Ok(statements::grant_sql::<C>(&statements::Grant {
+            name,
+            holder: checked.holder.as_str(),
+            ttl_micros: checked.ttl.as_micros(),
+            periodic: statements::Periodic::No,
+        }))
+    }
+
+    /// Reads the lease `name` as the database holds it (for dashboards, diagnostics and tests);
+    /// `None` if it was never granted.
+    ///
+    /// ```
+    /// # #[cfg(feature = "sqlite")] {
+    /// # use diesel::prelude::*;
+    /// # use diesel_lease::lease::{Lease, LeaseOptions};
+    /// # use std::time::Duration;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = dir.path().join("app.db").display().to_string();
+    /// # let mut conn = SqliteConnection::establish(&url).unwrap();
+    /// # diesel_lease::run_migrations(&mut conn).unwrap();
+    /// let mut held = Lease::try_acquire(&mut conn, "sync", &LeaseOptions::new(Duration::from_secs(30)))
+    ///     .unwrap()
+    ///     .unwrap();
+    /// let record = Lease::inspect(&mut conn, "sync").unwrap().unwrap();
+    /// assert!(record.is_held());
+    /// assert_eq!(record.token, held.token());
+    /// assert_eq!(record.expires_at_micros - record.acquired_at_micros, 30_000_000);
+    /// assert!(held.release(&mut conn).unwrap().was_held());
+    /// # }
+    /// ```
+    pub fn inspect(
+        conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
+        name: &str,
+    ) -> Result<Option<LeaseRecord>> {
+        validate_name("lease", name, MAX_NAME_LEN)?;
+        record(conn.borrow_connection(), name)
+    }
+
     /// The fencing token of this grant: larger than the token of every earlier grant of the
     /// same name. Send it with every write to the protected resource (see the module docs).
     pub fn token(&self) -> FencingToken {
@@ -547,13 +577,13 @@ impl Lease {
     /// ```
     /// # #[cfg(feature = "sqlite")] {
     /// # use diesel::prelude::*;
-    /// # use diesel_lease::lease::{self, LeaseOptions};
+    /// # use diesel_lease::lease::{Lease, LeaseOptions};
     /// # use std::time::Duration;
     /// # let dir = tempfile::tempdir().unwrap();
     /// # let url = dir.path().join("app.db").display().to_string();
     /// # let mut conn = SqliteConnection::establish(&url).unwrap();
     /// # diesel_lease::run_migrations(&mut conn).unwrap();
-    /// let mut lease = lease::try_acquire(&mut conn, "long-job", &LeaseOptions::new(Duration::from_secs(10)))
+    /// let mut lease = Lease::try_acquire(&mut conn, "long-job", &LeaseOptions::new(Duration::from_secs(10)))
     ///     .unwrap()
     ///     .unwrap();
     /// lease.extend(&mut conn, Duration::from_secs(60)).unwrap();
@@ -727,7 +757,7 @@ impl Lease {
     }
 }
 
-/// A lease as the database holds it right now (see [`inspect`]).
+/// A lease as the database holds it right now (see [`Lease::inspect`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LeaseRecord {
@@ -770,36 +800,6 @@ impl LeaseRecord {
         self.released_at_micros
             .is_some_and(|released| released >= self.acquired_at_micros)
     }
-}
-
-/// Reads the lease `name` as the database holds it (for dashboards, diagnostics and tests);
-/// `None` if it was never granted.
-///
-/// ```
-/// # #[cfg(feature = "sqlite")] {
-/// # use diesel::prelude::*;
-/// # use diesel_lease::lease::{self, LeaseOptions};
-/// # use std::time::Duration;
-/// # let dir = tempfile::tempdir().unwrap();
-/// # let url = dir.path().join("app.db").display().to_string();
-/// # let mut conn = SqliteConnection::establish(&url).unwrap();
-/// # diesel_lease::run_migrations(&mut conn).unwrap();
-/// let mut held = lease::try_acquire(&mut conn, "sync", &LeaseOptions::new(Duration::from_secs(30)))
-///     .unwrap()
-///     .unwrap();
-/// let record = lease::inspect(&mut conn, "sync").unwrap().unwrap();
-/// assert!(record.is_held());
-/// assert_eq!(record.token, held.token());
-/// assert_eq!(record.expires_at_micros - record.acquired_at_micros, 30_000_000);
-/// assert!(held.release(&mut conn).unwrap().was_held());
-/// # }
-/// ```
-pub fn inspect(
-    conn: &mut impl BorrowConnection<Conn: LeaseStatements>,
-    name: &str,
-) -> Result<Option<LeaseRecord>> {
-    validate_name("lease", name, MAX_NAME_LEN)?;
-    record(conn.borrow_connection(), name)
 }
 
 fn record<C: LeaseStatements>(conn: &mut C, name: &str) -> Result<Option<LeaseRecord>> {

@@ -22,7 +22,7 @@
 //!
 //! `every(cron("0 3 * * *")?.in_tz(Tz::Europe__Berlin))` runs at the expression's slots on that
 //! zone's wall clock ([`Cron`]; its docs say what happens at daylight-saving changes). A poll
-//! reads the lease row and the database's `now` ([`inspect`](crate::lease::inspect)), computes in
+//! reads the lease row and the database's `now` ([`inspect`](crate::lease::Lease::inspect)), computes in
 //! Rust the slot that is due ([`Cron::plan`]) and the first slot after `now`, and sends one grant
 //! that succeeds only if `next_run` still holds what it read and the slot has come by the
 //! database clock; the same statement moves `next_run` to that next slot. So every slot runs on

@@ -36,8 +36,8 @@ fn all_three(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
         let _done = report.complete(conn)?;
     }
     let options = JobRunOptions::new(std::time::Duration::from_secs(60));
-    if let Some(run) = Report::try_start_run(conn, 1, &options)? {
-        let _ours = Report::finish_run(conn, 1, &run)?;
+    if let Some(run) = Report::try_acquire_run(conn, 1, &options)? {
+        let _ours = Report::release_run(conn, 1, &run)?;
     }
     Ok(())
 }

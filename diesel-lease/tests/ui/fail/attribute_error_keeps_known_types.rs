@@ -50,8 +50,8 @@ fn work(conn: &mut SqliteConnection) -> diesel_lease::Result<()> {
     }
     assert_eq!((NewNotification { user_id: 1 }).insert_once(conn)?, InsertOutcome::AlreadyExists);
     let me = diesel_lease::lease::JobRunOptions::new(std::time::Duration::from_secs(5));
-    if let Some(run) = JobStatus::try_start_run(conn, "stock-prices".into(), &me)? {
-        JobStatus::finish_run(conn, "stock-prices".into(), &run)?;
+    if let Some(run) = JobStatus::try_acquire_run(conn, "stock-prices".into(), &me)? {
+        let _ = JobStatus::release_run(conn, "stock-prices".into(), &run)?;
     }
     Ok(())
 }
