@@ -633,7 +633,7 @@ pub trait JobLeaseDsl: JobLease {
     }
 
     /// Ends `run` of job `pk` (its holder column back to `NULL`) if it is still this run:
-    /// [`Released::WasHeld`](crate::Released::WasHeld); [`Released::WasLost`](crate::Released::WasLost)
+    /// [`Released::WasHeld`]; [`Released::WasLost`]
     /// when another node took the job over after the timeout (or the run was released already),
     /// and then the new run is left alone. A lease's [`release`](crate::Lease::release) answers
     /// the same way.

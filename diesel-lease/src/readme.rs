@@ -748,22 +748,22 @@ pub(crate) struct Block14;
 /// # fn refresh() {}
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let pool = diesel_lease::pool::build_pool::<SqliteConnection>("readme.db", 4)?;
-/// use diesel_lease::lease::schedule::{cron, every, Missed, Tz};
+/// use diesel_lease::lease::schedule::{every, Cron, Missed, Tz};
 /// use diesel_lease::LeaseOptions;
 ///
 /// // 03:30 every night on Berlin's wall clock, on one node of the farm.
-/// every(cron("30 3 * * *")?.in_tz(Tz::Europe__Berlin))
+/// every(Cron::parse("30 3 * * *")?.in_tz(Tz::Europe__Berlin))
 ///     .lease(LeaseOptions::new(Duration::from_secs(600)))
 ///     .run_until(&pool, "nightly-export", || shutting_down(), |occurrence| {
 ///         export(occurrence.due_at()); // the slot, e.g. 2026-03-29T01:30:00Z
 ///     })?;
 ///
 /// // Every 15 minutes; after an outage, run once late instead of waiting for the next slot.
-/// let quarter_hourly = cron("*/15 * * * *")?.on_missed(Missed::RunOnce);
+/// let quarter_hourly = Cron::parse("*/15 * * * *")?.on_missed(Missed::RunOnce);
 /// every(quarter_hourly).run_if_due(&pool, "refresh-rates", |_| refresh())?;
 ///
 /// // On your own job_status table (see "Job leases on your own table").
-/// let me = JobRunOptions::new(Duration::from_secs(600)).every(cron("0 */6 * * *")?);
+/// let me = JobRunOptions::new(Duration::from_secs(600)).every(Cron::parse("0 */6 * * *")?);
 /// # let _ = me;
 /// # Ok(())
 /// # }

@@ -37,7 +37,7 @@ backend_suite! {
         let mut conn = db.conn();
         for scheduled in [
             node("node-a", Duration::from_secs(60)).every(Duration::from_secs(3600)),
-            node("node-a", Duration::from_secs(60)).every(diesel_lease::lease::schedule::cron("0 3 * * *").unwrap()),
+            node("node-a", Duration::from_secs(60)).every(diesel_lease::lease::schedule::Cron::parse("0 3 * * *").unwrap()),
         ] {
             match JobNoNextRun::try_acquire_run(&mut conn, "stock-prices".into(), &scheduled) {
                 Err(diesel_lease::Error::Config(message)) => assert!(message.contains("next_run"), "{message}"),
@@ -155,7 +155,7 @@ backend_suite! {
     /// slot ran on one node only, and none was skipped.
     pub(crate) fn a_cron_job_runs_each_slot_on_one_node(db: &TestDb<B>) {
         job_table(db);
-        let every_two = diesel_lease::lease::schedule::cron("*/2 * * * * *").unwrap();
+        let every_two = diesel_lease::lease::schedule::Cron::parse("*/2 * * * * *").unwrap();
         let runs = Mutex::new(Vec::new());
         let until = std::time::Instant::now() + Duration::from_secs(7);
         std::thread::scope(|s| {
@@ -189,7 +189,7 @@ backend_suite! {
     /// would anywhere; PostgreSQL and MariaDB refuse it by their statement's start time too.
     pub(crate) fn a_cron_start_that_reaches_the_database_after_the_next_slot_is_refused(db: &TestDb<B>) {
         job_table(db);
-        let every_two = diesel_lease::lease::schedule::cron("*/2 * * * * *").unwrap();
+        let every_two = diesel_lease::lease::schedule::Cron::parse("*/2 * * * * *").unwrap();
         let micros = || {
             let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
             i64::try_from(since.as_micros()).unwrap()

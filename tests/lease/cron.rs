@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use diesel::Connection;
 use diesel_lease::__private::{lease_grant, Grant, Periodic};
-use diesel_lease::lease::schedule::{cron, every, Cron, Missed};
+use diesel_lease::lease::schedule::{every, Cron, Missed};
 use diesel_lease::lease::{Lease, LeaseOptions};
 use diesel_lease::{Error, InvalidInput};
 
@@ -24,7 +24,7 @@ const SECOND: i64 = 1_000_000;
 /// `common::history` (one holder at a time, tokens increasing).
 fn cron_runs_each_slot_once_across_nodes<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
-    let every_two = cron("*/2 * * * * *").unwrap();
+    let every_two = Cron::parse("*/2 * * * * *").unwrap();
     let runs = Mutex::new(Vec::new());
     let history = History::default();
     let pools: Vec<_> = (0..3).map(|_| db.pool(2)).collect();
@@ -129,7 +129,7 @@ fn poll_twice<B: TestBackend>(db: &TestDb<B>, name: &str, every_five: Cron) -> V
 /// runs; the next run is the first slot after the farm came back.
 fn cron_skips_missed_slots_by_default<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
-    let every_five = cron("*/5 * * * * *").unwrap().grace(ms(1_000));
+    let every_five = Cron::parse("*/5 * * * * *").unwrap().grace(ms(1_000));
     let back_at = an_hour_of_missed_slots(db, "skip", &every_five);
     let slots = poll_twice(db, "skip", every_five.clone());
     let first_future = every_five.next_after(back_at).unwrap();
@@ -143,7 +143,7 @@ fn cron_skips_missed_slots_by_default<B: TestBackend>(db: &TestDb<B>) {
 /// `Missed::RunOnce`: exactly one late run (for the latest missed slot), then back on schedule.
 fn cron_runs_once_late_when_asked<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
-    let every_five = cron("*/5 * * * * *")
+    let every_five = Cron::parse("*/5 * * * * *")
         .unwrap()
         .grace(ms(1_000))
         .on_missed(Missed::RunOnce);
@@ -160,14 +160,14 @@ fn cron_runs_once_late_when_asked<B: TestBackend>(db: &TestDb<B>) {
 /// A bad expression, a zero grace: typed errors, before any SQL.
 fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
-    let err = cron("0 3 * *").unwrap_err();
+    let err = Error::from(Cron::parse("0 3 * *").unwrap_err());
     assert!(
         matches!(&err, Error::InvalidInput(InvalidInput::BadCron { expr, .. }) if expr == "0 3 * *"),
         "{err:?}"
     );
     assert!(err.to_string().contains("0 3 * *"), "{err}");
     let pool = db.pool(1);
-    let zero_grace = every(cron("* * * * * *").unwrap().grace(ms(0)));
+    let zero_grace = every(Cron::parse("* * * * * *").unwrap().grace(ms(0)));
     let err = zero_grace.run_if_due(&pool, "tick", |_| ()).unwrap_err();
     assert!(
         matches!(
@@ -186,7 +186,7 @@ fn cron_bad_input_is_a_typed_error<B: TestBackend>(db: &TestDb<B>) {
     // An expression that parses but has no slot (February 30th) is refused by the parser or at
     // the loop's first poll: `run_until` returns `BadCron` instead of polling forever (it is
     // stopped after 10 s should it go on).
-    if let Ok(never) = cron("0 0 30 2 *") {
+    if let Ok(never) = Cron::parse("0 0 30 2 *") {
         let started = Instant::now();
         let out = every(never).run_until(&pool, "never", || started.elapsed() > ms(10_000), |_| ());
         assert!(
@@ -255,7 +255,7 @@ fn a_cron_grant_past_its_start_bound_is_refused<B: TestBackend>(db: &TestDb<B>) 
 /// (`a_cron_grant_past_its_start_bound_is_refused` covers its statement).
 fn a_cron_grant_that_lands_after_the_next_slot_runs_nothing<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
-    let every_two = cron("*/2 * * * * *").unwrap();
+    let every_two = Cron::parse("*/2 * * * * *").unwrap();
     // The ttl outlasts the grant's wait on the lock, so that a grant taken after the wait is
     // still held when it returns.
     let job = every(every_two.clone()).lease(opts(10_000));

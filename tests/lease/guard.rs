@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use diesel_lease::lease::schedule::{cron, every, run_exclusive, with_lock};
+use diesel_lease::lease::schedule::{every, run_exclusive, with_lock, Cron};
 use diesel_lease::lease::{Lease, LeaseGuard, LeaseOptions};
 use diesel_lease::prelude::*;
 use diesel_lease::{Error, OwnerId};
@@ -414,7 +414,7 @@ fn leases_interval_and_cron_jobs_share_one_connection<B: TestBackend>(db: &TestD
     assert_eq!(second, first + 300_000, "the next point of the grid");
     assert_eq!(next_run("tick"), Some(second + 300_000));
 
-    let each_second = every(cron("* * * * * *").unwrap()).lease(opts(500));
+    let each_second = every(Cron::parse("* * * * * *").unwrap()).lease(opts(500));
     let mut slots = Vec::new();
     let until = Instant::now() + ms(5_000);
     while slots.len() < 2 && Instant::now() < until {

@@ -4,7 +4,7 @@
 //! occurrence. Three forms:
 //!
 //! - [`run_exclusive`]: run the job now if nobody else is running it (ShedLock's model);
-//! - [`every`]: run a periodic job once per interval, or once per slot of a [`cron`] expression,
+//! - [`every`]: run a periodic job once per interval, or once per slot of a [`Cron`] expression,
 //!   across the whole farm, with the schedule (`next_run`) kept in the database, so nodes started
 //!   at different times share one schedule;
 //! - [`with_lock`]: wait for an expiring mutex, run, release (django-db-mutex's model).
@@ -20,7 +20,7 @@
 //!
 //! # Cron schedules
 //!
-//! `every(cron("0 3 * * *")?.in_tz(Tz::Europe__Berlin))` runs at the expression's slots on that
+//! `every(Cron::parse("0 3 * * *")?.in_tz(Tz::Europe__Berlin))` runs at the expression's slots on that
 //! zone's wall clock ([`Cron`]; its docs say what happens at daylight-saving changes). A poll
 //! reads the lease row and the database's `now` ([`inspect`](crate::lease::Lease::inspect)), computes in
 //! Rust the slot that is due ([`Cron::plan`]) and the first slot after `now`, and sends one grant
@@ -205,22 +205,6 @@ pub fn every(schedule: impl Into<Schedule>) -> Every {
         poll: None,
         on_error: None,
     }
-}
-
-/// Parses a cron expression for [`every`] (five fields, or six with seconds first), read in UTC
-/// until [`Cron::in_tz`]; a bad expression is [`Error::InvalidInput`] with
-/// [`InvalidInput::BadCron`](crate::InvalidInput::BadCron).
-///
-/// ```
-/// use diesel_lease::lease::schedule::{cron, every, Missed, Tz};
-///
-/// # fn main() -> diesel_lease::Result<()> {
-/// let nightly = every(cron("30 2 * * *")?.in_tz(Tz::Europe__Berlin).on_missed(Missed::RunOnce));
-/// assert!(cron("30 2 * *").is_err());
-/// # let _ = nightly; Ok(()) }
-/// ```
-pub fn cron(expr: &str) -> Result<Cron> {
-    Ok(Cron::parse(expr)?)
 }
 
 /// A periodic job's schedule, built by [`every`].
