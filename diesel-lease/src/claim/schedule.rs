@@ -74,6 +74,7 @@ pub(crate) struct Retry {
 }
 
 /// What [`fail_or_retry`](crate::dsl::ClaimDsl::fail_or_retry) did with the row.
+#[must_use = "`RetryOutcome::Lost` means another worker has the row now: stop working on it"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryOutcome {
     /// Back to the ready state, claimable again once `delay` has passed (database clock).

@@ -48,6 +48,7 @@ use crate::{Error, Held, Released, Result};
 /// assert!(LeaseGuard::try_acquire(&pool, "compaction", &options).unwrap().is_some());
 /// # }
 /// ```
+#[must_use = "the lease is released as soon as the guard is dropped"]
 pub struct LeaseGuard<C: LeaseStatements> {
     pool: AnySource<C>,
     lease: Arc<Mutex<Lease>>,
