@@ -58,9 +58,9 @@ pub(crate) struct IdleRun {
 }
 
 /// Counts every statement a pool's connections start; applies the pool tuning `build_pool`
-/// applies.
+/// applies. (Also the holders section's.)
 #[derive(Debug, Clone)]
-struct Counted(Arc<AtomicU64>);
+pub(crate) struct Counted(pub(crate) Arc<AtomicU64>);
 
 impl<C: LeaseConnection + R2D2Connection> CustomizeConnection<C, diesel::r2d2::Error> for Counted {
     fn on_acquire(&self, conn: &mut C) -> Result<(), diesel::r2d2::Error> {

@@ -23,6 +23,7 @@ mod coordination;
 mod depth;
 mod e2e;
 mod floors;
+mod holders;
 mod idle;
 mod instructions;
 mod measure;
@@ -89,7 +90,7 @@ struct Args {
     /// Sections to run (default: all but the long depth, depth10m and steady, which run when
     /// named here or with --smoke, and instructions, which runs only when named): claim, batch,
     /// e2e, e2e-mysql, e2e-sqlite, guard, lease, semaphore, wake, scale, sqlite, depth,
-    /// depth10m, steady, width, idle, instructions.
+    /// depth10m, steady, width, idle, holders, instructions.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Queue-table layouts of the depth section (default: all): before, recommended,
@@ -336,6 +337,7 @@ fn run() -> BenchResult<()> {
         steady: Vec::new(),
         semaphores: Vec::new(),
         idle: Vec::new(),
+        holders: Vec::new(),
         floors: Vec::new(),
         instructions: Vec::new(),
         targets: Vec::new(),
@@ -380,6 +382,9 @@ fn run() -> BenchResult<()> {
     }
     if wants("idle") {
         idle_section(&args, &mut report)?;
+    }
+    if wants("holders") {
+        holders_section(&pg, &args, &mut report)?;
     }
     // Minutes each outside --smoke: only when named.
     let long = |section: &str| args.only.iter().any(|s| s == section) || args.smoke;
@@ -1160,6 +1165,56 @@ fn sqlite_section(plan: &Plan, report: &mut Report) -> BenchResult<()> {
     Ok(())
 }
 
+/// MariaDB for `section`: `DIESEL_LEASE_BENCH_MYSQL`, else a throwaway server (kept alive by
+/// the second value); `None` with a note in the report when none starts.
+fn mariadb_for(section: &str, report: &mut Report) -> (Option<String>, Option<mysql::TempMaria>) {
+    match std::env::var("DIESEL_LEASE_BENCH_MYSQL") {
+        Ok(url) if !url.is_empty() => (Some(url), None),
+        _ => match mysql::TempMaria::start() {
+            Ok(server) => (Some(server.url.clone()), Some(server)),
+            Err(e) => {
+                let note = format!("{section} on MariaDB skipped: MariaDB did not start ({e})");
+                eprintln!("NOTE: {note}");
+                report.not_measured.push(note);
+                (None, None)
+            }
+        },
+    }
+}
+
+/// Issue 55 item 4: kept-alive lease guards, permits and claim guards in one process, 10 to
+/// 1,000 of each on SQLite and MariaDB, up to 10,000 on PostgreSQL, through a pool of 10.
+fn holders_section(pg: &PgBench, args: &Args, report: &mut Report) -> BenchResult<()> {
+    let (sizes, secs): (&[usize], f64) = if args.smoke {
+        (&[10], 1.0)
+    } else {
+        (&[10, 100, 1000], 6.0)
+    };
+    let mut pg_sizes = sizes.to_vec();
+    if !args.smoke {
+        pg_sizes.push(10_000);
+    }
+    report.holders.extend(holders::run::<diesel::PgConnection>(
+        &pg.url, &pg_sizes, secs,
+    )?);
+    let dir = tempfile::Builder::new()
+        .prefix("diesel-lease-bench-holders-")
+        .tempdir()?;
+    let sqlite = dir.path().join("holders.db").display().to_string();
+    report
+        .holders
+        .extend(holders::run::<diesel::SqliteConnection>(
+            &sqlite, sizes, secs,
+        )?);
+    let (url, _server) = mariadb_for("holders", report);
+    if let Some(url) = url {
+        report
+            .holders
+            .extend(holders::run::<diesel::MysqlConnection>(&url, sizes, secs)?);
+    }
+    Ok(())
+}
+
 /// Issue 23 item 2: 1,000 idle claim waiters and 1,000 idle semaphore waiters on SQLite and on
 /// MariaDB (a throwaway `mariadbd`, or `DIESEL_LEASE_BENCH_MYSQL`): statements per second, and
 /// the insert-to-claim latency against half the poll interval.
@@ -1176,18 +1231,7 @@ fn idle_section(args: &Args, report: &mut Report) -> BenchResult<()> {
     let mut runs = vec![idle::run::<diesel::SqliteConnection>(
         &sqlite, waiters, secs, rows,
     )?];
-    let (url, _server) = match std::env::var("DIESEL_LEASE_BENCH_MYSQL") {
-        Ok(url) if !url.is_empty() => (Some(url), None),
-        _ => match mysql::TempMaria::start() {
-            Ok(server) => (Some(server.url.clone()), Some(server)),
-            Err(e) => {
-                let note = format!("idle on MariaDB skipped: MariaDB did not start ({e})");
-                eprintln!("NOTE: {note}");
-                report.not_measured.push(note);
-                (None, None)
-            }
-        },
-    };
+    let (url, _server) = mariadb_for("idle", report);
     if let Some(url) = url {
         runs.push(idle::run::<diesel::MysqlConnection>(
             &url, waiters, secs, rows,

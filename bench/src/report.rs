@@ -261,6 +261,8 @@ pub(crate) struct Report {
     pub(crate) semaphores: Vec<SemaphoreRun>,
     /// Idle waiters' cost where there are no notifications (section `idle`).
     pub(crate) idle: Vec<crate::idle::IdleRun>,
+    /// Kept-alive holders in one process (section `holders`, issue 55).
+    pub(crate) holders: Vec<crate::holders::HoldersRun>,
     /// Issue 23: per backend, our statements next to the floors' and the table checks.
     pub(crate) floors: Vec<crate::floors::FloorRun>,
     /// Client instructions per job, ours against the floors (section `instructions`).
