@@ -3,8 +3,8 @@
 //! timeout), all through one pool of 10 connections. Counted per backend, kind and number:
 //! the process's threads while they are held, the statements the pool's connections start per
 //! second once every holder is settled (the renewals: nothing else runs on the pool), how late a
-//! lease's renewal came (the age of its last renewal, read from the table, beyond the ttl/3 it
-//! is renewed at), how many holders believe they lost, and how long dropping them all takes, on
+//! lease's or permit's renewal came (the age of its last renewal, read from the table on a
+//! connection of its own, beyond the ttl/3 it is renewed at), how many holders believe they lost, and how long dropping them all takes, on
 //! the thread that drops.
 //!
 //! This is the baseline the keeper of issue 55 is measured against; its targets (at 1,000
@@ -73,8 +73,8 @@ pub(crate) struct HoldersRun {
     /// Statements per second on the holders' pool while nothing but renewals ran.
     pub(crate) renewal_statements_per_sec: f64,
     pub(crate) counted_secs: f64,
-    /// Leases only: p99 over the held leases (read at several instants) of how far their last
-    /// renewal lay beyond the ttl/3 they are renewed at, ms (0: on time).
+    /// Leases and permits: p99 over the held ones (read at several instants) of how far their
+    /// last renewal lay beyond the ttl/3 they are renewed at, ms (0: on time).
     pub(crate) p99_renewal_lag_ms: Option<f64>,
     /// Holders that believed they had lost their grant by the end of the count.
     pub(crate) lost: usize,
@@ -235,27 +235,46 @@ fn take<C: HoldersBackend>(
     }
 }
 
-/// p99 of how far the held leases' last renewals lie beyond ttl/3, ms, read `reads` times
-/// across `window`.
-fn lease_lag<C: HoldersBackend>(
-    pool: &Pool<ConnectionManager<C>>,
+/// p99 of how far the held leases' or permits' last renewals lie beyond ttl/3, ms, read
+/// `reads` times across `window` from the built-in tables (each row's expiry against the
+/// database's `now`, read in the same statement). `None` for claim guards.
+fn renewal_lag<C: HoldersBackend>(
+    url: &str,
+    kind: &str,
     reads: usize,
     window: Duration,
 ) -> BenchResult<Option<f64>> {
     let ttl_micros = i64::try_from(TTL.as_micros())?;
+    // Renewed at `now - age`: expires_at = renewal + ttl.
+    let lag_ms = |expires_at: i64, now: i64| {
+        let age_micros = ttl_micros - (expires_at - now);
+        (age_micros - ttl_micros / 3).max(0) as f64 / 1e3
+    };
+    // A connection of its own, outside the counted pool: the reads are not renewals.
+    let mut conn = C::establish(url)?;
     let mut lags = Vec::new();
     for _ in 0..reads {
         std::thread::sleep(window / u32::try_from(reads)?);
-        let mut conn = pool.get()?;
-        for entry in diesel_lease::admin::leases(&mut conn)? {
-            let record = entry.record;
-            if !entry.name.starts_with("bench-holder-") || !record.is_held() {
-                continue;
+        match kind {
+            "lease" => {
+                for entry in diesel_lease::admin::leases(&mut conn)? {
+                    let record = entry.record;
+                    if entry.name.starts_with("bench-holder-") && record.is_held() {
+                        lags.push(lag_ms(record.expires_at_micros, record.read_at_micros));
+                    }
+                }
             }
-            // Renewed at read_at - age: expires_at = renewal + ttl.
-            let age_micros = ttl_micros - (record.expires_at_micros - record.read_at_micros);
-            let lag_micros = age_micros - ttl_micros / 3;
-            lags.push(lag_micros.max(0) as f64 / 1e3);
+            "permit" => {
+                for entry in diesel_lease::admin::semaphores(&mut conn)? {
+                    if entry.resource != "bench-holders" {
+                        continue;
+                    }
+                    for request in entry.queue.iter().filter(|r| r.granted) {
+                        lags.push(lag_ms(request.expires_at_micros, entry.read_at_micros));
+                    }
+                }
+            }
+            _ => return Ok(None),
         }
     }
     if lags.is_empty() {
@@ -311,15 +330,14 @@ fn one<C: HoldersBackend>(
     let threads_held = threads();
     let before = statements.load(Ordering::SeqCst);
     let counting = Instant::now();
-    let lag = if kind == "lease" {
-        lease_lag::<C>(&pool, 3, Duration::from_secs_f64(secs))?
-    } else {
+    let lag = if kind == "claim" {
         std::thread::sleep(Duration::from_secs_f64(secs));
         None
+    } else {
+        renewal_lag::<C>(url, kind, 3, Duration::from_secs_f64(secs))?
     };
     let counted = counting.elapsed().as_secs_f64();
-    // The lag reads are three statements of their own.
-    let renewals = statements.load(Ordering::SeqCst) - before - if lag.is_some() { 3 } else { 0 };
+    let renewals = statements.load(Ordering::SeqCst) - before;
     let lost = held.lost();
     let dropping = Instant::now();
     drop(held);
