@@ -39,7 +39,52 @@ backend_suite! {
         farm_schedules_on_deadpool_run_each_occurrence_once,
         waiters_on_deadpool_with_a_listen_url_are_woken_by_notify,
         clones_made_before_listen_url_wait_apart_from_those_after,
+        dropping_holders_inside_the_runtime_never_blocks_its_threads,
     ];
+
+    /// Issue 55.6: holders dropped inside async tasks never block the runtime's threads. The
+    /// runtime has one thread (the tasks run on the `block_on` caller) and the pool's one
+    /// connection is taken by the test, with a drop wait of a minute: a drop that waited for a
+    /// connection would hold that thread for a minute per holder. These return at once, and
+    /// the keeper releases everything once the connection is back.
+    pub(crate) fn dropping_holders_inside_the_runtime_never_blocks_its_threads(db: &TestDb<B>) {
+        db.migrate();
+        let pool = db.pool(1);
+        let long = Duration::from_secs(60);
+        let options = LeaseOptions::new(long).keep_alive(true).drop_wait(long);
+        let guards: Vec<_> = (0..100)
+            .map(|i| LeaseGuard::try_acquire(&pool, &format!("task-{i}"), &options).unwrap().expect("free"))
+            .collect();
+        let permits: Vec<_> = (0..10)
+            .map(|i| {
+                Semaphore::mutex(format!("res-{i}")).with_ttl(long).with_drop_wait(long)
+                    .try_acquire(&pool).unwrap().expect("free")
+            })
+            .collect();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let hog = pool.get().unwrap();
+        let started = Instant::now();
+        rt.block_on(async move {
+            let mut tasks: Vec<_> = guards.into_iter().map(|g| tokio::spawn(async move { drop(g) })).collect();
+            tasks.extend(permits.into_iter().map(|p| tokio::spawn(async move { drop(p) })));
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        let took = started.elapsed();
+        // Every drop returned with the pool's only connection still taken: none waited for it.
+        assert!(took < long / 2, "110 drops took {took:?}");
+        drop(hog);
+        crate::common::settled(&pool);
+        let mut conn = db.conn();
+        for i in 0..100 {
+            let record = diesel_lease::Lease::inspect(&mut conn, &format!("task-{i}")).unwrap().expect("granted");
+            assert!(record.is_released(), "task-{i}: {record:?}");
+        }
+        for i in 0..10 {
+            assert!(Semaphore::mutex(format!("res-{i}")).queue(&mut conn).unwrap().is_empty(), "res-{i}");
+        }
+    }
 
     fn source(db: &TestDb<B>, rt: &tokio::runtime::Runtime, size: usize) -> Deadpool<<B as TestBackend>::Conn> {
         let _entered = rt.enter();

@@ -155,6 +155,7 @@ fn permits_mismatch_is_refused_while_in_use<B: TestBackend>(db: &TestDb<B>) {
     // A waiter counts as "in use" too, and the refused requests left nothing behind.
     assert_eq!(queue::<B>(&pool, "api").len(), 1);
     drop(held);
+    crate::common::settled(&pool);
     // Idle: the new declaration wins, and now the old one is refused.
     let five_held = five.try_acquire(&pool).unwrap().expect("idle resource");
     assert!(matches!(
@@ -264,6 +265,7 @@ fn heartbeat_keeps_a_permit_past_its_ttl<B: TestBackend>(db: &TestDb<B>) {
     ));
     let next = mutex.try_acquire(&pool).unwrap().expect("free again");
     drop(permit); // releasing a lost permit does not touch the new holder
+    crate::common::settled(&pool);
     assert_eq!(granted::<B>(&pool, "long-job"), 1);
     let _ = next.release().unwrap();
 }
@@ -279,12 +281,14 @@ fn drop_releases_and_resources_are_independent<B: TestBackend>(db: &TestDb<B>) {
     assert!(a.try_acquire(&pool).unwrap().is_none());
     assert_eq!(b1.mode(), Mode::Shared);
     drop(b1);
+    crate::common::settled(&pool);
     let b3 = b
         .try_acquire(&pool)
         .unwrap()
         .expect("dropping b1 released it");
     assert!(a.try_acquire(&pool).unwrap().is_none(), "a unaffected");
     drop((a1, b2, b3));
+    crate::common::settled(&pool);
     assert!(queue::<B>(&pool, "a").is_empty());
     assert!(queue::<B>(&pool, "b").is_empty());
 }
@@ -381,6 +385,7 @@ fn try_acquire_on_an_exhausted_pool_gives_up_after_the_drop_wait<B: TestBackend>
         "waited {waited:?}, as for the pool's timeout"
     );
     drop(taken);
+    crate::common::settled(&pool);
     assert!(mutex.try_acquire(&pool).unwrap().is_some());
 }
 

@@ -695,7 +695,7 @@ impl<M: JobLease> JobLeaseDsl for M {}
 /// let first = etl.acquire(&pool, Duration::from_secs(5))?;
 /// let second = etl.acquire(&pool, Duration::from_secs(5))?;
 /// assert!(etl.try_acquire(&pool)?.is_none(), "two holders at most");
-/// drop(first);
+/// assert!(first.release()?.was_held()); // or drop it: the pool's keeper releases it
 /// assert!(etl.try_acquire(&pool)?.is_some());
 /// # drop(second);
 /// # Ok(()) }

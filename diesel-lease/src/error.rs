@@ -128,9 +128,10 @@ pub enum Error {
         /// The claimed row's table.
         table: String,
     },
-    /// The background heartbeat thread could not be started (the process is out of threads or
-    /// memory); what was granted was given back, nothing is held.
-    #[error("could not start the heartbeat thread: {0}; nothing is held")]
+    /// The pool's keeper thread (which extends held grants in the background) could not be
+    /// started (the process is out of threads or memory); what was granted was given back,
+    /// nothing is held.
+    #[error("could not start the keeper thread: {0}; nothing is held")]
     Heartbeat(#[source] std::io::Error),
 }
 

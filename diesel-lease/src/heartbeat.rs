@@ -12,26 +12,17 @@
 //! the database says or fails to say, and the protected work must stop. A lost state never
 //! turns back to held.
 //!
-//! A [`Heartbeat`] is the background thread that extends a grant: it calls a closure that talks
-//! to the database (this module knows nothing about databases), records successes, retries
-//! sooner after failures, and marks the state lost when the database says it is gone or when the
-//! deadline passes. [`LostSignal`] and [`HolderState::on_lost`] tell the protected work.
+//! The keeper (`crate::keeper`) extends grants in the background: it calls each holder's beat,
+//! a closure that talks to the database (this module knows nothing about databases), records
+//! successes, retries sooner after failures, and marks the state lost when the database says it
+//! is gone or when the deadline passes. [`LostSignal`] and [`HolderState::on_lost`] tell the
+//! protected work.
 
 use std::fmt;
-use std::io;
 use std::mem;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-
-/// How long dropping a [`Heartbeat`] waits for its thread to end. The thread may be inside a
-/// database call; after this it is left to finish that call on its own (it calls the beat no
-/// more), so a drop never blocks for longer.
-pub(crate) const THREAD_STOP_WAIT: Duration = Duration::from_millis(100);
-
-/// The shortest pause between two beats, so a zero period cannot spin.
-const MIN_PAUSE: Duration = Duration::from_millis(1);
 
 /// Spans longer than this (a century) are cut to it, so an enormous ttl or period cannot
 /// overflow `Instant` arithmetic.
@@ -183,7 +174,7 @@ impl HolderState {
     /// one is ignored (it proves nothing newer, and the server may have applied it first), so it
     /// never moves the deadline backwards. A lost state stays lost, including one whose deadline
     /// passed while this request was under way. A deadline moved earlier wakes the waiters and
-    /// the running [`Heartbeat`], which then paces its beats by the new ttl.
+    /// its keeper, which then paces its beats by the new ttl.
     pub(crate) fn record_success(&self, sent_at: Instant, ttl: Duration) {
         let mut inner = lock(&self.shared.inner);
         if inner.reason_at(Instant::now()).is_some() {
@@ -226,14 +217,14 @@ impl HolderState {
     }
 
     /// When the latest success (or the grant) was sent, and its ttl.
-    fn latest_success(&self) -> (Instant, Duration) {
+    pub(crate) fn latest_success(&self) -> (Instant, Duration) {
         let inner = lock(&self.shared.inner);
         (inner.last_success, inner.ttl)
     }
 
     /// Calls `nudge` each time a success moves the deadline earlier, for as long as the state
     /// lives (outside its lock, in the thread that recorded the success).
-    fn on_sooner_deadline(&self, nudge: impl Fn() + Send + Sync + 'static) {
+    pub(crate) fn on_sooner_deadline(&self, nudge: impl Fn() + Send + Sync + 'static) {
         lock(&self.shared.inner).nudges.push(Arc::new(nudge));
     }
 
@@ -257,7 +248,7 @@ impl HolderState {
     /// Runs `callback` exactly once, when the state becomes lost, in the thread that marks it
     /// lost (the heartbeat's, or whoever calls [`mark_lost`](Self::mark_lost)); at once, in this
     /// thread, if it is lost already. A state that expires from time alone is marked by its
-    /// running [`Heartbeat`] at the deadline; without one, by the next call that changes it.
+    /// keeper at the deadline; without one, by the next call that changes it.
     ///
     /// A panicking callback does not keep the others from running; the first panic is resumed
     /// in the marking thread after all of them ran.
@@ -272,7 +263,7 @@ impl HolderState {
     }
 
     /// Marks the state lost if its deadline passed; whether it is lost.
-    fn settle_expiry(&self) -> bool {
+    pub(crate) fn settle_expiry(&self) -> bool {
         let inner = lock(&self.shared.inner);
         if inner.reason_at(Instant::now()).is_none() {
             return false;
@@ -430,6 +421,11 @@ pub(crate) struct BeatBudget {
 }
 
 impl BeatBudget {
+    /// A budget that ends at `until` (the holder's deadline when its beat starts).
+    pub(crate) fn new(until: Instant) -> Self {
+        BeatBudget { until }
+    }
+
     /// The instant the beat must be done by (the state's deadline when the beat started).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn until(&self) -> Instant {
@@ -442,313 +438,12 @@ impl BeatBudget {
     }
 }
 
-/// The background thread that keeps a [`HolderState`] held.
-///
-/// A period after the latest success (its own or anybody's recorded on the state) and after its
-/// latest beat, it calls the beat closure and records the outcome: [`Beat::Held`] extends the
-/// state, [`Beat::Lost`] marks it [`LostReason::Gone`] and ends the thread, [`Beat::Failed`] is
-/// retried after a quarter period. The period is fixed, or a third of the latest success's ttl
-/// ([`every_third_of_ttl`](Heartbeat::every_third_of_ttl)). It wakes at the state's deadline whatever
-/// the period, and then marks it [`LostReason::Expired`] and ends. It also ends as soon as the
-/// state is marked lost by anybody else. A beat that panics is not called again; the thread
-/// then only waits for the deadline to mark the state expired.
-///
-/// Stopping the heartbeat does not mark the state lost: a holder that gives its grant back
-/// marks it [`LostReason::Released`] itself.
-pub(crate) struct Heartbeat<E> {
-    control: Arc<Control>,
-    last_error: Arc<Mutex<Option<Arc<E>>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-/// Stop requests and the exit notice, between a [`Heartbeat`] and its thread.
-struct Control {
-    flags: Mutex<Flags>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct Flags {
-    stop: bool,
-    exited: bool,
-    /// The state's deadline moved earlier: the sleeper looks at it again.
-    nudged: bool,
-}
-
-/// How far apart a [`Heartbeat`]'s beats are.
-#[derive(Debug, Clone, Copy)]
-enum Pace {
-    /// A fixed period, whatever the ttl (the unit tests' pace).
-    #[cfg(test)]
-    Every(Duration),
-    /// A third of the ttl of the latest success, so two beats in a row may fail before the
-    /// local deadline whatever ttl the holder extends to.
-    ThirdOfTtl,
-}
-
-impl Pace {
-    /// The pause between two beats while grants last `ttl`: at least 1 ms.
-    fn period(self, ttl: Duration) -> Duration {
-        match self {
-            #[cfg(test)]
-            Pace::Every(period) => period,
-            Pace::ThirdOfTtl => ttl / 3,
-        }
-        .clamp(MIN_PAUSE, MAX_SPAN)
-    }
-}
-
-impl Control {
-    fn request_stop(&self) {
-        lock(&self.flags).stop = true;
-        self.changed.notify_all();
-    }
-
-    fn stop_requested(&self) -> bool {
-        lock(&self.flags).stop
-    }
-
-    fn nudge(&self) {
-        lock(&self.flags).nudged = true;
-        self.changed.notify_all();
-    }
-
-    /// Sleeps until `until`, or until nudged; `false` if a stop was requested first.
-    fn sleep_until(&self, until: Instant) -> bool {
-        let mut flags = lock(&self.flags);
-        loop {
-            if flags.stop {
-                return false;
-            }
-            let now = Instant::now();
-            if now >= until || mem::take(&mut flags.nudged) {
-                return true;
-            }
-            flags = self
-                .changed
-                .wait_timeout(flags, until - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Waits at most `wait` for the thread to end; whether it did.
-    fn wait_exited(&self, wait: Duration) -> bool {
-        let end = add_capped(Instant::now(), wait);
-        let mut flags = lock(&self.flags);
-        loop {
-            if flags.exited {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= end {
-                return false;
-            }
-            flags = self
-                .changed
-                .wait_timeout(flags, end - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-}
-
-/// Tells the [`Heartbeat`] the thread ended, also when it ends by a panic.
-struct ExitNotice(Arc<Control>);
-
-impl Drop for ExitNotice {
-    fn drop(&mut self) {
-        lock(&self.0.flags).exited = true;
-        self.0.changed.notify_all();
-    }
-}
-
-impl<E: fmt::Debug + Send + Sync + 'static> Heartbeat<E> {
-    /// Starts the thread `name`, which keeps `state` held by calling `beat` every `period`
-    /// (at least 1 ms). Fails only if the thread cannot be spawned.
-    #[cfg(test)]
-    pub(crate) fn start<F>(
-        name: &str,
-        state: HolderState,
-        period: Duration,
-        beat: F,
-    ) -> io::Result<Self>
-    where
-        F: FnMut(BeatBudget) -> Beat<E> + Send + 'static,
-    {
-        Self::spawn(name, state, Pace::Every(period), beat)
-    }
-
-    fn spawn<F>(name: &str, state: HolderState, pace: Pace, beat: F) -> io::Result<Self>
-    where
-        F: FnMut(BeatBudget) -> Beat<E> + Send + 'static,
-    {
-        let control = Arc::new(Control {
-            flags: Mutex::new(Flags::default()),
-            changed: Condvar::new(),
-        });
-        let last_error = Arc::new(Mutex::new(None));
-        let thread = {
-            let (control, last_error, state) =
-                (Arc::clone(&control), Arc::clone(&last_error), state.clone());
-            let held = name.to_string();
-            thread::Builder::new()
-                // Names are validated before they get here; a NUL would make the spawn panic.
-                .name(name.replace('\0', "?"))
-                .spawn(move || {
-                    let _exit = ExitNotice(Arc::clone(&control));
-                    run(&state, &control, &last_error, pace, beat);
-                    // Whatever ended the loop: a loss is worth a warning, a stop is not.
-                    if let Some(reason @ (LostReason::Expired | LostReason::Gone)) =
-                        state.lost_reason()
-                    {
-                        crate::observe::heartbeat_lost(&held, &reason);
-                    }
-                })?
-        };
-        // Whoever marks the state lost (a release, an explicit extension) ends the thread.
-        let stopper = Arc::clone(&control);
-        state.on_lost(move |_| stopper.request_stop());
-        // Whoever extends it to a shorter ttl brings the next beat forward.
-        let nudger = Arc::clone(&control);
-        state.on_sooner_deadline(move || nudger.nudge());
-        Ok(Heartbeat {
-            control,
-            last_error,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Heartbeat<crate::Error> {
-    /// The heartbeat of a holder: a beat a third of the latest success's ttl after it, so two
-    /// beats in a row may fail before the local deadline, also after an extension to another
-    /// ttl. [`Error::Heartbeat`](crate::Error::Heartbeat) if the thread cannot be started.
-    pub(crate) fn every_third_of_ttl<F>(
-        name: &str,
-        state: HolderState,
-        beat: F,
-    ) -> crate::Result<Self>
-    where
-        F: FnMut(BeatBudget) -> Beat<crate::Error> + Send + 'static,
-    {
-        Self::spawn(name, state, Pace::ThirdOfTtl, beat).map_err(crate::Error::Heartbeat)
-    }
-}
-
-impl<E> Heartbeat<E> {
-    /// The error of the latest beat if it failed; `None` once a beat reached the database.
-    pub(crate) fn last_error(&self) -> Option<Arc<E>> {
-        lock(&self.last_error).clone()
-    }
-
-    /// Tells the thread to stop and waits at most `wait` for it to end; whether it ended. If it
-    /// is still inside a beat, it is left to finish that beat on its own and calls no other.
-    pub(crate) fn stop(mut self, wait: Duration) -> bool {
-        self.shutdown(wait)
-    }
-
-    fn shutdown(&mut self, wait: Duration) -> bool {
-        let Some(thread) = self.thread.take() else {
-            return true;
-        };
-        self.control.request_stop();
-        if self.control.wait_exited(wait) {
-            // It has ended; a panic in it has nothing left to clean up.
-            let _ = thread.join();
-            true
-        } else {
-            // Dropping the handle detaches the thread.
-            false
-        }
-    }
-}
-
-impl<E> Drop for Heartbeat<E> {
-    fn drop(&mut self) {
-        self.shutdown(THREAD_STOP_WAIT);
-    }
-}
-
-impl<E: fmt::Debug> fmt::Debug for Heartbeat<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Heartbeat")
-            .field("stop_requested", &self.control.stop_requested())
-            .field("last_error", &self.last_error())
-            .finish()
-    }
-}
-
-/// The thread's loop (see [`Heartbeat`]).
-fn run<E: fmt::Debug, F>(
-    state: &HolderState,
-    control: &Control,
-    last_error: &Mutex<Option<Arc<E>>>,
-    pace: Pace,
-    mut beat: F,
-) where
-    F: FnMut(BeatBudget) -> Beat<E>,
-{
-    // When the latest beat ended (the thread's start before the first), and whether it failed.
-    let mut beat_ended = Instant::now();
-    let mut failed = false;
-    loop {
-        // Sleep until the next beat, waking at the deadline if it comes first. Both are read
-        // again after each wake: an extension by somebody else may have moved them.
-        loop {
-            if state.settle_expiry() || control.stop_requested() {
-                return;
-            }
-            let (last_success, ttl) = state.latest_success();
-            let period = pace.period(ttl);
-            let next = if failed && last_success < beat_ended {
-                add_capped(beat_ended, (period / 4).max(MIN_PAUSE))
-            } else {
-                add_capped(beat_ended.max(last_success), period)
-            };
-            if Instant::now() >= next {
-                break;
-            }
-            if !control.sleep_until(next.min(state.deadline())) {
-                return;
-            }
-        }
-        let sent_at = Instant::now();
-        let budget = BeatBudget {
-            until: state.deadline(),
-        };
-        failed = match panic::catch_unwind(AssertUnwindSafe(|| beat(budget))) {
-            Ok(Beat::Held { ttl }) => {
-                *lock(last_error) = None;
-                state.record_success(sent_at, ttl);
-                false
-            }
-            Ok(Beat::Lost) => {
-                *lock(last_error) = None;
-                state.mark_lost(LostReason::Gone);
-                return;
-            }
-            Ok(Beat::Failed(error)) => {
-                crate::observe::heartbeat_failed(thread::current().name().unwrap_or(""), &error);
-                *lock(last_error) = Some(Arc::new(error));
-                true
-            }
-            Err(_) => {
-                // The panic was reported by the hook; the beat may be broken, so it is not
-                // called again, but the deadline still has to be marked for the waiters.
-                while !state.settle_expiry() && control.sleep_until(state.deadline()) {}
-                return;
-            }
-        };
-        beat_ended = Instant::now();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{mpsc, Barrier};
+    use std::thread;
 
     /// Generous slack for a loaded CI machine: bounds that only fail when something is broken.
     const SLACK: Duration = Duration::from_millis(700);
@@ -984,308 +679,5 @@ mod tests {
         assert!(marked.is_err(), "the panic is passed on");
         assert_eq!(seen.load(Ordering::SeqCst), 1);
         assert_eq!(state.lost_reason(), Some(LostReason::Gone));
-    }
-
-    #[test]
-    fn failing_beats_retry_sooner_and_expire_the_state_before_its_ttl() {
-        let (ttl, margin, period) = (Duration::from_secs(1), 100 * MS, 200 * MS);
-        let granted_at = Instant::now();
-        let state = HolderState::new(granted_at, ttl, margin);
-        let deadline = granted_at + ttl - margin;
-
-        let waiters: Vec<_> = (0..2)
-            .map(|_| {
-                let signal = state.lost_signal();
-                thread::spawn(move || (signal.wait_timeout(10 * SLACK), Instant::now()))
-            })
-            .collect();
-        let (marked_tx, marked) = mpsc::channel();
-        state.on_lost(move |reason| marked_tx.send((reason, Instant::now())).unwrap());
-
-        let (beats, seen) = counter();
-        let (budget_ok_tx, budget_ok) = mpsc::channel();
-        let beat_state = state.clone();
-        let heartbeat = Heartbeat::start("test-failing", state.clone(), period, move |budget| {
-            beats.fetch_add(1, Ordering::SeqCst);
-            let before = Instant::now();
-            let remaining = budget.remaining();
-            let deadline = beat_state.deadline();
-            let within = budget.until() == deadline
-                && remaining <= deadline.saturating_duration_since(before);
-            budget_ok_tx.send((within, remaining)).unwrap();
-            Beat::<&str>::Failed("database down")
-        })
-        .unwrap();
-
-        let (reason, marked_at) = marked.recv_timeout(10 * SLACK).unwrap();
-        assert_eq!(reason, LostReason::Expired);
-        assert!(marked_at >= deadline, "not before the local deadline");
-        assert!(marked_at < deadline + SLACK, "woken at the deadline");
-        assert!(deadline < granted_at + ttl);
-        for waiter in waiters {
-            let (lost, woke_at) = waiter.join().unwrap();
-            assert!(lost && woke_at >= deadline);
-        }
-        assert_eq!(heartbeat.last_error().as_deref(), Some(&"database down"));
-        assert!(heartbeat.stop(SLACK), "the thread ended by itself");
-
-        // Period pacing would give 4 beats before the deadline, retry pacing about 14.
-        let beats = seen.load(Ordering::SeqCst);
-        assert!(
-            beats >= 6,
-            "failures are retried sooner than the period: {beats} beats"
-        );
-        let budgets: Vec<(bool, Duration)> = budget_ok.try_iter().collect();
-        assert_eq!(budgets.len(), beats);
-        assert!(
-            budgets.iter().all(|(ok, _)| *ok),
-            "every budget within the deadline"
-        );
-        // The first beat (at 200 ms of 900) had real time to spend.
-        assert!(budgets[0].1 > 100 * MS, "{:?}", budgets[0].1);
-    }
-
-    #[test]
-    fn the_thread_wakes_at_the_deadline_whatever_the_period() {
-        let granted_at = Instant::now();
-        let state = HolderState::new(granted_at, 300 * MS, 30 * MS);
-        let (beats, seen) = counter();
-        let heartbeat = Heartbeat::start(
-            "test-long-period",
-            state.clone(),
-            Duration::from_secs(60),
-            move |_| {
-                beats.fetch_add(1, Ordering::SeqCst);
-                Beat::<()>::Held { ttl: 300 * MS }
-            },
-        )
-        .unwrap();
-        let (tx, rx) = mpsc::channel();
-        state.on_lost(move |reason| tx.send((reason, Instant::now())).unwrap());
-        let (reason, marked_at) = rx.recv_timeout(10 * SLACK).unwrap();
-        assert_eq!(reason, LostReason::Expired);
-        assert!(marked_at >= granted_at + 270 * MS && marked_at < granted_at + 270 * MS + SLACK);
-        assert!(heartbeat.stop(SLACK));
-        assert_eq!(
-            seen.load(Ordering::SeqCst),
-            0,
-            "the deadline came before the first beat"
-        );
-    }
-
-    #[test]
-    fn a_success_with_a_shorter_ttl_paces_the_beats_by_it() {
-        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
-        // Beats every 500 ms against a deadline 1.35 s after each success: a beat may come
-        // 850 ms late before the state is lost, more than the other tests' slack.
-        let ttl = 1500 * MS;
-        let (beats, seen) = counter();
-        let heartbeat = Heartbeat::spawn("test-shorter", state.clone(), Pace::ThirdOfTtl, {
-            move |_| {
-                beats.fetch_add(1, Ordering::SeqCst);
-                Beat::<()>::Held { ttl }
-            }
-        })
-        .unwrap();
-        // Once the thread sleeps towards its first beat, 20 s away (the pause lets it get
-        // there), an extension elsewhere (as `LeaseGuard::extend` makes) leaves 1.35 s.
-        thread::sleep(100 * MS);
-        state.record_success(Instant::now(), ttl);
-        assert!(
-            !state.lost_signal().wait_timeout(2 * ttl),
-            "held for two of the new ttls"
-        );
-        assert!(heartbeat.stop(SLACK));
-        // Held for 3 s on deadlines 1.35 s after each success: its own beats extended it.
-        assert!(seen.load(Ordering::SeqCst) >= 2);
-    }
-
-    #[test]
-    fn a_lost_beat_marks_gone_and_ends_the_thread_without_another_beat() {
-        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
-        let (beats, seen) = counter();
-        let heartbeat = Heartbeat::start("test-lost", state.clone(), MS, move |_| {
-            beats.fetch_add(1, Ordering::SeqCst);
-            Beat::<()>::Lost
-        })
-        .unwrap();
-        // Not asked to stop: it ends by itself.
-        assert!(heartbeat.control.wait_exited(10 * SLACK));
-        assert_eq!(seen.load(Ordering::SeqCst), 1);
-        assert_eq!(state.lost_reason(), Some(LostReason::Gone));
-        assert!(heartbeat.last_error().is_none());
-        assert!(heartbeat.stop(Duration::ZERO));
-    }
-
-    #[test]
-    fn held_beats_keep_the_state_held_across_several_ttls() {
-        let ttl = 300 * MS;
-        let state = HolderState::new(Instant::now(), ttl, 30 * MS);
-        let (beats, seen) = counter();
-        let (budget_ok_tx, budget_ok) = mpsc::channel();
-        let beat_state = state.clone();
-        let heartbeat = Heartbeat::start("test-held", state.clone(), 30 * MS, move |budget| {
-            beats.fetch_add(1, Ordering::SeqCst);
-            budget_ok_tx
-                .send(budget.until() == beat_state.deadline())
-                .unwrap();
-            Beat::<()>::Held { ttl }
-        })
-        .unwrap();
-        let started = Instant::now();
-        assert!(
-            !state.lost_signal().wait_timeout(3 * ttl),
-            "held for three ttls"
-        );
-        assert!(started.elapsed() >= 3 * ttl);
-        assert!(heartbeat.stop(SLACK));
-        assert!(!state.is_lost(), "stopping does not mark it lost");
-        assert!(state.remaining() > Duration::ZERO);
-        // Three ttls at one beat per 30 ms: far more than one ttl's worth.
-        assert!(seen.load(Ordering::SeqCst) > 10);
-        assert!(budget_ok.try_iter().all(|ok| ok));
-    }
-
-    #[test]
-    fn marking_the_state_lost_elsewhere_ends_the_thread() {
-        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
-        let heartbeat = Heartbeat::start(
-            "test-released",
-            state.clone(),
-            Duration::from_secs(60),
-            |_| Beat::<()>::Held {
-                ttl: Duration::from_secs(60),
-            },
-        )
-        .unwrap();
-        state.mark_lost(LostReason::Released);
-        assert!(heartbeat.control.wait_exited(10 * SLACK));
-        assert!(heartbeat.stop(Duration::ZERO));
-    }
-
-    /// A beat that blocks until the test lets it go; `gone` disconnects when the thread ends.
-    fn blocking_beat() -> (
-        Heartbeat<()>,
-        Arc<AtomicUsize>,
-        mpsc::Sender<()>,
-        mpsc::Receiver<()>,
-    ) {
-        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
-        let (entered_tx, entered) = mpsc::channel();
-        let (release, released) = mpsc::channel::<()>();
-        let (alive, gone) = mpsc::channel::<()>();
-        let (beats, seen) = counter();
-        let heartbeat = Heartbeat::start("test-blocking", state, MS, move |_| {
-            let _alive = &alive;
-            beats.fetch_add(1, Ordering::SeqCst);
-            entered_tx.send(()).unwrap();
-            let _ = released.recv();
-            Beat::Held {
-                ttl: Duration::from_secs(60),
-            }
-        })
-        .unwrap();
-        entered.recv_timeout(10 * SLACK).unwrap();
-        (heartbeat, seen, release, gone)
-    }
-
-    #[test]
-    fn stop_does_not_wait_for_a_blocked_beat_beyond_its_bound() {
-        let (heartbeat, seen, release, gone) = blocking_beat();
-        let started = Instant::now();
-        assert!(!heartbeat.stop(50 * MS), "still inside the beat");
-        let waited = started.elapsed();
-        assert!(waited >= 50 * MS && waited < 50 * MS + SLACK, "{waited:?}");
-
-        release.send(()).unwrap();
-        assert_eq!(
-            gone.recv_timeout(10 * SLACK),
-            Err(mpsc::RecvTimeoutError::Disconnected),
-            "the detached thread ends after its beat"
-        );
-        assert_eq!(seen.load(Ordering::SeqCst), 1, "and calls no other");
-    }
-
-    #[test]
-    fn drop_does_not_wait_for_a_blocked_beat_beyond_its_bound() {
-        let (heartbeat, seen, release, gone) = blocking_beat();
-        let started = Instant::now();
-        drop(heartbeat);
-        let waited = started.elapsed();
-        assert!(
-            waited >= THREAD_STOP_WAIT && waited < THREAD_STOP_WAIT + SLACK,
-            "{waited:?}"
-        );
-
-        release.send(()).unwrap();
-        assert_eq!(
-            gone.recv_timeout(10 * SLACK),
-            Err(mpsc::RecvTimeoutError::Disconnected)
-        );
-        assert_eq!(seen.load(Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn a_name_with_a_nul_byte_still_starts_a_thread() {
-        let state = HolderState::new(Instant::now(), Duration::from_secs(60), MS);
-        let heartbeat = Heartbeat::start("a\0b", state, Duration::from_secs(60), |_| {
-            Beat::<()>::Held {
-                ttl: Duration::from_secs(60),
-            }
-        })
-        .expect("spawned, named a?b");
-        assert!(heartbeat.stop(SLACK));
-    }
-
-    #[test]
-    fn a_zero_period_does_not_spin() {
-        for fail in [false, true] {
-            let started = Instant::now();
-            let state = HolderState::new(started, Duration::from_secs(60), MS);
-            let (beats, seen) = counter();
-            let heartbeat = Heartbeat::start("test-zero", state, Duration::ZERO, move |_| {
-                beats.fetch_add(1, Ordering::SeqCst);
-                if fail {
-                    Beat::Failed(())
-                } else {
-                    Beat::Held {
-                        ttl: Duration::from_secs(60),
-                    }
-                }
-            })
-            .unwrap();
-            // A measuring window, not synchronisation: at most one beat per millisecond.
-            thread::sleep(100 * MS);
-            assert!(heartbeat.stop(SLACK));
-            let window = started.elapsed().as_millis();
-            let beats = seen.load(Ordering::SeqCst);
-            assert!(
-                beats >= 1 && beats as u128 <= window + 1,
-                "{beats} beats in {window} ms"
-            );
-        }
-    }
-
-    #[test]
-    fn a_panicking_beat_is_not_called_again_and_the_state_still_expires() {
-        let granted_at = Instant::now();
-        let state = HolderState::new(granted_at, 200 * MS, 20 * MS);
-        let (beats, seen) = counter();
-        let heartbeat: Heartbeat<()> =
-            Heartbeat::start("test-panic", state.clone(), MS, move |_| {
-                beats.fetch_add(1, Ordering::SeqCst);
-                panic!("beat failed");
-            })
-            .unwrap();
-        assert!(state.lost_signal().wait_timeout(10 * SLACK));
-        assert!(heartbeat.control.wait_exited(10 * SLACK));
-        assert_eq!(state.lost_reason(), Some(LostReason::Expired));
-        assert_eq!(seen.load(Ordering::SeqCst), 1);
-        assert!(format!("{heartbeat:?}").contains("Heartbeat"));
-        assert!(format!("{state:?} {:?}", state.lost_signal()).contains("Expired"));
-        assert_eq!(
-            LostReason::Gone.to_string(),
-            "the database said it is no longer ours"
-        );
     }
 }

@@ -3,18 +3,25 @@
 use crate::heartbeat::LostSignal;
 use crate::Result;
 
-/// Something held while a background heartbeat keeps it: a
+/// Something held while its pool's keeper keeps it: a
 /// [`LeaseGuard`](crate::lease::LeaseGuard), a [`PermitGuard`](crate::semaphore::PermitGuard)
-/// or a [`ClaimGuard`](crate::claim::ClaimGuard). Dropping one gives back what it holds (within
-/// its drop wait); [`release`](Self::release) does it and says how it ended.
+/// or a [`ClaimGuard`](crate::claim::ClaimGuard). Dropping one gives back what it holds: the drop
+/// does no network I/O and never blocks (inside an async task too), it hands the release to the
+/// keeper, which runs it at once (within the drop wait, or the grant expires; see
+/// [`pool::flush_releases`](crate::pool::flush_releases)); [`release`](Self::release) does it
+/// itself and says how it ended.
+///
+/// The keeper is one background thread per pool: it extends every holder of the pool a third of
+/// its ttl after the last extension, running on one connection the extensions that are due
+/// together, and wakes at each holder's local deadline.
 ///
 /// A guard is *lost* when a heartbeat finds it taken over or expired, or when no heartbeat
 /// succeeded before its local deadline — so a holder cut off from the database stops believing
 /// it holds before the database gives the thing to someone else. Long work checks
 /// [`is_lost`](Self::is_lost) between steps, or waits on [`lost_signal`](Self::lost_signal).
 ///
-/// Its manual counterparts ([`Lease`](crate::Lease), [`PermitGuard`](crate::semaphore::PermitGuard), a
-/// claimed row) have no background thread: their holder extends and releases them on a
+/// Its manual counterparts ([`Lease`](crate::Lease), [`Permit`](crate::semaphore::Permit), a
+/// claimed row) have no keeper: their holder extends and releases them on a
 /// connection of its own.
 ///
 /// ```

@@ -75,9 +75,10 @@
 //!
 //! # Holders
 //!
-//! What a background heartbeat keeps — a [`LeaseGuard`], a
+//! What the pool's keeper keeps in the background — a [`LeaseGuard`], a
 //! [`PermitGuard`](semaphore::PermitGuard), a [`ClaimGuard`](claim::ClaimGuard) — shares the
-//! [`Held`] trait; their manual counterparts ([`Lease`], [`Permit`](semaphore::Permit), a claimed
+//! [`Held`] trait (one keeper thread per pool, however many holders; a drop hands the release
+//! to it and never blocks); their manual counterparts ([`Lease`], [`Permit`](semaphore::Permit), a claimed
 //! row) are kept on a connection of yours.
 //!
 //! # Connections
@@ -141,6 +142,7 @@ pub mod dsl;
 mod error;
 mod heartbeat;
 mod held;
+mod keeper;
 pub mod lease;
 mod model;
 pub(crate) mod notify;

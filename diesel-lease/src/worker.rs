@@ -913,14 +913,7 @@ where
                 .map_err(|e| e.to_string())
         }));
         calls.quiet_since = Instant::now();
-        // The heartbeat may be inside a call that does not return: wait for it no longer than
-        // the thread's calls are waited for.
-        let stop_wait = self
-            .give_up_at(calls.quiet_since)
-            .map_or(w.options.drop_wait_limit(), |at| {
-                at.saturating_duration_since(Instant::now())
-            });
-        guard.stop_heartbeat(stop_wait);
+        guard.stop_heartbeat();
         let (error, panicked) = match outcome {
             Ok(Ok(())) => (None, false),
             Ok(Err(error)) => (Some(error), false),

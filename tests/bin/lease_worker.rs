@@ -9,6 +9,9 @@
 //!   `ACQUIRED <token> <acquired_at_micros>`, release it, exit;
 //! - `contend <name> <count>`: `count` times: wait for the lease, log its token into
 //!   `grants (token, pid)` while holding it, release;
+//! - `drop-and-exit <name> <ttl_ms> <flush|exit>`: take the lease through a pool with
+//!   keep-alive on, print `ACQUIRED <token>`, drop the guard and exit at once (`exit`), or
+//!   first wait for the keeper to release it (`flush`, printing `FLUSHED <true|false>`);
 //! - `farm <name> <interval_ms> <ttl_ms>`: the farm loop of seed 000: run the periodic job
 //!   whenever it is due here, logging each run into `farm_runs (due_at, token, pid)`; runs until
 //!   killed (or 120 s).
@@ -109,6 +112,20 @@ fn run<C: LeaseConnection + R2D2Connection + BorrowConnection<Conn = C>>(
                 Err(e) => format!("{e}"),
             };
             say(format!("RELEASE {released}"));
+        }
+        ["drop-and-exit", name, ttl, then] => {
+            let pool = diesel_lease::pool::build_pool::<C>(url, 2).expect("pool");
+            let options = LeaseOptions::new(ms(ttl)).keep_alive(true);
+            let guard = diesel_lease::LeaseGuard::try_acquire(&pool, name, &options)
+                .expect("acquire")
+                .expect("free");
+            say(format!("ACQUIRED {}", guard.token()));
+            drop(guard);
+            if *then == "flush" {
+                let flushed = diesel_lease::pool::flush_releases(&pool, Duration::from_secs(30));
+                say(format!("FLUSHED {}", flushed.expect("flush")));
+            }
+            // Returning from `main` ends the process, the keeper's thread with it.
         }
         ["take", name, ttl, timeout] => {
             let mut conn = connect::<C>(url);

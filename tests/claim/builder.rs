@@ -182,6 +182,7 @@ backend_suite! {
         assert_eq!(guard_ids(&more), [2, 3]);
         assert!(guard.complete().unwrap());
         drop(more);
+        crate::common::settled(&pool);
         assert_eq!((status(db, 2), status(db, 3)), ("JOBEXTRACTED".into(), "JOBEXTRACTED".into()), "dropped unfinished: handed back");
         assert_eq!(status(db, 1), "DONE");
     }

@@ -232,6 +232,7 @@ backend_suite! {
         assert_eq!(guards.iter().map(|g| g.id).collect::<Vec<_>>(), [1, 2, 3]);
         let mut guards = guards.into_iter();
         drop(guards.next());
+        crate::common::settled(&pool);
         assert_eq!(status(db, 1), "JOBEXTRACTED", "a dropped guard hands its row back");
         for guard in guards {
             assert!(guard.complete().unwrap());

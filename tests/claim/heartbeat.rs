@@ -141,12 +141,14 @@ backend_suite! {
         let guard = ImportJob::claim().guard(&pool).unwrap().expect("a row");
         assert_eq!(status(db, 1), "EXECUTIONINPROGRESS");
         drop(guard);
+        crate::common::settled(&pool);
         assert_eq!(status(db, 1), "JOBEXTRACTED");
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let _guard = ImportJob::claim().guard(&pool).unwrap().expect("the row again");
             panic!("the job failed");
         }));
         assert!(panicked.is_err());
+        crate::common::settled(&pool);
         assert_eq!(status(db, 1), "JOBEXTRACTED");
         let again = ImportJob::claim().row(&mut db.conn()).unwrap().expect("claimable at once");
         assert_eq!(again.attempts, 3, "three claims in all");
@@ -235,6 +237,7 @@ backend_suite! {
         let dropped = guards.next().expect("a guard");
         let dropped_id = dropped.id;
         drop(dropped);
+        crate::common::settled(&pool);
         assert_eq!(status(db, dropped_id), "JOBEXTRACTED", "a dropped guard hands its row back");
         for guard in guards {
             let id = guard.id;

@@ -99,6 +99,18 @@ impl<B: TestBackend> TestDb<B> {
 /// into a failure.
 ///
 /// [`LostSignal::lost_at`]: diesel_lease::LostSignal::lost_at
+/// Waits for the pool's keeper to run the releases of the guards, permits and claim guards
+/// dropped so far (a drop hands its release to the keeper and returns at once).
+pub fn settled<S>(pool: &S)
+where
+    S: diesel_lease::pool::ConnectionSource<Connection: Send>,
+{
+    assert!(
+        diesel_lease::pool::flush_releases(pool, std::time::Duration::from_secs(30)).unwrap(),
+        "the keeper settled the drops' releases within 30 s"
+    );
+}
+
 pub fn lost_in_time(
     holder: &impl diesel_lease::Held,
     sent: std::time::Instant,

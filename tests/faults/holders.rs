@@ -63,46 +63,71 @@ backend_suite! {
         drop(hog);
     }
 
-    /// Each kind of holder dropped while its pool is exhausted waits for a connection as long as
-    /// it was told to (here 300 ms, against the default 2 s), then returns; what it held is
-    /// left to its ttl. A drop that ignored the setting would take the default 2 s; one that did
-    /// not wait at all would return at once.
+    /// Each kind of holder dropped while its pool is exhausted returns at once, without a
+    /// connection: the drop hands its release to the pool's keeper. The keeper tries for as
+    /// long as the holder was told (here 300 ms, against the default 2 s): with the pool's one
+    /// connection held for longer, it gives up and what was held is left to its ttl (the row
+    /// stays claimed until its timeout). Dropped with the default wait while the connection is
+    /// held for less than that, the same holders are released.
     pub(crate) fn a_configured_drop_wait_bounds_every_drop(db: &TestDb<B>) {
         db.migrate();
         let [pg, sqlite, mysql] = [IMPORTJOBS_DDL.0, IMPORTJOBS_DDL.1, IMPORTJOBS_DDL.2];
         db.ddl(pg, sqlite, mysql);
         db.conn()
-            .batch_execute("INSERT INTO importjobs (id, statuscode, payload) VALUES (1, 'JOBEXTRACTED', '')")
+            .batch_execute(
+                "INSERT INTO importjobs (id, statuscode, payload) VALUES (1, 'JOBEXTRACTED', ''), (2, 'JOBEXTRACTED', '')",
+            )
             .unwrap();
         const WAIT: Duration = Duration::from_millis(300);
         let pool = db.pool(1);
-        let timed_drop = |what: &str, held: Box<dyn std::any::Any>| {
+        // Drops `held` while the pool's one connection is in use for `hogged`: the drop returns
+        // with the connection still taken (it needs none); then the keeper's work is waited for.
+        let hogged_drop = |what: &str, held: Box<dyn std::any::Any>, hogged: Duration| {
             let hog = pool.get().unwrap();
             let dropping = Instant::now();
             drop(held);
             let took = dropping.elapsed();
+            std::thread::sleep(hogged.saturating_sub(took));
             drop(hog);
-            assert!(took >= WAIT - Duration::from_millis(50), "{what}: gave up after {took:?}");
-            // A drop that ignored the setting would wait the default drop wait for the pool's
-            // one connection: anything shorter is the setting (room for a loaded machine).
-            assert!(took < DROP_WAIT, "{what}: drop took {took:?}");
+            // A drop that waited for a connection would have taken `hogged` at least.
+            assert!(took < hogged, "{what}: drop took {took:?}");
+            crate::common::settled(&pool);
         };
-        let lease_options = LeaseOptions::new(TTL).keep_alive(true).drop_wait(WAIT);
-        let guard = LeaseGuard::try_acquire(&pool, "report", &lease_options).unwrap().expect("free");
-        timed_drop("lease guard", Box::new(guard));
-        let permit = Semaphore::mutex("api")
-            .with_drop_wait(WAIT)
-            .try_acquire(&pool)
-            .unwrap()
-            .expect("free");
-        timed_drop("permit", Box::new(permit));
-        let claim_options = ClaimOptions::default().drop_wait(WAIT);
-        let claim = ImportJob::claim().options(&claim_options).guard(&pool)
-            .unwrap()
-            .expect("a row");
-        timed_drop("claim guard", Box::new(claim));
-        // Not handed back (no connection in time): the row stays claimed until its timeout.
-        assert!(ImportJob::claim().row(&mut db.conn()).unwrap().is_none());
+        // Round 1: the keeper's wait (300 ms) runs out while the connection is held (900 ms):
+        // everything is left. Round 2: the default wait (2 s) outlasts the hog (300 ms).
+        for (round, wait, hogged, left) in [(1, WAIT, 3 * WAIT, true), (2, DROP_WAIT, WAIT, false)] {
+            let name = format!("report-{round}");
+            let options = LeaseOptions::new(Duration::from_secs(60)).keep_alive(true).drop_wait(wait);
+            let guard = LeaseGuard::try_acquire(&pool, &name, &options).unwrap().expect("free");
+            hogged_drop("lease guard", Box::new(guard), hogged);
+            let held = Lease::inspect(&mut db.conn(), &name).unwrap().is_some_and(|r| r.is_held());
+            assert_eq!(held, left, "round {round}: the lease left to its ttl");
+
+            let mutex = Semaphore::mutex(format!("api-{round}"))
+                .with_ttl(Duration::from_secs(60))
+                .with_drop_wait(wait);
+            let permit = mutex.try_acquire(&pool).unwrap().expect("free");
+            hogged_drop("permit", Box::new(permit), hogged);
+            let queued = mutex.queue(&mut db.conn()).unwrap();
+            assert_eq!(!queued.is_empty(), left, "round {round}: the permit left to its ttl: {queued:?}");
+
+            let claim_options = ClaimOptions::default().drop_wait(wait);
+            let claim = ImportJob::claim().options(&claim_options).guard(&pool).unwrap().expect("a row");
+            let id = claim.id;
+            hogged_drop("claim guard", Box::new(claim), hogged);
+            // Not handed back when the keeper got no connection in time: the row stays claimed
+            // until its timeout.
+            let again = ImportJob::claim().row(&mut db.conn()).unwrap().map(|row| row.id);
+            if left {
+                assert_eq!(again, Some(2), "round 1: row {id} stays claimed, the other is next");
+                // Ready again for round 2 (row 1 stays claimed).
+                db.conn()
+                    .batch_execute("UPDATE importjobs SET statuscode = 'JOBEXTRACTED', worker = NULL WHERE id = 2")
+                    .unwrap();
+            } else {
+                assert_eq!((id, again), (2, Some(2)), "round 2: handed back at once");
+            }
+        }
 
         // Zero is refused everywhere.
         assert!(matches!(

@@ -98,7 +98,62 @@ fn tokens_strictly_increase_across_processes<B: TestBackend>(db: &TestDb<B>) {
     assert_eq!(pids.len(), PROCESSES);
 }
 
+/// A guard dropped just before its process exits: the release was handed to the keeper, whose
+/// thread ends with the process. Without a flush, the lease is either released already or left
+/// to its ttl — never held past it (its keep-alive died too). With
+/// `pool::flush_releases` before exiting, it is released, and free at once.
+fn a_drop_at_exit_is_released_when_flushed_and_never_outlives_its_ttl<B: TestBackend>(
+    db: &TestDb<B>,
+) {
+    db.migrate();
+    const TTL_MS: i64 = 3_000;
+    let mut c = db.conn();
+    for (name, then) in [("exit-flushed", "flush"), ("exit-at-once", "exit")] {
+        let child = spawn(db, &["drop-and-exit", name, &TTL_MS.to_string(), then]);
+        // Read after the exit, all at once (the two lines may come in one read).
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let out = String::from_utf8(out.stdout).unwrap();
+        let mut lines = out.lines();
+        let line = lines.next().unwrap_or_default();
+        let token: i64 = line.strip_prefix("ACQUIRED ").expect(line).parse().unwrap();
+        if then == "flush" {
+            assert_eq!(lines.next(), Some("FLUSHED true"));
+        }
+        let record = Lease::inspect(&mut c, name).unwrap().expect("granted once");
+        assert_eq!(record.token.get(), token);
+        if then == "flush" {
+            assert!(record.is_released(), "flushed before exit: {record:?}");
+            let next = Lease::try_acquire(&mut c, name, &super::opts(1_000)).unwrap();
+            assert!(next.expect("free at once").token().get() > token);
+        } else {
+            // Released in time, or left: then it runs out at its ttl from the grant (the grant
+            // reads the clock twice, microseconds apart; a keep-alive would have moved it a
+            // third of the ttl and more).
+            assert!(
+                record.is_released()
+                    || record.expires_at_micros
+                        < record.acquired_at_micros + (TTL_MS + TTL_MS / 3) * 1_000,
+                "a lease dropped at exit outlived its ttl: {record:?}"
+            );
+            let mut taker = spawn(db, &["take", name, "1000", "30000"]);
+            let line = first_line(&mut taker);
+            assert!(taker.wait().unwrap().success());
+            let taken: i64 = line
+                .strip_prefix("ACQUIRED ")
+                .expect(&line)
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(taken > token);
+        }
+    }
+}
+
 backend_tests!(
+    a_drop_at_exit_is_released_when_flushed_and_never_outlives_its_ttl,
     killed_holder_is_taken_over_only_after_expiry,
     tokens_strictly_increase_across_processes,
 );

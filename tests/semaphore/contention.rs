@@ -214,6 +214,7 @@ fn commit_order_race_never_admits_two<B: TestBackend>(db: &TestDb<B>) {
 
     // The holder leaves: the lower ticket is next, never a newcomer.
     drop(holder);
+    crate::common::settled(&pool);
     let q = queue::<B>(&pool, "race");
     assert_eq!(q.len(), 1, "{q:?}");
     assert!(q[0].granted && q[0].owner == "straggler");

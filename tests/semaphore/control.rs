@@ -83,11 +83,13 @@ where
         1
     );
     drop(a);
+    crate::common::settled(&pool);
     let c = etl
         .try_acquire(&pool)
         .unwrap()
         .expect("a's release let one in");
     drop((b, c, writer));
+    crate::common::settled(&pool);
     assert_eq!(
         count::<B>(&mut conn, "1 = 1"),
         0,
@@ -152,6 +154,7 @@ fn seed_style_insert_never_makes_two_holders<B: TestBackend>(db: &TestDb<B>) {
         Some(holder) => {
             assert!(!q.iter().any(|r| r.owner == "straggler" && r.granted));
             drop(holder);
+            crate::common::settled(&pool);
             let q = mutex.queue(&mut conn).unwrap();
             assert_eq!(q.len(), 1, "{q:?}");
             assert!(q[0].granted && q[0].owner == "straggler", "{q:?}");
@@ -234,6 +237,7 @@ fn the_seeds_two_column_table_works<B: TestBackend>(db: &TestDb<B>) {
     assert_eq!(q.len(), 1);
     assert!(q[0].granted && q[0].ticket == waiter.ticket());
     drop(waiter);
+    crate::common::settled(&pool);
 
     // A writer needs an access-type column: refused, and nothing is left behind.
     let rw = RwLock::in_control_table::<BasicControl>(None);

@@ -12,17 +12,20 @@ use super::{
 };
 use crate::claim::ClaimDialect;
 use crate::clock::DbNow;
-use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
+use crate::heartbeat::{default_margin, Beat, BeatBudget, HolderState, LostReason, LostSignal};
+use crate::keeper::Registration;
 use crate::pool::{end_within, AnySource, ConnectionSource};
 use crate::{Error, Held, Released, Result};
 
 /// A row claimed through a pool (an r2d2 pool, or any [`ConnectionSource`]), for work that may run longer than the claim timeout.
 ///
-/// While the guard lives, a background heartbeat moves the row's `claimed_at` to the database's
-/// now every timeout/3, so the claim is not rescued while its work runs. Finish it with
-/// [`complete`](Self::complete), [`fail`](Self::fail) or [`release`](Held::release); a guard
-/// dropped unfinished — the work returned early or panicked — hands the row back (first ready
-/// state) so another worker can take it at once.
+/// While the guard lives, the pool's keeper (one background thread for all the holders of a
+/// pool) moves the row's `claimed_at` to the database's now every timeout/3, so the claim is not
+/// rescued while its work runs. Finish it with [`complete`](Self::complete), [`fail`](Self::fail)
+/// or [`release`](Held::release); a guard dropped unfinished — the work returned early or
+/// panicked — hands the row back (first ready state) so another worker can take it at once: the
+/// drop does no network I/O, the keeper runs the hand-back right away (see
+/// [`flush_releases`](crate::pool::flush_releases)), or the claim times out if it cannot.
 ///
 /// The guard is *lost* — [`is_lost`](Held::is_lost) turns true, [`lost_signal`](Held::lost_signal)
 /// fires — when a heartbeat finds the claim rescued or finished by someone else, or when no
@@ -76,20 +79,29 @@ pub struct ClaimGuard<M> {
     /// Shared with the thread that finishes it (see `pool::end_within`).
     row: Arc<M>,
     local: HolderState,
-    heartbeat: Option<Heartbeat<Error>>,
-    /// Stops the heartbeat and runs an owner-checked transition of `row`, both within the wait
-    /// (`None`: the pool's connection timeout), whatever the database does (see
-    /// `pool::end_within`). Built where the connection type is known, so the guard's type names
-    /// only the model.
+    /// Its place with the pool's keeper while heartbeating (the type names only `Any`: the
+    /// registration's connection type is erased with the rest).
+    kept: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Runs an owner-checked transition of `row` within the wait (`None`: the pool's connection
+    /// timeout), whatever the database does (see `pool::end_within`); or, for a drop, hands the
+    /// row back through the keeper. Built where the connection type is known, so the guard's
+    /// type names only the model.
     finisher: Box<Finisher<M>>,
     finished: bool,
     /// How long a drop waits at most ([`ClaimOptions::drop_wait`]).
     drop_wait: Duration,
 }
 
-type Finisher<M> = dyn Fn(Arc<M>, Finish, Option<Heartbeat<Error>>, Option<Duration>) -> Result<bool>
-    + Send
-    + Sync;
+type Finisher<M> = dyn Fn(Arc<M>, Ending) -> Result<bool> + Send + Sync;
+
+/// How a guard ends its claim.
+enum Ending {
+    /// Now, within the wait (`None`: the pool's connection timeout).
+    Now(Finish, Option<Duration>),
+    /// A drop: the row goes back through the keeper, which starts it within the wait or not at
+    /// all.
+    Later(Duration),
+}
 
 impl<M> ClaimGuard<M>
 where
@@ -106,8 +118,8 @@ where
         C: ClaimDialect + ClaimConnection<M>,
     {
         let sent_at = Instant::now();
-        let rows = pool.with_connection(claim)?;
         let pool = AnySource::new(pool);
+        let rows = pool.with_connection(claim)?;
         // Every row gets its guard first: one that fails to start hands its own row back, and
         // on such an error the guards already started drop with the `Vec`, handing theirs back.
         let guards: Vec<Result<Self>> = rows
@@ -135,13 +147,19 @@ where
         let lender = pool.clone();
         let mut guard = ClaimGuard {
             local: HolderState::new(sent_at, ttl, default_margin(ttl)),
-            heartbeat: None,
-            finisher: Box::new(move |row: Arc<M>, to, heartbeat, wait| {
-                let wait = wait.unwrap_or_else(|| lender.connection_timeout());
-                let table = crate::observe::table_name::<M::Table>();
-                end_within(heartbeat, &lender, wait, table, move |conn| {
-                    finish(conn, &*row, to)
-                })
+            kept: None,
+            finisher: Box::new(move |row: Arc<M>, ending| match ending {
+                Ending::Now(to, wait) => {
+                    let wait = wait.unwrap_or_else(|| lender.connection_timeout());
+                    let table = crate::observe::table_name::<M::Table>();
+                    end_within(&lender, wait, table, move |conn| finish(conn, &*row, to))
+                }
+                Ending::Later(wait) => {
+                    crate::keeper::release_later(&lender, wait, move |conn| {
+                        let _ = finish(conn, &*row, Finish::Ready);
+                    });
+                    Ok(false)
+                }
             }),
             row: Arc::new(row),
             finished: false,
@@ -149,13 +167,11 @@ where
         };
         if let Some(timeout) = timeout {
             let touch = owner_checked(&*guard.row, Change::Touch(DbNow::new()));
-            let beat = touch_beat(pool.clone(), touch, timeout);
+            let beat = touch_beat::<C, M>(touch, timeout);
             // On error, dropping the guard hands the row back: nothing stays claimed.
-            guard.heartbeat = Some(Heartbeat::every_third_of_ttl(
-                M::STATE,
-                guard.local.clone(),
-                beat,
-            )?);
+            let kept: Registration<C, Error> =
+                crate::keeper::keep(pool, M::STATE, guard.local.clone(), beat)?;
+            guard.kept = Some(Box::new(kept));
         }
         Ok(guard)
     }
@@ -178,7 +194,7 @@ where
     where
         M: HasDoneState,
     {
-        self.finish(Finish::Done, None)
+        self.finish(Ending::Now(Finish::Done, None))
     }
 
     /// Marks the row failed if this worker still owns the claim.
@@ -186,7 +202,7 @@ where
     where
         M: HasFailedState,
     {
-        self.finish(Finish::Failed, None)
+        self.finish(Ending::Now(Finish::Failed, None))
     }
 }
 
@@ -217,18 +233,18 @@ impl<M: Claimable> Held for ClaimGuard<M> {
     /// Hands the row back (first ready state, owner cleared) if this worker still owns the
     /// claim; [`Released::WasLost`] when it was rescued or finished meanwhile.
     fn release(mut self) -> Result<Released> {
-        self.finish(Finish::Ready, None).map(Released::from_held)
+        self.finish(Ending::Now(Finish::Ready, None))
+            .map(Released::from_held)
     }
 }
 
 impl<M> ClaimGuard<M> {
-    /// Stops the heartbeat (waiting at most `wait` for its thread) so that the caller can finish
-    /// the row with a statement of its own (`worker::Worker`: a retry); then
-    /// [`finished_elsewhere`](Self::finished_elsewhere), or the drop hands the row back.
-    pub(crate) fn stop_heartbeat(&mut self, wait: Duration) {
-        if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.stop(wait.min(self.drop_wait));
-        }
+    /// Stops the heartbeat (without waiting: a beat under way changes nothing once the row is
+    /// finished) so that the caller can finish the row with a statement of its own
+    /// (`worker::Worker`: a retry); then [`finished_elsewhere`](Self::finished_elsewhere), or
+    /// the drop hands the row back.
+    pub(crate) fn stop_heartbeat(&mut self) {
+        self.kept.take();
     }
 
     /// The caller finished the row itself: dropping the guard leaves it alone.
@@ -237,10 +253,15 @@ impl<M> ClaimGuard<M> {
         self.local.mark_lost(LostReason::Released);
     }
 
-    /// Stops the heartbeat, then runs the owner-checked transition.
-    fn finish(&mut self, to: Finish, wait: Option<Duration>) -> Result<bool> {
+    /// Stops the heartbeat, then runs (or, for a drop, queues) the owner-checked transition.
+    fn finish(&mut self, ending: Ending) -> Result<bool> {
         self.finished = true;
-        let done = (self.finisher)(Arc::clone(&self.row), to, self.heartbeat.take(), wait);
+        self.kept.take();
+        if let Ending::Later(_) = ending {
+            // The work may stop at once; the row goes back in the background.
+            self.local.mark_lost(LostReason::Released);
+        }
+        let done = (self.finisher)(Arc::clone(&self.row), ending);
         self.local.mark_lost(LostReason::Released);
         done
     }
@@ -255,34 +276,27 @@ impl<M> Deref for ClaimGuard<M> {
 
 /// The heartbeat's beat: the owner-checked `claimed_at = now` with a connection lent within the
 /// budget; each success extends the claim by `timeout`.
-fn touch_beat<S, M>(
-    source: S,
+fn touch_beat<C, M>(
     touch: super::FinishStmt<M>,
     timeout: Duration,
-) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static
+) -> impl FnMut(&mut C, BeatBudget) -> Beat<Error> + Send + 'static
 where
-    S: ConnectionSource,
-    S::Connection: ClaimConnection<M>,
+    C: ClaimConnection<M>,
     M: Claimable,
 {
-    move |budget| {
-        let beat = source
-            .lend(budget.remaining())
-            .and_then(|mut conn| S::with_lent(&mut conn, |conn| conn.finish(&touch)));
-        match beat {
-            Ok(true) => Beat::Held { ttl: timeout },
-            Ok(false) => Beat::Lost,
-            Err(e) => Beat::Failed(e),
-        }
+    move |conn, _budget| match conn.finish(&touch) {
+        Ok(true) => Beat::Held { ttl: timeout },
+        Ok(false) => Beat::Lost,
+        Err(e) => Beat::Failed(e),
     }
 }
 
 impl<M> Drop for ClaimGuard<M> {
     fn drop(&mut self) {
         if !self.finished {
-            // Unfinished (an early return, an error, a panic): hand the row back at once for
-            // another worker; if the database cannot be reached, the claim times out instead.
-            let _ = self.finish(Finish::Ready, Some(self.drop_wait));
+            // Unfinished (an early return, an error, a panic): the keeper hands the row back at
+            // once for another worker; if the database cannot be reached, the claim times out.
+            let _ = self.finish(Ending::Later(self.drop_wait));
         }
     }
 }
@@ -291,7 +305,7 @@ impl<M: fmt::Debug> fmt::Debug for ClaimGuard<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClaimGuard")
             .field("row", &self.row)
-            .field("heartbeat", &self.heartbeat.is_some())
+            .field("heartbeat", &self.kept.is_some())
             .field("lost", &self.local.lost_reason())
             .finish()
     }

@@ -251,10 +251,10 @@ impl ClaimOptions {
         self
     }
 
-    /// How long dropping an unfinished [`ClaimGuard`] waits at most, in all, for its heartbeat to
-    /// stop, for a pool connection and for the statement that hands the row back (default
-    /// 2 s), whatever the network does; without them in time
-    /// the claim is left to time out. Also what a waiting claim
+    /// How long the pool's keeper may take to hand back the row of an unfinished [`ClaimGuard`]
+    /// that was dropped (default 2 s, counted from the drop, which itself returns at once): a
+    /// hand-back not started by then — no pool connection came in time — is left, and the claim
+    /// times out. Also what a waiting claim
     /// ([`Claim::wait`]) gets on top of its timeout, and a
     /// stopped `Worker` after its handlers. Zero is refused (when a claim uses the options) with
     /// [`InvalidInput::ZeroDuration`](crate::InvalidInput::ZeroDuration).

@@ -9,18 +9,23 @@ use lease_core::FencingToken;
 
 use super::{Lease, LeaseOptions};
 use crate::courier::Courier;
-use crate::heartbeat::{Beat, Heartbeat, LostSignal};
+use crate::heartbeat::{Beat, BeatBudget, LostReason, LostSignal};
+use crate::keeper::Registration;
 use crate::lease::statements::LeaseStatements;
 use crate::pool::{end_within, AnySource, ConnectionSource};
 use crate::{Error, Held, Released, Result};
 
 /// A lease taken through a pool (an r2d2 pool, or any [`ConnectionSource`]). It borrows a connection from the pool only while it talks
-/// to the database, and releases the lease when dropped (errors on drop are ignored — call
-/// [`release`](Self::release) to see them; a drop waits at most [`LeaseOptions::drop_wait`], by
-/// default 2 s).
+/// to the database, and releases the lease when dropped. A drop does no network I/O and never
+/// blocks: it hands the release to the pool's keeper, a background thread that runs it at once
+/// on a connection of the pool (errors are ignored — call [`release`](Held::release) to see them,
+/// or [`flush_releases`](crate::pool::flush_releases) to wait for it), unless it cannot start
+/// within [`LeaseOptions::drop_wait`] (by default 2 s): the lease then expires at its ttl. So
+/// does a lease whose drop's release is still queued when the process exits.
 ///
-/// With [`LeaseOptions::keep_alive`], a background heartbeat extends the lease by its ttl every
-/// ttl/3. The guard is *lost* ([`Held`]: [`is_lost`](Held::is_lost) turns true,
+/// With [`LeaseOptions::keep_alive`], the pool's keeper extends the lease by its ttl every
+/// ttl/3, in one thread for all the holders of the pool (see
+/// [`flush_releases`](crate::pool::flush_releases) for what it does). The guard is *lost* ([`Held`]: [`is_lost`](Held::is_lost) turns true,
 /// [`lost_signal`](Held::lost_signal) fires, [`extend`](Self::extend) returns
 /// [`Error::LeaseLost`](crate::Error::LeaseLost) and [`release`](Held::release)
 /// [`Released::WasLost`]) when an extension finds the lease
@@ -44,7 +49,8 @@ use crate::{Error, Held, Released, Result};
 ///     let guard = LeaseGuard::try_acquire(&pool, "compaction", &options).unwrap().unwrap();
 ///     println!("compacting with fencing token {}", guard.token());
 ///     assert!(LeaseGuard::try_acquire(&pool, "compaction", &options).unwrap().is_none());
-/// } // dropped: released
+/// } // dropped: its release is handed to the keeper
+/// assert!(diesel_lease::pool::flush_releases(&pool, Duration::from_secs(5)).unwrap());
 /// assert!(LeaseGuard::try_acquire(&pool, "compaction", &options).unwrap().is_some());
 /// # }
 /// ```
@@ -60,7 +66,8 @@ pub struct LeaseGuard<C: LeaseStatements> {
     token: FencingToken,
     name: String,
     signal: LostSignal,
-    heartbeat: Option<Heartbeat<Error>>,
+    /// Its place with the pool's keeper while kept alive.
+    kept: Option<Registration<C, Error>>,
     finished: bool,
     /// How long a drop waits at most ([`LeaseOptions::drop_wait`]).
     drop_wait: Duration,
@@ -71,7 +78,7 @@ impl<C: LeaseStatements> fmt::Debug for LeaseGuard<C> {
         f.debug_struct("LeaseGuard")
             .field("name", &self.name)
             .field("token", &self.token)
-            .field("keep_alive", &self.heartbeat.is_some())
+            .field("keep_alive", &self.kept.is_some())
             .field("lost", &self.is_lost())
             .finish()
     }
@@ -89,9 +96,11 @@ impl<C: LeaseStatements> LeaseGuard<C> {
         name: &str,
         options: &LeaseOptions,
     ) -> Result<Option<Self>> {
-        let lease = pool.with_connection(|conn| super::Lease::try_acquire(conn, name, options))?;
+        let source = AnySource::new(pool);
+        let lease =
+            source.with_connection(|conn| super::Lease::try_acquire(conn, name, options))?;
         lease
-            .map(|lease| Self::new(AnySource::new(pool), lease, options))
+            .map(|lease| Self::new(source, lease, options))
             .transpose()
     }
 
@@ -120,6 +129,9 @@ impl<C: LeaseStatements> LeaseGuard<C> {
         let started = std::time::Instant::now();
         let deadline = started.checked_add(timeout);
         let mut courier = Courier::new();
+        // One erased source for every attempt and the guard: what a checkout tells about the
+        // pool (which keeper keeps the guard) is kept in it.
+        let source = AnySource::new(pool);
         // Whether an attempt has asked why it was refused (`refuse_if_exhausted`, once).
         let asked = Arc::new(AtomicBool::new(false));
         // Whether an attempt got a connection: a wait whose attempts never did ends with the
@@ -130,10 +142,9 @@ impl<C: LeaseStatements> LeaseGuard<C> {
                 .checked_add(options.drop_wait_limit())
                 .zip(deadline)
                 .map(|(allowed, deadline)| allowed.max(deadline));
-            let source = AnySource::new(pool);
             let (lender, named, checked) = (source.clone(), name.to_owned(), checked.clone());
             let (asked, reach) = (Arc::clone(&asked), reach.clone());
-            let releaser = source;
+            let releaser = source.clone();
             let attempt = courier.call(
                 &|| attempt_bound,
                 move || {
@@ -161,10 +172,10 @@ impl<C: LeaseStatements> LeaseGuard<C> {
             attempt.unwrap_or_else(|| Err(Error::waited(name, started.elapsed())))
         })
         .map_err(|e| reach.explain(e))?;
-        Self::new(AnySource::new(pool), lease, options)
+        Self::new(source, lease, options)
     }
 
-    /// Wraps a granted lease. If the heartbeat thread cannot be started, the lease is released
+    /// Wraps a granted lease. If the keeper thread cannot be started, the lease is released
     /// again and [`Error::Heartbeat`](crate::Error::Heartbeat) returned.
     pub(crate) fn new(pool: AnySource<C>, lease: Lease, options: &LeaseOptions) -> Result<Self> {
         let keep_alive = options.keeps_alive();
@@ -179,18 +190,14 @@ impl<C: LeaseStatements> LeaseGuard<C> {
             token,
             name,
             signal: local.lost_signal(),
-            heartbeat: None,
+            kept: None,
             finished: false,
             drop_wait: options.drop_wait_limit(),
         };
         if keep_alive {
-            let beat = extend_beat(
-                guard.pool.clone(),
-                Arc::clone(&guard.lease),
-                Arc::clone(&guard.extending),
-            );
+            let beat = extend_beat(Arc::clone(&guard.lease), Arc::clone(&guard.extending));
             // On error, dropping the guard releases the lease: nothing stays held.
-            guard.heartbeat = Some(Heartbeat::every_third_of_ttl(&guard.name, local, beat)?);
+            guard.kept = Some(crate::keeper::keep(&guard.pool, &guard.name, local, beat)?);
         }
         Ok(guard)
     }
@@ -222,17 +229,14 @@ impl<C: LeaseStatements> LeaseGuard<C> {
         })
     }
 
-    /// Stops the heartbeat and releases the lease, within `wait` in all whatever the database
+    /// Stops the keep-alive and releases the lease, within `wait` in all whatever the database
     /// does (see `pool::end_within`).
     fn finish(&mut self, wait: Duration) -> Result<Released> {
+        self.kept.take();
         let lease = Arc::clone(&self.lease);
-        end_within(
-            self.heartbeat.take(),
-            &self.pool,
-            wait,
-            &self.name,
-            move |conn| lock(&lease).release(conn),
-        )
+        end_within(&self.pool, wait, &self.name, move |conn| {
+            lock(&lease).release(conn)
+        })
     }
 }
 
@@ -267,29 +271,24 @@ fn turn(extending: &Mutex<()>) -> MutexGuard<'_, ()> {
     extending.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The heartbeat's beat: extend by the current ttl with a connection lent within the budget.
-/// It extends a copy of the grant, so the guard's lock is not held while the database answers
-/// (or does not): `is_lost` and `ensure_held` never wait for a beat.
+/// The keeper's beat: extend by the current ttl on the connection the keeper lent. It extends a
+/// copy of the grant, so the guard's lock is not held while the database answers (or does not):
+/// `is_lost` and `ensure_held` never wait for a beat.
 ///
 /// It holds the extension turn from before it reads the ttl until it has recorded the answer.
 /// Without it, a beat sent just before a user's [`LeaseGuard::extend`] with a longer ttl could
 /// reach the database after it: the database would keep the beat's shorter expiry while the
 /// holder, counting from its latest send, believed the longer one, and could go on believing
 /// it holds after another node was granted the lease.
-fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
-    source: S,
+fn extend_beat<C: LeaseStatements>(
     lease: Arc<Mutex<Lease>>,
     extending: Arc<Mutex<()>>,
-) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
-    move |budget| {
-        let mut conn = match source.lend(budget.remaining()) {
-            Ok(conn) => conn,
-            Err(e) => return Beat::Failed(e),
-        };
+) -> impl FnMut(&mut C, BeatBudget) -> Beat<Error> + Send + 'static {
+    move |conn, _budget| {
         let _turn = turn(&extending);
         let mut copy = lock(&lease).copy();
         let ttl = copy.ttl();
-        let extended = S::with_lent(&mut conn, |conn| copy.extend(conn, ttl));
+        let extended = copy.extend(conn, ttl);
         lock(&lease).absorb(copy);
         match extended {
             Ok(()) => Beat::Held { ttl },
@@ -301,9 +300,16 @@ fn extend_beat<S: ConnectionSource<Connection: LeaseStatements>>(
 
 impl<C: LeaseStatements> Drop for LeaseGuard<C> {
     fn drop(&mut self) {
-        if !self.finished {
-            // Nothing to report to: an unreleased lease expires at its ttl anyway.
-            let _ = self.finish(self.drop_wait);
+        if self.finished {
+            return;
         }
+        // No network I/O here: the keeper releases it (nothing to report to; a lease it cannot
+        // release in time expires at its ttl). The protected work may stop at once.
+        self.kept.take();
+        lock(&self.lease).local().mark_lost(LostReason::Released);
+        let lease = Arc::clone(&self.lease);
+        crate::keeper::release_later(&self.pool, self.drop_wait, move |conn| {
+            let _ = lock(&lease).release(conn);
+        });
     }
 }

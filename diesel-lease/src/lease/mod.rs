@@ -196,10 +196,10 @@ impl LeaseOptions {
         self
     }
 
-    /// How long dropping a [`LeaseGuard`] waits at most, in all, for its keep-alive to stop, for
-    /// a pool connection and for the release (default 2 s),
-    /// whatever the network does; a waiting [`LeaseGuard::acquire`] gets it on top of its
-    /// timeout. A drop that gets no connection in time leaves the lease to expire at its ttl.
+    /// How long the pool's keeper may take to release a dropped [`LeaseGuard`] (default 2 s,
+    /// counted from the drop, which itself returns at once): a release not started by then —
+    /// no pool connection came in time — is left, and the lease expires at its ttl. A waiting
+    /// [`LeaseGuard::acquire`] gets it on top of its timeout, whatever the network does.
     /// Zero is refused (by the acquire) with [`InvalidInput::ZeroDuration`].
     pub fn drop_wait(mut self, wait: Duration) -> Self {
         self.drop_wait = wait;

@@ -283,25 +283,23 @@ impl Reach {
 pub(crate) mod drop_wait {
     use std::time::Duration;
 
-    /// How long dropping a lease guard, permit or claim guard waits at most, in all: for its
-    /// heartbeat to stop, then for a pool connection and the statement that ends the grant, whatever
-    /// the pool's health check and the network do (the statement runs on a thread of its own; one
-    /// that has not answered by then goes on in the background, and none starts after it). A grant
-    /// that cannot be ended in time expires at its ttl (a claim: at its timeout) anyway. The default of
+    /// How long the pool's keeper may take to end the grant of a dropped lease guard, permit or
+    /// claim guard, counted from the drop (which returns at once): a statement not started by
+    /// then is not started, and the grant expires at its ttl (a claim: at its timeout). The
+    /// default of
     /// `lease::LeaseOptions::drop_wait`, `claim::ClaimOptions::drop_wait` and
     /// `semaphore::Semaphore::with_drop_wait`.
     pub const DROP_WAIT: Duration = Duration::from_secs(2);
 }
 pub(crate) use drop_wait::DROP_WAIT;
 
-/// What a holder does when it ends (a drop, a release, a completion): stops its heartbeat, then
-/// lends a connection and runs `end` on it, within `wait` in all. `end` runs on a thread of its
+/// What a holder does when it ends explicitly (a release, a completion): lends a connection and
+/// runs `end` on it, within `wait` in all. `end` runs on a thread of its
 /// own (`courier`): when the database has not answered by then (an exhausted pool, a health
 /// check or statement that waits on a silent server), this returns
 /// [`Error::Timeout`](crate::Error::Timeout) naming `what`. A health check or statement under
 /// way goes on in the background; a connection lent only after `wait` runs nothing.
 pub(crate) fn end_within<S, T>(
-    heartbeat: Option<crate::heartbeat::Heartbeat<crate::Error>>,
     source: &S,
     wait: Duration,
     what: &str,
@@ -312,13 +310,10 @@ where
     T: Send + 'static,
 {
     let started = std::time::Instant::now();
-    if let Some(heartbeat) = heartbeat {
-        // A beat still under way changes nothing once the ending has run: every extension
-        // matches only a grant that is still held (a lease: not released; a claim: still
-        // claimed by this owner; a permit: its row still there).
-        heartbeat.stop(wait.min(DROP_WAIT));
-    }
-    let left = wait.saturating_sub(started.elapsed());
+    // A keeper's beat still under way changes nothing once the ending has run: every extension
+    // matches only a grant that is still held (a lease: not released; a claim: still claimed by
+    // this owner; a permit: its row still there).
+    let left = wait;
     let (source, named) = (source.clone(), what.to_owned());
     let bound = started.checked_add(wait);
     let ended = crate::courier::Courier::new().call_within(
@@ -396,18 +391,21 @@ pub trait ConnectionSource: Clone + Send + Sync + 'static {
 /// A [`ConnectionSource`] whatever its type: what a guard, permit or `Worker` keeps, so that its
 /// type names only the connection (`LeaseGuard<PgConnection>` from an r2d2 pool or a
 /// `deadpool-diesel` one alike).
-pub(crate) struct AnySource<C>(Arc<dyn ErasedSource<C>>);
+///
+/// It also remembers the identity a checkout told of its pool (an r2d2 pool with
+/// [`WaiterWakeups`] tells it only at a checkout), which decides the keeper of its holders.
+pub(crate) struct AnySource<C>(Arc<dyn ErasedSource<C>>, Arc<std::sync::OnceLock<usize>>);
 
 impl<C> Clone for AnySource<C> {
     fn clone(&self) -> Self {
-        AnySource(Arc::clone(&self.0))
+        AnySource(Arc::clone(&self.0), Arc::clone(&self.1))
     }
 }
 
 impl<C: Dialect + Send + 'static> AnySource<C> {
     /// `source` with its type erased.
     pub(crate) fn new<S: ConnectionSource<Connection = C>>(source: &S) -> Self {
-        AnySource(Arc::new(source.clone()))
+        AnySource(Arc::new(source.clone()), Arc::default())
     }
 }
 
@@ -451,6 +449,16 @@ impl<C: Dialect + Send + 'static> ConnectionSource for AnySource<C> {
     type Connection = C;
     type Lent = Box<dyn ErasedLent<C>>;
     fn lend(&self, wait: Duration) -> crate::Result<Self::Lent> {
+        if self.1.get().is_none() && self.0.identity().is_none() {
+            // Learn the pool's identity from this checkout, leaving the rest of what it told
+            // for `lend_with_listener`.
+            CHECKED_OUT.with(|slot| slot.borrow_mut().take());
+            let lent = self.0.lend(wait)?;
+            if let Some((pool, _)) = CHECKED_OUT.with(|slot| slot.borrow().clone()) {
+                let _ = self.1.set(pool);
+            }
+            return Ok(lent);
+        }
         self.0.lend(wait)
     }
     fn with_lent<T>(
@@ -466,6 +474,52 @@ impl<C: Dialect + Send + 'static> ConnectionSource for AnySource<C> {
         self.0.connection_timeout()
     }
     fn identity(&self) -> Option<usize> {
-        self.0.identity()
+        self.0.identity().or_else(|| self.1.get().copied())
     }
+}
+
+/// Waits at most `wait` until the releases that dropped guards, permits and claim guards of
+/// `pool` handed to its keeper are done; `Ok(true)` when every one queued before the call is
+/// (released, or left past its drop wait to expire by its ttl), `Ok(false)` when `wait` ran out
+/// first.
+///
+/// A drop does no network I/O: the pool's keeper, a background thread, runs the release at
+/// once. What is still queued when the process exits is not released; it expires by its ttl (a
+/// claimed row: at its claim timeout). Call this before exiting — or before the next step of a
+/// test that needs the grant free — to wait for them. It learns which keeper is `pool`'s from a
+/// checkout (an [`Error::Pool`](crate::Error::Pool) or [`Error::Timeout`](crate::Error::Timeout)
+/// when none comes within `wait`); it sends no statement.
+///
+/// ```
+/// # #[cfg(feature = "sqlite")] {
+/// use diesel::SqliteConnection;
+/// use diesel_lease::lease::{LeaseGuard, LeaseOptions};
+/// use std::time::Duration;
+///
+/// # fn main() -> diesel_lease::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = dir.path().join("app.db").display().to_string();
+/// let pool = diesel_lease::pool::build_pool::<SqliteConnection>(&url, 4)?;
+/// diesel_lease::run_migrations(&mut pool.get().unwrap())?;
+/// let options = LeaseOptions::new(Duration::from_secs(60));
+/// drop(LeaseGuard::try_acquire(&pool, "nightly", &options)?);
+/// // Before exiting: let the keeper release what was dropped.
+/// assert!(diesel_lease::pool::flush_releases(&pool, Duration::from_secs(5))?);
+/// assert!(LeaseGuard::try_acquire(&pool, "nightly", &options)?.is_some());
+/// # Ok(()) }
+/// # }
+/// ```
+pub fn flush_releases<S>(pool: &S, wait: Duration) -> crate::Result<bool>
+where
+    S: ConnectionSource<Connection: Send>,
+{
+    let started = std::time::Instant::now();
+    let source = AnySource::new(pool);
+    if ConnectionSource::identity(&source).is_none() {
+        drop(ConnectionSource::lend(&source, wait)?);
+    }
+    Ok(crate::keeper::flush(
+        &source,
+        wait.saturating_sub(started.elapsed()),
+    ))
 }

@@ -136,6 +136,7 @@ pub(crate) const DEFAULT_MAX_POLL: Duration = Duration::from_secs(1);
 /// use std::time::Duration;
 /// use diesel::SqliteConnection;
 /// use diesel_lease::semaphore::Semaphore;
+/// use diesel_lease::Held;
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// let url = dir.path().join("app.db").display().to_string();
@@ -145,7 +146,7 @@ pub(crate) const DEFAULT_MAX_POLL: Duration = Duration::from_secs(1);
 /// let mutex = Semaphore::mutex("schema-change");
 /// let held = mutex.try_acquire(&pool).unwrap().expect("nobody else holds it");
 /// assert!(mutex.try_acquire(&pool).unwrap().is_none()); // busy: try_acquire never waits
-/// drop(held); // released
+/// assert!(held.release().unwrap().was_held()); // or drop it: the pool's keeper releases it
 /// assert!(mutex.try_acquire(&pool).unwrap().is_some());
 /// # }
 /// ```
@@ -248,9 +249,9 @@ impl Semaphore {
         self
     }
 
-    /// How long dropping a [`PermitGuard`] waits at most, in all, for its heartbeat to stop, for
-    /// a pool connection and for the release (default 2 s), whatever the network does.
-    /// The same bound applies to what must not hang on a cut-off database:
+    /// How long the pool's keeper may take to release a dropped [`PermitGuard`] (default 2 s,
+    /// counted from the drop, which itself returns at once): a release not started by then is
+    /// left, and the permit expires after its ttl. The same bound applies to what must not hang on a cut-off database:
     /// [`try_acquire`](Self::try_acquire) and taking a request back at the deadline (waits for a
     /// connection and for the resource's lock), and a release's lock wait (an explicit
     /// [`PermitGuard`] release waits for its connection up to the pool's connection timeout, as

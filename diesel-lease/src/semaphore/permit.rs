@@ -8,17 +8,19 @@ use super::control::SemaphoreDialect;
 use super::protocol::{self, Granted};
 use super::request::Request;
 use super::Mode;
-use crate::heartbeat::{default_margin, Beat, Heartbeat, HolderState, LostReason, LostSignal};
+use crate::heartbeat::{default_margin, Beat, BeatBudget, HolderState, LostReason, LostSignal};
+use crate::keeper::Registration;
 use crate::pool::{end_within, AnySource, ConnectionSource};
 use crate::{BorrowConnection, Error, Held, Released, Result};
 
 /// A held permit (or read/write lock) whose connections come from a pool (an r2d2 pool, or any
 /// [`ConnectionSource`]).
 ///
-/// While it lives, a background heartbeat extends it every ttl/3. It is released when dropped
-/// (waiting at most [`Semaphore::with_drop_wait`](super::Semaphore::with_drop_wait), by default
-/// 2 s), or by [`release`](Held::release), which reports
-/// whether it was still held.
+/// While it lives, the pool's keeper (one background thread for all the holders of a pool)
+/// extends it every ttl/3. It is released when dropped — the drop does no network I/O, the keeper
+/// releases it at once, within [`Semaphore::with_drop_wait`](super::Semaphore::with_drop_wait)
+/// (by default 2 s) or the row expires after its ttl — or by [`release`](Held::release), which
+/// reports whether it was still held.
 ///
 /// It is *lost* — [`is_lost`](Held::is_lost) turns `true` and [`lost_signal`](Held::lost_signal)
 /// fires — when a heartbeat finds its row gone (it expired and the next in line got in), or when
@@ -34,7 +36,8 @@ where
     pool: AnySource<C>,
     held: Permit,
     local: HolderState,
-    heartbeat: Option<Heartbeat<Error>>,
+    /// Its place with the pool's keeper.
+    kept: Option<Registration<C, Error>>,
     released: bool,
 }
 
@@ -45,7 +48,7 @@ where
     pub(super) fn start(pool: AnySource<C>, req: Request, granted: Granted) -> Result<Self> {
         let ttl = req.ttl.as_duration();
         let local = HolderState::new(granted.sent_at, ttl, default_margin(ttl));
-        let beat = heartbeat_beat(pool.clone(), req.clone(), granted.ticket);
+        let beat = heartbeat_beat::<C>(req.clone(), granted.ticket);
         let mut permit = PermitGuard {
             pool,
             held: Permit {
@@ -53,12 +56,13 @@ where
                 ticket: granted.ticket,
             },
             local,
-            heartbeat: None,
+            kept: None,
             released: false,
         };
         // On error, dropping the permit gives it back: without a heartbeat it would expire.
-        permit.heartbeat = Some(Heartbeat::every_third_of_ttl(
-            permit.resource(),
+        permit.kept = Some(crate::keeper::keep(
+            &permit.pool,
+            permit.held.resource(),
             permit.local.clone(),
             beat,
         )?);
@@ -88,13 +92,10 @@ where
             req: self.held.req.clone(),
             ticket: self.held.ticket,
         };
-        let released = end_within(
-            self.heartbeat.take(),
-            &self.pool,
-            wait,
-            self.resource(),
-            move |conn| held.release(conn),
-        );
+        self.kept.take();
+        let released = end_within(&self.pool, wait, self.resource(), move |conn| {
+            held.release(conn)
+        });
         self.local.mark_lost(LostReason::Released);
         released
     }
@@ -128,17 +129,12 @@ where
 }
 
 /// The heartbeat's beat: push the permit's expiry with a connection lent within the budget.
-fn heartbeat_beat<S: ConnectionSource<Connection: SemaphoreDialect>>(
-    source: S,
+fn heartbeat_beat<C: SemaphoreDialect>(
     req: Request,
     ticket: i64,
-) -> impl FnMut(crate::heartbeat::BeatBudget) -> Beat<Error> + Send + 'static {
-    move |budget| {
-        let beat = source.lend(budget.remaining()).and_then(|mut conn| {
-            S::with_lent(&mut conn, |conn| {
-                req.on(conn, |sql| protocol::heartbeat(sql, &req, ticket))
-            })
-        });
+) -> impl FnMut(&mut C, BeatBudget) -> Beat<Error> + Send + 'static {
+    move |conn, _budget| {
+        let beat = req.on(conn, |sql| protocol::heartbeat(sql, &req, ticket));
         match beat {
             Ok(true) => Beat::Held {
                 ttl: req.ttl.as_duration(),
@@ -154,10 +150,21 @@ where
     C: SemaphoreDialect,
 {
     fn drop(&mut self) {
-        if !self.released {
-            // Best effort: if the database is unreachable the row expires after the ttl.
-            let _ = self.finish(self.held.req.drop_wait);
+        if self.released {
+            return;
         }
+        // No network I/O here: the keeper gives it back (if the database cannot be reached in
+        // time, the row expires after the ttl).
+        self.released = true;
+        self.kept.take();
+        self.local.mark_lost(LostReason::Released);
+        let held = Permit {
+            req: self.held.req.clone(),
+            ticket: self.held.ticket,
+        };
+        crate::keeper::release_later(&self.pool, self.held.req.drop_wait, move |conn| {
+            let _ = held.release(conn);
+        });
     }
 }
 
