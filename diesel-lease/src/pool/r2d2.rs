@@ -95,12 +95,11 @@ impl PoolOptions {
     where
         C: Notifications + R2D2Connection,
     {
-        let options = self;
         // Every connection, the check's and the listener's included, with the network bounds.
         let url = with_network_settings::<C>(url);
         let url = url.as_str();
-        crate::backend::check_url::<C>(url, options.transaction_pooler)?;
-        let listen_url = match (&options.listen_url, options.transaction_pooler) {
+        crate::backend::check_url::<C>(url, self.transaction_pooler)?;
+        let listen_url = match (&self.listen_url, self.transaction_pooler) {
             (Some(listen_url), _) => Some(listen_url.as_str()),
             (None, false) => Some(url),
             (None, true) => {
@@ -114,7 +113,7 @@ impl PoolOptions {
             }
         };
         let tuning = ConnectionTuning {
-            transaction_pooler: options.transaction_pooler,
+            transaction_pooler: self.transaction_pooler,
             ..ConnectionTuning::default()
         };
         Ok(Pool::builder()
