@@ -81,9 +81,12 @@ pub(crate) struct HoldersRun {
     pub(crate) lost: usize,
     /// How long dropping them all took on the dropping thread, ms.
     pub(crate) drop_ms: f64,
-    /// From the first drop until the pool's keeper had run every release
-    /// (`pool::flush_releases`), ms; `None` if they were not all done within two minutes.
+    /// From the first drop until the pool's keeper had settled every release
+    /// (`pool::flush_releases`), ms; `None` if they were not all settled within two minutes.
     pub(crate) released_ms: Option<f64>,
+    /// Grants still held in the database once the releases were settled: releases the keeper
+    /// left (no connection within the drop wait) rather than ran. `None` if not counted.
+    pub(crate) left: Option<i64>,
     /// Why the run stopped early, if it did (an acquire that failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) failed: Option<String>,
@@ -97,6 +100,15 @@ pub(crate) trait HoldersBackend:
     const DDL: &'static str;
     /// Inserts `n` ready rows, ids 1 to `n`.
     fn insert_ready(&mut self, n: i64) -> QueryResult<usize>;
+    /// The `n` of a `SELECT COUNT(*) AS n …`.
+    fn count_rows(&mut self, sql: &str) -> QueryResult<i64>;
+}
+
+/// A row count read by [`HoldersBackend::count_rows`].
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
 }
 
 /// `insert_ready` from one statement of the backend's: rows 1 to the bound `n`.
@@ -106,6 +118,12 @@ macro_rules! insert_ready {
             diesel::sql_query($sql)
                 .bind::<diesel::sql_types::BigInt, _>(n)
                 .execute(self)
+        }
+
+        fn count_rows(&mut self, sql: &str) -> QueryResult<i64> {
+            diesel::sql_query(sql)
+                .get_result::<Count>(self)
+                .map(|count| count.n)
         }
     };
 }
@@ -308,6 +326,17 @@ pub(crate) fn run<C: HoldersBackend>(
     Ok(runs)
 }
 
+/// How many grants of `kind` are still held in the database (after every release settled):
+/// leases not released, permits' rows, claimed rows.
+fn still_held<C: HoldersBackend>(url: &str, kind: &str) -> BenchResult<i64> {
+    let sql = match kind {
+        "lease" => "SELECT COUNT(*) AS n FROM diesel_lease_leases WHERE released_at IS NULL",
+        "permit" => "SELECT COUNT(*) AS n FROM diesel_lease_semaphore_tickets",
+        _ => "SELECT COUNT(*) AS n FROM bench_holders WHERE status = 'taken'",
+    };
+    Ok(C::establish(url)?.count_rows(sql)?)
+}
+
 fn one<C: HoldersBackend>(
     url: &str,
     kind: &'static str,
@@ -349,6 +378,7 @@ fn one<C: HoldersBackend>(
     let released_ms = diesel_lease::pool::flush_releases(&pool, Duration::from_secs(120))
         .unwrap_or(false)
         .then(|| dropping.elapsed().as_secs_f64() * 1e3);
+    let left = still_held::<C>(url, kind).ok();
     let run = HoldersRun {
         backend: C::NAME,
         kind,
@@ -364,11 +394,12 @@ fn one<C: HoldersBackend>(
         lost,
         drop_ms,
         released_ms,
+        left,
         failed,
     };
     eprintln!(
         "  holders {} {:>6} x{:<6} threads {:>6} (before {}), renewals {:>8.1} statements/s, \
-         p99 lag {}, lost {}, drop {:.1} ms, released in {}{}",
+         p99 lag {}, lost {}, drop {:.1} ms, released in {} ({} left){}",
         run.backend,
         run.kind,
         run.holders,
@@ -381,6 +412,7 @@ fn one<C: HoldersBackend>(
         run.drop_ms,
         run.released_ms
             .map_or_else(|| "-".to_string(), |ms| format!("{ms:.0} ms")),
+        run.left.map_or_else(|| "?".to_string(), |n| n.to_string()),
         run.failed
             .as_ref()
             .map_or_else(String::new, |f| format!(" (stopped: {f})")),

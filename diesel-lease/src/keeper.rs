@@ -15,8 +15,8 @@
 //!
 //! A dropped holder does no network I/O: [`release_later`] queues the statement that ends its
 //! grant, and the keeper runs the queued endings on one connection as soon as it is awake. An
-//! ending not started within its bound (the holder's drop wait, counted from the drop) is left:
-//! the grant expires at its ttl (a claim at its timeout). So do the endings still queued when the
+//! ending whose connection did not come within its bound (the holder's drop wait, counted from
+//! the drop) is left: the grant expires at its ttl (a claim at its timeout). So do the endings still queued when the
 //! process exits: nothing flushes them but [`flush`] (the public
 //! [`pool::flush_releases`](crate::pool::flush_releases)), which waits for them within a bound.
 //!
@@ -447,9 +447,10 @@ impl<C: 'static, E: fmt::Debug + Send + Sync + 'static> Keeper<C, E> {
                 let mut endings = Some(endings);
                 let mut ran = Vec::new();
                 let lent = lender.run(wait, &mut |conn| {
+                    let lent_at = Instant::now();
                     for ending in endings.take().into_iter().flatten() {
                         settled += 1;
-                        run_ending(ending, conn);
+                        run_ending(ending, lent_at, conn);
                     }
                     for d in due.drain(..) {
                         ran.push(beat_on(conn, d));
@@ -475,7 +476,7 @@ impl<C: 'static, E: fmt::Debug + Send + Sync + 'static> Keeper<C, E> {
                 let mut ending = Some(ending);
                 let _ = lender.run(wait, &mut |conn| {
                     if let Some(ending) = ending.take() {
-                        run_ending(ending, conn);
+                        run_ending(ending, Instant::now(), conn);
                     }
                 });
             }
@@ -566,10 +567,12 @@ fn lend_wait<C, E>(due: &[Due<C, E>], endings: &[Ending<C, E>]) -> Duration {
         .unwrap_or(Duration::ZERO)
 }
 
-/// Runs an ending on the lent connection, unless its bound passed meanwhile (the connection
-/// came late): nothing starts after it, the grant expires.
-fn run_ending<C, E>(ending: Ending<C, E>, conn: &mut C) {
-    if ending.until.is_some_and(|until| Instant::now() >= until) {
+/// Runs an ending on the connection lent at `lent_at`, unless its bound had passed by then (the
+/// connection came late): nothing is started on a connection that came after the bound, and the
+/// grant expires. Once the connection came in time, the endings queued on it all run, however
+/// long the ones before them take (a healthy database releases every dropped holder).
+fn run_ending<C, E>(ending: Ending<C, E>, lent_at: Instant, conn: &mut C) {
+    if ending.until.is_some_and(|until| lent_at >= until) {
         return;
     }
     // An ending that panics leaves its grant to expire; the others still run.

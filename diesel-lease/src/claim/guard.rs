@@ -88,7 +88,8 @@ pub struct ClaimGuard<M> {
     /// type names only the model.
     finisher: Box<Finisher<M>>,
     finished: bool,
-    /// How long a drop waits at most ([`ClaimOptions::drop_wait`]).
+    /// How long after a drop the keeper may wait for a connection to hand the row back
+    /// ([`ClaimOptions::drop_wait`]).
     drop_wait: Duration,
 }
 
@@ -274,8 +275,8 @@ impl<M> Deref for ClaimGuard<M> {
     }
 }
 
-/// The heartbeat's beat: the owner-checked `claimed_at = now` with a connection lent within the
-/// budget; each success extends the claim by `timeout`.
+/// The keeper's beat: the owner-checked `claimed_at = now`, on the connection the keeper lent;
+/// each success extends the claim by `timeout`.
 fn touch_beat<C, M>(
     touch: super::FinishStmt<M>,
     timeout: Duration,

@@ -251,9 +251,9 @@ impl ClaimOptions {
         self
     }
 
-    /// How long the pool's keeper may take to hand back the row of an unfinished [`ClaimGuard`]
-    /// that was dropped (default 2 s, counted from the drop, which itself returns at once): a
-    /// hand-back not started by then — no pool connection came in time — is left, and the claim
+    /// How long the pool's keeper may wait for a connection to hand back the row of an
+    /// unfinished [`ClaimGuard`] that was dropped (default 2 s, counted from the drop, which
+    /// itself returns at once): when none came in time, the hand-back is left and the claim
     /// times out. Also what a waiting claim
     /// ([`Claim::wait`]) gets on top of its timeout, and a
     /// stopped `Worker` after its handlers. Zero is refused (when a claim uses the options) with

@@ -19,8 +19,8 @@ use crate::{Error, Held, Released, Result};
 /// to the database, and releases the lease when dropped. A drop does no network I/O and never
 /// blocks: it hands the release to the pool's keeper, a background thread that runs it at once
 /// on a connection of the pool (errors are ignored — call [`release`](Held::release) to see them,
-/// or [`flush_releases`](crate::pool::flush_releases) to wait for it), unless it cannot start
-/// within [`LeaseOptions::drop_wait`] (by default 2 s): the lease then expires at its ttl. So
+/// or [`flush_releases`](crate::pool::flush_releases) to wait for it), unless no connection
+/// comes within [`LeaseOptions::drop_wait`] (by default 2 s): the lease then expires at its ttl. So
 /// does a lease whose drop's release is still queued when the process exits.
 ///
 /// With [`LeaseOptions::keep_alive`], the pool's keeper extends the lease by its ttl every
@@ -69,7 +69,8 @@ pub struct LeaseGuard<C: LeaseStatements> {
     /// Its place with the pool's keeper while kept alive.
     kept: Option<Registration<C, Error>>,
     finished: bool,
-    /// How long a drop waits at most ([`LeaseOptions::drop_wait`]).
+    /// How long after a drop the keeper may wait for a connection to release it
+    /// ([`LeaseOptions::drop_wait`]).
     drop_wait: Duration,
 }
 

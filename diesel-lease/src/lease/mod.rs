@@ -196,9 +196,9 @@ impl LeaseOptions {
         self
     }
 
-    /// How long the pool's keeper may take to release a dropped [`LeaseGuard`] (default 2 s,
-    /// counted from the drop, which itself returns at once): a release not started by then —
-    /// no pool connection came in time — is left, and the lease expires at its ttl. A waiting
+    /// How long the pool's keeper may wait for a connection to release a dropped [`LeaseGuard`]
+    /// (default 2 s, counted from the drop, which itself returns at once): when none came in
+    /// time, the release is left and the lease expires at its ttl. A waiting
     /// [`LeaseGuard::acquire`] gets it on top of its timeout, whatever the network does.
     /// Zero is refused (by the acquire) with [`InvalidInput::ZeroDuration`].
     pub fn drop_wait(mut self, wait: Duration) -> Self {

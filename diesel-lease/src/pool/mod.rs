@@ -283,10 +283,10 @@ impl Reach {
 pub(crate) mod drop_wait {
     use std::time::Duration;
 
-    /// How long the pool's keeper may take to end the grant of a dropped lease guard, permit or
-    /// claim guard, counted from the drop (which returns at once): a statement not started by
-    /// then is not started, and the grant expires at its ttl (a claim: at its timeout). The
-    /// default of
+    /// How long the pool's keeper may wait for a connection to end the grant of a dropped lease
+    /// guard, permit or claim guard, counted from the drop (which returns at once): when none
+    /// came in time, nothing is started and the grant expires at its ttl (a claim: at its
+    /// timeout). The default of
     /// `lease::LeaseOptions::drop_wait`, `claim::ClaimOptions::drop_wait` and
     /// `semaphore::Semaphore::with_drop_wait`.
     pub const DROP_WAIT: Duration = Duration::from_secs(2);

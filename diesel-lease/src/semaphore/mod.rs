@@ -249,9 +249,9 @@ impl Semaphore {
         self
     }
 
-    /// How long the pool's keeper may take to release a dropped [`PermitGuard`] (default 2 s,
-    /// counted from the drop, which itself returns at once): a release not started by then is
-    /// left, and the permit expires after its ttl. The same bound applies to what must not hang on a cut-off database:
+    /// How long the pool's keeper may wait for a connection to release a dropped [`PermitGuard`]
+    /// (default 2 s, counted from the drop, which itself returns at once): when none came in
+    /// time, the release is left and the permit expires after its ttl. The same bound applies to what must not hang on a cut-off database:
     /// [`try_acquire`](Self::try_acquire) and taking a request back at the deadline (waits for a
     /// connection and for the resource's lock), and a release's lock wait (an explicit
     /// [`PermitGuard`] release waits for its connection up to the pool's connection timeout, as

@@ -128,7 +128,7 @@ where
     }
 }
 
-/// The heartbeat's beat: push the permit's expiry with a connection lent within the budget.
+/// The keeper's beat: push the permit's expiry, on the connection the keeper lent.
 fn heartbeat_beat<C: SemaphoreDialect>(
     req: Request,
     ticket: i64,
