@@ -13,7 +13,6 @@
 //! thread ends.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -25,33 +24,14 @@ const THREAD_NAME: &str = "diesel-lease call";
 /// How often a caller whose bound is not known yet (a `Worker` before its stop) asks again.
 const BOUND_CHECK: Duration = Duration::from_millis(50);
 
-/// How long a courier thread nobody uses waits for a caller before it ends.
-const LINGER: Duration = Duration::from_secs(5);
-
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A thread that makes calls for one caller, one at a time (see the module docs). The first
-/// call takes an idle thread of the process, or starts one; a dropped courier leaves its thread
-/// idle for the next courier (it ends after a few seconds unused). A thread whose call its
-/// caller gave up on stays with that call; the courier's next call takes another.
+/// A thread that makes calls for one caller, one at a time (see the module docs). It is started
+/// by the first call and ends when the courier is dropped, or after a call its caller gave up
+/// on (the next call starts a new one).
 #[derive(Debug, Default)]
 pub(crate) struct Courier {
-    jobs: Option<(u64, Sender<Job>)>,
-}
-
-/// The threads no courier holds, by their number: a bounded call takes one of them rather than
-/// start a thread of its own.
-static IDLE: Mutex<Vec<(u64, Sender<Job>)>> = Mutex::new(Vec::new());
-
-/// Numbers the courier threads.
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(0);
-
-impl Drop for Courier {
-    fn drop(&mut self) {
-        if let Some(thread) = self.jobs.take() {
-            lock(&IDLE).push(thread);
-        }
-    }
+    jobs: Option<Sender<Job>>,
 }
 
 /// Where one call's result meets its caller.
@@ -130,7 +110,7 @@ impl Courier {
             let wait = match bound() {
                 Some(bound) if now >= bound => {
                     *state = State::GivenUp;
-                    // This thread stays with the call; the next call takes another.
+                    // This thread stays with the call; the next call gets a new one.
                     self.jobs = None;
                     return None;
                 }
@@ -159,57 +139,28 @@ impl Courier {
     /// Hands `job` to the thread, starting one if there is none; the job back if none could be
     /// started.
     fn send(&mut self, job: Job) -> Result<(), Job> {
-        let mut job = match &self.jobs {
-            Some((_, jobs)) => match jobs.send(job) {
+        let job = match &self.jobs {
+            Some(jobs) => match jobs.send(job) {
                 Ok(()) => return Ok(()),
-                // Its thread ended (a call panicked through `undo`): take another.
+                // Its thread ended (a call panicked through `undo`): start another.
                 Err(mpsc::SendError(job)) => job,
             },
             None => job,
         };
-        // An idle thread of another courier first.
-        loop {
-            let idle = lock(&IDLE).pop();
-            let Some((number, jobs)) = idle else { break };
-            match jobs.send(job) {
-                Ok(()) => {
-                    self.jobs = Some((number, jobs));
-                    return Ok(());
-                }
-                // It ended meanwhile (a panic through `undo`).
-                Err(mpsc::SendError(back)) => job = back,
-            }
-        }
-        let number = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel::<Job>();
         let started = thread::Builder::new()
             .name(THREAD_NAME.to_string())
-            .spawn(move || serve(number, &rx));
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            });
         if started.is_err() {
             return Err(job);
         }
         let sent = tx.send(job).map_err(|mpsc::SendError(job)| job);
-        self.jobs = Some((number, tx));
+        self.jobs = Some(tx);
         sent
-    }
-}
-
-/// A courier thread's loop: the calls sent to it, until every sender is gone (its courier gave
-/// a call up) or it has been idle, unheld, for [`LINGER`].
-fn serve(number: u64, jobs: &mpsc::Receiver<Job>) {
-    loop {
-        match jobs.recv_timeout(LINGER) {
-            Ok(job) => job(),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                let mut idle = lock(&IDLE);
-                if let Some(at) = idle.iter().position(|(n, _)| *n == number) {
-                    // Nobody holds it: it leaves. (One held by a courier waits on.)
-                    idle.swap_remove(at);
-                    return;
-                }
-            }
-        }
     }
 }
 
@@ -240,26 +191,6 @@ mod tests {
             .unwrap();
         assert_eq!(first, second, "one thread serves every call");
         assert_ne!(first, thread::current().id());
-    }
-
-    #[test]
-    fn a_dropped_couriers_thread_serves_the_next_courier() {
-        let thread_of = |courier: &mut Courier| {
-            courier
-                .call_within(SLACK, || thread::current().id(), |_| {})
-                .unwrap()
-        };
-        // Other tests' couriers share the idle threads and may take the one just left: of 20
-        // tries, at least one must see the second courier on the first one's thread (without
-        // reuse, none would).
-        let reused = (0..20).any(|_| {
-            let mut first = Courier::new();
-            let before = thread_of(&mut first);
-            drop(first);
-            let mut second = Courier::new();
-            thread_of(&mut second) == before
-        });
-        assert!(reused, "a new courier takes an idle thread");
     }
 
     #[test]

@@ -727,7 +727,22 @@ pub(crate) fn flush<C>(source: &crate::pool::AnySource<C>, wait: Duration) -> bo
 where
     C: crate::backend::Dialect + Send + 'static,
 {
-    keeper_of(source).flush(wait)
+    use crate::pool::ConnectionSource;
+    let end = add_capped(Instant::now(), wait);
+    let flushed = keeper_of(source).flush(wait);
+    // A holder of this pool whose source had not learned the pool's identity yet queued with
+    // the keeper of pools without one: wait for that keeper too.
+    let anonymous = source.identity().is_none()
+        || Arc::clone(
+            lock(keepers())
+                .entry((TypeId::of::<C>(), None))
+                .or_insert_with(|| Keeper::<C, crate::Error>::new(false) as _),
+        )
+        .downcast::<Keeper<C, crate::Error>>()
+        .map_or(true, |keeper| {
+            keeper.flush(end.saturating_duration_since(Instant::now()))
+        });
+    flushed && anonymous
 }
 
 #[cfg(test)]

@@ -406,6 +406,9 @@ where
                 })
                 .collect()
         });
+        // The threads' guards and permits were dropped (handed to the pool's keeper): what the
+        // worker held is given back before it returns, within the claims' drop wait.
+        crate::keeper::flush(&self.pool, self.options.drop_wait_limit());
         results.into_iter().collect::<Result<Vec<()>>>()?;
         Ok(run
             .report
