@@ -123,19 +123,17 @@ struct Entry<C, E> {
 impl<C, E> Entry<C, E> {
     /// When its next beat is due: a period after the latest success and after its latest beat,
     /// or a quarter period after a failed beat.
-    fn next_beat(&self) -> Instant {
+    /// With it, how early it may beat to share a tick with another holder: a sixth of its
+    /// period.
+    fn next_beat(&self) -> (Instant, Duration) {
         let (last_success, ttl) = self.state.latest_success();
         let period = self.pace.period(ttl);
-        if self.failed && last_success < self.beat_ended {
+        let next = if self.failed && last_success < self.beat_ended {
             add_capped(self.beat_ended, (period / 4).max(MIN_PAUSE))
         } else {
             add_capped(self.beat_ended.max(last_success), period)
-        }
-    }
-
-    /// How early it may beat to share a tick with another holder: a sixth of its period.
-    fn early_by(&self) -> Duration {
-        self.pace.period(self.state.latest_success().1) / 6
+        };
+        (next, period / 6)
     }
 }
 
@@ -370,24 +368,24 @@ impl<C: 'static, E: fmt::Debug + Send + Sync + 'static> Keeper<C, E> {
         let mut due = Vec::new();
         let mut wake: Option<Instant> = None;
         // The earliest due beat decides the tick; holders due soon after it join.
-        let first_due = book
+        let schedule: HashMap<u64, (Instant, Duration)> = book
             .entries
-            .values()
-            .filter(|entry| entry.beat.is_some())
-            .map(Entry::next_beat)
-            .min();
+            .iter()
+            .filter(|(_, entry)| entry.beat.is_some())
+            .map(|(&id, entry)| (id, entry.next_beat()))
+            .collect();
+        let first_due = schedule.values().map(|&(next, _)| next).min();
         for (&id, entry) in &mut book.entries {
             let deadline = entry.state.deadline();
-            if entry.beat.is_none() {
+            let Some(&(next, early_by)) = schedule.get(&id) else {
                 // Under way, or broken: only its deadline matters.
                 if entry.broken {
                     wake = Some(wake.map_or(deadline, |w| w.min(deadline)));
                 }
                 continue;
-            }
-            let next = entry.next_beat();
-            let joins = first_due.is_some_and(|first| first <= now)
-                && next <= add_capped(now, entry.early_by());
+            };
+            let joins =
+                first_due.is_some_and(|first| first <= now) && next <= add_capped(now, early_by);
             if next <= now || joins {
                 let beat = entry.beat.take().expect("checked above");
                 due.push(Due {
@@ -677,12 +675,21 @@ where
     C: crate::backend::Dialect + Send + 'static,
 {
     use crate::pool::ConnectionSource;
-    let identity = source.identity();
-    let mut keepers = lock(keepers());
-    let keeper = keepers
-        .entry((TypeId::of::<C>(), identity))
-        .or_insert_with(|| Keeper::<C, crate::Error>::new(identity.is_some()) as _);
-    Arc::clone(keeper)
+    keeper_for(source.identity())
+}
+
+/// The keeper of the pool with this identity (`None`: of the pools without one) for
+/// connections of type `C`, created the first time.
+fn keeper_for<C>(identity: Option<usize>) -> Arc<Keeper<C, crate::Error>>
+where
+    C: Send + 'static,
+{
+    let keeper = Arc::clone(
+        lock(keepers())
+            .entry((TypeId::of::<C>(), identity))
+            .or_insert_with(|| Keeper::<C, crate::Error>::new(identity.is_some()) as _),
+    );
+    keeper
         .downcast::<Keeper<C, crate::Error>>()
         .unwrap_or_else(|_| unreachable!("keyed by the connection type"))
 }
@@ -733,15 +740,7 @@ where
     // A holder of this pool whose source had not learned the pool's identity yet queued with
     // the keeper of pools without one: wait for that keeper too.
     let anonymous = source.identity().is_none()
-        || Arc::clone(
-            lock(keepers())
-                .entry((TypeId::of::<C>(), None))
-                .or_insert_with(|| Keeper::<C, crate::Error>::new(false) as _),
-        )
-        .downcast::<Keeper<C, crate::Error>>()
-        .map_or(true, |keeper| {
-            keeper.flush(end.saturating_duration_since(Instant::now()))
-        });
+        || keeper_for::<C>(None).flush(end.saturating_duration_since(Instant::now()));
     flushed && anonymous
 }
 
@@ -1130,6 +1129,50 @@ mod tests {
         // Due at the same instants, they share each tick's connection.
         assert!(loans * 100 <= beats, "{loans} loans for {beats} beats");
         assert_eq!(keeper.holders(), 0);
+    }
+
+    #[test]
+    fn a_holder_due_within_a_sixth_of_its_period_joins_the_tick() {
+        // A is due 600 ms after its grant; B, granted 50 ms later, would be due at 650 ms but
+        // joins A's tick (a sixth of 600 ms is 100 ms): both first beats on one loan. A late
+        // keeper only makes B more due, so load cannot fail this; the rule's absence can.
+        let keeper = Keeper::<(), ()>::new(true);
+        let lender = Arc::new(Free::default());
+        let (period, ttl) = (600 * MS, Duration::from_secs(60));
+        let t0 = Instant::now();
+        let (loans_tx, loans) = mpsc::channel();
+        let kept: Vec<_> = [("a", t0), ("b", t0 + 50 * MS)]
+            .into_iter()
+            .map(|(name, granted_at)| {
+                let (lender_seen, loans_tx) = (Arc::clone(&lender), loans_tx.clone());
+                keeper
+                    .register(
+                        name,
+                        HolderState::new(granted_at, ttl, MS),
+                        Pace::Every(period),
+                        Arc::clone(&lender) as _,
+                        move |_: &mut (), _| {
+                            let _ = loans_tx.send((name, lender_seen.0.load(Ordering::SeqCst)));
+                            Beat::Held { ttl }
+                        },
+                    )
+                    .unwrap()
+            })
+            .collect();
+        let first = loans
+            .recv_timeout(period + 10 * SLACK)
+            .expect("a first beat");
+        let second = loans.recv_timeout(10 * SLACK).expect("a second beat");
+        drop(kept);
+        assert_ne!(
+            first.0, second.0,
+            "{first:?} then {second:?}: each holder once"
+        );
+        assert_eq!(first.1, second.1, "{first:?}, {second:?}: the same loan");
+        assert!(
+            t0.elapsed() >= period,
+            "nobody beats before the first holder is due"
+        );
     }
 
     #[test]

@@ -598,19 +598,6 @@ where
         })
     }
 
-    /// Drops `held` (a guard or a permit, which gives back what it holds) on the courier, so
-    /// that its drop wait counts towards the thread's.
-    fn drop_on_courier<T: Send + 'static>(&self, calls: &mut Calls, held: T) {
-        let _ = self.try_call(
-            calls,
-            move || {
-                drop(held);
-                Ok(())
-            },
-            |_| {},
-        );
-    }
-
     /// Sleeps `pause`, or until the stop.
     fn pause(&self, pause: Duration) {
         let until = Instant::now() + pause;
@@ -894,8 +881,8 @@ where
             Err(e) => {
                 // No connection for the handler: it never started. The guard's drop hands
                 // the row back.
-                self.drop_on_courier(calls, guard);
-                self.drop_on_courier(calls, permit);
+                drop(guard);
+                drop(permit);
                 return Err(e);
             }
         };
@@ -904,8 +891,8 @@ where
             // past the claim's deadline): another worker may run the row already, so this one
             // does not. The guard's drop hands it back if it is still ours.
             drop(conn);
-            self.drop_on_courier(calls, guard);
-            self.drop_on_courier(calls, permit);
+            drop(guard);
+            drop(permit);
             self.count(Done::Lost);
             return Ok(());
         }
@@ -959,8 +946,8 @@ where
             // It failed: the guard's drop hands the row back.
             Some(Err(e)) => Err(e),
         };
-        self.drop_on_courier(calls, guard);
-        self.drop_on_courier(calls, permit);
+        drop(guard);
+        drop(permit);
         self.count(done?);
         Ok(())
     }

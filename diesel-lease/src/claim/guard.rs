@@ -258,12 +258,16 @@ impl<M> ClaimGuard<M> {
     fn finish(&mut self, ending: Ending) -> Result<bool> {
         self.finished = true;
         self.kept.take();
-        if let Ending::Later(_) = ending {
-            // The work may stop at once; the row goes back in the background.
+        // A drop's work may stop at once (the row goes back in the background); an explicit
+        // ending is released once its statement has run.
+        let later = matches!(ending, Ending::Later(_));
+        if later {
             self.local.mark_lost(LostReason::Released);
         }
         let done = (self.finisher)(Arc::clone(&self.row), ending);
-        self.local.mark_lost(LostReason::Released);
+        if !later {
+            self.local.mark_lost(LostReason::Released);
+        }
         done
     }
 }

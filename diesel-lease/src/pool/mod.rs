@@ -313,13 +313,12 @@ where
     // A keeper's beat still under way changes nothing once the ending has run: every extension
     // matches only a grant that is still held (a lease: not released; a claim: still claimed by
     // this owner; a permit: its row still there).
-    let left = wait;
     let (source, named) = (source.clone(), what.to_owned());
     let bound = started.checked_add(wait);
     let ended = crate::courier::Courier::new().call_within(
-        left,
+        wait,
         move || {
-            let mut conn = source.lend(left)?;
+            let mut conn = source.lend(wait)?;
             if bound.is_some_and(|bound| std::time::Instant::now() >= bound) {
                 // The caller has gone: nothing starts after its bound (what is held expires).
                 return Err(crate::Error::waited(&named, wait));
