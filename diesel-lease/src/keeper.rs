@@ -104,6 +104,28 @@ type BeatFn<C, E> = Box<dyn FnMut(&mut C, BeatBudget) -> Beat<E> + Send>;
 /// An ending queued by a drop.
 type EndFn<C> = Box<dyn FnOnce(&mut C) + Send>;
 
+/// What a holder beats together with (its kind's [`Together`]), and what it brings (its grant).
+pub(crate) type Member<C, E> = (Arc<dyn Together<C, E>>, Arc<dyn Any + Send + Sync>);
+
+/// Holders of one kind whose beats one statement can run together (kept-alive leases of one
+/// ttl: `UPDATE … WHERE (name, token) IN (…)`). At a tick the keeper groups the due members by
+/// kind and [`group`](Self::group), and calls [`beat_together`](Self::beat_together) once for
+/// each group of two or more; a member it leaves out, or of a group of one, runs its own beat.
+pub(crate) trait Together<C, E>: Send + Sync {
+    /// The kind: members of different kinds never share a statement.
+    fn kind(&self) -> TypeId;
+    /// The member's group at this tick, or `None` to beat alone (a grant no longer held).
+    fn group(&self, member: &(dyn Any + Send + Sync)) -> Option<u64>;
+    /// Beats `members` (two or more of one group) in one statement: each one's outcome, in
+    /// order, or `None` for one that must run its own beat (which then says exactly what
+    /// happened to it: lost, failed).
+    fn beat_together(
+        &self,
+        conn: &mut C,
+        members: &[&(dyn Any + Send + Sync)],
+    ) -> Vec<Option<Beat<E>>>;
+}
+
 struct Entry<C, E> {
     name: Arc<str>,
     state: HolderState,
@@ -111,6 +133,8 @@ struct Entry<C, E> {
     lender: Arc<dyn Lender<C, E>>,
     /// `None` while the keeper runs it, and for good once it panicked.
     beat: Option<BeatFn<C, E>>,
+    /// Whom it may beat together with.
+    together: Option<Member<C, E>>,
     /// It panicked: never called again; the keeper only marks the deadline.
     broken: bool,
     /// When its latest beat ended (its registration before the first), and whether it failed.
@@ -193,6 +217,7 @@ impl<C: 'static, E: fmt::Debug + Send + Sync + 'static> Keeper<C, E> {
         pace: Pace,
         lender: Arc<dyn Lender<C, E>>,
         beat: impl FnMut(&mut C, BeatBudget) -> Beat<E> + Send + 'static,
+        together: Option<Member<C, E>>,
     ) -> std::io::Result<Registration<C, E>> {
         // An extension elsewhere to a shorter ttl brings the next beat forward; a loss marked
         // elsewhere (a release) lets the keeper forget the holder.
@@ -223,6 +248,7 @@ impl<C: 'static, E: fmt::Debug + Send + Sync + 'static> Keeper<C, E> {
                 pace,
                 lender,
                 beat: Some(Box::new(beat)),
+                together,
                 broken: false,
                 beat_ended: granted_at,
                 failed: false,
@@ -391,6 +417,7 @@ impl<C: 'static, E: fmt::Debug + Send + Sync + 'static> Keeper<C, E> {
                 due.push(Due {
                     id,
                     beat,
+                    together: entry.together.clone(),
                     lender: Arc::clone(&entry.lender),
                     budget: BeatBudget::new(deadline),
                 });
@@ -450,9 +477,7 @@ impl<C: 'static, E: fmt::Debug + Send + Sync + 'static> Keeper<C, E> {
                         settled += 1;
                         run_ending(ending, lent_at, conn);
                     }
-                    for d in due.drain(..) {
-                        ran.push(beat_on(conn, d));
-                    }
+                    ran.extend(beat_all_on(conn, due.drain(..)));
                 });
                 if let Err(e) = lent {
                     // No connection: the endings are left (their grants expire), the beats failed.
@@ -577,6 +602,61 @@ fn run_ending<C, E>(ending: Ending<C, E>, lent_at: Instant, conn: &mut C) {
     let _ = panic::catch_unwind(AssertUnwindSafe(|| (ending.end)(conn)));
 }
 
+/// Runs the beats of `due` on `conn`: each group of two or more members of one kind and group
+/// in one statement ([`Together`]), every other holder by its own beat.
+fn beat_all_on<C, E>(
+    conn: &mut C,
+    due: impl IntoIterator<Item = Due<C, E>>,
+) -> Vec<(u64, BeatFn<C, E>, Outcome<E>)> {
+    let mut alone = Vec::new();
+    let mut groups: HashMap<(TypeId, u64), Vec<Due<C, E>>> = HashMap::new();
+    for d in due {
+        let group = d.together.as_ref().and_then(|(together, member)| {
+            let group = calm(|| together.group(&**member)).flatten()?;
+            Some((together.kind(), group))
+        });
+        match group {
+            Some(group) => groups.entry(group).or_default().push(d),
+            None => alone.push(d),
+        }
+    }
+    let mut ran = Vec::new();
+    for (_, members) in groups {
+        let Some((together, _)) = members[0].together.clone().filter(|_| members.len() > 1) else {
+            alone.extend(members);
+            continue;
+        };
+        let sent_at = Instant::now();
+        let outcomes = calm(|| {
+            let refs: Vec<&(dyn Any + Send + Sync)> = members
+                .iter()
+                .filter_map(|d| d.together.as_ref().map(|(_, member)| &**member))
+                .collect();
+            together.beat_together(conn, &refs)
+        })
+        .filter(|outcomes| outcomes.len() == members.len());
+        let Some(outcomes) = outcomes else {
+            // It panicked (reported by the hook) or answered for others: each beats alone.
+            alone.extend(members);
+            continue;
+        };
+        for (d, outcome) in members.into_iter().zip(outcomes) {
+            let outcome = match outcome {
+                None => {
+                    alone.push(d);
+                    continue;
+                }
+                Some(Beat::Held { ttl }) => Outcome::Held { ttl, sent_at },
+                Some(Beat::Lost) => Outcome::Lost,
+                Some(Beat::Failed(e)) => Outcome::Failed(Arc::new(e)),
+            };
+            ran.push((d.id, d.beat, outcome));
+        }
+    }
+    ran.extend(alone.into_iter().map(|d| beat_on(conn, d)));
+    ran
+}
+
 fn beat_on<C, E>(conn: &mut C, d: Due<C, E>) -> (u64, BeatFn<C, E>, Outcome<E>) {
     let Due {
         id,
@@ -604,6 +684,7 @@ enum Outcome<E> {
 struct Due<C, E> {
     id: u64,
     beat: BeatFn<C, E>,
+    together: Option<Member<C, E>>,
     lender: Arc<dyn Lender<C, E>>,
     budget: BeatBudget,
 }
@@ -705,6 +786,20 @@ pub(crate) fn keep<C>(
 where
     C: crate::backend::Dialect + Send + 'static,
 {
+    keep_with(source, name, state, beat, None)
+}
+
+/// [`keep`], for a holder that may beat together with others of its kind (see [`Together`]).
+pub(crate) fn keep_with<C>(
+    source: &crate::pool::AnySource<C>,
+    name: &str,
+    state: HolderState,
+    beat: impl FnMut(&mut C, BeatBudget) -> Beat<crate::Error> + Send + 'static,
+    together: Option<Member<C, crate::Error>>,
+) -> crate::Result<Registration<C, crate::Error>>
+where
+    C: crate::backend::Dialect + Send + 'static,
+{
     keeper_of(source)
         .register(
             name,
@@ -712,6 +807,7 @@ where
             Pace::ThirdOfTtl,
             Arc::new(source.clone()),
             beat,
+            together,
         )
         .map_err(crate::Error::Heartbeat)
 }
@@ -795,6 +891,7 @@ mod tests {
                 Pace::Every(period),
                 Arc::new(Free::default()),
                 move |_: &mut (), budget| beat(budget),
+                None,
             )
             .unwrap()
     }
@@ -913,6 +1010,7 @@ mod tests {
                     beats.fetch_add(1, Ordering::SeqCst);
                     Beat::<()>::Held { ttl }
                 },
+                None,
             )
             .unwrap();
         // Once the keeper sleeps towards the first beat, 20 s away (the pause lets it get
@@ -1113,6 +1211,7 @@ mod tests {
                                 ttl: Duration::from_secs(60),
                             }
                         },
+                        None,
                     )
                     .unwrap()
             })
@@ -1155,6 +1254,7 @@ mod tests {
                             let _ = loans_tx.send((name, lender_seen.0.load(Ordering::SeqCst)));
                             Beat::Held { ttl }
                         },
+                        None,
                     )
                     .unwrap()
             })
@@ -1173,6 +1273,108 @@ mod tests {
             t0.elapsed() >= period,
             "nobody beats before the first holder is due"
         );
+    }
+
+    /// Members beat together in groups: `member` is (its group, whether the shared statement
+    /// answers for it); every call of `beat_together` and every own beat is counted.
+    struct Pairs {
+        calls: Arc<AtomicUsize>,
+        panics: bool,
+    }
+
+    impl Together<(), ()> for Pairs {
+        fn kind(&self) -> TypeId {
+            TypeId::of::<Self>()
+        }
+        fn group(&self, member: &(dyn Any + Send + Sync)) -> Option<u64> {
+            member
+                .downcast_ref::<(u64, bool)>()
+                .map(|&(group, _)| group)
+        }
+        fn beat_together(
+            &self,
+            _: &mut (),
+            members: &[&(dyn Any + Send + Sync)],
+        ) -> Vec<Option<Beat<()>>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            assert!(!self.panics, "a together beat that panics");
+            members
+                .iter()
+                .map(|member| {
+                    let &(_, answered) = member.downcast_ref::<(u64, bool)>().unwrap();
+                    answered.then_some(Beat::Held {
+                        ttl: Duration::from_secs(60),
+                    })
+                })
+                .collect()
+        }
+    }
+
+    /// Registers `members` (group, answered) with one keeper, all due at once and not again
+    /// for a minute, waits until each has had its beat recorded, and returns how many
+    /// `beat_together` calls and own beats that took.
+    fn first_tick_of(members: &[(u64, bool)], panics: bool) -> (usize, usize) {
+        let keeper = Keeper::<(), ()>::new(true);
+        let lender = Arc::new(Free::default());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let together: Arc<dyn Together<(), ()>> = Arc::new(Pairs {
+            calls: Arc::clone(&calls),
+            panics,
+        });
+        let (own, seen) = counter();
+        let period = Duration::from_secs(60);
+        let granted_at = Instant::now() - period;
+        let states: Vec<_> = members
+            .iter()
+            .map(|_| HolderState::new(granted_at, 2 * period, MS))
+            .collect();
+        let kept: Vec<_> = members
+            .iter()
+            .zip(&states)
+            .map(|(&member, state)| {
+                let own = Arc::clone(&own);
+                keeper
+                    .register(
+                        "member",
+                        state.clone(),
+                        Pace::Every(period),
+                        Arc::clone(&lender) as _,
+                        move |_: &mut (), _| {
+                            own.fetch_add(1, Ordering::SeqCst);
+                            Beat::Held {
+                                ttl: Duration::from_secs(60),
+                            }
+                        },
+                        Some((Arc::clone(&together), Arc::new(member) as _)),
+                    )
+                    .unwrap()
+            })
+            .collect();
+        let end = Instant::now() + 10 * SLACK;
+        while states.iter().any(|s| s.latest_success().0 == granted_at) {
+            assert!(Instant::now() < end, "a member's beat was never recorded");
+            thread::sleep(MS);
+        }
+        drop(kept);
+        assert_eq!(lender.0.load(Ordering::SeqCst), 1, "one tick, one loan");
+        (calls.load(Ordering::SeqCst), seen.load(Ordering::SeqCst))
+    }
+
+    #[test]
+    fn members_of_one_group_beat_together_and_the_rest_on_their_own() {
+        // Groups 1 (three members) and 2 (two) share a call each; group 3 has one member, which
+        // beats on its own, as does the member the shared statement leaves out.
+        let members = [
+            (1, true),
+            (1, true),
+            (1, false),
+            (2, true),
+            (2, true),
+            (3, true),
+        ];
+        assert_eq!(first_tick_of(&members, false), (2, 2));
+        // A together beat that panics leaves each of its members to its own beat.
+        assert_eq!(first_tick_of(&[(1, true), (1, true)], true), (1, 2));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use diesel_lease::LeaseConnection;
 #[derive(Debug, Clone)]
 struct Counted {
     statements: Arc<AtomicU64>,
+    /// Which statements count, by their SQL text (all of them when `None`).
+    only: Option<fn(&str) -> bool>,
 }
 
 impl<C: LeaseConnection + R2D2Connection> CustomizeConnection<C, diesel::r2d2::Error> for Counted {
@@ -22,10 +24,12 @@ impl<C: LeaseConnection + R2D2Connection> CustomizeConnection<C, diesel::r2d2::E
         ConnectionTuning::default().apply(conn).map_err(|e| {
             diesel::r2d2::Error::QueryError(diesel::result::Error::QueryBuilderError(Box::new(e)))
         })?;
-        let statements = Arc::clone(&self.statements);
+        let (statements, only) = (Arc::clone(&self.statements), self.only);
         conn.set_instrumentation(move |event: InstrumentationEvent<'_>| {
-            if matches!(event, InstrumentationEvent::StartQuery { .. }) {
-                statements.fetch_add(1, Ordering::Relaxed);
+            if let InstrumentationEvent::StartQuery { query, .. } = event {
+                if only.is_none_or(|only| only(&query.to_string())) {
+                    statements.fetch_add(1, Ordering::Relaxed);
+                }
             }
         });
         Ok(())
@@ -37,11 +41,21 @@ pub fn counted_pool<C: LeaseConnection + R2D2Connection>(
     url: &str,
     size: u32,
 ) -> (Pool<ConnectionManager<C>>, Arc<AtomicU64>) {
+    counted_pool_of(url, size, None)
+}
+
+/// [`counted_pool`], counting only the statements whose SQL text `only` accepts.
+pub fn counted_pool_of<C: LeaseConnection + R2D2Connection>(
+    url: &str,
+    size: u32,
+    only: Option<fn(&str) -> bool>,
+) -> (Pool<ConnectionManager<C>>, Arc<AtomicU64>) {
     let statements = Arc::new(AtomicU64::new(0));
     let pool = Pool::builder()
         .max_size(size)
         .connection_customizer(Box::new(Counted {
             statements: Arc::clone(&statements),
+            only,
         }))
         .event_handler(Box::new(WaiterWakeups::new::<C>(url)))
         .build(ConnectionManager::<C>::new(url))

@@ -84,6 +84,68 @@ fn keep_alive_follows_an_extension_to_a_shorter_ttl<B: TestBackend>(db: &TestDb<
     assert!(guard.release().unwrap().was_held());
 }
 
+/// Kept-alive guards of one ttl are extended together (issue 55): 40 guards kept for two ttls
+/// send fewer extensions than there are guards, where a beat each would send at least two per
+/// guard (each must be extended twice to outlive two ttls). A grant taken over among them is
+/// still found lost, and the others stay held.
+fn kept_alive_guards_of_one_ttl_are_extended_together<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    // Within the window nothing else updates the table: grants came before it, releases after.
+    fn extension(sql: &str) -> bool {
+        sql.contains("UPDATE") && sql.contains("diesel_lease_leases")
+    }
+    let (pool, extensions) =
+        crate::common::counted::counted_pool_of::<B::Conn>(&db.url, 4, Some(extension));
+    let ttl = 3_000;
+    let guards: Vec<_> = (0..40)
+        .map(|i| {
+            LeaseGuard::try_acquire(&pool, &format!("many-{i}"), &opts(ttl).keep_alive(true))
+                .unwrap()
+                .expect("free")
+        })
+        .collect();
+    let before = extensions.load(Ordering::SeqCst);
+    std::thread::sleep(ms(2 * ttl));
+    let sent = extensions.load(Ordering::SeqCst) - before;
+    for guard in &guards {
+        assert!(!guard.is_lost(), "{} lost", guard.name());
+    }
+    assert!(
+        sent < 40,
+        "{sent} extension statements for 40 guards over two ttls"
+    );
+
+    // One of them is taken over: its beat (its own, after the shared one extended fewer
+    // grants than it named) finds it gone; the others go on.
+    let mut c = db.conn();
+    exec(
+        &mut c,
+        "UPDATE diesel_lease_leases SET expires_at = 0 WHERE token = ? AND name = 'many-7'",
+        &[guards[7].token().get()],
+    );
+    let thief = opts(60_000).owner(OwnerId::new("thief").unwrap());
+    let _stolen = Lease::try_acquire(&mut c, "many-7", &thief)
+        .unwrap()
+        .expect("expired");
+    let start = Instant::now();
+    while !guards[7].is_lost() {
+        assert!(
+            start.elapsed() < ms(20_000),
+            "the takeover was never noticed"
+        );
+        std::thread::sleep(ms(50));
+    }
+    assert!(matches!(
+        guards[7].ensure_held(),
+        Err(Error::LeaseLost { .. })
+    ));
+    std::thread::sleep(ms(ttl));
+    for (i, guard) in guards.iter().enumerate().filter(|(i, _)| *i != 7) {
+        assert!(!guard.is_lost(), "guard {i} lost");
+        assert!(guard.confirm_held().unwrap(), "guard {i} not held");
+    }
+}
+
 fn keep_alive_marks_the_guard_lost_when_taken_over<B: TestBackend>(db: &TestDb<B>) {
     db.migrate();
     let pool = db.pool(4);
@@ -593,6 +655,7 @@ backend_tests!(
     keep_alive_holds_past_its_ttl,
     keep_alive_follows_an_extension_to_a_shorter_ttl,
     keep_alive_marks_the_guard_lost_when_taken_over,
+    kept_alive_guards_of_one_ttl_are_extended_together,
     run_exclusive_skips_when_held,
     a_failing_job_returns_its_error_and_releases,
     a_release_past_the_local_deadline_says_the_lease_was_lost,

@@ -1,9 +1,11 @@
 //! [`LeaseGuard`]: a lease tied to a pool, released on drop, optionally kept alive.
 
+use std::any::{Any, TypeId};
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lease_core::FencingToken;
 
@@ -197,8 +199,20 @@ impl<C: LeaseStatements> LeaseGuard<C> {
         };
         if keep_alive {
             let beat = extend_beat(Arc::clone(&guard.lease), Arc::clone(&guard.extending));
+            let member = KeptLease {
+                lease: Arc::clone(&guard.lease),
+                extending: Arc::clone(&guard.extending),
+            };
+            let together: crate::keeper::Member<C, Error> =
+                (Arc::new(LeasesTogether::<C>(PhantomData)), Arc::new(member));
             // On error, dropping the guard releases the lease: nothing stays held.
-            guard.kept = Some(crate::keeper::keep(&guard.pool, &guard.name, local, beat)?);
+            guard.kept = Some(crate::keeper::keep_with(
+                &guard.pool,
+                &guard.name,
+                local,
+                beat,
+                Some(together),
+            )?);
         }
         Ok(guard)
     }
@@ -296,6 +310,93 @@ fn extend_beat<C: LeaseStatements>(
             Err(Error::LeaseLost { .. } | Error::LeaseNotHeld { .. }) => Beat::Lost,
             Err(e) => Beat::Failed(e),
         }
+    }
+}
+
+/// The most grants one statement extends (`2 ×` as many bind parameters, well under every
+/// backend's limit); a larger group takes several statements.
+const MAX_TOGETHER: usize = 1_000;
+
+/// A kept-alive guard's grant, as its keeper sees it.
+struct KeptLease {
+    lease: Arc<Mutex<Lease>>,
+    extending: Arc<Mutex<()>>,
+}
+
+/// The kept-alive lease guards on connections `C`: the keeper extends the grants of one ttl in
+/// one statement (`UPDATE … WHERE (name, token) IN (…)`, see `statements::extend_all`).
+///
+/// Each member's extension turn is held from before its grant is read until its answer is
+/// recorded, as its own beat holds it ([`extend_beat`]); a member whose turn is taken (a user's
+/// [`LeaseGuard::extend`] under way) is left to its own beat, which waits for the turn. When
+/// the statement extends every grant it names, each member records the extension as its own
+/// [`Lease::extend`] would; when it extends fewer (one was lost, released or taken over) or
+/// fails, every member runs its own beat, which finds out which and why. A grant the statement
+/// extended is then extended again by its own beat: that moves its expiry to the same place.
+struct LeasesTogether<C>(PhantomData<fn() -> C>);
+
+impl<C: LeaseStatements> crate::keeper::Together<C, Error> for LeasesTogether<C> {
+    fn kind(&self) -> TypeId {
+        TypeId::of::<Self>()
+    }
+
+    fn group(&self, member: &(dyn Any + Send + Sync)) -> Option<u64> {
+        let member = member.downcast_ref::<KeptLease>()?;
+        let (_, ttl) = lock(&member.lease).extendable()?;
+        u64::try_from(ttl.as_micros()).ok()
+    }
+
+    fn beat_together(
+        &self,
+        conn: &mut C,
+        members: &[&(dyn Any + Send + Sync)],
+    ) -> Vec<Option<Beat<Error>>> {
+        let mut outcomes: Vec<Option<Beat<Error>>> = members.iter().map(|_| None).collect();
+        let mut picked = Vec::new();
+        let mut ttl_of_group = None;
+        for (i, member) in members.iter().enumerate() {
+            let Some(member) = member.downcast_ref::<KeptLease>() else {
+                continue;
+            };
+            let Ok(turn) = member.extending.try_lock() else {
+                continue; // a user's extension under way: its own beat waits for it
+            };
+            let Some((grant, ttl)) = lock(&member.lease).extendable() else {
+                continue;
+            };
+            // Grouped by ttl before the turns were taken: one changed since beats alone.
+            if *ttl_of_group.get_or_insert(ttl) != ttl {
+                continue;
+            }
+            picked.push((i, member, turn, grant));
+        }
+        let Some(ttl) = ttl_of_group else {
+            return outcomes;
+        };
+        for chunk in picked.chunks(MAX_TOGETHER).filter(|chunk| chunk.len() > 1) {
+            let grants: Vec<(String, i64)> =
+                chunk.iter().map(|(.., grant)| grant.clone()).collect();
+            let sent_at = Instant::now();
+            if !matches!(
+                super::statements::extend_all(conn, &grants, ttl.as_micros()),
+                Ok(true)
+            ) {
+                continue; // each finds out on its own what happened to it
+            }
+            for (i, member, _turn, _) in chunk {
+                let mut copy = lock(&member.lease).copy();
+                let extended = copy.extended(conn, sent_at, ttl);
+                lock(&member.lease).absorb(copy);
+                outcomes[*i] = Some(match extended {
+                    Ok(()) => Beat::Held {
+                        ttl: ttl.as_duration(),
+                    },
+                    Err(Error::LeaseLost { .. } | Error::LeaseNotHeld { .. }) => Beat::Lost,
+                    Err(e) => Beat::Failed(e),
+                });
+            }
+        }
+        outcomes
     }
 }
 

@@ -617,25 +617,39 @@ impl Lease {
         if op.finish(extended, |&held| {
             (if held { "extended" } else { "lost" }, 0)
         })? {
-            self.local.record_success(sent_at, ttl.as_duration());
-            if self.is_lost() {
-                // The local deadline passed while the extension was under way: this holder
-                // counts itself lost, so the grant it just extended goes back rather than
-                // outlive the work (best effort: otherwise it expires by itself).
-                let _ = statements::release(
-                    conn,
-                    &self.name,
-                    self.token.get(),
-                    self.at_least_for_micros,
-                );
-                self.state = State::Lost(None);
-                return Err(self.lost_error(None));
-            }
-            self.ttl = ttl;
-            Ok(())
+            self.extended(conn, sent_at, ttl)
         } else {
             Err(self.mark_lost(conn))
         }
+    }
+
+    /// Takes in an extension by `ttl`, sent at `sent_at`, that the database applied (by
+    /// [`extend`](Self::extend), or by the keeper for many leases in one statement).
+    pub(crate) fn extended<C: LeaseStatements>(
+        &mut self,
+        conn: &mut C,
+        sent_at: Instant,
+        ttl: Ttl,
+    ) -> Result<()> {
+        self.local.record_success(sent_at, ttl.as_duration());
+        if self.is_lost() {
+            // The local deadline passed while the extension was under way: this holder counts
+            // itself lost, so the grant it just extended goes back rather than outlive the work
+            // (best effort: otherwise it expires by itself).
+            let _ =
+                statements::release(conn, &self.name, self.token.get(), self.at_least_for_micros);
+            self.state = State::Lost(None);
+            return Err(self.lost_error(None));
+        }
+        self.ttl = ttl;
+        Ok(())
+    }
+
+    /// The grant (name, token) and its ttl, while the keeper may extend it together with
+    /// others: held, and not lost by this holder's clock (else its own beat says why).
+    pub(crate) fn extendable(&self) -> Option<((String, i64), Ttl)> {
+        (self.state == State::Held && !self.is_lost())
+            .then(|| ((self.name.clone(), self.token.get()), self.ttl))
     }
 
     /// Releases the lease. It becomes free at once, or at `acquired_at + at_least_for` when that

@@ -208,6 +208,51 @@ where
     }
 }
 
+/// `(name, token) IN ((?, ?), …)`: the rows of these grants, for the keeper's extension of many
+/// leases in one statement. Row values compare pairwise on every backend (PostgreSQL, SQLite
+/// 3.15+, MySQL, MariaDB); each name and token is a bind parameter. The text depends on the
+/// number of grants, and the statement is not kept prepared ([`AstPass::unsafe_to_cache_prepared`]):
+/// a cache keyed by text would keep one statement per batch size.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GrantsIn<'a>(pub(crate) &'a [(String, i64)]);
+impl Expression for GrantsIn<'_> {
+    type SqlType = Bool;
+}
+impl<QS> AppearsOnTable<QS> for GrantsIn<'_> {}
+impl<QS> SelectableExpression<QS> for GrantsIn<'_> {}
+impl<GB> ValidGrouping<GB> for GrantsIn<'_> {
+    type IsAggregate = is_aggregate::Never;
+}
+
+impl QueryId for GrantsIn<'_> {
+    type QueryId = ();
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl<DB: SqlDialect> QueryFragment<DB> for GrantsIn<'_>
+where
+    l::name: QueryFragment<DB>,
+    l::token: QueryFragment<DB>,
+{
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, DB>) -> QueryResult<()> {
+        out.unsafe_to_cache_prepared();
+        out.push_sql("((");
+        l::name.walk_ast(out.reborrow())?;
+        out.push_sql(", ");
+        l::token.walk_ast(out.reborrow())?;
+        out.push_sql(") IN (");
+        for (i, (name, token)) in self.0.iter().enumerate() {
+            out.push_sql(if i == 0 { "(" } else { ", (" });
+            DB::bind_str(&mut out, name)?;
+            out.push_sql(", ");
+            DB::bind_i64(&mut out, token)?;
+            out.push_sql(")");
+        }
+        out.push_sql("))");
+        Ok(())
+    }
+}
+
 /// The condition under which an existing row may be granted: expired, and for a periodic job
 /// also due (`next_run` reached or never set), and for a cron slot still due ([`SlotStillDue`]).
 macro_rules! grantable {
@@ -311,6 +356,11 @@ pub trait LeaseStatements: Dialect {
     /// Moves the expiry of a valid grant to `now + ttl`; whether the grant was still valid.
     #[doc(hidden)]
     fn lease_extend(&mut self, name: &str, token: i64, ttl_micros: i64) -> QueryResult<bool>;
+    /// Moves the expiry of each of these valid grants to `now + ttl`, in one statement; how
+    /// many were still valid (the rest were lost, released or are unknown).
+    #[doc(hidden)]
+    fn lease_extend_all(&mut self, grants: &[(String, i64)], ttl_micros: i64)
+        -> QueryResult<usize>;
     /// Ends a valid grant: it expires now, or at `acquired_at + at_least_for` if that is later,
     /// and `released_at` records when (no extension matches it after that). The row (and its
     /// token) stays. Whether the grant was still valid.
@@ -350,6 +400,22 @@ macro_rules! lease_statements {
                 .set(l::expires_at.eq(NowPlus(ttl_micros)))
                 .execute(self)?
                 == 1)
+        }
+
+        fn lease_extend_all(
+            &mut self,
+            grants: &[(String, i64)],
+            ttl_micros: i64,
+        ) -> diesel::QueryResult<usize> {
+            use crate::lease::statements::dsl::*;
+            diesel::update(
+                l::table
+                    .filter(crate::lease::statements::GrantsIn(grants))
+                    .filter(l::expires_at.gt(DbNowMicros))
+                    .filter(l::released_at.is_null()),
+            )
+            .set(l::expires_at.eq(NowPlus(ttl_micros)))
+            .execute(self)
         }
 
         fn lease_release(
@@ -471,6 +537,21 @@ pub(crate) fn extend<C: LeaseStatements>(
         conn.single_write(|c| c.lease_extend(name, token, ttl_micros))
             .map_err(about(name))
     })
+}
+
+/// Extends these valid grants in one statement (see [`LeaseStatements::lease_extend_all`]):
+/// whether every one of them was still valid.
+pub(crate) fn extend_all<C: LeaseStatements>(
+    conn: &mut C,
+    grants: &[(String, i64)],
+    ttl_micros: i64,
+) -> Result<bool> {
+    refuse_nested(conn)?;
+    retry_conflicts(|| {
+        conn.single_write(|c| c.lease_extend_all(grants, ttl_micros))
+            .map_err(crate::Error::from)
+    })
+    .map(|extended| extended == grants.len())
 }
 
 /// Releases a valid grant (see [`LeaseStatements::lease_release`]).
