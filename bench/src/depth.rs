@@ -62,7 +62,7 @@ pub(crate) const BEFORE: Layout = Layout {
     table_options: TUNED_AUTOVACUUM,
 };
 
-/// The README's recommended queue table: vacuum by row count, analyze left to the server (an
+/// The claiming guide's recommended queue table: vacuum by row count, analyze left to the server (an
 /// analyze of a 10M-row table after every 10,000 changes costs more than the claims).
 pub(crate) const RECOMMENDED: Layout = Layout {
     name: "seq order, vacuum by row count",

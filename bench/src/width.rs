@@ -21,7 +21,7 @@ pub(crate) const PROCESSES: &str = "processes x 4 threads";
 /// Threads of each child process.
 pub(crate) const THREADS_PER_PROCESS: usize = 4;
 
-/// The table every width measurement claims from: the README's recommended layout.
+/// The table every width measurement claims from: the claiming guide's recommended layout.
 pub(crate) const LAYOUT: Layout = depth::RECOMMENDED;
 
 impl PgBench {

@@ -9,7 +9,7 @@
 //! `scripts/test.sh` installs Debian's `chromium` and `chromium-driver` when they are missing
 //! and sets `chromium` in `DIESEL_LEASE_TEST_REQUIRE`; without them (and not required) the
 //! browser tests say SKIPPED and return. `DIESEL_LEASE_SERVE_SCREENSHOT=path.png` saves the
-//! page as the browser shows it (the README's `docs/serve.png`).
+//! page as the browser shows it (`docs/serve.png`, which the `operating` guide describes).
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;

@@ -2,8 +2,8 @@
 //!
 //! diesel-lease turns a few well-chosen SQL statements into safe, fast methods on your Diesel
 //! models: no ZooKeeper, no Redis, no RPC. PostgreSQL is the reference backend; SQLite and
-//! MySQL/MariaDB get the strongest correct equivalent of every feature (see the README's support
-//! matrix).
+//! MySQL/MariaDB get the strongest correct equivalent of every feature (each guide says how each
+//! backend does it).
 //!
 //! `#[derive(Claimable)]` only implements traits that describe your model's columns; the
 //! operations are extension traits, brought in by `use diesel_lease::prelude::*;` (see [`dsl`]).
@@ -92,6 +92,38 @@
 //! (default: r2d2 pools, `pool::build_pool`); `deadpool` (a `deadpool-diesel` pool as
 //! `pool::Deadpool`, for async applications); `tracing` (default) and `metrics`. Without `r2d2`
 //! no r2d2 is built: pass raw connections, and a `Deadpool` where a pool is taken.
+//!
+//! # Guides
+//!
+//! Each pattern, from the table to running code, has a guide in the `_guide` module:
+//! documentation only, its examples run in CI. It is rendered where every feature is on (as on
+//! docs.rs; locally `cargo doc -p diesel-lease --all-features --open`).
+#![cfg_attr(
+    all(
+        feature = "postgres",
+        feature = "sqlite",
+        feature = "mysql",
+        feature = "mariadb",
+        feature = "r2d2",
+        feature = "deadpool",
+        feature = "tracing",
+        feature = "metrics"
+    ),
+    doc = "\n\n| guide | |\n|---|---|\n\
+| [claiming](_guide::claiming) | each row to exactly one worker: batches, rescue, finishing, locked rows, cursors |\n\
+| [the Worker and scheduling](_guide::worker) | `available_at`, retries, waiting claims, wake-ups |\n\
+| [queue control](_guide::queue_control) | priorities, pause, cancel, rate limits, retention and redrive |\n\
+| [at-most-once and insert-once](_guide::once) | `claim_if_null`, `insert_once` |\n\
+| [job leases](_guide::job_leases) | one node of a farm runs a job, on your own table |\n\
+| [leases](_guide::leases) | fencing tokens, farm scheduling, cron |\n\
+| [semaphores](_guide::semaphores) | N holders in request order, mutexes, reader/writer locks |\n\
+| [what a holder knows](_guide::holders) | local deadlines, lost signals, the keeper |\n\
+| [async applications](_guide::async_apps) | `deadpool-diesel` pools, tokio |\n\
+| [errors and faults](_guide::errors) | the error type, what each fault looks like |\n\
+| [beyond one server](_guide::beyond_one_server) | PgBouncer, failover, Galera, refused engines |\n\
+| [operating](_guide::operating) | the CLI, the operator's page, tracing, metrics |\n\
+| [upgrading](_guide::upgrading) | from earlier releases |\n"
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The derive expands to `::diesel_lease::…` paths; this lets the crate's own tests use it.
@@ -132,6 +164,20 @@ macro_rules! mysql_like_modules {
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+// The guides: documentation modules, rendered (docs.rs builds every feature) and their examples
+// run as doctests where every feature is on; no item, and nothing in an application's build.
+#[cfg(all(
+    any(doc, doctest),
+    feature = "postgres",
+    feature = "sqlite",
+    feature = "mysql",
+    feature = "mariadb",
+    feature = "r2d2",
+    feature = "deadpool",
+    feature = "tracing",
+    feature = "metrics"
+))]
+pub mod _guide;
 pub mod admin;
 pub mod backend;
 pub mod claim;
@@ -150,7 +196,7 @@ pub mod observe;
 pub(crate) mod once;
 pub mod pool;
 pub mod prelude;
-// The README's snippets, compiled (see `tests/readme.rs`).
+// The README's snippet, compiled (see `tests/readme.rs`).
 #[cfg(all(doctest, feature = "sqlite", feature = "postgres"))]
 mod readme;
 pub mod semaphore;

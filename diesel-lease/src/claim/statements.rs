@@ -792,7 +792,7 @@ fn pick_rows_from<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
 /// The batch sizes whose `LIMIT` a claim writes into its text where the backend plans each
 /// prepared statement by its text ([`SqlDialect::INLINE_LIMITS`]: PostgreSQL): the sizes people
 /// choose. A claim of another size binds its limit (and PostgreSQL plans it on every call).
-/// The text comes from this table, never from the caller's number. README ("States are SQL
+/// The text comes from this table, never from the caller's number. The claiming guide ("States are SQL
 /// constants") lists these sizes.
 const INLINE_LIMITS: [(i64, &str); 20] = [
     (2, " LIMIT 2"),

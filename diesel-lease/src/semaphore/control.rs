@@ -21,7 +21,7 @@
 //!
 //! The user's table needs two more columns, which only the library writes: `granted` (boolean,
 //! default false) and `expires_at` (`BIGINT`, microseconds since 1970 on the database clock;
-//! the README's DDL defaults it to the largest `BIGINT`, so that a row another program inserts
+//! the semaphores guide's DDL defaults it to the largest `BIGINT`, so that a row another program inserts
 //! the seed's way never counts as expired). Every other column must have a default: the library
 //! inserts only the ticket's own values.
 //!

@@ -41,7 +41,7 @@
 //! `diesel_lease_semaphores` (on SQLite: `BEGIN IMMEDIATE`), so admission decisions are taken one
 //! at a time per resource and grants are persisted flags, never inferred from positions. That is
 //! what makes the scheme safe against the commit-order race of a classic control table (identity values handed out
-//! before commit); the argument is spelled out in the `protocol` module and in the README
+//! before commit); the argument is spelled out in the `protocol` module and in the semaphores guide
 //! ("How it works, and why two holders never happen").
 //!
 //! Holders heartbeat while they hold (every ttl/3, from a background thread for a pool-backed

@@ -48,7 +48,7 @@ impl SemaphoreStatements for Conn {
 ///
 /// It is not enough on its own: looped under load with clients on three nodes, Galera let two
 /// such grants both commit a few times in a hundred runs (`tests/faults/galera.rs`, the
-/// `#[ignore]`d reproductions). README asks for every client of a semaphore on one node.
+/// `#[ignore]`d reproductions). The `beyond_one_server` guide asks for every client of a semaphore on one node.
 fn write_resource_row(c: &mut Conn, resource: &str, permits: i32) -> QueryResult<()> {
     use super::schema::diesel_lease_semaphores as resources;
     let other = if permits == i32::MAX {

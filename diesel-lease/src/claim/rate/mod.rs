@@ -70,7 +70,7 @@ use schema::{diesel_lease_rate_limits as limits, diesel_lease_rate_starts as sta
 /// [`Worker::rate_limit`](crate::worker::Worker::rate_limit)).
 ///
 /// Never more than `max` starts in any window of length `period` by the database clock (a
-/// sliding window; see the README, "Rate limits"). Rows over the limit stay ready and are
+/// sliding window; see the `queue_control` guide, "Rate limits"). Rows over the limit stay ready and are
 /// claimed later. Every process that claims the table must use the same limits: a limit is
 /// named after its table, column, `max` and `period`, so a process with other numbers keeps
 /// a window of its own.
