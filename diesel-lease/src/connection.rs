@@ -37,9 +37,9 @@ pub trait LeaseConnection:
 
     /// Runs `f` in the transaction kind that makes read-then-write safe on this backend: READ
     /// COMMITTED on PostgreSQL and MySQL (so InnoDB takes no gap locks and `SKIP LOCKED` claims
-    /// do not deadlock on the index they update), `BEGIN IMMEDIATE` after this process's writer
-    /// turn on SQLite (so the write lock is taken up front and concurrent writers wait on the
-    /// busy timeout instead of failing). Inside an open transaction it becomes a savepoint of the
+    /// do not deadlock on the index they update), `BEGIN IMMEDIATE` on SQLite (so the write lock
+    /// is taken up front and concurrent writers wait on the busy timeout instead of failing; no
+    /// in-process writer turn, which only the bounded lock waits take). Inside an open transaction it becomes a savepoint of the
     /// caller's transaction, at the caller's isolation level.
     fn write_transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
     where

@@ -5,8 +5,8 @@
 //! bounded from the connection URL or interrupted from another thread (PostgreSQL's TCP
 //! keepalives and `tcp_user_timeout`, which `pool::build_pool` sets, end a silent connection
 //! only after about 20 s, and only when the silence is the network's; MySQL has nothing). A
-//! caller that promised a bound — a drop its drop wait, a waiting `acquire` its timeout, a
-//! `Worker` its stop — therefore does not make such a call itself: a [`Courier`] makes it on its
+//! caller that promised a bound — an explicit release its wait, a waiting `acquire` its
+//! timeout, a `Worker` its stop — therefore does not make such a call itself: a [`Courier`] makes it on its
 //! thread while the caller waits for the result at most until its bound. A call not done by
 //! then goes on in the background; its result, when it comes, goes to the call's `undo` (a
 //! claimed row is handed back, a granted lease released) instead of to the caller, and the

@@ -242,7 +242,8 @@ where
 /// A cached statement whose execution failed after the server had sent the result's column
 /// definitions leaves libmariadb waiting, on that statement's next execution, for the rest of
 /// the failed result: the client sits in `poll(-1)` for good (see [`super::Uncached`]). On one
-/// server only locking reads fail that way, and they run uncached. On a MariaDB Galera node any
+/// server only locking reads fail that way, and the ones that may (a claim's lock of rows by key,
+/// the rate limit's key lock) run uncached. On a MariaDB Galera node any
 /// statement of a transaction can: a replicated write that conflicts with the transaction
 /// aborts it wherever it is (a "brute-force abort"; the server then lists the session as
 /// `Killed`), measured on the claim's read-back by key. The failed transaction is rolled back

@@ -612,7 +612,7 @@ fn claimable_predicate<'b, M: ClaimTarget<DB>, DB: SqlDialect>(
 }
 
 /// Which claimable rows a pick looks at: ready or stale (one statement, PostgreSQL and SQLite),
-/// or one of the two (MySQL's claims, see `backend/mysql_like.rs`).
+/// or one of the two (MySQL's claims, see `claim/mysql_like.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Which {
     /// Ready rows, and stale claims that may be rescued.
