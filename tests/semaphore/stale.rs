@@ -202,9 +202,59 @@ fn notified(_conn: &mut dyn Any, _resource: &str) -> bool {
     false
 }
 
+/// Permit guards of one owner, ttl and table are renewed together (issue 55): 40 permits kept
+/// for two ttls send fewer renewals than there are permits, where a beat each would send at
+/// least two per permit (each must be renewed twice to outlive two ttls). One removed by an
+/// operator among them is still found lost; the others stay held.
+fn permits_of_one_owner_are_renewed_together<B: TestBackend>(db: &TestDb<B>) {
+    db.migrate();
+    // Within the window nothing else updates the tickets: grants came before it.
+    fn renewal(sql: &str) -> bool {
+        sql.contains("UPDATE") && sql.contains("diesel_lease_semaphore_tickets")
+    }
+    let (pool, renewals) =
+        crate::common::counted::counted_pool_of::<B::Conn>(&db.url, 4, Some(renewal));
+    let ttl = Duration::from_millis(3_000);
+    let semaphore = Semaphore::new("many", 40).with_ttl(ttl);
+    let permits: Vec<_> = (0..40)
+        .map(|_| {
+            semaphore
+                .try_acquire(&pool)
+                .unwrap()
+                .expect("a permit left")
+        })
+        .collect();
+    let before = renewals.load(std::sync::atomic::Ordering::SeqCst);
+    std::thread::sleep(2 * ttl);
+    let sent = renewals.load(std::sync::atomic::Ordering::SeqCst) - before;
+    for permit in &permits {
+        assert!(!permit.is_lost(), "permit {} lost", permit.ticket());
+    }
+    assert!(
+        sent < 40,
+        "{sent} renewal statements for 40 permits over two ttls"
+    );
+
+    let removed = diesel_lease::admin::force_release_ticket(&mut db.conn(), permits[7].ticket())
+        .unwrap()
+        .expect("the ticket");
+    assert!(removed.was_granted);
+    let start = Instant::now();
+    while !permits[7].is_lost() {
+        assert!(start.elapsed() < LONG, "the removal was never noticed");
+        std::thread::sleep(POLL);
+    }
+    std::thread::sleep(ttl);
+    for (i, permit) in permits.iter().enumerate().filter(|(i, _)| *i != 7) {
+        assert!(!permit.is_lost(), "permit {i} lost");
+        assert!(permit.ensure_held().is_ok(), "permit {i} not held");
+    }
+}
+
 backend_tests!(
     killed_holder_is_replaced_after_its_ttl,
     waiters_that_give_up_leave_no_ticket,
     idle_waiter_polls_about_once_per_second,
     release_notifies_waiters,
+    permits_of_one_owner_are_renewed_together,
 );

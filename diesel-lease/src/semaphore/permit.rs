@@ -1,7 +1,12 @@
 //! Held permits: [`PermitGuard`] (pool-backed, heartbeats itself, released on drop) and
 //! [`Permit`] (on a connection you manage).
 
+use std::any::{Any, TypeId};
+use std::collections::hash_map::DefaultHasher;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::control::SemaphoreDialect;
@@ -59,12 +64,21 @@ where
             kept: None,
             released: false,
         };
+        let member = KeptPermit {
+            req: permit.held.req.clone(),
+            ticket: granted.ticket,
+        };
+        let together: crate::keeper::Member<C, Error> = (
+            Arc::new(PermitsTogether::<C>(PhantomData)),
+            Arc::new(member),
+        );
         // On error, dropping the permit gives it back: without a heartbeat it would expire.
-        permit.kept = Some(crate::keeper::keep(
+        permit.kept = Some(crate::keeper::keep_with(
             &permit.pool,
             permit.held.resource(),
             permit.local.clone(),
             beat,
+            Some(together),
         )?);
         Ok(permit)
     }
@@ -142,6 +156,65 @@ fn heartbeat_beat<C: SemaphoreDialect>(
             Ok(false) => Beat::Lost,
             Err(e) => Beat::Failed(e),
         }
+    }
+}
+
+/// A permit guard's request, as its keeper sees it.
+struct KeptPermit {
+    req: Request,
+    ticket: i64,
+}
+
+/// The permit guards on connections `C`: the keeper pushes the expiry of the permits of one
+/// owner, ttl and table in one statement (`UPDATE … WHERE ticket IN (…) AND owner = ?`, the
+/// statement a process's waiters share, `protocol::heartbeat_many`). When it finds every
+/// request it names, each is renewed; when it finds fewer (one was given back or removed by an
+/// operator) or fails, each runs its own beat, which says which was lost.
+struct PermitsTogether<C>(PhantomData<fn() -> C>);
+
+impl<C: SemaphoreDialect> crate::keeper::Together<C, Error> for PermitsTogether<C> {
+    fn kind(&self) -> TypeId {
+        TypeId::of::<Self>()
+    }
+
+    fn group(&self, member: &(dyn Any + Send + Sync)) -> Option<u64> {
+        let req = &member.downcast_ref::<KeptPermit>()?.req;
+        // Requests share a statement when they touch one table as one owner with one ttl.
+        let table = req.table.as_ref().map(|target| {
+            (
+                std::ptr::from_ref(target.table).cast::<()>() as usize,
+                target.resource.as_deref(),
+            )
+        });
+        let mut hasher = DefaultHasher::new();
+        (table, req.owner.as_str(), req.ttl.as_micros()).hash(&mut hasher);
+        Some(hasher.finish())
+    }
+
+    fn beat_together(
+        &self,
+        conn: &mut C,
+        members: &[&(dyn Any + Send + Sync)],
+    ) -> Vec<Option<Beat<Error>>> {
+        let kept: Option<Vec<&KeptPermit>> = members
+            .iter()
+            .map(|member| member.downcast_ref::<KeptPermit>())
+            .collect();
+        let Some((first, kept)) = kept.as_ref().and_then(|kept| Some((kept.first()?, kept))) else {
+            return members.iter().map(|_| None).collect();
+        };
+        let tickets: Vec<i64> = kept.iter().map(|permit| permit.ticket).collect();
+        let all_found = first.req.on(conn, |sql| {
+            protocol::heartbeat_many(sql, &first.req, &tickets)
+        });
+        members
+            .iter()
+            .map(|_| {
+                matches!(all_found, Ok(true)).then(|| Beat::Held {
+                    ttl: first.req.ttl.as_duration(),
+                })
+            })
+            .collect()
     }
 }
 

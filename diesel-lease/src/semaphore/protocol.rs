@@ -361,6 +361,26 @@ pub(super) fn heartbeat(
     Ok(touch(sql, ticket, req)? > 0)
 }
 
+/// [`heartbeat`] of several requests of `req`'s owner, ttl and table (the permits of one process
+/// that its pool's keeper renews together), in one statement per [`TOUCHED_AT_ONCE`]: whether
+/// every one of them was found (else some were given up or removed, and each heartbeat on its
+/// own says which).
+pub(super) fn heartbeat_many(
+    sql: &mut dyn SemaphoreStatements,
+    req: &Request,
+    tickets: &[i64],
+) -> Result<bool> {
+    let mut found = 0;
+    for chunk in tickets.chunks(TOUCHED_AT_ONCE) {
+        found += crate::backend::retry_conflicts(|| {
+            Ok(sql.within_wait(None, &mut |s| {
+                waiting_write(s, |s| s.touch_many(chunk, &req.owner, req.ttl))
+            })?)
+        })?;
+    }
+    Ok(found == tickets.len())
+}
+
 /// The resource's queue, for inspection.
 pub(super) fn queue(sql: &mut dyn SemaphoreStatements, resource: &str) -> Result<Vec<TicketRow>> {
     Ok(sql.queue(resource)?)
