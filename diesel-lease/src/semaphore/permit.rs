@@ -165,6 +165,20 @@ struct KeptPermit {
     ticket: i64,
 }
 
+impl KeptPermit {
+    /// What requests renewed by one statement share: the table they are rows of (the built-in
+    /// tickets, or one control table and resource), the owner and the ttl.
+    fn group(&self) -> (Option<(usize, Option<&str>)>, &str, i64) {
+        let table = self.req.table.as_ref().map(|target| {
+            (
+                std::ptr::from_ref(target.table).cast::<()>() as usize,
+                target.resource.as_deref(),
+            )
+        });
+        (table, self.req.owner.as_str(), self.req.ttl.as_micros())
+    }
+}
+
 /// The permit guards on connections `C`: the keeper pushes the expiry of the permits of one
 /// owner, ttl and table in one statement (`UPDATE … WHERE ticket IN (…) AND owner = ?`, the
 /// statement a process's waiters share, `protocol::heartbeat_many`). When it finds every
@@ -178,16 +192,11 @@ impl<C: SemaphoreDialect> crate::keeper::Together<C, Error> for PermitsTogether<
     }
 
     fn group(&self, member: &(dyn Any + Send + Sync)) -> Option<u64> {
-        let req = &member.downcast_ref::<KeptPermit>()?.req;
-        // Requests share a statement when they touch one table as one owner with one ttl.
-        let table = req.table.as_ref().map(|target| {
-            (
-                std::ptr::from_ref(target.table).cast::<()>() as usize,
-                target.resource.as_deref(),
-            )
-        });
         let mut hasher = DefaultHasher::new();
-        (table, req.owner.as_str(), req.ttl.as_micros()).hash(&mut hasher);
+        member
+            .downcast_ref::<KeptPermit>()?
+            .group()
+            .hash(&mut hasher);
         Some(hasher.finish())
     }
 
@@ -203,6 +212,10 @@ impl<C: SemaphoreDialect> crate::keeper::Together<C, Error> for PermitsTogether<
         let Some((first, kept)) = kept.as_ref().and_then(|kept| Some((kept.first()?, kept))) else {
             return members.iter().map(|_| None).collect();
         };
+        // The keeper groups by a hash: members that only collided with the first beat alone.
+        if kept.iter().any(|permit| permit.group() != first.group()) {
+            return members.iter().map(|_| None).collect();
+        }
         let tickets: Vec<i64> = kept.iter().map(|permit| permit.ticket).collect();
         let all_found = first.req.on(conn, |sql| {
             protocol::heartbeat_many(sql, &first.req, &tickets)
