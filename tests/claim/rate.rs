@@ -286,19 +286,27 @@ backend_suite! {
     /// `RateLimit::forget_idle`: nothing while the starts are in their window; once they are
     /// older than the period, every start and every key's row of that limit (and only that
     /// limit's); the next claims create the rows again and the limit still holds. Misuse is a
-    /// typed error.
+    /// typed error. The starts are aged by the database (their `started_at` moved two periods
+    /// back) rather than by waiting, so a slow machine changes no verdict: a period of an hour
+    /// is never over between two statements, and an aged start is always outside it.
     pub(crate) fn forget_idle_deletes_old_starts_and_idle_keys_and_claims_go_on(db: &TestDb<B>) {
         seed(db, 6, &["a", "b", "c"]);
         let mut conn = db.conn();
-        let short = Duration::from_millis(400);
-        let per_tenant = RateLimit::per_key(tasks::tenant, 1, short);
-        let global = RateLimit::global(10, short);
+        let period = Duration::from_secs(3_600);
+        let per_tenant = RateLimit::per_key(tasks::tenant, 1, period);
+        let global = RateLimit::global(10, period);
         let options = ClaimOptions::default().rate_limit(per_tenant.clone()).rate_limit(global.clone());
         assert_eq!(Task::claim().batch(10).options(&options).rows(&mut conn).unwrap().len(), 3, "one per tenant");
         assert_eq!(rate_rows(db), (4, 6), "three tenants' rows and the global one; 3 + 3 starts");
         let none = per_tenant.forget_idle(&mut conn, tasks::table).unwrap();
         assert_eq!((none.starts, none.keys), (0, 0), "every start is in its window");
-        std::thread::sleep(short + Duration::from_millis(100));
+        let aged = diesel::sql_query(format!(
+            "UPDATE diesel_lease_rate_starts SET started_at = started_at - {}",
+            2 * period.as_micros()
+        ))
+        .execute(&mut db.conn())
+        .unwrap();
+        assert_eq!(aged, 6, "every start aged by two periods");
         let tenants = per_tenant.forget_idle(&mut conn, tasks::table).unwrap();
         assert_eq!((tenants.starts, tenants.keys), (3, 3));
         assert_eq!(rate_rows(db), (1, 3), "the global limit's rows are another limit's");
@@ -308,7 +316,7 @@ backend_suite! {
         assert_eq!(Task::claim().batch(10).options(&options).rows(&mut conn).unwrap().len(), 3, "the keys come back");
         assert!(Task::claim().batch(10).options(&options).rows(&mut conn).unwrap().is_empty(), "and still limit");
         assert_eq!(rate_rows(db), (4, 6));
-        let err = RateLimit::per_key(crate::models::schema::reminders::status, 1, short)
+        let err = RateLimit::per_key(crate::models::schema::reminders::status, 1, period)
             .forget_idle(&mut conn, tasks::table)
             .unwrap_err();
         assert!(matches!(err, diesel_lease::Error::Config(_)), "{err}");
