@@ -6,7 +6,9 @@
 //! registers its [`HolderState`] and a *beat* — the statement that extends its grant — with the
 //! keeper of its pool ([`keep`]). The keeper wakes when the earliest holder is due, lends **one**
 //! connection, and runs on it the beat of every holder that is due or will be within a sixth of
-//! its period (so holders that registered at different instants settle into shared ticks), then
+//! its period (so holders that registered at different instants settle into shared ticks) —
+//! holders of one kind and group in one statement ([`Together`]: kept-alive leases of one ttl,
+//! permits of one owner, ttl and table), the others by their own beats — then
 //! records each outcome on its state exactly as a thread of its own would: a success moves the
 //! local deadline, [`Beat::Lost`] marks it [`LostReason::Gone`], a failure is retried after a
 //! quarter period. It also wakes at every holder's local deadline and marks it
